@@ -1,0 +1,278 @@
+//! Agents: versioned definitions and their published backend.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{AgentId, JsonObject, Metadata, Timestamp};
+
+/// Which engine runs this agent's turns. Published with the agent, frozen into each session.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum BackendRef {
+    /// The gateway's own model loop.
+    Native,
+    /// A configured ACP agent command (`[executors.acp.NAME]`).
+    Acp { executor: String },
+    /// A configured remote A2A agent (`[remotes.a2a.NAME]`).
+    A2a { remote: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendRefError {
+    #[error("backend {0:?} is not one of \"native\", \"acp:<executor>\", \"a2a:<remote>\"")]
+    Malformed(String),
+}
+
+impl BackendRef {
+    /// Parses `native`, `acp:<name>` or `a2a:<name>`; names are 1-64 of `[A-Za-z0-9_.-]`.
+    pub fn parse(s: &str) -> Result<Self, BackendRefError> {
+        fn name(n: &str) -> bool {
+            !n.is_empty()
+                && n.len() <= 64
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+        }
+        match s.split_once(':') {
+            None if s == "native" => Ok(BackendRef::Native),
+            Some(("acp", n)) if name(n) => Ok(BackendRef::Acp {
+                executor: n.to_owned(),
+            }),
+            Some(("a2a", n)) if name(n) => Ok(BackendRef::A2a {
+                remote: n.to_owned(),
+            }),
+            _ => Err(BackendRefError::Malformed(s.chars().take(100).collect())),
+        }
+    }
+
+    pub fn is_native(&self) -> bool {
+        matches!(self, BackendRef::Native)
+    }
+}
+
+impl fmt::Display for BackendRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BackendRef::Native => f.write_str("native"),
+            BackendRef::Acp { executor } => write!(f, "acp:{executor}"),
+            BackendRef::A2a { remote } => write!(f, "a2a:{remote}"),
+        }
+    }
+}
+
+impl TryFrom<String> for BackendRef {
+    type Error = BackendRefError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(&s)
+    }
+}
+
+impl From<BackendRef> for String {
+    fn from(b: BackendRef) -> String {
+        b.to_string()
+    }
+}
+
+/// The model an agent uses and how hard it thinks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelSpec {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speed: Option<String>,
+}
+
+/// Whether a tool call runs at once or waits for a client's approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionPolicy {
+    AlwaysAllow,
+    AlwaysAsk,
+    /// Accepted and stored; evaluated as `AlwaysAsk` (the conservative reading) until a
+    /// classifier exists. See docs/adr.
+    Auto,
+}
+
+impl PermissionPolicy {
+    /// Whether a call under this policy must be approved before it runs.
+    pub fn requires_approval(self) -> bool {
+        !matches!(self, PermissionPolicy::AlwaysAllow)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolConfig {
+    pub enabled: bool,
+    pub permission_policy: PermissionPolicy,
+}
+
+/// One entry of a toolset's per-tool configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NamedToolConfig {
+    pub name: String,
+    pub enabled: bool,
+    pub permission_policy: PermissionPolicy,
+    /// Tool-specific settings the gateway stores and returns but does not interpret
+    /// (e.g. `web_fetch` domain lists).
+    #[serde(default, skip_serializing_if = "JsonObject::is_empty")]
+    pub extras: JsonObject,
+}
+
+/// The built-in tools of `agent_toolset_20260401`.
+pub const BUILTIN_TOOLS: [&str; 8] = [
+    "bash",
+    "read",
+    "write",
+    "edit",
+    "glob",
+    "grep",
+    "web_fetch",
+    "web_search",
+];
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ToolSpec {
+    /// The built-in toolset; `version` is its published name, e.g. `agent_toolset_20260401`.
+    Builtin {
+        version: String,
+        default_config: ToolConfig,
+        configs: Vec<NamedToolConfig>,
+    },
+    /// Tools served by an MCP server declared in `mcp_servers`.
+    Mcp {
+        mcp_server_name: String,
+        default_config: ToolConfig,
+        configs: Vec<NamedToolConfig>,
+    },
+    /// A tool the client executes; calls park the session until the client answers.
+    Custom {
+        name: String,
+        description: String,
+        input_schema: JsonObject,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpServerSpec {
+    pub name: String,
+    pub url: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkillRef {
+    /// `anthropic` or `custom`.
+    pub source: String,
+    pub skill_id: String,
+    pub version: String,
+}
+
+/// Everything a client defines about an agent; one immutable value per version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentSpec {
+    pub name: String,
+    pub description: Option<String>,
+    pub system: Option<String>,
+    pub model: ModelSpec,
+    pub tools: Vec<ToolSpec>,
+    pub mcp_servers: Vec<McpServerSpec>,
+    pub skills: Vec<SkillRef>,
+    pub metadata: Metadata,
+    pub backend: BackendRef,
+    /// Definition parts the core does not interpret but must keep per version (e.g. a
+    /// multi-agent roster, an execution identity). Opaque by design.
+    #[serde(default, skip_serializing_if = "JsonObject::is_empty")]
+    pub extensions: JsonObject,
+}
+
+/// How a built-in tool is configured for an agent, if it is offered at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolAvailability {
+    Enabled(PermissionPolicy),
+    Disabled,
+}
+
+impl AgentSpec {
+    /// Resolves a built-in tool's configuration: its own entry, else the toolset default;
+    /// `Disabled` when the agent has no built-in toolset.
+    pub fn builtin_tool(&self, name: &str) -> ToolAvailability {
+        for t in &self.tools {
+            if let ToolSpec::Builtin {
+                default_config,
+                configs,
+                ..
+            } = t
+            {
+                let cfg = configs
+                    .iter()
+                    .find(|c| c.name == name)
+                    .map(|c| ToolConfig {
+                        enabled: c.enabled,
+                        permission_policy: c.permission_policy,
+                    })
+                    .unwrap_or(*default_config);
+                return if cfg.enabled {
+                    ToolAvailability::Enabled(cfg.permission_policy)
+                } else {
+                    ToolAvailability::Disabled
+                };
+            }
+        }
+        ToolAvailability::Disabled
+    }
+
+    /// The built-in tools this agent may call.
+    pub fn enabled_builtin_tools(&self) -> Vec<(&'static str, PermissionPolicy)> {
+        BUILTIN_TOOLS
+            .iter()
+            .filter_map(|n| match self.builtin_tool(n) {
+                ToolAvailability::Enabled(p) => Some((*n, p)),
+                ToolAvailability::Disabled => None,
+            })
+            .collect()
+    }
+
+    pub fn custom_tool(&self, name: &str) -> Option<&ToolSpec> {
+        self.tools
+            .iter()
+            .find(|t| matches!(t, ToolSpec::Custom { name: n, .. } if n == name))
+    }
+}
+
+/// One version of an agent, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Agent {
+    pub id: AgentId,
+    pub version: u32,
+    pub spec: AgentSpec,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    pub archived_at: Option<Timestamp>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_refs_parse_and_print() {
+        assert_eq!(BackendRef::parse("native").unwrap(), BackendRef::Native);
+        assert_eq!(
+            BackendRef::parse("acp:claude").unwrap(),
+            BackendRef::Acp {
+                executor: "claude".into()
+            }
+        );
+        assert_eq!(
+            BackendRef::parse("a2a:echo-1").unwrap().to_string(),
+            "a2a:echo-1"
+        );
+        for bad in ["", "acp:", "a2a", "grpc:x", "acp:a b", "native:x"] {
+            assert!(
+                BackendRef::parse(bad).is_err(),
+                "{bad:?} should be rejected"
+            );
+        }
+    }
+}

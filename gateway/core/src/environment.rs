@@ -1,0 +1,140 @@
+//! Environments: where local work may happen and how its sandbox is provisioned.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{EnvironmentId, Metadata, Timestamp};
+
+/// When a session's local environment is realized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Provisioning {
+    /// At the first local tool call (or earlier when the session's inputs demand it).
+    #[default]
+    OnToolUse,
+    /// Before the first step of the first run.
+    Eager,
+}
+
+/// A sandbox provider tier, e.g. `local` or `namespace`. Open-ended so a deployment can offer
+/// providers the core does not know by name; placement compares tiers by equality only, and
+/// never substitutes one for another.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ProviderTier(pub String);
+
+impl ProviderTier {
+    pub fn local() -> Self {
+        Self("local".into())
+    }
+    pub fn namespace() -> Self {
+        Self("namespace".into())
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for ProviderTier {
+    fn default() -> Self {
+        Self::local()
+    }
+}
+
+impl fmt::Display for ProviderTier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Networking {
+    #[default]
+    Unrestricted,
+    Limited {
+        allowed_hosts: Vec<String>,
+        allow_mcp_servers: bool,
+        allow_package_managers: bool,
+    },
+}
+
+impl Networking {
+    /// Whether a sandbox may reach the network at all.
+    pub fn any_network(&self) -> bool {
+        match self {
+            Networking::Unrestricted => true,
+            Networking::Limited {
+                allowed_hosts,
+                allow_mcp_servers,
+                allow_package_managers,
+            } => !allowed_hosts.is_empty() || *allow_mcp_servers || *allow_package_managers,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Packages {
+    pub apt: Vec<String>,
+    pub cargo: Vec<String>,
+    pub gem: Vec<String>,
+    pub go: Vec<String>,
+    pub npm: Vec<String>,
+    pub pip: Vec<String>,
+}
+
+impl Packages {
+    pub fn is_empty(&self) -> bool {
+        self.apt.is_empty()
+            && self.cargo.is_empty()
+            && self.gem.is_empty()
+            && self.go.is_empty()
+            && self.npm.is_empty()
+            && self.pip.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CloudConfig {
+    pub networking: Networking,
+    pub packages: Packages,
+    pub provisioning: Provisioning,
+    pub provider: ProviderTier,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EnvironmentConfig {
+    /// The gateway's own sandbox providers run local work.
+    Cloud(CloudConfig),
+    /// An external executor connects and runs tools; the gateway never realizes a sandbox.
+    SelfHosted,
+}
+
+impl EnvironmentConfig {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EnvironmentConfig::Cloud(_) => "cloud",
+            EnvironmentConfig::SelfHosted => "self_hosted",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnvironmentSpec {
+    pub name: String,
+    pub description: Option<String>,
+    pub metadata: Metadata,
+    pub scope: Option<String>,
+    pub config: EnvironmentConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Environment {
+    pub id: EnvironmentId,
+    pub spec: EnvironmentSpec,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    pub archived_at: Option<Timestamp>,
+}

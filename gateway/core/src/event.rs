@@ -1,0 +1,372 @@
+//! Neutral events: the committed facts of a session's thread.
+//!
+//! The event log is the single source of truth. Every protocol view (Managed Agents events,
+//! ACP `session/update`s, A2A tasks and their history) is a projection of these payloads, so
+//! they carry what all three need and use none of their names.
+
+use serde::{Deserialize, Serialize};
+
+use crate::content::ContentBlock;
+use crate::{EventId, JsonObject, RunId, SessionId, Timestamp};
+
+/// Where a tool comes from; decides who executes it and how its use is shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "source", rename_all = "snake_case")]
+pub enum ToolOrigin {
+    /// A built-in tool run by the session's Hand (or a self-hosted executor).
+    Builtin,
+    /// A tool served by a named MCP server.
+    Mcp { server: String },
+    /// A tool the client executes and answers.
+    Custom,
+    /// A tool an external agent process ran on its own (ACP backend); shown, never executed here.
+    Backend,
+}
+
+/// The decision a tool call was given when it was emitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolPermission {
+    Allow,
+    /// Parked until a client confirms or denies.
+    Ask,
+    Deny,
+}
+
+/// Why a turn ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum StopReason {
+    /// The agent finished.
+    EndTurn,
+    /// The turn waits for client answers to these tool-use events.
+    RequiresAction { event_ids: Vec<EventId> },
+    /// A client interrupted the turn.
+    Interrupted,
+    /// Transient failures were retried until the budget ran out.
+    RetriesExhausted,
+    /// The model declined.
+    Refusal,
+    /// The turn hit the model/tool round limit.
+    RoundLimit,
+    /// The turn failed (see the preceding `session_error`).
+    Failed,
+}
+
+/// Neutral error categories carried by `session_error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    Unknown,
+    ModelOverloaded,
+    ModelRateLimited,
+    ModelRequestFailed,
+    RoundLimitReached,
+    /// The host holding the session's environment is gone; the environment is not recreated
+    /// elsewhere.
+    EnvironmentLost,
+    /// The environment could not be realized as required (fails closed).
+    PlacementFailed,
+    /// The run crashed more often than its budget allows; its effects are unknown.
+    Indeterminate,
+    /// The backend (agent process, remote agent) failed.
+    BackendFailed,
+}
+
+/// Whether the failed work will be retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryStatus {
+    Retrying,
+    Exhausted,
+    Terminal,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub cache_read_input_tokens: u64,
+    #[serde(default)]
+    pub cache_creation_input_tokens: u64,
+}
+
+/// The payload of one committed event. The serde tag is the event's neutral kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventPayload {
+    // -- inputs from clients --
+    UserMessage {
+        content: Vec<ContentBlock>,
+    },
+    UserInterrupt {},
+    ToolConfirmation {
+        tool_use_id: EventId,
+        allow: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deny_message: Option<String>,
+    },
+    /// A client's answer to a custom tool call, or a self-hosted executor's tool result.
+    ClientToolResult {
+        tool_use_id: EventId,
+        content: Vec<ContentBlock>,
+        is_error: bool,
+    },
+
+    // -- turn lifecycle --
+    TurnStarted {},
+    TurnRescheduled {},
+    TurnEnded {
+        stop: StopReason,
+    },
+    SessionError {
+        kind: ErrorKind,
+        message: String,
+        retry: RetryStatus,
+    },
+    SessionTerminated {},
+    SessionDeleted {},
+
+    // -- agent output --
+    AgentMessage {
+        content: Vec<ContentBlock>,
+    },
+    AgentThinking {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+    },
+    ToolUse {
+        name: String,
+        input: JsonObject,
+        origin: ToolOrigin,
+        permission: ToolPermission,
+    },
+    ToolResult {
+        tool_use_id: EventId,
+        origin: ToolOrigin,
+        content: Vec<ContentBlock>,
+        is_error: bool,
+    },
+    ModelRequestStarted {},
+    ModelRequestEnded {
+        start_id: EventId,
+        is_error: bool,
+        usage: Usage,
+    },
+}
+
+/// The kind of an event, as stored in the log's `kind` column and used in type filters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventKind {
+    UserMessage,
+    UserInterrupt,
+    ToolConfirmation,
+    ClientToolResult,
+    TurnStarted,
+    TurnRescheduled,
+    TurnEnded,
+    SessionError,
+    SessionTerminated,
+    SessionDeleted,
+    AgentMessage,
+    AgentThinking,
+    ToolUse,
+    ToolResult,
+    ModelRequestStarted,
+    ModelRequestEnded,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 16] = [
+        EventKind::UserMessage,
+        EventKind::UserInterrupt,
+        EventKind::ToolConfirmation,
+        EventKind::ClientToolResult,
+        EventKind::TurnStarted,
+        EventKind::TurnRescheduled,
+        EventKind::TurnEnded,
+        EventKind::SessionError,
+        EventKind::SessionTerminated,
+        EventKind::SessionDeleted,
+        EventKind::AgentMessage,
+        EventKind::AgentThinking,
+        EventKind::ToolUse,
+        EventKind::ToolResult,
+        EventKind::ModelRequestStarted,
+        EventKind::ModelRequestEnded,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::UserMessage => "user_message",
+            EventKind::UserInterrupt => "user_interrupt",
+            EventKind::ToolConfirmation => "tool_confirmation",
+            EventKind::ClientToolResult => "client_tool_result",
+            EventKind::TurnStarted => "turn_started",
+            EventKind::TurnRescheduled => "turn_rescheduled",
+            EventKind::TurnEnded => "turn_ended",
+            EventKind::SessionError => "session_error",
+            EventKind::SessionTerminated => "session_terminated",
+            EventKind::SessionDeleted => "session_deleted",
+            EventKind::AgentMessage => "agent_message",
+            EventKind::AgentThinking => "agent_thinking",
+            EventKind::ToolUse => "tool_use",
+            EventKind::ToolResult => "tool_result",
+            EventKind::ModelRequestStarted => "model_request_started",
+            EventKind::ModelRequestEnded => "model_request_ended",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    /// Inputs come from clients; everything else is produced by the gateway.
+    pub fn is_input(self) -> bool {
+        matches!(
+            self,
+            EventKind::UserMessage
+                | EventKind::UserInterrupt
+                | EventKind::ToolConfirmation
+                | EventKind::ClientToolResult
+        )
+    }
+}
+
+impl EventPayload {
+    pub fn kind(&self) -> EventKind {
+        match self {
+            EventPayload::UserMessage { .. } => EventKind::UserMessage,
+            EventPayload::UserInterrupt {} => EventKind::UserInterrupt,
+            EventPayload::ToolConfirmation { .. } => EventKind::ToolConfirmation,
+            EventPayload::ClientToolResult { .. } => EventKind::ClientToolResult,
+            EventPayload::TurnStarted {} => EventKind::TurnStarted,
+            EventPayload::TurnRescheduled {} => EventKind::TurnRescheduled,
+            EventPayload::TurnEnded { .. } => EventKind::TurnEnded,
+            EventPayload::SessionError { .. } => EventKind::SessionError,
+            EventPayload::SessionTerminated {} => EventKind::SessionTerminated,
+            EventPayload::SessionDeleted {} => EventKind::SessionDeleted,
+            EventPayload::AgentMessage { .. } => EventKind::AgentMessage,
+            EventPayload::AgentThinking { .. } => EventKind::AgentThinking,
+            EventPayload::ToolUse { .. } => EventKind::ToolUse,
+            EventPayload::ToolResult { .. } => EventKind::ToolResult,
+            EventPayload::ModelRequestStarted {} => EventKind::ModelRequestStarted,
+            EventPayload::ModelRequestEnded { .. } => EventKind::ModelRequestEnded,
+        }
+    }
+}
+
+/// An event about to be committed. Its id is chosen by the producer before the commit, so a
+/// streaming preview and the committed event can share it (invariant 7).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub id: EventId,
+    pub payload: EventPayload,
+}
+
+impl NewEvent {
+    pub fn new(payload: EventPayload) -> Self {
+        Self {
+            id: EventId::new(),
+            payload,
+        }
+    }
+}
+
+impl From<EventPayload> for NewEvent {
+    fn from(payload: EventPayload) -> Self {
+        Self::new(payload)
+    }
+}
+
+/// A committed event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub id: EventId,
+    pub session_id: SessionId,
+    /// Strictly increasing per session, without gaps, starting at 1.
+    pub seq: u64,
+    /// Database clock at commit.
+    pub created_at: Timestamp,
+    /// The run that committed it (None for client inputs).
+    pub run_id: Option<RunId>,
+    /// The lease epoch under which it was committed (None for client inputs).
+    pub epoch: Option<i64>,
+    pub payload: EventPayload,
+}
+
+impl Event {
+    pub fn kind(&self) -> EventKind {
+        self.payload.kind()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serde_tag_matches_kind_for_every_variant() {
+        let samples = vec![
+            EventPayload::UserMessage {
+                content: vec![ContentBlock::text("hi")],
+            },
+            EventPayload::UserInterrupt {},
+            EventPayload::ToolConfirmation {
+                tool_use_id: EventId::new(),
+                allow: false,
+                deny_message: Some("no".into()),
+            },
+            EventPayload::ClientToolResult {
+                tool_use_id: EventId::new(),
+                content: vec![],
+                is_error: false,
+            },
+            EventPayload::TurnStarted {},
+            EventPayload::TurnRescheduled {},
+            EventPayload::TurnEnded {
+                stop: StopReason::RequiresAction {
+                    event_ids: vec![EventId::new()],
+                },
+            },
+            EventPayload::SessionError {
+                kind: ErrorKind::EnvironmentLost,
+                message: "m".into(),
+                retry: RetryStatus::Terminal,
+            },
+            EventPayload::SessionTerminated {},
+            EventPayload::SessionDeleted {},
+            EventPayload::AgentMessage {
+                content: vec![ContentBlock::text("x")],
+            },
+            EventPayload::AgentThinking { text: None },
+            EventPayload::ToolUse {
+                name: "bash".into(),
+                input: JsonObject::new(),
+                origin: ToolOrigin::Mcp { server: "s".into() },
+                permission: ToolPermission::Ask,
+            },
+            EventPayload::ToolResult {
+                tool_use_id: EventId::new(),
+                origin: ToolOrigin::Builtin,
+                content: vec![],
+                is_error: true,
+            },
+            EventPayload::ModelRequestStarted {},
+            EventPayload::ModelRequestEnded {
+                start_id: EventId::new(),
+                is_error: false,
+                usage: Usage::default(),
+            },
+        ];
+        assert_eq!(samples.len(), EventKind::ALL.len());
+        for p in samples {
+            let json = serde_json::to_value(&p).unwrap();
+            assert_eq!(json["type"], p.kind().as_str());
+            assert_eq!(EventKind::parse(p.kind().as_str()), Some(p.kind()));
+            let back: EventPayload = serde_json::from_value(json).unwrap();
+            assert_eq!(back, p);
+        }
+    }
+}

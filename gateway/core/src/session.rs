@@ -1,0 +1,193 @@
+//! Sessions: one conversation, with its frozen agent snapshot and requirements.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::Agent;
+use crate::placement::Requirements;
+use crate::{EnvironmentId, EventId, Metadata, ResourceId, SessionId, Timestamp};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStatus {
+    /// No work queued or running (possibly waiting for client answers).
+    Idle,
+    /// A run is queued or executing.
+    Running,
+    /// A transient failure; the run is queued again with a backoff.
+    Rescheduling,
+    /// Final: the session takes no more input.
+    Terminated,
+}
+
+impl SessionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionStatus::Idle => "idle",
+            SessionStatus::Running => "running",
+            SessionStatus::Rescheduling => "rescheduling",
+            SessionStatus::Terminated => "terminated",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Self::Idle,
+            Self::Running,
+            Self::Rescheduling,
+            Self::Terminated,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
+    }
+}
+
+/// The lifecycle of a session's local environment (invariant 8: `Released` is final).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EnvironmentState {
+    None,
+    Realized,
+    Hibernated,
+    Released,
+}
+
+impl EnvironmentState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EnvironmentState::None => "none",
+            EnvironmentState::Realized => "realized",
+            EnvironmentState::Hibernated => "hibernated",
+            EnvironmentState::Released => "released",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::None, Self::Realized, Self::Hibernated, Self::Released]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+    }
+
+    /// Whether moving from `self` to `next` is allowed. Nothing leaves `Released`.
+    pub fn may_become(self, next: EnvironmentState) -> bool {
+        use EnvironmentState::*;
+        match (self, next) {
+            (Released, _) => false,
+            (_, Released) => true,
+            (None, Realized) | (Realized, Hibernated) | (Hibernated, Realized) => true,
+            (a, b) => a == b,
+        }
+    }
+}
+
+/// A string that must never be printed (tokens, keys). `Debug` shows a placeholder.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Checkout {
+    Branch { name: String },
+    Commit { sha: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ResourceKind {
+    /// An uploaded file mounted read-only into the workspace.
+    File { file_id: String, mount_path: String },
+    /// A git repository checked out into the workspace.
+    Repository {
+        url: String,
+        mount_path: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        checkout: Option<Checkout>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        authorization_token: Option<Secret>,
+    },
+    /// A directory of the client's machine used as the session's workspace (an editor's `cwd`).
+    Workspace { path: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resource {
+    pub id: ResourceId,
+    pub kind: ResourceKind,
+    pub created_at: Timestamp,
+}
+
+/// What a parked turn waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PendingKind {
+    /// Approve or deny a tool call (`always_ask`).
+    Confirmation,
+    /// Run the tool and send its result (custom tools, self-hosted executors).
+    ClientResult,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingAction {
+    /// The tool-use event that waits.
+    pub event_id: EventId,
+    pub kind: PendingKind,
+}
+
+/// The frozen definition a session runs with, fixed at creation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionSnapshot {
+    pub agent: Agent,
+    pub requirements: Requirements,
+    pub resources: Vec<Resource>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Session {
+    pub id: SessionId,
+    pub environment_id: EnvironmentId,
+    pub snapshot: SessionSnapshot,
+    pub title: Option<String>,
+    pub metadata: Metadata,
+    pub status: SessionStatus,
+    pub pending_actions: Vec<PendingAction>,
+    pub environment_state: EnvironmentState,
+    /// The host the environment was realized on; later runs are claimable only there.
+    pub environment_host: Option<String>,
+    /// The seq of the last committed event.
+    pub last_seq: u64,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    pub archived_at: Option<Timestamp>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn released_is_final() {
+        use EnvironmentState::*;
+        assert!(None.may_become(Realized));
+        assert!(Realized.may_become(Hibernated));
+        assert!(Hibernated.may_become(Realized));
+        assert!(Realized.may_become(Released));
+        for next in [None, Realized, Hibernated] {
+            assert!(!Released.may_become(next));
+        }
+        assert!(!Hibernated.may_become(None));
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        let s = Secret("ghp_supersecret".into());
+        assert!(!format!("{s:?}").contains("supersecret"));
+    }
+}

@@ -1,0 +1,204 @@
+//! The Store conformance suite: one set of behaviours, run on every engine.
+//!
+//! Each test takes a [`Harness`] that makes fresh, migrated, isolated stores. The engines'
+//! test files instantiate every test with [`conformance_suite!`]; an engine is done when the
+//! whole suite passes on it.
+
+pub mod catalog;
+pub mod events;
+pub mod harness;
+pub mod runs;
+pub mod sessions;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gateway_core::Metadata;
+use gateway_core::agent::{AgentSpec, BackendRef, ModelSpec};
+use gateway_core::content::ContentBlock;
+use gateway_core::environment::{
+    CloudConfig, EnvironmentConfig, EnvironmentSpec, Networking, Packages, ProviderTier,
+    Provisioning,
+};
+use gateway_core::event::{EventPayload, NewEvent};
+use gateway_core::placement::{LocalInputs, NetworkControl, Offer, ProviderOffer, place};
+use gateway_core::run::WorkerOffer;
+use gateway_core::session::{Session, SessionSnapshot};
+
+use crate::{LeaseTerms, NewSession, Store, StoreOptions};
+
+/// Makes stores for the suite.
+#[async_trait]
+pub trait Harness: Send + Sync {
+    /// A new, empty, migrated store that no other test sees.
+    async fn fresh(&self) -> Arc<dyn Store>;
+    /// Another handle (own pools, own listener) on the same database as `store`, as a second
+    /// gateway process would have.
+    async fn second(&self, store: &Arc<dyn Store>) -> Arc<dyn Store>;
+    /// The options the harness opens stores with.
+    fn options(&self) -> StoreOptions;
+}
+
+/// Instantiates every conformance test for a harness expression.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($harness:expr) => {
+        $crate::conformance_suite!(@each $harness;
+            catalog::agents_are_versioned,
+            catalog::concurrent_updates_from_one_base_have_one_winner,
+            catalog::archived_agents_reject_updates,
+            catalog::agent_lists_paginate_and_filter,
+            catalog::environments_crud_and_delete_guard,
+            sessions::creation_needs_a_live_environment,
+            sessions::initial_inputs_start_a_run,
+            sessions::lists_filter_and_paginate_both_ways,
+            sessions::archive_and_delete_are_refused_while_running,
+            sessions::delete_ends_the_log_and_releases_the_environment,
+            sessions::partial_answers_re_emit_idle_and_the_last_resumes,
+            sessions::interrupt_cancels_queued_runs_and_flags_running_ones,
+            events::seqs_increase_without_gap_under_concurrency,
+            events::lists_filter_by_kind_and_time_and_page_by_seq,
+            events::events_after_and_find_by_id,
+            runs::claims_bump_the_epoch_and_hold_a_lease,
+            runs::a_stale_worker_cannot_commit,
+            runs::racing_workers_claim_exactly_once,
+            runs::renewal_reports_cancel_and_fences,
+            runs::release_requeues_without_a_crash,
+            runs::reclaims_count_crashes_and_indeterminate_settles,
+            runs::one_running_run_per_session,
+            runs::settlements_set_session_status,
+            runs::retry_waits_for_its_backoff,
+            runs::claims_respect_backend_and_provider,
+            runs::environment_pins_runs_to_its_host_until_the_host_is_gone,
+            runs::released_environment_is_final,
+            runs::parked_sessions_are_not_claimed,
+            runs::commit_hints_wake_session_watchers,
+            runs::hints_cross_store_handles
+        );
+    };
+    (@each $harness:expr; $($module:ident :: $name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let harness = $harness;
+                $crate::conformance::$module::$name(&harness).await;
+            }
+        )*
+    };
+}
+
+// ---- fixtures shared by the tests ----
+
+pub fn agent_spec(name: &str) -> AgentSpec {
+    AgentSpec {
+        name: name.to_owned(),
+        description: None,
+        system: Some("be brief".into()),
+        model: ModelSpec {
+            id: "claude-test".into(),
+            effort: None,
+            speed: None,
+        },
+        tools: vec![],
+        mcp_servers: vec![],
+        skills: vec![],
+        metadata: Metadata::new(),
+        backend: BackendRef::Native,
+        extensions: Default::default(),
+    }
+}
+
+pub fn env_spec(name: &str) -> EnvironmentSpec {
+    EnvironmentSpec {
+        name: name.to_owned(),
+        description: None,
+        metadata: Metadata::new(),
+        scope: None,
+        config: EnvironmentConfig::Cloud(CloudConfig {
+            networking: Networking::Unrestricted,
+            packages: Packages::default(),
+            provisioning: Provisioning::OnToolUse,
+            provider: ProviderTier::local(),
+        }),
+    }
+}
+
+pub fn placement_offer() -> Offer {
+    Offer {
+        providers: vec![ProviderOffer {
+            tier: ProviderTier::local(),
+            network: NetworkControl::None,
+            installs_packages: false,
+        }],
+        ..Default::default()
+    }
+}
+
+/// A new idle session on a fresh agent and environment.
+pub async fn session(store: &Arc<dyn Store>) -> Session {
+    session_with(store, vec![]).await
+}
+
+pub async fn session_with(store: &Arc<dyn Store>, initial: Vec<NewEvent>) -> Session {
+    let agent = store
+        .create_agent(agent_spec("a"))
+        .await
+        .expect("create agent");
+    let env = store
+        .create_environment(env_spec("e"))
+        .await
+        .expect("create environment");
+    let requirements = place(
+        &BackendRef::Native,
+        &env.spec.config,
+        &LocalInputs::default(),
+        &placement_offer(),
+    )
+    .expect("place");
+    let new = NewSession {
+        environment_id: env.id,
+        snapshot: SessionSnapshot {
+            agent,
+            requirements,
+            resources: vec![],
+        },
+        title: Some("t".into()),
+        metadata: Metadata::new(),
+        initial_inputs: initial,
+    };
+    store.create_session(new).await.expect("create session").0
+}
+
+pub fn msg(text: &str) -> NewEvent {
+    NewEvent::new(EventPayload::UserMessage {
+        content: vec![ContentBlock::text(text)],
+    })
+}
+
+pub fn agent_text(text: &str) -> NewEvent {
+    NewEvent::new(EventPayload::AgentMessage {
+        content: vec![ContentBlock::text(text)],
+    })
+}
+
+pub fn worker(name: &str, host: &str) -> WorkerOffer {
+    WorkerOffer {
+        worker: name.to_owned(),
+        host: host.to_owned(),
+        backends: vec![BackendRef::Native],
+        providers: vec![ProviderTier::local()],
+    }
+}
+
+pub fn terms(lease_ms: u64) -> LeaseTerms {
+    LeaseTerms {
+        lease: Duration::from_millis(lease_ms),
+        host_ttl: Duration::from_secs(30),
+    }
+}
+
+/// Long enough for any lease in these tests to expire on the database clock.
+pub async fn outlive(lease_ms: u64) {
+    tokio::time::sleep(Duration::from_millis(lease_ms + 150)).await;
+}

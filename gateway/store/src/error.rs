@@ -1,0 +1,114 @@
+//! Store errors: typed, so each adapter maps them once to its protocol's error format.
+
+use gateway_core::RunId;
+use gateway_core::admission::AdmissionError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{kind} {id} not found")]
+    NotFound { kind: &'static str, id: String },
+
+    /// Optimistic concurrency: the caller based its change on an older version.
+    #[error("agent {id} is at version {current}, not {expected}")]
+    StaleVersion {
+        id: String,
+        current: u32,
+        expected: u32,
+    },
+
+    /// A state guard refused the operation (e.g. deleting a running session).
+    #[error("{0}")]
+    Guard(Guard),
+
+    /// The inputs were refused by the admission rules.
+    #[error(transparent)]
+    Rejected(#[from] AdmissionError),
+
+    /// The writer no longer holds the run's lease epoch; nothing it asked to write was written.
+    #[error(
+        "run {run_id} fenced: lease epoch {current_epoch} held by {current_owner} (state {state}), this worker {owner} had {epoch}"
+    )]
+    Fenced {
+        run_id: RunId,
+        owner: String,
+        epoch: i64,
+        current_owner: String,
+        current_epoch: i64,
+        state: String,
+    },
+
+    /// The database could not be reached or timed out; the operation may be retried.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+
+    /// A stored value could not be decoded: a bug or a manual edit, never a client error.
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+
+    #[error("database error: {0}")]
+    Database(sqlx::Error),
+
+    #[error("migration failed: {0}")]
+    Migration(#[from] sqlx::migrate::MigrateError),
+}
+
+/// Why a state guard refused an operation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Guard {
+    #[error("session {0} is running; interrupt it and wait for idle first")]
+    SessionRunning(String),
+    #[error("environment {0} is archived")]
+    EnvironmentArchived(String),
+    #[error("environment {0} is still referenced by sessions")]
+    EnvironmentInUse(String),
+    #[error("agent {0} is archived")]
+    AgentArchived(String),
+    #[error("session {0} is archived")]
+    SessionArchived(String),
+    #[error("environment of session {session} cannot go from {from} to {to}")]
+    EnvironmentTransition {
+        session: String,
+        from: &'static str,
+        to: &'static str,
+    },
+}
+
+impl StoreError {
+    pub fn not_found(kind: &'static str, id: impl ToString) -> Self {
+        StoreError::NotFound {
+            kind,
+            id: id.to_string(),
+        }
+    }
+
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, StoreError::Fenced { .. })
+    }
+
+    pub fn corrupt(what: impl std::fmt::Display) -> Self {
+        StoreError::Corrupt(what.to_string())
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        match e {
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_) => StoreError::Unavailable(e.to_string()),
+            sqlx::Error::ColumnDecode { .. }
+            | sqlx::Error::Decode(_)
+            | sqlx::Error::ColumnNotFound(_) => StoreError::Corrupt(e.to_string()),
+            other => StoreError::Database(other),
+        }
+    }
+}
+
+impl From<serde_json::Error> for StoreError {
+    fn from(e: serde_json::Error) -> Self {
+        StoreError::Corrupt(e.to_string())
+    }
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;

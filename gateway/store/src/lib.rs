@@ -1,0 +1,188 @@
+//! gateway-store: the durable state of the gateway behind one `Store` port, with an embedded
+//! SQLite implementation (the default) and a PostgreSQL one for several gateway processes.
+//!
+//! Both implementations run the same conformance suite (`conformance`, feature
+//! `conformance`), so a behaviour the runtime relies on is a tested property of both.
+//!
+//! The port is split by concern: [`Catalog`] (agents, environments), [`Sessions`],
+//! [`EventLog`], [`RunQueue`]. [`Store`] is their sum plus health and wake-ups.
+
+mod error;
+mod model;
+#[doc(hidden)]
+pub mod rows;
+pub mod wake;
+
+mod sql;
+
+pub use sql::postgres::{self, PgStore};
+pub use sql::sqlite::{self, SqliteStore};
+pub use sql::{Engine, SqlStore};
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gateway_core::agent::{Agent, AgentSpec};
+use gateway_core::environment::{Environment, EnvironmentSpec};
+use gateway_core::event::{Event, NewEvent};
+use gateway_core::run::{Claim, Fence, Run, WorkerOffer};
+use gateway_core::session::Session;
+use gateway_core::{AgentId, EnvironmentId, EventId, RunId, SessionId};
+
+pub use error::{Guard, Result, StoreError};
+pub use model::*;
+pub use wake::{Hint, Wakeups};
+
+/// Agents (versioned, archive-only) and environments.
+#[async_trait]
+pub trait Catalog: Send + Sync {
+    /// Creates version 1.
+    async fn create_agent(&self, spec: AgentSpec) -> Result<Agent>;
+    /// The latest version, or the given one.
+    async fn get_agent(&self, id: &AgentId, version: Option<u32>) -> Result<Agent>;
+    /// Appends version `base + 1` if the agent is still at `base`; `StaleVersion` otherwise.
+    /// The check and the insert happen in one transaction, so two concurrent updates from
+    /// the same base cannot both succeed.
+    async fn update_agent(&self, id: &AgentId, base: u32, spec: AgentSpec) -> Result<Agent>;
+    async fn archive_agent(&self, id: &AgentId) -> Result<Agent>;
+    async fn list_agents(&self, filter: &AgentFilter, page: &PageRequest) -> Result<Page<Agent>>;
+    /// One item per version, newest first unless `page.order` says otherwise.
+    async fn list_agent_versions(&self, id: &AgentId, page: &PageRequest) -> Result<Page<Agent>>;
+
+    async fn create_environment(&self, spec: EnvironmentSpec) -> Result<Environment>;
+    async fn get_environment(&self, id: &EnvironmentId) -> Result<Environment>;
+    async fn update_environment(
+        &self,
+        id: &EnvironmentId,
+        spec: EnvironmentSpec,
+    ) -> Result<Environment>;
+    async fn archive_environment(&self, id: &EnvironmentId) -> Result<Environment>;
+    /// Refused (`Guard::EnvironmentInUse`) while a live session references it.
+    async fn delete_environment(&self, id: &EnvironmentId) -> Result<()>;
+    async fn list_environments(
+        &self,
+        filter: &EnvironmentFilter,
+        page: &PageRequest,
+    ) -> Result<Page<Environment>>;
+}
+
+/// Sessions and the admission of client inputs.
+#[async_trait]
+pub trait Sessions: Send + Sync {
+    /// Creates the session and admits its initial inputs in one transaction; the environment
+    /// must exist and not be archived at that moment.
+    async fn create_session(&self, new: NewSession) -> Result<(Session, Vec<Event>)>;
+    async fn get_session(&self, id: &SessionId) -> Result<Session>;
+    async fn update_session(&self, id: &SessionId, patch: SessionPatch) -> Result<Session>;
+    async fn list_sessions(
+        &self,
+        filter: &SessionFilter,
+        page: &PageRequest,
+    ) -> Result<Page<Session>>;
+    /// Refused while running.
+    async fn archive_session(&self, id: &SessionId) -> Result<Session>;
+    /// Refused while running. Appends `session_deleted` (the last event open streams see),
+    /// marks the environment released (irreversibly) and hides the session from reads.
+    async fn delete_session(&self, id: &SessionId) -> Result<()>;
+
+    /// Admits a batch of client inputs with `gateway_core::admission::admit`, on the session
+    /// row locked for the transaction: appends the events, updates status and pending
+    /// actions, queues or cancels runs. Returns the committed events: a client is told
+    /// "accepted" only after this returns (invariant 4).
+    async fn submit_inputs(&self, id: &SessionId, inputs: Vec<NewEvent>) -> Result<Vec<Event>>;
+}
+
+/// The per-session event log: the single source of truth.
+#[async_trait]
+pub trait EventLog: Send + Sync {
+    /// Events in seq order (or reverse). The page key is the seq (`Keyset::at`).
+    async fn list_events(
+        &self,
+        session: &SessionId,
+        filter: &EventFilter,
+        page: &PageRequest,
+    ) -> Result<Page<Event>>;
+    /// Events with seq greater than `after`, ascending, at most `limit`: the subscription path.
+    async fn events_after(&self, session: &SessionId, after: u64, limit: u32)
+    -> Result<Vec<Event>>;
+    async fn find_event(&self, session: &SessionId, id: &EventId) -> Result<Option<Event>>;
+}
+
+/// Run dispatch with leases fenced by epochs (invariant 2).
+#[async_trait]
+pub trait RunQueue: Send + Sync {
+    /// Claims the oldest eligible run: queued and due, or running with an expired lease (a
+    /// reclaim, which counts as a crash of the previous holder). Eligible means the worker
+    /// offers the run's backend and provider and, once the session's environment lives on a
+    /// host, is on that host; when that host is gone any worker may claim the run, with
+    /// `environment_lost` set, to fail it. Never two running runs of one session. Every
+    /// claim bumps the epoch; lease expiry is on the database clock.
+    async fn claim_run(&self, offer: &WorkerOffer, terms: LeaseTerms) -> Result<Option<Claim>>;
+    /// Extends the lease; `Fenced` if the epoch is no longer held.
+    async fn renew_lease(&self, fence: &Fence, lease: Duration) -> Result<Renewal>;
+    /// Gives the run back to the queue without counting a crash (graceful shutdown).
+    async fn release_run(&self, fence: &Fence) -> Result<()>;
+    /// Appends events (and an environment change) if and only if `fence` still holds the
+    /// lease, in the same transaction as the check; also renews the lease and resets the
+    /// crash count. A stale fence gets `Fenced` and nothing is written.
+    async fn commit(&self, fence: &Fence, commit: Commit) -> Result<Vec<Event>>;
+    /// The final fenced commit: events, the run's end state and the session's status.
+    async fn settle(&self, fence: &Fence, settlement: Settlement) -> Result<Vec<Event>>;
+    async fn get_run(&self, id: &RunId) -> Result<Run>;
+    /// The session's unfinished runs, oldest first.
+    async fn active_runs(&self, session: &SessionId) -> Result<Vec<Run>>;
+    /// Records that this host is alive (environments realized on it stay claimable here).
+    async fn heartbeat_host(&self, host: &str) -> Result<()>;
+}
+
+/// The whole durable state of the gateway.
+#[async_trait]
+pub trait Store: Catalog + Sessions + EventLog + RunQueue {
+    /// Succeeds while the database answers.
+    async fn ping(&self) -> Result<()>;
+    /// The wake-up hub fed by this store's commits (and, on PostgreSQL, other processes').
+    fn wakeups(&self) -> Arc<Wakeups>;
+    /// Applies pending migrations.
+    async fn migrate(&self) -> Result<()>;
+    /// Closes connections and background listeners.
+    async fn close(&self);
+    /// `sqlite` or `postgres`.
+    fn engine(&self) -> &'static str;
+}
+
+/// Connection settings common to both engines.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub max_connections: u32,
+    pub acquire_timeout: Duration,
+    /// Whether to send and deliver wake-up hints (polling works without them).
+    pub wakeups: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 8,
+            acquire_timeout: Duration::from_secs(5),
+            wakeups: true,
+        }
+    }
+}
+
+/// Opens the store a URL names: `sqlite:...` or `postgres://...`. Does not migrate.
+pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn Store>> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(postgres::PgStore::connect(url, options).await?))
+    } else if url.starts_with("sqlite:") {
+        Ok(Arc::new(sqlite::SqliteStore::connect(url, options).await?))
+    } else {
+        Err(StoreError::Unavailable(format!(
+            "unsupported database URL scheme in {:?}: use sqlite:PATH or postgres://",
+            url.split(':').next().unwrap_or_default()
+        )))
+    }
+}

@@ -1,0 +1,169 @@
+//! Request and result types of the Store port: pages, filters, commits and settlements.
+
+use std::time::Duration;
+
+use gateway_core::event::{EventKind, NewEvent};
+use gateway_core::session::{EnvironmentState, PendingAction, SessionSnapshot, SessionStatus};
+use gateway_core::{AgentId, EnvironmentId, Metadata, Timestamp};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    #[default]
+    Asc,
+    Desc,
+}
+
+/// A position in a list ordered by `(created_at, id)` (or by seq for events, with `id` empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keyset {
+    pub at: i64,
+    pub id: String,
+}
+
+/// Where a page starts: after `key` in the list's order, or (backward) before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageCursor {
+    pub key: Keyset,
+    pub backward: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageRequest {
+    pub limit: u32,
+    pub order: Order,
+    pub cursor: Option<PageCursor>,
+}
+
+impl PageRequest {
+    pub fn first(limit: u32, order: Order) -> Self {
+        Self {
+            limit,
+            order,
+            cursor: None,
+        }
+    }
+}
+
+/// A page of results with cursors to the neighbouring pages (None at either end).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next: Option<PageCursor>,
+    pub prev: Option<PageCursor>,
+}
+
+/// Inclusive/exclusive bounds on a timestamp, each optional.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TimeRange {
+    pub gt: Option<Timestamp>,
+    pub gte: Option<Timestamp>,
+    pub lt: Option<Timestamp>,
+    pub lte: Option<Timestamp>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AgentFilter {
+    pub include_archived: bool,
+    pub created: TimeRange,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct EnvironmentFilter {
+    pub include_archived: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SessionFilter {
+    pub agent_id: Option<AgentId>,
+    pub agent_version: Option<u32>,
+    /// Empty: any status.
+    pub statuses: Vec<SessionStatus>,
+    pub created: TimeRange,
+    pub include_archived: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    /// Empty: every kind.
+    pub kinds: Vec<EventKind>,
+    pub created: TimeRange,
+}
+
+/// A new session, with the inputs it starts with (admitted like any later batch).
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    pub environment_id: EnvironmentId,
+    pub snapshot: SessionSnapshot,
+    pub title: Option<String>,
+    pub metadata: Metadata,
+    pub initial_inputs: Vec<NewEvent>,
+}
+
+/// Changes to a session's client-editable fields; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default)]
+pub struct SessionPatch {
+    pub title: Option<Option<String>>,
+    pub metadata: Option<Metadata>,
+}
+
+/// A change to the session's environment lifecycle, recorded with the events that explain it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvironmentChange {
+    pub state: EnvironmentState,
+    /// The host the environment now lives on (set when realized).
+    pub host: Option<String>,
+}
+
+/// What a fenced commit writes: events, and optionally an environment change.
+#[derive(Debug, Clone, Default)]
+pub struct Commit {
+    pub events: Vec<NewEvent>,
+    pub environment: Option<EnvironmentChange>,
+}
+
+/// How a run ends (or is put back).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunOutcome {
+    Completed,
+    /// Waits for client answers; the session becomes idle with these pending actions.
+    Parked {
+        pending: Vec<PendingAction>,
+    },
+    Cancelled,
+    Failed,
+    /// Unrecoverable: the session is terminated.
+    Terminated,
+    /// Crashed past the budget; effects unknown.
+    Indeterminate,
+    /// Transient failure: queue the run again no earlier than `after`; the session shows
+    /// `rescheduling` until a Worker picks it up.
+    Retry {
+        after: Duration,
+    },
+}
+
+/// The final fenced commit of a claim.
+#[derive(Debug, Clone)]
+pub struct Settlement {
+    pub events: Vec<NewEvent>,
+    pub outcome: RunOutcome,
+}
+
+/// Lease parameters for claims.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseTerms {
+    /// How long a claim or renewal holds the lease.
+    pub lease: Duration,
+    /// A host not seen for this long is gone: environments realized there are lost.
+    pub host_ttl: Duration,
+}
+
+/// What a renewal learned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Renewal {
+    pub cancel_requested: bool,
+}
+
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

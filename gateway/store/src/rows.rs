@@ -1,0 +1,279 @@
+//! Row shapes shared by both engines, and their conversion into domain types.
+//!
+//! Both schemas store ids and JSON documents as TEXT and times as BIGINT milliseconds from
+//! the database clock, so one set of row structs decodes either engine's rows.
+
+use gateway_core::agent::{Agent, AgentSpec};
+use gateway_core::environment::{Environment, EnvironmentSpec};
+use gateway_core::event::{Event, EventPayload};
+use gateway_core::run::{Run, RunState};
+use gateway_core::session::{EnvironmentState, Session, SessionStatus};
+use gateway_core::{AgentId, EnvironmentId, EventId, RunId, SessionId, Timestamp};
+
+use crate::error::{Result, StoreError};
+use crate::model::{Keyset, Order, Page, PageCursor, PageRequest};
+
+fn ts(ms: i64) -> Timestamp {
+    Timestamp(ms)
+}
+
+fn id<T: std::str::FromStr>(s: &str) -> Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    s.parse::<T>().map_err(StoreError::corrupt)
+}
+
+fn version(v: i64) -> Result<u32> {
+    u32::try_from(v).map_err(|_| StoreError::corrupt(format!("version {v} out of range")))
+}
+
+#[derive(sqlx::FromRow)]
+pub struct AgentRow {
+    pub id: String,
+    pub version: i64,
+    pub spec: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub archived_at: Option<i64>,
+}
+
+impl AgentRow {
+    pub fn into_agent(self) -> Result<Agent> {
+        let spec: AgentSpec = serde_json::from_str(&self.spec)?;
+        Ok(Agent {
+            id: id::<AgentId>(&self.id)?,
+            version: version(self.version)?,
+            spec,
+            created_at: ts(self.created_at),
+            updated_at: ts(self.updated_at),
+            archived_at: self.archived_at.map(ts),
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub struct EnvironmentRow {
+    pub id: String,
+    pub spec: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub archived_at: Option<i64>,
+}
+
+impl EnvironmentRow {
+    pub fn into_environment(self) -> Result<Environment> {
+        let spec: EnvironmentSpec = serde_json::from_str(&self.spec)?;
+        Ok(Environment {
+            id: id::<EnvironmentId>(&self.id)?,
+            spec,
+            created_at: ts(self.created_at),
+            updated_at: ts(self.updated_at),
+            archived_at: self.archived_at.map(ts),
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub struct SessionRow {
+    pub id: String,
+    pub environment_id: String,
+    pub snapshot: String,
+    pub title: Option<String>,
+    pub metadata: String,
+    pub status: String,
+    pub pending: String,
+    pub env_state: String,
+    pub env_host: Option<String>,
+    pub last_seq: i64,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub archived_at: Option<i64>,
+}
+
+impl SessionRow {
+    pub fn into_session(self) -> Result<Session> {
+        Ok(Session {
+            id: id::<SessionId>(&self.id)?,
+            environment_id: id::<EnvironmentId>(&self.environment_id)?,
+            snapshot: serde_json::from_str(&self.snapshot)?,
+            title: self.title,
+            metadata: serde_json::from_str(&self.metadata)?,
+            status: SessionStatus::parse(&self.status)
+                .ok_or_else(|| StoreError::corrupt(format!("session status {:?}", self.status)))?,
+            pending_actions: serde_json::from_str(&self.pending)?,
+            environment_state: EnvironmentState::parse(&self.env_state).ok_or_else(|| {
+                StoreError::corrupt(format!("environment state {:?}", self.env_state))
+            })?,
+            environment_host: self.env_host,
+            last_seq: u64::try_from(self.last_seq).map_err(StoreError::corrupt)?,
+            created_at: ts(self.created_at),
+            updated_at: ts(self.updated_at),
+            archived_at: self.archived_at.map(ts),
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub struct EventRow {
+    pub session_id: String,
+    pub seq: i64,
+    pub id: String,
+    pub payload: String,
+    pub created_at: i64,
+    pub run_id: Option<String>,
+    pub epoch: Option<i64>,
+}
+
+impl EventRow {
+    pub fn into_event(self) -> Result<Event> {
+        let payload: EventPayload = serde_json::from_str(&self.payload)?;
+        Ok(Event {
+            id: id::<EventId>(&self.id)?,
+            session_id: id::<SessionId>(&self.session_id)?,
+            seq: u64::try_from(self.seq).map_err(StoreError::corrupt)?,
+            created_at: ts(self.created_at),
+            run_id: self.run_id.as_deref().map(id::<RunId>).transpose()?,
+            epoch: self.epoch,
+            payload,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub struct RunRow {
+    pub id: String,
+    pub session_id: String,
+    pub state: String,
+    pub backend: String,
+    pub provider: Option<String>,
+    pub lease_owner: Option<String>,
+    pub lease_epoch: i64,
+    pub lease_expires_at: Option<i64>,
+    pub crash_count: i64,
+    pub attempt: i64,
+    pub available_at: i64,
+    pub cancel_requested: bool,
+    pub started: bool,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+impl RunRow {
+    pub fn into_run(self) -> Result<Run> {
+        Ok(Run {
+            id: id::<RunId>(&self.id)?,
+            session_id: id::<SessionId>(&self.session_id)?,
+            state: RunState::parse(&self.state)
+                .ok_or_else(|| StoreError::corrupt(format!("run state {:?}", self.state)))?,
+            backend: gateway_core::agent::BackendRef::parse(&self.backend)
+                .map_err(StoreError::corrupt)?,
+            provider: self.provider.map(gateway_core::environment::ProviderTier),
+            lease_owner: self.lease_owner,
+            lease_epoch: self.lease_epoch,
+            lease_expires_at: self.lease_expires_at.map(ts),
+            crash_count: u32::try_from(self.crash_count).unwrap_or(u32::MAX),
+            attempt: u32::try_from(self.attempt).unwrap_or(u32::MAX),
+            available_at: ts(self.available_at),
+            cancel_requested: self.cancel_requested,
+            started: self.started,
+            created_at: ts(self.created_at),
+            updated_at: ts(self.updated_at),
+        })
+    }
+}
+
+/// The scan a page request needs: ascending after a key, or descending before one. Backward
+/// pages scan against the list order and are reversed afterwards.
+pub struct Scan {
+    pub ascending: bool,
+    /// Exclusive bound in scan direction.
+    pub bound: Option<Keyset>,
+    /// Rows to fetch: one more than the page, to learn whether more exist.
+    pub fetch: i64,
+}
+
+impl Scan {
+    pub fn plan(req: &PageRequest) -> Self {
+        let backward = req.cursor.as_ref().is_some_and(|c| c.backward);
+        let ascending = (req.order == Order::Asc) != backward;
+        Scan {
+            ascending,
+            bound: req.cursor.as_ref().map(|c| c.key.clone()),
+            fetch: i64::from(req.limit.max(1)) + 1,
+        }
+    }
+
+    /// The bound's parts as SQL parameters (NULLs when unbounded).
+    pub fn bound_parts(&self) -> (Option<i64>, String) {
+        match &self.bound {
+            Some(k) => (Some(k.at), k.id.clone()),
+            None => (None, String::new()),
+        }
+    }
+}
+
+/// Turns scanned rows into a page with neighbour cursors.
+pub(crate) fn paginate<T>(
+    req: &PageRequest,
+    mut rows: Vec<T>,
+    key: impl Fn(&T) -> Keyset,
+) -> Page<T> {
+    let backward = req.cursor.as_ref().is_some_and(|c| c.backward);
+    let limit = req.limit.max(1) as usize;
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    if backward {
+        rows.reverse();
+    }
+    let first = rows.first().map(&key);
+    let last = rows.last().map(&key);
+    let (has_next, has_prev) = if backward {
+        (true, more)
+    } else {
+        (more, req.cursor.is_some())
+    };
+    Page {
+        next: if has_next {
+            last.map(|key| PageCursor {
+                key,
+                backward: false,
+            })
+        } else {
+            None
+        },
+        prev: if has_prev {
+            first.map(|key| PageCursor {
+                key,
+                backward: true,
+            })
+        } else {
+            None
+        },
+        items: rows,
+    }
+}
+
+/// The lease facts of a run, read to explain a fenced write.
+#[derive(sqlx::FromRow)]
+pub struct RunRefRow {
+    pub lease_owner: Option<String>,
+    pub lease_epoch: i64,
+    pub state: String,
+}
+
+/// A claim candidate: the run and where its session's environment lives.
+#[derive(sqlx::FromRow)]
+pub struct ClaimCandidateRow {
+    #[sqlx(flatten)]
+    pub run: RunRow,
+    pub env_host: Option<String>,
+}
+
+/// Existence and lifecycle facts used to explain a refused write.
+#[derive(sqlx::FromRow)]
+pub struct GuardRow {
+    pub version: i64,
+    pub archived_at: Option<i64>,
+    pub deleted_at: Option<i64>,
+}

@@ -1,0 +1,85 @@
+//! The per-session event log.
+
+use async_trait::async_trait;
+use gateway_core::event::Event;
+use gateway_core::{EventId, SessionId};
+
+use super::{engine_impl, event_cols, events_from};
+use crate::EventLog;
+use crate::error::Result;
+use crate::model::{EventFilter, Keyset, Page, PageRequest};
+use crate::rows::{EventRow, Scan, paginate};
+
+engine_impl! {
+    #[async_trait]
+    impl EventLog for SqlStore {
+        async fn list_events(&self, session: &SessionId, filter: &EventFilter, page: &PageRequest) -> Result<Page<Event>> {
+            let scan = Scan::plan(page);
+            let sql = if scan.ascending { DB::LIST_EVENTS_ASC } else { DB::LIST_EVENTS_DESC };
+            let kinds = if filter.kinds.is_empty() {
+                None
+            } else {
+                let names: Vec<&str> = filter.kinds.iter().map(|k| k.as_str()).collect();
+                Some(serde_json::to_string(&names)?)
+            };
+            let c = filter.created;
+            let rows = sqlx::query_as::<DB, EventRow>(sql)
+                .bind(session.as_str())
+                .bind(kinds)
+                .bind(c.gt.map(|t| t.0))
+                .bind(c.gte.map(|t| t.0))
+                .bind(c.lt.map(|t| t.0))
+                .bind(c.lte.map(|t| t.0))
+                .bind(scan.bound.as_ref().map(|k| k.at))
+                .bind(scan.fetch)
+                .fetch_all(&self.read)
+                .await?;
+            Ok(paginate(page, events_from(rows)?, |e| Keyset { at: e.seq as i64, id: String::new() }))
+        }
+
+        async fn events_after(&self, session: &SessionId, after: u64, limit: u32) -> Result<Vec<Event>> {
+            let rows = sqlx::query_as::<DB, EventRow>(concat!(
+                "SELECT ", event_cols!(), " FROM events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+            ))
+            .bind(session.as_str())
+            .bind(after as i64)
+            .bind(i64::from(limit.max(1)))
+            .fetch_all(&self.read)
+            .await?;
+            events_from(rows)
+        }
+
+        async fn find_event(&self, session: &SessionId, id: &EventId) -> Result<Option<Event>> {
+            let row = sqlx::query_as::<DB, EventRow>(concat!(
+                "SELECT ", event_cols!(), " FROM events WHERE session_id = $1 AND id = $2"
+            ))
+            .bind(session.as_str())
+            .bind(id.as_str())
+            .fetch_optional(&self.read)
+            .await?;
+            row.map(EventRow::into_event).transpose()
+        }
+    }
+}
+
+/// `$1` session, `$2` kinds (JSON array or NULL; expanded by `$in_list`), `$3..$6` created
+/// gt/gte/lt/lte, `$7` seq bound (exclusive), `$8` limit.
+macro_rules! list_events_sql {
+    ($in_list:literal, $cmp:literal, $dir:literal) => {
+        concat!(
+            "SELECT ",
+            $crate::sql::event_cols!(),
+            " FROM events WHERE session_id = $1 \
+               AND ($2 IS NULL OR kind IN ",
+            $in_list,
+            ") AND ($3 IS NULL OR created_at > $3) AND ($4 IS NULL OR created_at >= $4) \
+               AND ($5 IS NULL OR created_at < $5) AND ($6 IS NULL OR created_at <= $6) \
+               AND ($7 IS NULL OR seq ",
+            $cmp,
+            " $7) ORDER BY seq ",
+            $dir,
+            " LIMIT $8"
+        )
+    };
+}
+pub(crate) use list_events_sql;

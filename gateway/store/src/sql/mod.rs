@@ -1,0 +1,224 @@
+//! One SQL implementation of the Store port, generic over the database engine.
+//!
+//! SQLite and PostgreSQL both accept `$N` parameters, `RETURNING`, row-value comparisons and
+//! `ON CONFLICT`, and both schemas use the same column types (TEXT, BIGINT, BOOLEAN), so
+//! nearly every statement is shared. What differs lives in [`Engine`]: how to read the
+//! database clock, how a write transaction begins, how the session row is locked, how a
+//! list parameter is expanded, and whether commits notify other processes.
+//!
+//! Concurrency argument, engine by engine:
+//! - SQLite: every write transaction starts with `BEGIN IMMEDIATE` on the single writer
+//!   connection, so writers are serialized and a read-check-write sequence cannot interleave.
+//! - PostgreSQL: a write transaction first locks the session row (`FOR UPDATE`) and only then
+//!   touches its runs; claims lock only run rows (`FOR UPDATE SKIP LOCKED`). One lock order
+//!   everywhere, so no deadlock; and every check that guards a write reads a locked row.
+//! In both, the fence check (`lease_owner`, `lease_epoch`) is a predicate of the same
+//! `UPDATE` as part of the same transaction as the event inserts.
+
+mod catalog;
+mod events;
+mod runs;
+mod sessions;
+
+pub mod postgres;
+pub mod sqlite;
+
+use std::sync::Arc;
+
+use gateway_core::event::{Event, NewEvent};
+use gateway_core::{RunId, SessionId, Timestamp};
+use sqlx::{Database, Pool, Transaction};
+
+use crate::error::Result;
+use crate::rows::EventRow;
+use crate::wake::{Hint, Wakeups};
+
+/// What differs between the engines. Statements that embed engine-specific fragments are
+/// built from one template per statement (macros below), so the SQL text exists once.
+pub trait Engine: Database {
+    const NAME: &'static str;
+    /// Selects the database clock as BIGINT milliseconds.
+    const NOW: &'static str;
+    /// Starts a write transaction.
+    const BEGIN_WRITE: &'static str;
+    /// Selects a live session row, locked for the rest of the transaction.
+    const LOCK_SESSION: &'static str;
+    /// Picks the claim candidate (see `runs.rs`).
+    const CLAIM_CANDIDATE: &'static str;
+    const LIST_SESSIONS_ASC: &'static str;
+    const LIST_SESSIONS_DESC: &'static str;
+    const LIST_EVENTS_ASC: &'static str;
+    const LIST_EVENTS_DESC: &'static str;
+    /// `SELECT pg_notify(channel, payload)` where supported: delivered to other processes
+    /// only if the transaction commits.
+    const NOTIFY: Option<&'static str>;
+    /// Whether an error is a unique-constraint violation (a lost claim race).
+    fn is_unique_violation(e: &sqlx::Error) -> bool {
+        matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
+    }
+}
+
+/// The notification channel hints travel on between processes.
+pub const WAKE_CHANNEL: &str = "gateway_wake";
+
+/// The store: a read pool, a write pool (the same pool on PostgreSQL; a single connection on
+/// SQLite), and the wake-up hub its commits feed.
+pub struct SqlStore<DB: Database> {
+    pub(crate) read: Pool<DB>,
+    pub(crate) write: Pool<DB>,
+    pub(crate) wake: Arc<Wakeups>,
+    pub(crate) background: tokio_util::sync::CancellationToken,
+}
+
+/// Writes `impl<DB> Trait for SqlStore<DB> where <engine capabilities>`. Rust does not imply
+/// bounds that are not supertraits, so every generic impl must restate what it needs of the
+/// engine's sqlx types; this macro states it once.
+macro_rules! engine_impl {
+    ($(#[$attr:meta])* impl SqlStore { $($body:tt)* }) => {
+        $crate::sql::engine_impl!(@emit [$(#[$attr])*] [impl<DB> $crate::sql::SqlStore<DB>] { $($body)* });
+    };
+    ($(#[$attr:meta])* impl $trait:ident for SqlStore { $($body:tt)* }) => {
+        $crate::sql::engine_impl!(@emit [$(#[$attr])*] [impl<DB> $trait for $crate::sql::SqlStore<DB>] { $($body)* });
+    };
+    (@emit [$($attr:tt)*] [$($head:tt)*] { $($body:tt)* }) => {
+        $($attr)*
+        $($head)*
+        where
+            DB: $crate::sql::Engine,
+            for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+            DB::Arguments: sqlx::IntoArguments<DB>,
+            for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+            for<'q> bool: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+            for<'q> String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+            for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+            for<'q> Option<i64>: sqlx::Encode<'q, DB>,
+            for<'q> Option<String>: sqlx::Encode<'q, DB>,
+            for<'r> (i64,): sqlx::FromRow<'r, DB::Row>,
+            for<'r> (String,): sqlx::FromRow<'r, DB::Row>,
+            for<'r> $crate::rows::AgentRow: sqlx::FromRow<'r, DB::Row>,
+            for<'r> $crate::rows::EnvironmentRow: sqlx::FromRow<'r, DB::Row>,
+            for<'r> $crate::rows::SessionRow: sqlx::FromRow<'r, DB::Row>,
+            for<'r> $crate::rows::EventRow: sqlx::FromRow<'r, DB::Row>,
+            for<'r> $crate::rows::RunRow: sqlx::FromRow<'r, DB::Row>,
+            for<'r> $crate::rows::RunRefRow: sqlx::FromRow<'r, DB::Row>,
+            for<'r> $crate::rows::ClaimCandidateRow: sqlx::FromRow<'r, DB::Row>,
+            for<'r> $crate::rows::GuardRow: sqlx::FromRow<'r, DB::Row>,
+        {
+            $($body)*
+        }
+    };
+}
+pub(crate) use engine_impl;
+
+/// Columns of a session row, in `SessionRow` order.
+macro_rules! session_cols {
+    () => {
+        "id, environment_id, snapshot, title, metadata, status, pending, env_state, env_host, last_seq, created_at, updated_at, archived_at"
+    };
+}
+pub(crate) use session_cols;
+
+/// Columns of a run row, in `RunRow` order.
+macro_rules! run_cols {
+    () => {
+        "id, session_id, state, backend, provider, lease_owner, lease_epoch, lease_expires_at, crash_count, attempt, available_at, cancel_requested, started, created_at, updated_at"
+    };
+}
+pub(crate) use run_cols;
+
+/// Columns of an event row, in `EventRow` order.
+macro_rules! event_cols {
+    () => {
+        "session_id, seq, id, payload, created_at, run_id, epoch"
+    };
+}
+pub(crate) use event_cols;
+
+/// Hints collected during a transaction, sent to other processes inside it (PostgreSQL) and
+/// delivered locally after it commits.
+#[derive(Default)]
+pub(crate) struct Hints(Vec<Hint>);
+
+impl Hints {
+    pub fn push(&mut self, h: Hint) {
+        self.0.push(h);
+    }
+}
+
+engine_impl! {
+    impl SqlStore {
+        pub(crate) async fn begin_write(&self) -> Result<Transaction<'static, DB>> {
+            Ok(self.write.begin_with(DB::BEGIN_WRITE).await?)
+        }
+
+        /// The database clock, read inside the transaction so every row it writes agrees.
+        pub(crate) async fn now(tx: &mut Transaction<'static, DB>) -> Result<i64> {
+            let (now,): (i64,) = sqlx::query_as(DB::NOW).fetch_one(&mut **tx).await?;
+            Ok(now)
+        }
+
+        /// Commits, then delivers the hints locally. On PostgreSQL the hints were also queued
+        /// with NOTIFY inside the transaction, so other processes see them only on commit.
+        pub(crate) async fn finish(&self, mut tx: Transaction<'static, DB>, hints: Hints) -> Result<()> {
+            if let Some(sql) = DB::NOTIFY {
+                if self.wake.enabled() {
+                    for h in &hints.0 {
+                        sqlx::query(sql).bind(WAKE_CHANNEL).bind(h.encode()).execute(&mut *tx).await?;
+                    }
+                }
+            }
+            tx.commit().await?;
+            for h in &hints.0 {
+                self.wake.deliver(h);
+            }
+            Ok(())
+        }
+
+        /// Appends events after `last_seq`: seqs `last_seq+1 ..`, no gap, no duplicate (the
+        /// primary key forbids duplicates; the caller holds the session's write lock and
+        /// stores the returned last seq in the same transaction).
+        pub(crate) async fn append_events(
+            tx: &mut Transaction<'static, DB>,
+            session: &SessionId,
+            last_seq: u64,
+            events: Vec<NewEvent>,
+            now: i64,
+            by: Option<(&RunId, i64)>,
+        ) -> Result<Vec<Event>> {
+            let mut out = Vec::with_capacity(events.len());
+            for (i, e) in events.into_iter().enumerate() {
+                let seq = last_seq + 1 + i as u64;
+                let payload = serde_json::to_string(&e.payload)?;
+                sqlx::query(
+                    "INSERT INTO events (session_id, seq, id, kind, payload, created_at, run_id, epoch) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                )
+                .bind(session.as_str())
+                .bind(seq as i64)
+                .bind(e.id.as_str())
+                .bind(e.payload.kind().as_str())
+                .bind(payload)
+                .bind(now)
+                .bind(by.map(|(r, _)| r.to_string()))
+                .bind(by.map(|(_, epoch)| epoch))
+                .execute(&mut **tx)
+                .await?;
+                out.push(Event {
+                    id: e.id,
+                    session_id: session.clone(),
+                    seq,
+                    created_at: Timestamp(now),
+                    run_id: by.map(|(r, _)| r.clone()),
+                    epoch: by.map(|(_, epoch)| epoch),
+                    payload: e.payload,
+                });
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// Decodes fetched event rows.
+pub(crate) fn events_from(rows: Vec<EventRow>) -> Result<Vec<Event>> {
+    rows.into_iter().map(EventRow::into_event).collect()
+}

@@ -1,0 +1,132 @@
+//! PostgreSQL: the shared store for several gateway processes. Claims use
+//! `FOR UPDATE SKIP LOCKED`; hints travel between processes with NOTIFY on one channel,
+//! received by one listener connection per store.
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::{PgPool, Postgres};
+use tokio_util::sync::CancellationToken;
+
+use super::events::list_events_sql;
+use super::runs::claim_candidate_sql;
+use super::sessions::list_sessions_sql;
+use super::{Engine, SqlStore, WAKE_CHANNEL};
+use crate::error::{Result, StoreError};
+use crate::wake::{Hint, Wakeups};
+use crate::{Store, StoreOptions};
+
+pub type PgStore = SqlStore<Postgres>;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
+
+impl Engine for Postgres {
+    const NAME: &'static str = "postgres";
+    const NOW: &'static str = "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)";
+    const BEGIN_WRITE: &'static str = "BEGIN";
+    const LOCK_SESSION: &'static str = concat!(
+        "SELECT ",
+        super::session_cols!(),
+        " FROM sessions WHERE id = $1 AND deleted_at IS NULL FOR UPDATE"
+    );
+    const CLAIM_CANDIDATE: &'static str = claim_candidate_sql!(
+        "(SELECT json_array_elements_text($1::json))",
+        "(SELECT json_array_elements_text($2::json))",
+        " FOR UPDATE OF r SKIP LOCKED"
+    );
+    const LIST_SESSIONS_ASC: &'static str =
+        list_sessions_sql!("(SELECT json_array_elements_text($4::json))", ">", "ASC");
+    const LIST_SESSIONS_DESC: &'static str =
+        list_sessions_sql!("(SELECT json_array_elements_text($4::json))", "<", "DESC");
+    const LIST_EVENTS_ASC: &'static str =
+        list_events_sql!("(SELECT json_array_elements_text($2::json))", ">", "ASC");
+    const LIST_EVENTS_DESC: &'static str =
+        list_events_sql!("(SELECT json_array_elements_text($2::json))", "<", "DESC");
+    const NOTIFY: Option<&'static str> = Some("SELECT pg_notify($1, $2)");
+}
+
+impl PgStore {
+    /// Connects a pool and, when wake-ups are on, starts the one listener of this store.
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self> {
+        let connect = PgConnectOptions::from_str(url)
+            .map_err(|e| StoreError::Unavailable(format!("bad PostgreSQL URL: {e}")))?
+            .application_name("gateway");
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections.max(2))
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await?;
+        let wake = Arc::new(Wakeups::new(options.wakeups));
+        let background = CancellationToken::new();
+        if options.wakeups {
+            let mut listener = PgListener::connect_with(&pool).await?;
+            listener.listen(WAKE_CHANNEL).await?;
+            tokio::spawn(listen(listener, Arc::clone(&wake), background.clone()));
+        }
+        Ok(SqlStore {
+            read: pool.clone(),
+            write: pool,
+            wake,
+            background,
+        })
+    }
+
+    /// The pool, for tests and tools that need raw access.
+    pub fn pool(&self) -> &PgPool {
+        &self.write
+    }
+}
+
+/// Forwards NOTIFY payloads to the local hub. After a lost connection (which the listener
+/// re-establishes by itself) hints may have been missed, so every local waiter is woken to
+/// re-check; polling would find the work anyway, this only saves latency.
+async fn listen(mut listener: PgListener, wake: Arc<Wakeups>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            n = listener.try_recv() => match n {
+                Ok(Some(n)) => {
+                    if let Some(h) = Hint::decode(n.payload()) {
+                        wake.deliver(&h);
+                    }
+                }
+                Ok(None) => {
+                    tracing::warn!("wake-up listener lost its connection; reconnecting");
+                    wake.deliver_all();
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "wake-up listener failed; retrying");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.read).await?;
+        Ok(())
+    }
+
+    fn wakeups(&self) -> Arc<Wakeups> {
+        Arc::clone(&self.wake)
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        MIGRATOR.run(&self.write).await?;
+        Ok(())
+    }
+
+    async fn close(&self) {
+        self.background.cancel();
+        self.write.close().await;
+    }
+
+    fn engine(&self) -> &'static str {
+        <Postgres as Engine>::NAME
+    }
+}

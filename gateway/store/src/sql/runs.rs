@@ -1,0 +1,390 @@
+//! The run queue: claims, leases, fenced commits and settlements.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gateway_core::event::Event;
+use gateway_core::run::{Claim, Fence, Run, RunState, WorkerOffer};
+use gateway_core::session::{PendingAction, SessionStatus};
+use gateway_core::{RunId, SessionId};
+use sqlx::Transaction;
+
+use super::{Hints, engine_impl, run_cols};
+use crate::RunQueue;
+use crate::error::{Guard, Result, StoreError};
+use crate::model::{Commit, LeaseTerms, Renewal, RunOutcome, Settlement, millis};
+use crate::rows::{ClaimCandidateRow, RunRefRow, RunRow};
+use crate::wake::Hint;
+
+/// Run columns qualified with the `r` alias, in `RunRow` order.
+macro_rules! run_cols_r {
+    () => {
+        "r.id, r.session_id, r.state, r.backend, r.provider, r.lease_owner, r.lease_epoch, r.lease_expires_at, \
+         r.crash_count, r.attempt, r.available_at, r.cancel_requested, r.started, r.created_at, r.updated_at"
+    };
+}
+pub(crate) use run_cols_r;
+
+/// The claim candidate: `$1` offered backends and `$2` offered providers (JSON arrays expanded
+/// by `$in1`/`$in2`), `$3` the worker's host, `$4` now, `$5` the oldest heartbeat of a live
+/// host. Due queued runs, or running runs whose lease expired; never a second running run of
+/// a session; runs of one session in creation order; none while the session waits for client
+/// answers. Placeable here, or (host gone) claimable anywhere to be failed.
+macro_rules! claim_candidate_sql {
+    ($in1:literal, $in2:literal, $lock:literal) => {
+        concat!(
+            "SELECT ",
+            $crate::sql::runs::run_cols_r!(),
+            ", s.env_host FROM runs r JOIN sessions s ON s.id = r.session_id \
+             WHERE ((r.state = 'queued' AND r.available_at <= $4) OR (r.state = 'running' AND r.lease_expires_at <= $4)) \
+               AND s.deleted_at IS NULL AND s.pending = '[]' \
+               AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.session_id = r.session_id AND o.id <> r.id AND o.state = 'running') \
+               AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.session_id = r.session_id AND o.state = 'queued' AND o.id < r.id) \
+               AND ((r.backend IN ",
+            $in1,
+            " AND (r.provider IS NULL OR r.provider IN ",
+            $in2,
+            ") AND (s.env_host IS NULL OR s.env_host = $3)) \
+                 OR (s.env_host IS NOT NULL AND s.env_host <> $3 \
+                     AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.id = s.env_host AND h.last_seen_at > $5))) \
+             ORDER BY r.available_at, r.id LIMIT 1",
+            $lock
+        )
+    };
+}
+pub(crate) use claim_candidate_sql;
+
+/// The session status and pending actions after a run ends with `outcome`, given whether
+/// another run of the session is still queued.
+pub(crate) fn session_after(
+    outcome: &RunOutcome,
+    other_queued: bool,
+) -> (SessionStatus, Vec<PendingAction>) {
+    match outcome {
+        RunOutcome::Parked { pending } => (SessionStatus::Idle, pending.clone()),
+        RunOutcome::Terminated => (SessionStatus::Terminated, Vec::new()),
+        RunOutcome::Retry { .. } => (SessionStatus::Rescheduling, Vec::new()),
+        RunOutcome::Completed
+        | RunOutcome::Cancelled
+        | RunOutcome::Failed
+        | RunOutcome::Indeterminate => (
+            if other_queued {
+                SessionStatus::Running
+            } else {
+                SessionStatus::Idle
+            },
+            Vec::new(),
+        ),
+    }
+}
+
+fn final_state(outcome: &RunOutcome) -> RunState {
+    match outcome {
+        RunOutcome::Completed => RunState::Completed,
+        RunOutcome::Parked { .. } => RunState::Parked,
+        RunOutcome::Cancelled => RunState::Cancelled,
+        RunOutcome::Failed | RunOutcome::Terminated => RunState::Failed,
+        RunOutcome::Indeterminate => RunState::Indeterminate,
+        RunOutcome::Retry { .. } => RunState::Queued,
+    }
+}
+
+engine_impl! {
+    impl SqlStore {
+        /// Explains why a fenced write matched no row.
+        async fn fenced(tx: &mut Transaction<'static, DB>, fence: &Fence) -> StoreError {
+            let current = sqlx::query_as::<DB, RunRefRow>("SELECT lease_owner, lease_epoch, state FROM runs WHERE id = $1")
+                .bind(fence.run_id.as_str())
+                .fetch_optional(&mut **tx)
+                .await;
+            match current {
+                Ok(Some(r)) => StoreError::Fenced {
+                    run_id: fence.run_id.clone(),
+                    owner: fence.owner.clone(),
+                    epoch: fence.epoch,
+                    current_owner: r.lease_owner.unwrap_or_else(|| "nobody".into()),
+                    current_epoch: r.lease_epoch,
+                    state: r.state,
+                },
+                Ok(None) => StoreError::not_found("run", &fence.run_id),
+                Err(e) => e.into(),
+            }
+        }
+
+        /// The fence check: the lease is still `fence`'s, in this transaction.
+        async fn check_fence(tx: &mut Transaction<'static, DB>, fence: &Fence, now: i64) -> Result<()> {
+            let held = sqlx::query_as::<DB, (String,)>(
+                "UPDATE runs SET updated_at = $4 WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3 AND state = 'running' RETURNING id",
+            )
+            .bind(fence.run_id.as_str())
+            .bind(fence.owner.as_str())
+            .bind(fence.epoch)
+            .bind(now)
+            .fetch_optional(&mut **tx)
+            .await?;
+            if held.is_some() {
+                Ok(())
+            } else {
+                Err(Self::fenced(tx, fence).await)
+            }
+        }
+    }
+}
+
+engine_impl! {
+    #[async_trait]
+    impl RunQueue for SqlStore {
+        async fn claim_run(&self, offer: &WorkerOffer, terms: LeaseTerms) -> Result<Option<Claim>> {
+            let backends: Vec<String> = offer.backends.iter().map(|b| b.to_string()).collect();
+            let providers: Vec<&str> = offer.providers.iter().map(|p| p.as_str()).collect();
+            let mut tx = self.begin_write().await?;
+            let now = Self::now(&mut tx).await?;
+            let candidate = sqlx::query_as::<DB, ClaimCandidateRow>(DB::CLAIM_CANDIDATE)
+                .bind(serde_json::to_string(&backends)?)
+                .bind(serde_json::to_string(&providers)?)
+                .bind(offer.host.as_str())
+                .bind(now)
+                .bind(now - millis(terms.host_ttl))
+                .fetch_optional(&mut *tx)
+                .await?;
+            let Some(candidate) = candidate else {
+                return Ok(None);
+            };
+            let was_started = candidate.run.started;
+            let environment_lost = candidate.env_host.as_deref().is_some_and(|h| h != offer.host);
+            let claimed = sqlx::query_as::<DB, RunRow>(concat!(
+                "UPDATE runs SET state = 'running', lease_owner = $2, lease_epoch = lease_epoch + 1, lease_expires_at = $3, \
+                 crash_count = CASE WHEN state = 'running' THEN crash_count + 1 ELSE crash_count END, \
+                 started = TRUE, updated_at = $4 WHERE id = $1 RETURNING ",
+                run_cols!()
+            ))
+            .bind(candidate.run.id.as_str())
+            .bind(offer.worker.as_str())
+            .bind(now + millis(terms.lease))
+            .bind(now)
+            .fetch_one(&mut *tx)
+            .await;
+            let row = match claimed {
+                Ok(row) => row,
+                // Another worker claimed a run of the same session first (PostgreSQL race
+                // caught by the one-running-run-per-session index): not an error, no claim.
+                Err(e) if DB::is_unique_violation(&e) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            tx.commit().await?;
+            let mut run = row.into_run()?;
+            // Report whether a Worker had started this run before this claim.
+            run.started = was_started;
+            let fence = Fence {
+                run_id: run.id.clone(),
+                session_id: run.session_id.clone(),
+                owner: offer.worker.clone(),
+                epoch: run.lease_epoch,
+            };
+            Ok(Some(Claim { fence, run, environment_lost }))
+        }
+
+        async fn renew_lease(&self, fence: &Fence, lease: Duration) -> Result<Renewal> {
+            let mut tx = self.begin_write().await?;
+            let now = Self::now(&mut tx).await?;
+            let renewed = sqlx::query_as::<DB, (i64,)>(
+                "UPDATE runs SET lease_expires_at = $4 WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3 AND state = 'running' \
+                 RETURNING CAST(CASE WHEN cancel_requested THEN 1 ELSE 0 END AS BIGINT)",
+            )
+            .bind(fence.run_id.as_str())
+            .bind(fence.owner.as_str())
+            .bind(fence.epoch)
+            .bind(now + millis(lease))
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some((cancel,)) = renewed else {
+                return Err(Self::fenced(&mut tx, fence).await);
+            };
+            tx.commit().await?;
+            Ok(Renewal { cancel_requested: cancel != 0 })
+        }
+
+        async fn release_run(&self, fence: &Fence) -> Result<()> {
+            let mut tx = self.begin_write().await?;
+            let now = Self::now(&mut tx).await?;
+            let released = sqlx::query_as::<DB, (String,)>(
+                "UPDATE runs SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL, available_at = $4, updated_at = $4 \
+                 WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3 AND state = 'running' RETURNING id",
+            )
+            .bind(fence.run_id.as_str())
+            .bind(fence.owner.as_str())
+            .bind(fence.epoch)
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if released.is_none() {
+                return Err(Self::fenced(&mut tx, fence).await);
+            }
+            let mut hints = Hints::default();
+            hints.push(Hint::RunReady);
+            self.finish(tx, hints).await
+        }
+
+        async fn commit(&self, fence: &Fence, commit: Commit) -> Result<Vec<Event>> {
+            let mut tx = self.begin_write().await?;
+            // Lock order: the session row first, then the run row (see module docs).
+            let (row, now) = Self::lock_session_at_now(&mut tx, &fence.session_id).await?;
+            let session = row.into_session()?;
+            Self::check_fence(&mut tx, fence, now).await?;
+            if let Some(change) = &commit.environment {
+                if !session.environment_state.may_become(change.state) {
+                    return Err(StoreError::Guard(Guard::EnvironmentTransition {
+                        session: session.id.to_string(),
+                        from: session.environment_state.as_str(),
+                        to: change.state.as_str(),
+                    }));
+                }
+                sqlx::query("UPDATE sessions SET env_state = $2, env_host = COALESCE($3, env_host) WHERE id = $1")
+                    .bind(session.id.as_str())
+                    .bind(change.state.as_str())
+                    .bind(change.host.clone())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            let events = Self::append_events(&mut tx, &session.id, session.last_seq, commit.events, now, Some((&fence.run_id, fence.epoch)))
+                .await?;
+            let mut hints = Hints::default();
+            if !events.is_empty() {
+                let last_seq = session.last_seq + events.len() as u64;
+                sqlx::query("UPDATE sessions SET last_seq = $2, updated_at = $3 WHERE id = $1")
+                    .bind(session.id.as_str())
+                    .bind(last_seq as i64)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
+            }
+            self.finish(tx, hints).await?;
+            Ok(events)
+        }
+
+        async fn settle(&self, fence: &Fence, settlement: Settlement) -> Result<Vec<Event>> {
+            let mut tx = self.begin_write().await?;
+            let (row, now) = Self::lock_session_at_now(&mut tx, &fence.session_id).await?;
+            let session = row.into_session()?;
+            let state = final_state(&settlement.outcome);
+            let available_at = match &settlement.outcome {
+                RunOutcome::Retry { after } => now + millis(*after),
+                _ => now,
+            };
+            let settled = sqlx::query_as::<DB, (String,)>(
+                "UPDATE runs SET state = $4, lease_owner = NULL, lease_expires_at = NULL, available_at = $5, \
+                 attempt = attempt + $6, cancel_requested = FALSE, updated_at = $7 \
+                 WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3 AND state = 'running' RETURNING id",
+            )
+            .bind(fence.run_id.as_str())
+            .bind(fence.owner.as_str())
+            .bind(fence.epoch)
+            .bind(state.as_str())
+            .bind(available_at)
+            .bind(i64::from(matches!(settlement.outcome, RunOutcome::Retry { .. })))
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if settled.is_none() {
+                return Err(Self::fenced(&mut tx, fence).await);
+            }
+            let mut hints = Hints::default();
+            if matches!(settlement.outcome, RunOutcome::Terminated) {
+                sqlx::query("UPDATE runs SET state = 'cancelled', updated_at = $2 WHERE session_id = $1 AND state = 'queued'")
+                    .bind(session.id.as_str())
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            let (queued,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM runs WHERE session_id = $1 AND state = 'queued'")
+                .bind(session.id.as_str())
+                .fetch_one(&mut *tx)
+                .await?;
+            let (status, pending) = session_after(&settlement.outcome, queued > 0);
+            if queued > 0 {
+                hints.push(Hint::RunReady);
+            }
+            let events = Self::append_events(&mut tx, &session.id, session.last_seq, settlement.events, now, Some((&fence.run_id, fence.epoch)))
+                .await?;
+            let last_seq = session.last_seq + events.len() as u64;
+            sqlx::query("UPDATE sessions SET status = $2, pending = $3, last_seq = $4, updated_at = $5 WHERE id = $1")
+                .bind(session.id.as_str())
+                .bind(status.as_str())
+                .bind(serde_json::to_string(&pending)?)
+                .bind(last_seq as i64)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
+            self.finish(tx, hints).await?;
+            Ok(events)
+        }
+
+        async fn get_run(&self, id: &RunId) -> Result<Run> {
+            sqlx::query_as::<DB, RunRow>(concat!("SELECT ", run_cols!(), " FROM runs WHERE id = $1"))
+                .bind(id.as_str())
+                .fetch_optional(&self.read)
+                .await?
+                .ok_or_else(|| StoreError::not_found("run", id))?
+                .into_run()
+        }
+
+        async fn active_runs(&self, session: &SessionId) -> Result<Vec<Run>> {
+            let rows = sqlx::query_as::<DB, RunRow>(concat!(
+                "SELECT ", run_cols!(), " FROM runs WHERE session_id = $1 AND state IN ('queued', 'running') ORDER BY id"
+            ))
+            .bind(session.as_str())
+            .fetch_all(&self.read)
+            .await?;
+            rows.into_iter().map(RunRow::into_run).collect()
+        }
+
+        async fn heartbeat_host(&self, host: &str) -> Result<()> {
+            let mut tx = self.begin_write().await?;
+            let now = Self::now(&mut tx).await?;
+            sqlx::query(
+                "INSERT INTO hosts (id, last_seen_at) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at",
+            )
+            .bind(host)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_status_after_each_outcome() {
+        use SessionStatus::*;
+        let cases = [
+            (RunOutcome::Completed, false, Idle),
+            (RunOutcome::Completed, true, Running),
+            (RunOutcome::Cancelled, false, Idle),
+            (RunOutcome::Failed, true, Running),
+            (RunOutcome::Indeterminate, false, Idle),
+            (RunOutcome::Terminated, true, Terminated),
+            (
+                RunOutcome::Retry {
+                    after: Duration::from_secs(1),
+                },
+                false,
+                Rescheduling,
+            ),
+            (RunOutcome::Parked { pending: vec![] }, true, Idle),
+        ];
+        for (outcome, queued, want) in cases {
+            assert_eq!(
+                session_after(&outcome, queued).0,
+                want,
+                "{outcome:?} queued={queued}"
+            );
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! Sessions and the admission of client inputs.
+
+use async_trait::async_trait;
+use gateway_core::admission::{SessionState, admit};
+use gateway_core::event::{Event, EventPayload, NewEvent};
+use gateway_core::run::RunState;
+use gateway_core::session::{EnvironmentState, Session, SessionStatus};
+use gateway_core::{RunId, SessionId};
+use sqlx::Transaction;
+
+use super::{Hints, engine_impl, session_cols};
+use crate::Sessions;
+use crate::error::{Guard, Result, StoreError};
+use crate::model::{Keyset, NewSession, Page, PageRequest, SessionFilter, SessionPatch};
+use crate::rows::{GuardRow, Scan, SessionRow, paginate};
+use crate::wake::Hint;
+
+/// The statuses filter as a JSON array parameter (None: no filter).
+fn statuses_param(filter: &SessionFilter) -> Option<String> {
+    if filter.statuses.is_empty() {
+        None
+    } else {
+        let names: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
+        serde_json::to_string(&names).ok()
+    }
+}
+
+engine_impl! {
+    impl SqlStore {
+        /// Locks and reads a live session for the rest of the transaction.
+        pub(crate) async fn lock_session(tx: &mut Transaction<'static, DB>, id: &SessionId) -> Result<SessionRow> {
+            sqlx::query_as::<DB, SessionRow>(DB::LOCK_SESSION)
+                .bind(id.as_str())
+                .fetch_optional(&mut **tx)
+                .await?
+                .ok_or_else(|| StoreError::not_found("session", id))
+        }
+
+        /// Locks the session row, then reads the clock: a transaction that waited for the lock
+        /// never writes an earlier time than the one it waited for, so event times follow seq
+        /// order (clamped to the row's last update in case the clock steps back).
+        pub(crate) async fn lock_session_at_now(tx: &mut Transaction<'static, DB>, id: &SessionId) -> Result<(SessionRow, i64)> {
+            let row = Self::lock_session(tx, id).await?;
+            let now = Self::now(tx).await?.max(row.updated_at);
+            Ok((row, now))
+        }
+
+        /// Which runs of the session are unfinished: (running, queued).
+        async fn run_presence(tx: &mut Transaction<'static, DB>, id: &SessionId) -> Result<(bool, bool)> {
+            let (running,): (i64,) = sqlx::query_as(
+                "SELECT COUNT(*) FROM runs WHERE session_id = $1 AND state = 'running'",
+            )
+            .bind(id.as_str())
+            .fetch_one(&mut **tx)
+            .await?;
+            let (queued,): (i64,) = sqlx::query_as(
+                "SELECT COUNT(*) FROM runs WHERE session_id = $1 AND state = 'queued'",
+            )
+            .bind(id.as_str())
+            .fetch_one(&mut **tx)
+            .await?;
+            Ok((running > 0, queued > 0))
+        }
+
+        /// Runs admission on a locked session row and applies its decision.
+        async fn admit_locked(
+            tx: &mut Transaction<'static, DB>,
+            row: SessionRow,
+            inputs: Vec<NewEvent>,
+            now: i64,
+            hints: &mut Hints,
+        ) -> Result<Vec<Event>> {
+            let session = row.into_session()?;
+            let (run_running, run_queued) = Self::run_presence(tx, &session.id).await?;
+            let state = SessionState {
+                status: session.status,
+                archived: session.archived_at.is_some(),
+                pending: session.pending_actions.clone(),
+                run_running,
+                run_queued,
+            };
+            let decision = admit(&state, inputs)?;
+            let events = Self::append_events(tx, &session.id, session.last_seq, decision.events, now, None).await?;
+            let last_seq = session.last_seq + events.len() as u64;
+
+            if decision.cancel_running {
+                let ids = sqlx::query_as::<DB, (String,)>(
+                    "UPDATE runs SET cancel_requested = TRUE, updated_at = $2 WHERE session_id = $1 AND state = 'running' RETURNING id",
+                )
+                .bind(session.id.as_str())
+                .bind(now)
+                .fetch_all(&mut **tx)
+                .await?;
+                for (id,) in ids {
+                    if let Ok(run) = RunId::parse(&id) {
+                        hints.push(Hint::CancelRequested(run));
+                    }
+                }
+            }
+            if decision.cancel_queued {
+                sqlx::query("UPDATE runs SET state = 'cancelled', updated_at = $2 WHERE session_id = $1 AND state = 'queued'")
+                    .bind(session.id.as_str())
+                    .bind(now)
+                    .execute(&mut **tx)
+                    .await?;
+            }
+            if decision.enqueue_run {
+                let req = &session.snapshot.requirements;
+                sqlx::query(
+                    "INSERT INTO runs (id, session_id, state, backend, provider, available_at, created_at, updated_at) \
+                     VALUES ($1, $2, 'queued', $3, $4, $5, $5, $5)",
+                )
+                .bind(RunId::new().as_str())
+                .bind(session.id.as_str())
+                .bind(req.backend.to_string())
+                .bind(req.provider().map(|p| p.to_string()))
+                .bind(now)
+                .execute(&mut **tx)
+                .await?;
+                hints.push(Hint::RunReady);
+            }
+            sqlx::query("UPDATE sessions SET status = $2, pending = $3, last_seq = $4, updated_at = $5 WHERE id = $1")
+                .bind(session.id.as_str())
+                .bind(decision.status.as_str())
+                .bind(serde_json::to_string(&decision.pending)?)
+                .bind(last_seq as i64)
+                .bind(now)
+                .execute(&mut **tx)
+                .await?;
+            hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
+            Ok(events)
+        }
+
+        async fn session_row(&self, id: &SessionId) -> Result<SessionRow> {
+            sqlx::query_as::<DB, SessionRow>(concat!("SELECT ", session_cols!(), " FROM sessions WHERE id = $1 AND deleted_at IS NULL"))
+                .bind(id.as_str())
+                .fetch_optional(&self.read)
+                .await?
+                .ok_or_else(|| StoreError::not_found("session", id))
+        }
+    }
+}
+
+fn refuse_if_running(s: &Session) -> Result<()> {
+    if matches!(
+        s.status,
+        SessionStatus::Running | SessionStatus::Rescheduling
+    ) {
+        return Err(StoreError::Guard(Guard::SessionRunning(s.id.to_string())));
+    }
+    Ok(())
+}
+
+engine_impl! {
+    #[async_trait]
+    impl Sessions for SqlStore {
+        async fn create_session(&self, new: NewSession) -> Result<(Session, Vec<Event>)> {
+            let id = SessionId::new();
+            let agent = &new.snapshot.agent;
+            let mut tx = self.begin_write().await?;
+            let now = Self::now(&mut tx).await?;
+            let env = sqlx::query_as::<DB, GuardRow>(
+                "SELECT CAST(0 AS BIGINT) AS version, archived_at, deleted_at FROM environments WHERE id = $1",
+            )
+            .bind(new.environment_id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+            match env {
+                None | Some(GuardRow { deleted_at: Some(_), .. }) => {
+                    return Err(StoreError::not_found("environment", &new.environment_id));
+                }
+                Some(GuardRow { archived_at: Some(_), .. }) => {
+                    return Err(StoreError::Guard(Guard::EnvironmentArchived(new.environment_id.to_string())));
+                }
+                Some(_) => {}
+            }
+            sqlx::query(
+                "INSERT INTO sessions (id, environment_id, agent_id, agent_version, snapshot, title, metadata, status, pending, \
+                 env_state, env_host, last_seq, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, 'idle', '[]', 'none', NULL, 0, $8, $8)",
+            )
+            .bind(id.as_str())
+            .bind(new.environment_id.as_str())
+            .bind(agent.id.as_str())
+            .bind(i64::from(agent.version))
+            .bind(serde_json::to_string(&new.snapshot)?)
+            .bind(new.title.clone())
+            .bind(serde_json::to_string(&new.metadata)?)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            let mut hints = Hints::default();
+            let events = if new.initial_inputs.is_empty() {
+                Vec::new()
+            } else {
+                let row = Self::lock_session(&mut tx, &id).await?;
+                Self::admit_locked(&mut tx, row, new.initial_inputs, now, &mut hints).await?
+            };
+            let session = Self::lock_session(&mut tx, &id).await?.into_session()?;
+            self.finish(tx, hints).await?;
+            Ok((session, events))
+        }
+
+        async fn get_session(&self, id: &SessionId) -> Result<Session> {
+            self.session_row(id).await?.into_session()
+        }
+
+        async fn update_session(&self, id: &SessionId, patch: SessionPatch) -> Result<Session> {
+            let mut tx = self.begin_write().await?;
+            let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
+            let mut s = row.into_session()?;
+            if let Some(title) = patch.title {
+                s.title = title;
+            }
+            if let Some(metadata) = patch.metadata {
+                s.metadata = metadata;
+            }
+            sqlx::query("UPDATE sessions SET title = $2, metadata = $3, updated_at = $4 WHERE id = $1")
+                .bind(id.as_str())
+                .bind(s.title.clone())
+                .bind(serde_json::to_string(&s.metadata)?)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            self.get_session(id).await
+        }
+
+        async fn list_sessions(&self, filter: &SessionFilter, page: &PageRequest) -> Result<Page<Session>> {
+            let scan = Scan::plan(page);
+            let sql = if scan.ascending { DB::LIST_SESSIONS_ASC } else { DB::LIST_SESSIONS_DESC };
+            let (bound_at, bound_id) = scan.bound_parts();
+            let c = filter.created;
+            let rows = sqlx::query_as::<DB, SessionRow>(sql)
+                .bind(filter.include_archived)
+                .bind(filter.agent_id.as_ref().map(|a| a.to_string()))
+                .bind(filter.agent_version.map(i64::from))
+                .bind(statuses_param(filter))
+                .bind(c.gt.map(|t| t.0))
+                .bind(c.gte.map(|t| t.0))
+                .bind(c.lt.map(|t| t.0))
+                .bind(c.lte.map(|t| t.0))
+                .bind(bound_at)
+                .bind(bound_id)
+                .bind(scan.fetch)
+                .fetch_all(&self.read)
+                .await?;
+            let sessions = rows.into_iter().map(SessionRow::into_session).collect::<Result<Vec<_>>>()?;
+            Ok(paginate(page, sessions, |s| Keyset { at: s.created_at.0, id: s.id.to_string() }))
+        }
+
+        async fn archive_session(&self, id: &SessionId) -> Result<Session> {
+            let mut tx = self.begin_write().await?;
+            let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
+            let s = row.into_session()?;
+            refuse_if_running(&s)?;
+            sqlx::query("UPDATE sessions SET archived_at = COALESCE(archived_at, $2), updated_at = $2 WHERE id = $1")
+                .bind(id.as_str())
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            self.get_session(id).await
+        }
+
+        async fn delete_session(&self, id: &SessionId) -> Result<()> {
+            let mut tx = self.begin_write().await?;
+            let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
+            let s = row.into_session()?;
+            refuse_if_running(&s)?;
+            let events = Self::append_events(
+                &mut tx,
+                id,
+                s.last_seq,
+                vec![NewEvent::new(EventPayload::SessionDeleted {})],
+                now,
+                None,
+            )
+            .await?;
+            let last_seq = s.last_seq + events.len() as u64;
+            sqlx::query(
+                "UPDATE sessions SET deleted_at = $2, updated_at = $2, env_state = $3, pending = '[]', last_seq = $4 WHERE id = $1",
+            )
+            .bind(id.as_str())
+            .bind(now)
+            .bind(EnvironmentState::Released.as_str())
+            .bind(last_seq as i64)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("UPDATE runs SET state = $2, updated_at = $3 WHERE session_id = $1 AND state = 'queued'")
+                .bind(id.as_str())
+                .bind(RunState::Cancelled.as_str())
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            let mut hints = Hints::default();
+            hints.push(Hint::SessionAdvanced(id.clone(), last_seq));
+            self.finish(tx, hints).await
+        }
+
+        async fn submit_inputs(&self, id: &SessionId, inputs: Vec<NewEvent>) -> Result<Vec<Event>> {
+            let mut tx = self.begin_write().await?;
+            let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
+            let mut hints = Hints::default();
+            let events = Self::admit_locked(&mut tx, row, inputs, now, &mut hints).await?;
+            self.finish(tx, hints).await?;
+            Ok(events)
+        }
+    }
+}
+
+/// `$1` include archived, `$2` agent id, `$3` agent version, `$4` statuses (JSON array or
+/// NULL; expanded by `$in_list`), `$5..$8` created gt/gte/lt/lte, `$9,$10` keyset bound,
+/// `$11` limit.
+macro_rules! list_sessions_sql {
+    ($in_list:literal, $cmp:literal, $dir:literal) => {
+        concat!(
+            "SELECT ",
+            $crate::sql::session_cols!(),
+            " FROM sessions WHERE deleted_at IS NULL AND ($1 OR archived_at IS NULL) \
+               AND ($2 IS NULL OR agent_id = $2) AND ($3 IS NULL OR agent_version = $3) \
+               AND ($4 IS NULL OR status IN ",
+            $in_list,
+            ") AND ($5 IS NULL OR created_at > $5) AND ($6 IS NULL OR created_at >= $6) \
+               AND ($7 IS NULL OR created_at < $7) AND ($8 IS NULL OR created_at <= $8) \
+               AND ($9 IS NULL OR (created_at, id) ",
+            $cmp,
+            " ($9, $10)) ORDER BY created_at ",
+            $dir,
+            ", id ",
+            $dir,
+            " LIMIT $11"
+        )
+    };
+}
+pub(crate) use list_sessions_sql;

@@ -1,0 +1,210 @@
+//! Wake-ups: in-process hints that something may have changed.
+//!
+//! Correctness never depends on a wake-up (invariant 3). Every waiter also polls on a timer,
+//! so a lost, late or disabled hint costs latency, never a missed run or event. Hints are
+//! sent after the transaction that justifies them has committed; on PostgreSQL the same hints
+//! also travel between processes through LISTEN/NOTIFY and arrive here via `deliver`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use gateway_core::{RunId, SessionId};
+use tokio::sync::{Notify, watch};
+
+/// The in-process wake-up hub of one store.
+pub struct Wakeups {
+    enabled: bool,
+    runs: Notify,
+    sessions: Mutex<HashMap<SessionId, watch::Sender<u64>>>,
+    cancels: Mutex<HashMap<RunId, watch::Sender<bool>>>,
+}
+
+/// A hint as it travels between processes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hint {
+    /// A run may be claimable.
+    RunReady,
+    /// A session's log advanced to this seq.
+    SessionAdvanced(SessionId, u64),
+    /// A run's cancel intent was set.
+    CancelRequested(RunId),
+}
+
+impl Hint {
+    pub fn encode(&self) -> String {
+        match self {
+            Hint::RunReady => "r".to_owned(),
+            Hint::SessionAdvanced(s, seq) => format!("s:{s}:{seq}"),
+            Hint::CancelRequested(r) => format!("c:{r}"),
+        }
+    }
+
+    pub fn decode(s: &str) -> Option<Self> {
+        if s == "r" {
+            return Some(Hint::RunReady);
+        }
+        if let Some(rest) = s.strip_prefix("s:") {
+            let (id, seq) = rest.split_once(':')?;
+            return Some(Hint::SessionAdvanced(
+                SessionId::parse(id).ok()?,
+                seq.parse().ok()?,
+            ));
+        }
+        if let Some(id) = s.strip_prefix("c:") {
+            return Some(Hint::CancelRequested(RunId::parse(id).ok()?));
+        }
+        None
+    }
+}
+
+impl Wakeups {
+    pub fn new(enabled: bool) -> Self {
+        Self {
+            enabled,
+            runs: Notify::new(),
+            sessions: Mutex::new(HashMap::new()),
+            cancels: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Delivers a hint to local waiters (no-op when wake-ups are disabled).
+    pub fn deliver(&self, hint: &Hint) {
+        if !self.enabled {
+            return;
+        }
+        match hint {
+            Hint::RunReady => self.runs.notify_waiters(),
+            Hint::SessionAdvanced(session, seq) => {
+                let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(tx) = map.get(session) {
+                    if tx.receiver_count() == 0 {
+                        map.remove(session);
+                    } else {
+                        tx.send_if_modified(|cur| {
+                            let advanced = *seq > *cur;
+                            if advanced {
+                                *cur = *seq;
+                            }
+                            advanced
+                        });
+                    }
+                }
+            }
+            Hint::CancelRequested(run) => {
+                let map = self.cancels.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(tx) = map.get(run) {
+                    tx.send_replace(true);
+                }
+            }
+        }
+    }
+
+    /// Wakes every local waiter of every kind: used after a lost notification connection, when
+    /// hints may have been missed.
+    pub fn deliver_all(&self) {
+        if !self.enabled {
+            return;
+        }
+        self.runs.notify_waiters();
+        let map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        for tx in map.values() {
+            tx.send_modify(|_| {});
+        }
+        let map = self.cancels.lock().unwrap_or_else(|p| p.into_inner());
+        for tx in map.values() {
+            tx.send_modify(|_| {});
+        }
+    }
+
+    /// Resolves at the next run-ready hint. Callers always bound the wait with their poll interval.
+    pub async fn run_ready(&self) {
+        if self.enabled {
+            self.runs.notified().await
+        } else {
+            std::future::pending().await
+        }
+    }
+
+    /// A receiver that changes when the session's log may have advanced.
+    pub fn watch_session(&self, session: &SessionId) -> watch::Receiver<u64> {
+        let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, tx| tx.receiver_count() > 0);
+        map.entry(session.clone())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe()
+    }
+
+    /// A receiver that turns true when the run's cancel intent may have been set.
+    pub fn watch_cancel(self: &Arc<Self>, run: &RunId) -> CancelWatch {
+        let mut map = self.cancels.lock().unwrap_or_else(|p| p.into_inner());
+        let rx = map
+            .entry(run.clone())
+            .or_insert_with(|| watch::channel(false).0)
+            .subscribe();
+        CancelWatch {
+            hub: Arc::clone(self),
+            run: run.clone(),
+            rx,
+        }
+    }
+}
+
+/// A cancel watch that unregisters itself when dropped.
+pub struct CancelWatch {
+    hub: Arc<Wakeups>,
+    run: RunId,
+    pub rx: watch::Receiver<bool>,
+}
+
+impl Drop for CancelWatch {
+    fn drop(&mut self) {
+        let mut map = self.hub.cancels.lock().unwrap_or_else(|p| p.into_inner());
+        if map
+            .get(&self.run)
+            .is_some_and(|tx| tx.receiver_count() <= 1)
+        {
+            map.remove(&self.run);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hints_round_trip() {
+        for h in [
+            Hint::RunReady,
+            Hint::SessionAdvanced(SessionId::new(), 42),
+            Hint::CancelRequested(RunId::new()),
+        ] {
+            assert_eq!(Hint::decode(&h.encode()), Some(h));
+        }
+        assert_eq!(Hint::decode("s:nope:1"), None);
+        assert_eq!(Hint::decode("x"), None);
+    }
+
+    #[tokio::test]
+    async fn session_watch_sees_advances_and_disabled_hub_stays_silent() {
+        let hub = Wakeups::new(true);
+        let s = SessionId::new();
+        let mut rx = hub.watch_session(&s);
+        hub.deliver(&Hint::SessionAdvanced(s.clone(), 3));
+        rx.changed().await.unwrap();
+        assert_eq!(*rx.borrow(), 3);
+
+        let off = Wakeups::new(false);
+        let mut rx = off.watch_session(&s);
+        off.deliver(&Hint::SessionAdvanced(s, 3));
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(20), rx.changed())
+                .await
+                .is_err()
+        );
+    }
+}
