@@ -43,9 +43,7 @@ pub enum AdmissionError {
     Terminated,
     #[error("the session is archived and takes no more input")]
     Archived,
-    #[error(
-        "the session waits for answers to {0:?}; answer them or send an interrupt before a new message"
-    )]
+    #[error("the session waits for answers to {0:?}; answer them or send an interrupt before a new message")]
     AwaitingAnswers(Vec<EventId>),
     #[error("event {0} is not waiting for this kind of answer")]
     NotPending(EventId),
@@ -108,14 +106,10 @@ pub fn admit(state: &SessionState, inputs: Vec<NewEvent>) -> Result<Admission, A
                 }
                 let parked = !a.pending.is_empty();
                 a.pending.clear();
-                if !a.cancel_running
-                    && (a.cancel_queued || parked || a.status != SessionStatus::Idle)
-                {
+                if !a.cancel_running && (a.cancel_queued || parked || a.status != SessionStatus::Idle) {
                     // No Worker will settle this turn: end it here.
                     a.events.push(input.clone());
-                    a.events.push(NewEvent::new(EventPayload::TurnEnded {
-                        stop: StopReason::Interrupted,
-                    }));
+                    a.events.push(NewEvent::new(EventPayload::TurnEnded { stop: StopReason::Interrupted }));
                     a.status = SessionStatus::Idle;
                     continue;
                 }
@@ -141,30 +135,17 @@ pub fn admit(state: &SessionState, inputs: Vec<NewEvent>) -> Result<Admission, A
             a.status = SessionStatus::Running;
         } else {
             a.events.push(NewEvent::new(EventPayload::TurnEnded {
-                stop: StopReason::RequiresAction {
-                    event_ids: a.pending.iter().map(|p| p.event_id.clone()).collect(),
-                },
+                stop: StopReason::RequiresAction { event_ids: a.pending.iter().map(|p| p.event_id.clone()).collect() },
             }));
             a.status = SessionStatus::Idle;
         }
     }
-    debug_assert!(
-        a.events
-            .iter()
-            .all(|e| e.payload.kind().is_input() || e.payload.kind() == EventKind::TurnEnded)
-    );
+    debug_assert!(a.events.iter().all(|e| e.payload.kind().is_input() || e.payload.kind() == EventKind::TurnEnded));
     Ok(a)
 }
 
-fn take_pending(
-    pending: &mut Vec<PendingAction>,
-    id: &EventId,
-    kind: PendingKind,
-) -> Result<(), AdmissionError> {
-    match pending
-        .iter()
-        .position(|p| &p.event_id == id && p.kind == kind)
-    {
+fn take_pending(pending: &mut Vec<PendingAction>, id: &EventId, kind: PendingKind) -> Result<(), AdmissionError> {
+    match pending.iter().position(|p| &p.event_id == id && p.kind == kind) {
         Some(i) => {
             pending.remove(i);
             Ok(())
@@ -189,17 +170,11 @@ mod tests {
     }
 
     fn running() -> SessionState {
-        SessionState {
-            status: SessionStatus::Running,
-            run_running: true,
-            ..idle()
-        }
+        SessionState { status: SessionStatus::Running, run_running: true, ..idle() }
     }
 
     fn msg() -> NewEvent {
-        NewEvent::new(EventPayload::UserMessage {
-            content: vec![ContentBlock::text("hi")],
-        })
+        NewEvent::new(EventPayload::UserMessage { content: vec![ContentBlock::text("hi")] })
     }
 
     fn interrupt() -> NewEvent {
@@ -207,21 +182,14 @@ mod tests {
     }
 
     fn confirm(id: &EventId) -> NewEvent {
-        NewEvent::new(EventPayload::ToolConfirmation {
-            tool_use_id: id.clone(),
-            allow: true,
-            deny_message: None,
-        })
+        NewEvent::new(EventPayload::ToolConfirmation { tool_use_id: id.clone(), allow: true, deny_message: None })
     }
 
     fn parked(ids: &[EventId]) -> SessionState {
         SessionState {
             pending: ids
                 .iter()
-                .map(|id| PendingAction {
-                    event_id: id.clone(),
-                    kind: PendingKind::Confirmation,
-                })
+                .map(|id| PendingAction { event_id: id.clone(), kind: PendingKind::Confirmation })
                 .collect(),
             ..idle()
         }
@@ -239,18 +207,8 @@ mod tests {
     fn message_while_running_queues_one_follow_up() {
         let a = admit(&running(), vec![msg(), msg()]).unwrap();
         assert!(a.enqueue_run);
-        let b = admit(
-            &SessionState {
-                run_queued: true,
-                ..running()
-            },
-            vec![msg()],
-        )
-        .unwrap();
-        assert!(
-            !b.enqueue_run,
-            "a queued run already takes every new message"
-        );
+        let b = admit(&SessionState { run_queued: true, ..running() }, vec![msg()]).unwrap();
+        assert!(!b.enqueue_run, "a queued run already takes every new message");
     }
 
     #[test]
@@ -263,21 +221,12 @@ mod tests {
 
     #[test]
     fn interrupt_of_a_queued_run_ends_the_turn_here() {
-        let st = SessionState {
-            status: SessionStatus::Running,
-            run_queued: true,
-            ..idle()
-        };
+        let st = SessionState { status: SessionStatus::Running, run_queued: true, ..idle() };
         let a = admit(&st, vec![interrupt()]).unwrap();
         assert!(a.cancel_queued);
         assert!(!a.cancel_running);
         assert_eq!(a.status, SessionStatus::Idle);
-        assert!(matches!(
-            a.events[1].payload,
-            EventPayload::TurnEnded {
-                stop: StopReason::Interrupted
-            }
-        ));
+        assert!(matches!(a.events[1].payload, EventPayload::TurnEnded { stop: StopReason::Interrupted }));
     }
 
     #[test]
@@ -292,12 +241,7 @@ mod tests {
         let id = EventId::new();
         let a = admit(&parked(std::slice::from_ref(&id)), vec![interrupt()]).unwrap();
         assert!(a.pending.is_empty());
-        assert!(matches!(
-            a.events[1].payload,
-            EventPayload::TurnEnded {
-                stop: StopReason::Interrupted
-            }
-        ));
+        assert!(matches!(a.events[1].payload, EventPayload::TurnEnded { stop: StopReason::Interrupted }));
     }
 
     #[test]
@@ -307,68 +251,33 @@ mod tests {
         assert!(!a.enqueue_run);
         assert_eq!(a.status, SessionStatus::Idle);
         match &a.events[1].payload {
-            EventPayload::TurnEnded {
-                stop: StopReason::RequiresAction { event_ids },
-            } => assert_eq!(event_ids, &vec![y.clone()]),
+            EventPayload::TurnEnded { stop: StopReason::RequiresAction { event_ids } } => {
+                assert_eq!(event_ids, &vec![y.clone()])
+            }
             other => panic!("{other:?}"),
         }
-        let b = admit(
-            &parked(&[x.clone(), y.clone()]),
-            vec![confirm(&x), confirm(&y)],
-        )
-        .unwrap();
+        let b = admit(&parked(&[x.clone(), y.clone()]), vec![confirm(&x), confirm(&y)]).unwrap();
         assert!(b.enqueue_run);
-        assert_eq!(
-            b.events.len(),
-            2,
-            "no intermediate idle when the batch answers everything"
-        );
+        assert_eq!(b.events.len(), 2, "no intermediate idle when the batch answers everything");
     }
 
     #[test]
     fn answers_must_match_a_pending_action_of_their_kind() {
         let x = EventId::new();
-        assert_eq!(
-            admit(&idle(), vec![confirm(&x)]),
-            Err(AdmissionError::NotPending(x.clone()))
-        );
-        let result = NewEvent::new(EventPayload::ClientToolResult {
-            tool_use_id: x.clone(),
-            content: vec![],
-            is_error: false,
-        });
-        assert_eq!(
-            admit(&parked(std::slice::from_ref(&x)), vec![result]),
-            Err(AdmissionError::NotPending(x.clone()))
-        );
-        assert!(matches!(
-            admit(&parked(&[x]), vec![msg()]),
-            Err(AdmissionError::AwaitingAnswers(_))
-        ));
+        assert_eq!(admit(&idle(), vec![confirm(&x)]), Err(AdmissionError::NotPending(x.clone())));
+        let result =
+            NewEvent::new(EventPayload::ClientToolResult { tool_use_id: x.clone(), content: vec![], is_error: false });
+        assert_eq!(admit(&parked(std::slice::from_ref(&x)), vec![result]), Err(AdmissionError::NotPending(x.clone())));
+        assert!(matches!(admit(&parked(&[x]), vec![msg()]), Err(AdmissionError::AwaitingAnswers(_))));
     }
 
     #[test]
     fn closed_sessions_and_non_inputs_are_refused() {
-        let term = SessionState {
-            status: SessionStatus::Terminated,
-            ..idle()
-        };
+        let term = SessionState { status: SessionStatus::Terminated, ..idle() };
         assert_eq!(admit(&term, vec![msg()]), Err(AdmissionError::Terminated));
-        assert_eq!(
-            admit(
-                &SessionState {
-                    archived: true,
-                    ..idle()
-                },
-                vec![msg()]
-            ),
-            Err(AdmissionError::Archived)
-        );
+        assert_eq!(admit(&SessionState { archived: true, ..idle() }, vec![msg()]), Err(AdmissionError::Archived));
         assert_eq!(admit(&idle(), vec![]), Err(AdmissionError::Empty));
         let forged = NewEvent::new(EventPayload::AgentMessage { content: vec![] });
-        assert_eq!(
-            admit(&idle(), vec![forged]),
-            Err(AdmissionError::NotAnInput("agent_message"))
-        );
+        assert_eq!(admit(&idle(), vec![forged]), Err(AdmissionError::NotAnInput("agent_message")));
     }
 }

@@ -28,19 +28,12 @@ impl BackendRef {
     /// Parses `native`, `acp:<name>` or `a2a:<name>`; names are 1-64 of `[A-Za-z0-9_.-]`.
     pub fn parse(s: &str) -> Result<Self, BackendRefError> {
         fn name(n: &str) -> bool {
-            !n.is_empty()
-                && n.len() <= 64
-                && n.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+            !n.is_empty() && n.len() <= 64 && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
         }
         match s.split_once(':') {
             None if s == "native" => Ok(BackendRef::Native),
-            Some(("acp", n)) if name(n) => Ok(BackendRef::Acp {
-                executor: n.to_owned(),
-            }),
-            Some(("a2a", n)) if name(n) => Ok(BackendRef::A2a {
-                remote: n.to_owned(),
-            }),
+            Some(("acp", n)) if name(n) => Ok(BackendRef::Acp { executor: n.to_owned() }),
+            Some(("a2a", n)) if name(n) => Ok(BackendRef::A2a { remote: n.to_owned() }),
             _ => Err(BackendRefError::Malformed(s.chars().take(100).collect())),
         }
     }
@@ -120,38 +113,17 @@ pub struct NamedToolConfig {
 }
 
 /// The built-in tools of `agent_toolset_20260401`.
-pub const BUILTIN_TOOLS: [&str; 8] = [
-    "bash",
-    "read",
-    "write",
-    "edit",
-    "glob",
-    "grep",
-    "web_fetch",
-    "web_search",
-];
+pub const BUILTIN_TOOLS: [&str; 8] = ["bash", "read", "write", "edit", "glob", "grep", "web_fetch", "web_search"];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ToolSpec {
     /// The built-in toolset; `version` is its published name, e.g. `agent_toolset_20260401`.
-    Builtin {
-        version: String,
-        default_config: ToolConfig,
-        configs: Vec<NamedToolConfig>,
-    },
+    Builtin { version: String, default_config: ToolConfig, configs: Vec<NamedToolConfig> },
     /// Tools served by an MCP server declared in `mcp_servers`.
-    Mcp {
-        mcp_server_name: String,
-        default_config: ToolConfig,
-        configs: Vec<NamedToolConfig>,
-    },
+    Mcp { mcp_server_name: String, default_config: ToolConfig, configs: Vec<NamedToolConfig> },
     /// A tool the client executes; calls park the session until the client answers.
-    Custom {
-        name: String,
-        description: String,
-        input_schema: JsonObject,
-    },
+    Custom { name: String, description: String, input_schema: JsonObject },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -198,19 +170,11 @@ impl AgentSpec {
     /// `Disabled` when the agent has no built-in toolset.
     pub fn builtin_tool(&self, name: &str) -> ToolAvailability {
         for t in &self.tools {
-            if let ToolSpec::Builtin {
-                default_config,
-                configs,
-                ..
-            } = t
-            {
+            if let ToolSpec::Builtin { default_config, configs, .. } = t {
                 let cfg = configs
                     .iter()
                     .find(|c| c.name == name)
-                    .map(|c| ToolConfig {
-                        enabled: c.enabled,
-                        permission_policy: c.permission_policy,
-                    })
+                    .map(|c| ToolConfig { enabled: c.enabled, permission_policy: c.permission_policy })
                     .unwrap_or(*default_config);
                 return if cfg.enabled {
                     ToolAvailability::Enabled(cfg.permission_policy)
@@ -234,9 +198,37 @@ impl AgentSpec {
     }
 
     pub fn custom_tool(&self, name: &str) -> Option<&ToolSpec> {
-        self.tools
-            .iter()
-            .find(|t| matches!(t, ToolSpec::Custom { name: n, .. } if n == name))
+        self.tools.iter().find(|t| matches!(t, ToolSpec::Custom { name: n, .. } if n == name))
+    }
+}
+
+/// Per-session replacements for parts of an agent version; `None` inherits the field.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AgentOverrides {
+    pub model: Option<ModelSpec>,
+    pub system: Option<Option<String>>,
+    pub tools: Option<Vec<ToolSpec>>,
+    pub mcp_servers: Option<Vec<McpServerSpec>>,
+    pub skills: Option<Vec<SkillRef>>,
+}
+
+impl AgentOverrides {
+    pub fn apply(&self, spec: &mut AgentSpec) {
+        if let Some(m) = &self.model {
+            spec.model = m.clone();
+        }
+        if let Some(s) = &self.system {
+            spec.system = s.clone();
+        }
+        if let Some(t) = &self.tools {
+            spec.tools = t.clone();
+        }
+        if let Some(m) = &self.mcp_servers {
+            spec.mcp_servers = m.clone();
+        }
+        if let Some(s) = &self.skills {
+            spec.skills = s.clone();
+        }
     }
 }
 
@@ -258,21 +250,10 @@ mod tests {
     #[test]
     fn backend_refs_parse_and_print() {
         assert_eq!(BackendRef::parse("native").unwrap(), BackendRef::Native);
-        assert_eq!(
-            BackendRef::parse("acp:claude").unwrap(),
-            BackendRef::Acp {
-                executor: "claude".into()
-            }
-        );
-        assert_eq!(
-            BackendRef::parse("a2a:echo-1").unwrap().to_string(),
-            "a2a:echo-1"
-        );
+        assert_eq!(BackendRef::parse("acp:claude").unwrap(), BackendRef::Acp { executor: "claude".into() });
+        assert_eq!(BackendRef::parse("a2a:echo-1").unwrap().to_string(), "a2a:echo-1");
         for bad in ["", "acp:", "a2a", "grpc:x", "acp:a b", "native:x"] {
-            assert!(
-                BackendRef::parse(bad).is_err(),
-                "{bad:?} should be rejected"
-            );
+            assert!(BackendRef::parse(bad).is_err(), "{bad:?} should be rejected");
         }
     }
 }

@@ -65,11 +65,9 @@ impl Networking {
     pub fn any_network(&self) -> bool {
         match self {
             Networking::Unrestricted => true,
-            Networking::Limited {
-                allowed_hosts,
-                allow_mcp_servers,
-                allow_package_managers,
-            } => !allowed_hosts.is_empty() || *allow_mcp_servers || *allow_package_managers,
+            Networking::Limited { allowed_hosts, allow_mcp_servers, allow_package_managers } => {
+                !allowed_hosts.is_empty() || *allow_mcp_servers || *allow_package_managers
+            }
         }
     }
 }

@@ -267,10 +267,7 @@ pub struct NewEvent {
 
 impl NewEvent {
     pub fn new(payload: EventPayload) -> Self {
-        Self {
-            id: EventId::new(),
-            payload,
-        }
+        Self { id: EventId::new(), payload }
     }
 }
 
@@ -309,27 +306,17 @@ mod tests {
     #[test]
     fn serde_tag_matches_kind_for_every_variant() {
         let samples = vec![
-            EventPayload::UserMessage {
-                content: vec![ContentBlock::text("hi")],
-            },
+            EventPayload::UserMessage { content: vec![ContentBlock::text("hi")] },
             EventPayload::UserInterrupt {},
             EventPayload::ToolConfirmation {
                 tool_use_id: EventId::new(),
                 allow: false,
                 deny_message: Some("no".into()),
             },
-            EventPayload::ClientToolResult {
-                tool_use_id: EventId::new(),
-                content: vec![],
-                is_error: false,
-            },
+            EventPayload::ClientToolResult { tool_use_id: EventId::new(), content: vec![], is_error: false },
             EventPayload::TurnStarted {},
             EventPayload::TurnRescheduled {},
-            EventPayload::TurnEnded {
-                stop: StopReason::RequiresAction {
-                    event_ids: vec![EventId::new()],
-                },
-            },
+            EventPayload::TurnEnded { stop: StopReason::RequiresAction { event_ids: vec![EventId::new()] } },
             EventPayload::SessionError {
                 kind: ErrorKind::EnvironmentLost,
                 message: "m".into(),
@@ -337,9 +324,7 @@ mod tests {
             },
             EventPayload::SessionTerminated {},
             EventPayload::SessionDeleted {},
-            EventPayload::AgentMessage {
-                content: vec![ContentBlock::text("x")],
-            },
+            EventPayload::AgentMessage { content: vec![ContentBlock::text("x")] },
             EventPayload::AgentThinking { text: None },
             EventPayload::ToolUse {
                 name: "bash".into(),
@@ -354,11 +339,7 @@ mod tests {
                 is_error: true,
             },
             EventPayload::ModelRequestStarted {},
-            EventPayload::ModelRequestEnded {
-                start_id: EventId::new(),
-                is_error: false,
-                usage: Usage::default(),
-            },
+            EventPayload::ModelRequestEnded { start_id: EventId::new(), is_error: false, usage: Usage::default() },
         ];
         assert_eq!(samples.len(), EventKind::ALL.len());
         for p in samples {

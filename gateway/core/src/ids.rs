@@ -15,9 +15,7 @@ const ENCODED_LEN: usize = 22;
 
 /// An id failed to parse: wrong prefix, wrong length or a character outside base62.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "malformed {kind} id {value:?}: expected {prefix} followed by {ENCODED_LEN} base62 characters"
-)]
+#[error("malformed {kind} id {value:?}: expected {prefix} followed by {ENCODED_LEN} base62 characters")]
 pub struct IdError {
     pub kind: &'static str,
     pub prefix: &'static str,
@@ -25,10 +23,8 @@ pub struct IdError {
 }
 
 fn random_suffix() -> String {
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+    let millis =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     let mut bytes = [0u8; 16];
     bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
     // The OS random source failing is not recoverable; ids must never be predictable.

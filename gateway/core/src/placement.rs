@@ -107,10 +107,7 @@ pub enum EnvironmentPlan {
     /// Start without a sandbox; realize it right before the first local tool executes.
     OnFirstLocalTool { sandbox: SandboxSpec },
     /// Realize before execution, because something the session runs depends on it.
-    BeforeExecution {
-        sandbox: SandboxSpec,
-        because: Vec<RealizeReason>,
-    },
+    BeforeExecution { sandbox: SandboxSpec, because: Vec<RealizeReason> },
 }
 
 impl EnvironmentPlan {
@@ -118,8 +115,9 @@ impl EnvironmentPlan {
     pub fn sandbox(&self) -> Option<&SandboxSpec> {
         match self {
             EnvironmentPlan::Never => None,
-            EnvironmentPlan::OnFirstLocalTool { sandbox }
-            | EnvironmentPlan::BeforeExecution { sandbox, .. } => Some(sandbox),
+            EnvironmentPlan::OnFirstLocalTool { sandbox } | EnvironmentPlan::BeforeExecution { sandbox, .. } => {
+                Some(sandbox)
+            }
         }
     }
 
@@ -173,9 +171,7 @@ pub enum PlacementError {
         "placement rule \"ACP + self_hosted\": ACP agent {executor:?} runs inside a local session environment, which a self_hosted environment never provides"
     )]
     AcpOnSelfHosted { executor: String },
-    #[error(
-        "placement rule \"self_hosted + local inputs\": a self_hosted environment takes no resources ({inputs})"
-    )]
+    #[error("placement rule \"self_hosted + local inputs\": a self_hosted environment takes no resources ({inputs})")]
     LocalInputsOnSelfHosted { inputs: String },
     #[error(
         "placement rule \"unmet requirements\": sandbox provider {provider:?} is not available on this gateway (available: {available})"
@@ -234,25 +230,13 @@ pub fn place(
     let cloud = match environment {
         EnvironmentConfig::SelfHosted => {
             if let BackendRef::Acp { executor } = backend {
-                return Err(PlacementError::AcpOnSelfHosted {
-                    executor: executor.clone(),
-                });
+                return Err(PlacementError::AcpOnSelfHosted { executor: executor.clone() });
             }
             if inputs.any() {
-                return Err(PlacementError::LocalInputsOnSelfHosted {
-                    inputs: inputs.describe(),
-                });
+                return Err(PlacementError::LocalInputsOnSelfHosted { inputs: inputs.describe() });
             }
-            let tool_execution = if backend.is_native() {
-                ToolExecution::External
-            } else {
-                ToolExecution::Local
-            };
-            return Ok(Requirements {
-                backend: backend.clone(),
-                environment: EnvironmentPlan::Never,
-                tool_execution,
-            });
+            let tool_execution = if backend.is_native() { ToolExecution::External } else { ToolExecution::Local };
+            return Ok(Requirements { backend: backend.clone(), environment: EnvironmentPlan::Never, tool_execution });
         }
         EnvironmentConfig::Cloud(cloud) => cloud,
     };
@@ -260,15 +244,10 @@ pub fn place(
     // Outbound A2A: the remote does the work; nothing local may be needed.
     if let BackendRef::A2a { remote } = backend {
         if inputs.any() {
-            return Err(PlacementError::A2aWithLocalInputs {
-                remote: remote.clone(),
-                inputs: inputs.describe(),
-            });
+            return Err(PlacementError::A2aWithLocalInputs { remote: remote.clone(), inputs: inputs.describe() });
         }
         if cloud.provisioning == Provisioning::Eager {
-            return Err(PlacementError::A2aWithEagerProvisioning {
-                remote: remote.clone(),
-            });
+            return Err(PlacementError::A2aWithEagerProvisioning { remote: remote.clone() });
         }
         return Ok(Requirements {
             backend: backend.clone(),
@@ -280,9 +259,7 @@ pub fn place(
     let mut because = Vec::new();
     if let BackendRef::Acp { executor } = backend {
         if cloud.provisioning == Provisioning::OnToolUse {
-            return Err(PlacementError::AcpDeferredProvisioning {
-                executor: executor.clone(),
-            });
+            return Err(PlacementError::AcpDeferredProvisioning { executor: executor.clone() });
         }
         because.push(RealizeReason::AcpProcess);
     }
@@ -299,22 +276,13 @@ pub fn place(
         because.push(RealizeReason::ExecutableSkills);
     }
 
-    let sandbox = sandbox_for(
-        cloud.provider.clone(),
-        &cloud.networking,
-        !cloud.packages.is_empty(),
-        offer,
-    )?;
+    let sandbox = sandbox_for(cloud.provider.clone(), &cloud.networking, !cloud.packages.is_empty(), offer)?;
     let environment = if because.is_empty() {
         EnvironmentPlan::OnFirstLocalTool { sandbox }
     } else {
         EnvironmentPlan::BeforeExecution { sandbox, because }
     };
-    Ok(Requirements {
-        backend: backend.clone(),
-        environment,
-        tool_execution: ToolExecution::Local,
-    })
+    Ok(Requirements { backend: backend.clone(), environment, tool_execution: ToolExecution::Local })
 }
 
 /// Checks that the requested provider exists and can honour the network and package policy.
@@ -325,29 +293,16 @@ fn sandbox_for(
     offer: &Offer,
 ) -> Result<SandboxSpec, PlacementError> {
     let Some(p) = offer.provider(&provider) else {
-        let available = offer
-            .providers
-            .iter()
-            .map(|p| p.tier.to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
+        let available = offer.providers.iter().map(|p| p.tier.to_string()).collect::<Vec<_>>().join(", ");
         return Err(PlacementError::ProviderUnavailable {
             provider: provider.to_string(),
-            available: if available.is_empty() {
-                "none".into()
-            } else {
-                available
-            },
+            available: if available.is_empty() { "none".into() } else { available },
         });
     };
     let network = networking.any_network();
     let needed = match networking {
         Networking::Unrestricted => NetworkControl::None,
-        Networking::Limited {
-            allowed_hosts,
-            allow_mcp_servers,
-            allow_package_managers,
-        } => {
+        Networking::Limited { allowed_hosts, allow_mcp_servers, allow_package_managers } => {
             if allowed_hosts.is_empty() && !allow_mcp_servers && !allow_package_managers {
                 NetworkControl::AllOrNothing
             } else {
@@ -366,9 +321,7 @@ fn sandbox_for(
         });
     }
     if wants_packages && !p.installs_packages {
-        return Err(PlacementError::PackagesUnsupported {
-            provider: provider.to_string(),
-        });
+        return Err(PlacementError::PackagesUnsupported { provider: provider.to_string() });
     }
     Ok(SandboxSpec { provider, network })
 }
@@ -381,11 +334,7 @@ mod tests {
     fn offer() -> Offer {
         Offer {
             providers: vec![
-                ProviderOffer {
-                    tier: ProviderTier::local(),
-                    network: NetworkControl::None,
-                    installs_packages: false,
-                },
+                ProviderOffer { tier: ProviderTier::local(), network: NetworkControl::None, installs_packages: false },
                 ProviderOffer {
                     tier: ProviderTier::namespace(),
                     network: NetworkControl::AllOrNothing,
@@ -407,59 +356,37 @@ mod tests {
     }
 
     fn acp() -> BackendRef {
-        BackendRef::Acp {
-            executor: "claude".into(),
-        }
+        BackendRef::Acp { executor: "claude".into() }
     }
 
     fn a2a() -> BackendRef {
-        BackendRef::A2a {
-            remote: "echo".into(),
-        }
+        BackendRef::A2a { remote: "echo".into() }
     }
 
     fn mounts() -> LocalInputs {
-        LocalInputs {
-            files: 1,
-            ..Default::default()
-        }
+        LocalInputs { files: 1, ..Default::default() }
     }
 
     // Row: native, no local input or tool, on_tool_use -> start without a sandbox.
     #[test]
     fn row_native_without_local_input_starts_without_sandbox() {
-        let r = place(
-            &BackendRef::Native,
-            &cloud(Provisioning::OnToolUse, "local"),
-            &LocalInputs::default(),
-            &offer(),
-        )
-        .unwrap();
+        let r = place(&BackendRef::Native, &cloud(Provisioning::OnToolUse, "local"), &LocalInputs::default(), &offer())
+            .unwrap();
         assert!(!r.environment.realize_before_execution());
-        assert!(matches!(
-            r.environment,
-            EnvironmentPlan::OnFirstLocalTool { .. }
-        ));
+        assert!(matches!(r.environment, EnvironmentPlan::OnFirstLocalTool { .. }));
     }
 
     // Row: native that reaches a local tool -> realize before the first local tool executes,
     // with the environment's own provider.
     #[test]
     fn row_native_local_tool_realizes_with_the_requested_provider() {
-        let r = place(
-            &BackendRef::Native,
-            &cloud(Provisioning::OnToolUse, "namespace"),
-            &LocalInputs::default(),
-            &offer(),
-        )
-        .unwrap();
+        let r =
+            place(&BackendRef::Native, &cloud(Provisioning::OnToolUse, "namespace"), &LocalInputs::default(), &offer())
+                .unwrap();
         assert_eq!(
             r.environment,
             EnvironmentPlan::OnFirstLocalTool {
-                sandbox: SandboxSpec {
-                    provider: ProviderTier::namespace(),
-                    network: true
-                }
+                sandbox: SandboxSpec { provider: ProviderTier::namespace(), network: true }
             }
         );
         assert_eq!(r.tool_execution, ToolExecution::Local);
@@ -470,45 +397,18 @@ mod tests {
     #[test]
     fn row_mounts_workspace_skills_or_eager_realize_before_execution() {
         let cases = [
-            (
-                Provisioning::Eager,
-                LocalInputs::default(),
-                RealizeReason::EagerProvisioning,
-            ),
+            (Provisioning::Eager, LocalInputs::default(), RealizeReason::EagerProvisioning),
             (Provisioning::OnToolUse, mounts(), RealizeReason::Mounts),
+            (Provisioning::OnToolUse, LocalInputs { repositories: 2, ..Default::default() }, RealizeReason::Mounts),
+            (Provisioning::OnToolUse, LocalInputs { workspace: true, ..Default::default() }, RealizeReason::Workspace),
             (
                 Provisioning::OnToolUse,
-                LocalInputs {
-                    repositories: 2,
-                    ..Default::default()
-                },
-                RealizeReason::Mounts,
-            ),
-            (
-                Provisioning::OnToolUse,
-                LocalInputs {
-                    workspace: true,
-                    ..Default::default()
-                },
-                RealizeReason::Workspace,
-            ),
-            (
-                Provisioning::OnToolUse,
-                LocalInputs {
-                    executable_skills: true,
-                    ..Default::default()
-                },
+                LocalInputs { executable_skills: true, ..Default::default() },
                 RealizeReason::ExecutableSkills,
             ),
         ];
         for (provisioning, inputs, reason) in cases {
-            let r = place(
-                &BackendRef::Native,
-                &cloud(provisioning, "local"),
-                &inputs,
-                &offer(),
-            )
-            .unwrap();
+            let r = place(&BackendRef::Native, &cloud(provisioning, "local"), &inputs, &offer()).unwrap();
             match r.environment {
                 EnvironmentPlan::BeforeExecution { because, .. } => {
                     assert_eq!(because, vec![reason])
@@ -523,13 +423,7 @@ mod tests {
     // Row: ACP process -> realize before the process starts; on_tool_use is rejected.
     #[test]
     fn row_acp_realizes_before_the_process_starts() {
-        let r = place(
-            &acp(),
-            &cloud(Provisioning::Eager, "local"),
-            &LocalInputs::default(),
-            &offer(),
-        )
-        .unwrap();
+        let r = place(&acp(), &cloud(Provisioning::Eager, "local"), &LocalInputs::default(), &offer()).unwrap();
         match r.environment {
             EnvironmentPlan::BeforeExecution { because, .. } => {
                 assert!(because.contains(&RealizeReason::AcpProcess))
@@ -540,19 +434,9 @@ mod tests {
 
     #[test]
     fn row_acp_with_on_tool_use_is_rejected_naming_the_rule() {
-        let err = place(
-            &acp(),
-            &cloud(Provisioning::OnToolUse, "local"),
-            &LocalInputs::default(),
-            &offer(),
-        )
-        .unwrap_err();
-        assert_eq!(
-            err,
-            PlacementError::AcpDeferredProvisioning {
-                executor: "claude".into()
-            }
-        );
+        let err =
+            place(&acp(), &cloud(Provisioning::OnToolUse, "local"), &LocalInputs::default(), &offer()).unwrap_err();
+        assert_eq!(err, PlacementError::AcpDeferredProvisioning { executor: "claude".into() });
         assert!(err.to_string().contains("ACP + on_tool_use"), "{err}");
         assert_eq!(err.code(), "acp_requires_eager_provisioning");
     }
@@ -560,13 +444,7 @@ mod tests {
     // Row: outbound A2A with no local dependency -> no environment, ever.
     #[test]
     fn row_a2a_without_local_dependency_never_creates_an_environment() {
-        let r = place(
-            &a2a(),
-            &cloud(Provisioning::OnToolUse, "local"),
-            &LocalInputs::default(),
-            &offer(),
-        )
-        .unwrap();
+        let r = place(&a2a(), &cloud(Provisioning::OnToolUse, "local"), &LocalInputs::default(), &offer()).unwrap();
         assert_eq!(r.environment, EnvironmentPlan::Never);
         assert_eq!(r.provider(), None);
     }
@@ -574,27 +452,12 @@ mod tests {
     // Row: outbound A2A that also needs local inputs -> rejected at creation.
     #[test]
     fn row_a2a_with_local_inputs_is_rejected_naming_the_rule() {
-        let err = place(
-            &a2a(),
-            &cloud(Provisioning::OnToolUse, "local"),
-            &mounts(),
-            &offer(),
-        )
-        .unwrap_err();
+        let err = place(&a2a(), &cloud(Provisioning::OnToolUse, "local"), &mounts(), &offer()).unwrap_err();
         assert!(matches!(err, PlacementError::A2aWithLocalInputs { .. }));
         assert!(err.to_string().contains("A2A + local inputs"), "{err}");
         assert!(err.to_string().contains("1 file mount"), "{err}");
-        let err = place(
-            &a2a(),
-            &cloud(Provisioning::Eager, "local"),
-            &LocalInputs::default(),
-            &offer(),
-        )
-        .unwrap_err();
-        assert!(
-            matches!(err, PlacementError::A2aWithEagerProvisioning { .. }),
-            "{err}"
-        );
+        let err = place(&a2a(), &cloud(Provisioning::Eager, "local"), &LocalInputs::default(), &offer()).unwrap_err();
+        assert!(matches!(err, PlacementError::A2aWithEagerProvisioning { .. }), "{err}");
     }
 
     // Row: requirements that cannot be met -> fail closed, never a weaker sandbox.
@@ -608,10 +471,7 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.code(), "provider_unavailable");
-        assert!(
-            err.to_string().contains("available: local, namespace"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("available: local, namespace"), "{err}");
 
         let no_net = EnvironmentConfig::Cloud(CloudConfig {
             networking: Networking::Limited {
@@ -623,30 +483,14 @@ mod tests {
             provisioning: Provisioning::OnToolUse,
             provider: ProviderTier::local(),
         });
-        let err = place(
-            &BackendRef::Native,
-            &no_net,
-            &LocalInputs::default(),
-            &offer(),
-        )
-        .unwrap_err();
-        assert_eq!(
-            err.code(),
-            "network_policy_unsupported",
-            "local cannot cut the network"
-        );
+        let err = place(&BackendRef::Native, &no_net, &LocalInputs::default(), &offer()).unwrap_err();
+        assert_eq!(err.code(), "network_policy_unsupported", "local cannot cut the network");
 
         let mut on_ns = no_net.clone();
         if let EnvironmentConfig::Cloud(c) = &mut on_ns {
             c.provider = ProviderTier::namespace();
         }
-        let r = place(
-            &BackendRef::Native,
-            &on_ns,
-            &LocalInputs::default(),
-            &offer(),
-        )
-        .unwrap();
+        let r = place(&BackendRef::Native, &on_ns, &LocalInputs::default(), &offer()).unwrap();
         assert_eq!(r.environment.sandbox().map(|s| s.network), Some(false));
 
         if let EnvironmentConfig::Cloud(c) = &mut on_ns {
@@ -656,23 +500,11 @@ mod tests {
                 allow_package_managers: false,
             };
         }
-        let err = place(
-            &BackendRef::Native,
-            &on_ns,
-            &LocalInputs::default(),
-            &offer(),
-        )
-        .unwrap_err();
-        assert_eq!(
-            err.code(),
-            "network_policy_unsupported",
-            "namespace has no host allowlist"
-        );
+        let err = place(&BackendRef::Native, &on_ns, &LocalInputs::default(), &offer()).unwrap_err();
+        assert_eq!(err.code(), "network_policy_unsupported", "namespace has no host allowlist");
 
         let err = place(
-            &BackendRef::Acp {
-                executor: "nope".into(),
-            },
+            &BackendRef::Acp { executor: "nope".into() },
             &cloud(Provisioning::Eager, "local"),
             &LocalInputs::default(),
             &offer(),
@@ -680,9 +512,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(err, PlacementError::UnknownExecutor("nope".into()));
         let err = place(
-            &BackendRef::A2a {
-                remote: "nope".into(),
-            },
+            &BackendRef::A2a { remote: "nope".into() },
             &cloud(Provisioning::OnToolUse, "local"),
             &LocalInputs::default(),
             &offer(),
@@ -693,35 +523,15 @@ mod tests {
 
     #[test]
     fn self_hosted_runs_tools_externally_and_takes_no_local_inputs() {
-        let r = place(
-            &BackendRef::Native,
-            &EnvironmentConfig::SelfHosted,
-            &LocalInputs::default(),
-            &offer(),
-        )
-        .unwrap();
+        let r = place(&BackendRef::Native, &EnvironmentConfig::SelfHosted, &LocalInputs::default(), &offer()).unwrap();
         assert_eq!(r.environment, EnvironmentPlan::Never);
         assert_eq!(r.tool_execution, ToolExecution::External);
         assert_eq!(
-            place(
-                &acp(),
-                &EnvironmentConfig::SelfHosted,
-                &LocalInputs::default(),
-                &offer()
-            )
-            .unwrap_err()
-            .code(),
+            place(&acp(), &EnvironmentConfig::SelfHosted, &LocalInputs::default(), &offer()).unwrap_err().code(),
             "acp_on_self_hosted"
         );
         assert_eq!(
-            place(
-                &BackendRef::Native,
-                &EnvironmentConfig::SelfHosted,
-                &mounts(),
-                &offer()
-            )
-            .unwrap_err()
-            .code(),
+            place(&BackendRef::Native, &EnvironmentConfig::SelfHosted, &mounts(), &offer()).unwrap_err().code(),
             "resources_on_self_hosted"
         );
     }

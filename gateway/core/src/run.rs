@@ -39,17 +39,9 @@ impl RunState {
     }
 
     pub fn parse(s: &str) -> Option<Self> {
-        [
-            Self::Queued,
-            Self::Running,
-            Self::Completed,
-            Self::Parked,
-            Self::Cancelled,
-            Self::Failed,
-            Self::Indeterminate,
-        ]
-        .into_iter()
-        .find(|v| v.as_str() == s)
+        [Self::Queued, Self::Running, Self::Completed, Self::Parked, Self::Cancelled, Self::Failed, Self::Indeterminate]
+            .into_iter()
+            .find(|v| v.as_str() == s)
     }
 
     pub fn is_final(self) -> bool {

@@ -32,14 +32,7 @@ impl SessionStatus {
     }
 
     pub fn parse(s: &str) -> Option<Self> {
-        [
-            Self::Idle,
-            Self::Running,
-            Self::Rescheduling,
-            Self::Terminated,
-        ]
-        .into_iter()
-        .find(|v| v.as_str() == s)
+        [Self::Idle, Self::Running, Self::Rescheduling, Self::Terminated].into_iter().find(|v| v.as_str() == s)
     }
 }
 
@@ -64,9 +57,7 @@ impl EnvironmentState {
     }
 
     pub fn parse(s: &str) -> Option<Self> {
-        [Self::None, Self::Realized, Self::Hibernated, Self::Released]
-            .into_iter()
-            .find(|v| v.as_str() == s)
+        [Self::None, Self::Realized, Self::Hibernated, Self::Released].into_iter().find(|v| v.as_str() == s)
     }
 
     /// Whether moving from `self` to `next` is allowed. Nothing leaves `Released`.

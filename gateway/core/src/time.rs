@@ -27,11 +27,10 @@ impl Timestamp {
 
     /// RFC 3339 in UTC with millisecond precision, e.g. `2026-11-29T12:00:00.123Z`.
     pub fn to_rfc3339(self) -> String {
-        let dt = OffsetDateTime::from_unix_timestamp_nanos(self.0 as i128 * 1_000_000)
-            .unwrap_or(OffsetDateTime::UNIX_EPOCH);
-        let fmt = time::macros::format_description!(
-            "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
-        );
+        let dt =
+            OffsetDateTime::from_unix_timestamp_nanos(self.0 as i128 * 1_000_000).unwrap_or(OffsetDateTime::UNIX_EPOCH);
+        let fmt =
+            time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
         dt.format(&fmt).unwrap_or_default()
     }
 
@@ -52,10 +51,7 @@ mod tests {
         let s = t.to_rfc3339();
         assert_eq!(s, "2025-11-29T12:00:00.123Z");
         assert_eq!(Timestamp::parse_rfc3339(&s), Some(t));
-        assert_eq!(
-            Timestamp::parse_rfc3339("2025-11-29T13:00:00.123456789+01:00"),
-            Some(t)
-        );
+        assert_eq!(Timestamp::parse_rfc3339("2025-11-29T13:00:00.123456789+01:00"), Some(t));
         assert_eq!(Timestamp::parse_rfc3339("yesterday"), None);
     }
 }

@@ -1,1 +1,22 @@
+//! gateway-runtime: the application core between the adapters and the store.
+//!
+//! - [`Coordinator`]: the one service adapters call (sessions, inputs, subscriptions).
+//! - [`WorkerPool`]: claims runs and executes them on a [`Backend`] under fenced leases.
+//! - [`PreviewBus`]: in-process streaming previews (never stored).
 
+pub mod backend;
+pub mod coordinator;
+pub mod error;
+pub mod previews;
+pub mod subscription;
+pub mod worker;
+
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use backend::{Backend, BackendError, BackendRegistry, RunContext, TurnOutcome};
+pub use coordinator::{AgentSelection, Coordinator, CoordinatorOptions, CreateSession};
+pub use error::{Result, RuntimeError};
+pub use previews::{Preview, PreviewBus};
+pub use subscription::{Delivery, SubscribeOptions};
+pub use worker::{RetryPolicy, WorkerConfig, WorkerPool};

@@ -10,11 +10,7 @@ pub enum StoreError {
 
     /// Optimistic concurrency: the caller based its change on an older version.
     #[error("agent {id} is at version {current}, not {expected}")]
-    StaleVersion {
-        id: String,
-        current: u32,
-        expected: u32,
-    },
+    StaleVersion { id: String, current: u32, expected: u32 },
 
     /// A state guard refused the operation (e.g. deleting a running session).
     #[error("{0}")]
@@ -28,14 +24,7 @@ pub enum StoreError {
     #[error(
         "run {run_id} fenced: lease epoch {current_epoch} held by {current_owner} (state {state}), this worker {owner} had {epoch}"
     )]
-    Fenced {
-        run_id: RunId,
-        owner: String,
-        epoch: i64,
-        current_owner: String,
-        current_epoch: i64,
-        state: String,
-    },
+    Fenced { run_id: RunId, owner: String, epoch: i64, current_owner: String, current_epoch: i64, state: String },
 
     /// The database could not be reached or timed out; the operation may be retried.
     #[error("database unavailable: {0}")]
@@ -66,19 +55,12 @@ pub enum Guard {
     #[error("session {0} is archived")]
     SessionArchived(String),
     #[error("environment of session {session} cannot go from {from} to {to}")]
-    EnvironmentTransition {
-        session: String,
-        from: &'static str,
-        to: &'static str,
-    },
+    EnvironmentTransition { session: String, from: &'static str, to: &'static str },
 }
 
 impl StoreError {
     pub fn not_found(kind: &'static str, id: impl ToString) -> Self {
-        StoreError::NotFound {
-            kind,
-            id: id.to_string(),
-        }
+        StoreError::NotFound { kind, id: id.to_string() }
     }
 
     pub fn is_fenced(&self) -> bool {
@@ -93,13 +75,12 @@ impl StoreError {
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         match e {
-            sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_) => StoreError::Unavailable(e.to_string()),
-            sqlx::Error::ColumnDecode { .. }
-            | sqlx::Error::Decode(_)
-            | sqlx::Error::ColumnNotFound(_) => StoreError::Corrupt(e.to_string()),
+            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => {
+                StoreError::Unavailable(e.to_string())
+            }
+            sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) | sqlx::Error::ColumnNotFound(_) => {
+                StoreError::Corrupt(e.to_string())
+            }
             other => StoreError::Database(other),
         }
     }

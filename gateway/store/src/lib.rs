@@ -55,19 +55,11 @@ pub trait Catalog: Send + Sync {
 
     async fn create_environment(&self, spec: EnvironmentSpec) -> Result<Environment>;
     async fn get_environment(&self, id: &EnvironmentId) -> Result<Environment>;
-    async fn update_environment(
-        &self,
-        id: &EnvironmentId,
-        spec: EnvironmentSpec,
-    ) -> Result<Environment>;
+    async fn update_environment(&self, id: &EnvironmentId, spec: EnvironmentSpec) -> Result<Environment>;
     async fn archive_environment(&self, id: &EnvironmentId) -> Result<Environment>;
     /// Refused (`Guard::EnvironmentInUse`) while a live session references it.
     async fn delete_environment(&self, id: &EnvironmentId) -> Result<()>;
-    async fn list_environments(
-        &self,
-        filter: &EnvironmentFilter,
-        page: &PageRequest,
-    ) -> Result<Page<Environment>>;
+    async fn list_environments(&self, filter: &EnvironmentFilter, page: &PageRequest) -> Result<Page<Environment>>;
 }
 
 /// Sessions and the admission of client inputs.
@@ -78,11 +70,7 @@ pub trait Sessions: Send + Sync {
     async fn create_session(&self, new: NewSession) -> Result<(Session, Vec<Event>)>;
     async fn get_session(&self, id: &SessionId) -> Result<Session>;
     async fn update_session(&self, id: &SessionId, patch: SessionPatch) -> Result<Session>;
-    async fn list_sessions(
-        &self,
-        filter: &SessionFilter,
-        page: &PageRequest,
-    ) -> Result<Page<Session>>;
+    async fn list_sessions(&self, filter: &SessionFilter, page: &PageRequest) -> Result<Page<Session>>;
     /// Refused while running.
     async fn archive_session(&self, id: &SessionId) -> Result<Session>;
     /// Refused while running. Appends `session_deleted` (the last event open streams see),
@@ -100,15 +88,9 @@ pub trait Sessions: Send + Sync {
 #[async_trait]
 pub trait EventLog: Send + Sync {
     /// Events in seq order (or reverse). The page key is the seq (`Keyset::at`).
-    async fn list_events(
-        &self,
-        session: &SessionId,
-        filter: &EventFilter,
-        page: &PageRequest,
-    ) -> Result<Page<Event>>;
+    async fn list_events(&self, session: &SessionId, filter: &EventFilter, page: &PageRequest) -> Result<Page<Event>>;
     /// Events with seq greater than `after`, ascending, at most `limit`: the subscription path.
-    async fn events_after(&self, session: &SessionId, after: u64, limit: u32)
-    -> Result<Vec<Event>>;
+    async fn events_after(&self, session: &SessionId, after: u64, limit: u32) -> Result<Vec<Event>>;
     async fn find_event(&self, session: &SessionId, id: &EventId) -> Result<Option<Event>>;
 }
 
@@ -165,11 +147,7 @@ pub struct StoreOptions {
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        Self {
-            max_connections: 8,
-            acquire_timeout: Duration::from_secs(5),
-            wakeups: true,
-        }
+        Self { max_connections: 8, acquire_timeout: Duration::from_secs(5), wakeups: true }
     }
 }
 

@@ -36,11 +36,7 @@ pub struct PageRequest {
 
 impl PageRequest {
     pub fn first(limit: u32, order: Order) -> Self {
-        Self {
-            limit,
-            order,
-            cursor: None,
-        }
+        Self { limit, order, cursor: None }
     }
 }
 

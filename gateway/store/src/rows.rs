@@ -102,9 +102,8 @@ impl SessionRow {
             status: SessionStatus::parse(&self.status)
                 .ok_or_else(|| StoreError::corrupt(format!("session status {:?}", self.status)))?,
             pending_actions: serde_json::from_str(&self.pending)?,
-            environment_state: EnvironmentState::parse(&self.env_state).ok_or_else(|| {
-                StoreError::corrupt(format!("environment state {:?}", self.env_state))
-            })?,
+            environment_state: EnvironmentState::parse(&self.env_state)
+                .ok_or_else(|| StoreError::corrupt(format!("environment state {:?}", self.env_state)))?,
             environment_host: self.env_host,
             last_seq: u64::try_from(self.last_seq).map_err(StoreError::corrupt)?,
             created_at: ts(self.created_at),
@@ -166,8 +165,7 @@ impl RunRow {
             session_id: id::<SessionId>(&self.session_id)?,
             state: RunState::parse(&self.state)
                 .ok_or_else(|| StoreError::corrupt(format!("run state {:?}", self.state)))?,
-            backend: gateway_core::agent::BackendRef::parse(&self.backend)
-                .map_err(StoreError::corrupt)?,
+            backend: gateway_core::agent::BackendRef::parse(&self.backend).map_err(StoreError::corrupt)?,
             provider: self.provider.map(gateway_core::environment::ProviderTier),
             lease_owner: self.lease_owner,
             lease_epoch: self.lease_epoch,
@@ -197,11 +195,7 @@ impl Scan {
     pub fn plan(req: &PageRequest) -> Self {
         let backward = req.cursor.as_ref().is_some_and(|c| c.backward);
         let ascending = (req.order == Order::Asc) != backward;
-        Scan {
-            ascending,
-            bound: req.cursor.as_ref().map(|c| c.key.clone()),
-            fetch: i64::from(req.limit.max(1)) + 1,
-        }
+        Scan { ascending, bound: req.cursor.as_ref().map(|c| c.key.clone()), fetch: i64::from(req.limit.max(1)) + 1 }
     }
 
     /// The bound's parts as SQL parameters (NULLs when unbounded).
@@ -214,11 +208,7 @@ impl Scan {
 }
 
 /// Turns scanned rows into a page with neighbour cursors.
-pub(crate) fn paginate<T>(
-    req: &PageRequest,
-    mut rows: Vec<T>,
-    key: impl Fn(&T) -> Keyset,
-) -> Page<T> {
+pub(crate) fn paginate<T>(req: &PageRequest, mut rows: Vec<T>, key: impl Fn(&T) -> Keyset) -> Page<T> {
     let backward = req.cursor.as_ref().is_some_and(|c| c.backward);
     let limit = req.limit.max(1) as usize;
     let more = rows.len() > limit;
@@ -228,28 +218,10 @@ pub(crate) fn paginate<T>(
     }
     let first = rows.first().map(&key);
     let last = rows.last().map(&key);
-    let (has_next, has_prev) = if backward {
-        (true, more)
-    } else {
-        (more, req.cursor.is_some())
-    };
+    let (has_next, has_prev) = if backward { (true, more) } else { (more, req.cursor.is_some()) };
     Page {
-        next: if has_next {
-            last.map(|key| PageCursor {
-                key,
-                backward: false,
-            })
-        } else {
-            None
-        },
-        prev: if has_prev {
-            first.map(|key| PageCursor {
-                key,
-                backward: true,
-            })
-        } else {
-            None
-        },
+        next: if has_next { last.map(|key| PageCursor { key, backward: false }) } else { None },
+        prev: if has_prev { first.map(|key| PageCursor { key, backward: true }) } else { None },
         items: rows,
     }
 }

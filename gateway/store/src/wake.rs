@@ -9,12 +9,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use gateway_core::{RunId, SessionId};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 /// The in-process wake-up hub of one store.
 pub struct Wakeups {
     enabled: bool,
-    runs: Notify,
+    /// A generation counter bumped by every run-ready hint.
+    runs: watch::Sender<u64>,
     sessions: Mutex<HashMap<SessionId, watch::Sender<u64>>>,
     cancels: Mutex<HashMap<RunId, watch::Sender<bool>>>,
 }
@@ -45,10 +46,7 @@ impl Hint {
         }
         if let Some(rest) = s.strip_prefix("s:") {
             let (id, seq) = rest.split_once(':')?;
-            return Some(Hint::SessionAdvanced(
-                SessionId::parse(id).ok()?,
-                seq.parse().ok()?,
-            ));
+            return Some(Hint::SessionAdvanced(SessionId::parse(id).ok()?, seq.parse().ok()?));
         }
         if let Some(id) = s.strip_prefix("c:") {
             return Some(Hint::CancelRequested(RunId::parse(id).ok()?));
@@ -61,7 +59,7 @@ impl Wakeups {
     pub fn new(enabled: bool) -> Self {
         Self {
             enabled,
-            runs: Notify::new(),
+            runs: watch::channel(0).0,
             sessions: Mutex::new(HashMap::new()),
             cancels: Mutex::new(HashMap::new()),
         }
@@ -77,7 +75,7 @@ impl Wakeups {
             return;
         }
         match hint {
-            Hint::RunReady => self.runs.notify_waiters(),
+            Hint::RunReady => self.bump_runs(),
             Hint::SessionAdvanced(session, seq) => {
                 let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(tx) = map.get(session) {
@@ -109,7 +107,7 @@ impl Wakeups {
         if !self.enabled {
             return;
         }
-        self.runs.notify_waiters();
+        self.bump_runs();
         let map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         for tx in map.values() {
             tx.send_modify(|_| {});
@@ -120,36 +118,29 @@ impl Wakeups {
         }
     }
 
-    /// Resolves at the next run-ready hint. Callers always bound the wait with their poll interval.
-    pub async fn run_ready(&self) {
-        if self.enabled {
-            self.runs.notified().await
-        } else {
-            std::future::pending().await
-        }
+    fn bump_runs(&self) {
+        self.runs.send_modify(|g| *g = g.wrapping_add(1));
+    }
+
+    /// A receiver that changes at every run-ready hint. A Worker marks it seen before it
+    /// tries to claim and waits on it after finding nothing, so a hint sent in between is
+    /// never lost; with wake-ups disabled it never changes and the poll timer decides.
+    pub fn watch_runs(&self) -> watch::Receiver<u64> {
+        self.runs.subscribe()
     }
 
     /// A receiver that changes when the session's log may have advanced.
     pub fn watch_session(&self, session: &SessionId) -> watch::Receiver<u64> {
         let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         map.retain(|_, tx| tx.receiver_count() > 0);
-        map.entry(session.clone())
-            .or_insert_with(|| watch::channel(0).0)
-            .subscribe()
+        map.entry(session.clone()).or_insert_with(|| watch::channel(0).0).subscribe()
     }
 
     /// A receiver that turns true when the run's cancel intent may have been set.
     pub fn watch_cancel(self: &Arc<Self>, run: &RunId) -> CancelWatch {
         let mut map = self.cancels.lock().unwrap_or_else(|p| p.into_inner());
-        let rx = map
-            .entry(run.clone())
-            .or_insert_with(|| watch::channel(false).0)
-            .subscribe();
-        CancelWatch {
-            hub: Arc::clone(self),
-            run: run.clone(),
-            rx,
-        }
+        let rx = map.entry(run.clone()).or_insert_with(|| watch::channel(false).0).subscribe();
+        CancelWatch { hub: Arc::clone(self), run: run.clone(), rx }
     }
 }
 
@@ -163,10 +154,7 @@ pub struct CancelWatch {
 impl Drop for CancelWatch {
     fn drop(&mut self) {
         let mut map = self.hub.cancels.lock().unwrap_or_else(|p| p.into_inner());
-        if map
-            .get(&self.run)
-            .is_some_and(|tx| tx.receiver_count() <= 1)
-        {
+        if map.get(&self.run).is_some_and(|tx| tx.receiver_count() <= 1) {
             map.remove(&self.run);
         }
     }
@@ -178,11 +166,7 @@ mod tests {
 
     #[test]
     fn hints_round_trip() {
-        for h in [
-            Hint::RunReady,
-            Hint::SessionAdvanced(SessionId::new(), 42),
-            Hint::CancelRequested(RunId::new()),
-        ] {
+        for h in [Hint::RunReady, Hint::SessionAdvanced(SessionId::new(), 42), Hint::CancelRequested(RunId::new())] {
             assert_eq!(Hint::decode(&h.encode()), Some(h));
         }
         assert_eq!(Hint::decode("s:nope:1"), None);
@@ -201,10 +185,6 @@ mod tests {
         let off = Wakeups::new(false);
         let mut rx = off.watch_session(&s);
         off.deliver(&Hint::SessionAdvanced(s, 3));
-        assert!(
-            tokio::time::timeout(std::time::Duration::from_millis(20), rx.changed())
-                .await
-                .is_err()
-        );
+        assert!(tokio::time::timeout(std::time::Duration::from_millis(20), rx.changed()).await.is_err());
     }
 }

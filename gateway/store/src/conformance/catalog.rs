@@ -16,58 +16,20 @@ pub async fn agents_are_versioned(h: &dyn Harness) {
     let b = s.update_agent(&a.id, 1, spec).await.unwrap();
     assert_eq!(b.version, 2);
     assert_eq!(b.created_at, a.created_at);
-    assert_eq!(
-        s.get_agent(&a.id, None)
-            .await
-            .unwrap()
-            .spec
-            .system
-            .as_deref(),
-        Some("v2")
-    );
-    assert_eq!(
-        s.get_agent(&a.id, Some(1))
-            .await
-            .unwrap()
-            .spec
-            .system
-            .as_deref(),
-        Some("be brief")
-    );
-    assert!(matches!(
-        s.get_agent(&a.id, Some(3)).await,
-        Err(StoreError::NotFound { .. })
-    ));
+    assert_eq!(s.get_agent(&a.id, None).await.unwrap().spec.system.as_deref(), Some("v2"));
+    assert_eq!(s.get_agent(&a.id, Some(1)).await.unwrap().spec.system.as_deref(), Some("be brief"));
+    assert!(matches!(s.get_agent(&a.id, Some(3)).await, Err(StoreError::NotFound { .. })));
 
     match s.update_agent(&a.id, 1, agent_spec("stale")).await {
-        Err(StoreError::StaleVersion {
-            current: 2,
-            expected: 1,
-            ..
-        }) => {}
+        Err(StoreError::StaleVersion { current: 2, expected: 1, .. }) => {}
         other => panic!("expected StaleVersion, got {other:?}"),
     }
-    let versions = s
-        .list_agent_versions(&a.id, &PageRequest::first(10, Order::Desc))
-        .await
-        .unwrap();
-    assert_eq!(
-        versions.items.iter().map(|v| v.version).collect::<Vec<_>>(),
-        vec![2, 1]
-    );
-    let page = s
-        .list_agent_versions(&a.id, &PageRequest::first(1, Order::Desc))
-        .await
-        .unwrap();
+    let versions = s.list_agent_versions(&a.id, &PageRequest::first(10, Order::Desc)).await.unwrap();
+    assert_eq!(versions.items.iter().map(|v| v.version).collect::<Vec<_>>(), vec![2, 1]);
+    let page = s.list_agent_versions(&a.id, &PageRequest::first(1, Order::Desc)).await.unwrap();
     assert_eq!(page.items[0].version, 2);
-    let next = PageRequest {
-        cursor: page.next.clone(),
-        ..PageRequest::first(1, Order::Desc)
-    };
-    assert_eq!(
-        s.list_agent_versions(&a.id, &next).await.unwrap().items[0].version,
-        1
-    );
+    let next = PageRequest { cursor: page.next.clone(), ..PageRequest::first(1, Order::Desc) };
+    assert_eq!(s.list_agent_versions(&a.id, &next).await.unwrap().items[0].version, 1);
 }
 
 pub async fn concurrent_updates_from_one_base_have_one_winner(h: &dyn Harness) {
@@ -77,9 +39,7 @@ pub async fn concurrent_updates_from_one_base_have_one_winner(h: &dyn Harness) {
     for i in 0..6 {
         let s = Arc::clone(&s);
         let id = a.id.clone();
-        tasks.push(tokio::spawn(async move {
-            s.update_agent(&id, 1, agent_spec(&format!("w{i}"))).await
-        }));
+        tasks.push(tokio::spawn(async move { s.update_agent(&id, 1, agent_spec(&format!("w{i}"))).await }));
     }
     let mut ok = 0;
     for t in tasks {
@@ -101,10 +61,7 @@ pub async fn archived_agents_reject_updates(h: &dyn Harness) {
     let a = s.create_agent(agent_spec("old")).await.unwrap();
     let archived = s.archive_agent(&a.id).await.unwrap();
     assert!(archived.archived_at.is_some());
-    assert!(matches!(
-        s.update_agent(&a.id, 1, agent_spec("x")).await,
-        Err(StoreError::Guard(Guard::AgentArchived(_)))
-    ));
+    assert!(matches!(s.update_agent(&a.id, 1, agent_spec("x")).await, Err(StoreError::Guard(Guard::AgentArchived(_)))));
 }
 
 pub async fn agent_lists_paginate_and_filter(h: &dyn Harness) {
@@ -126,89 +83,37 @@ pub async fn agent_lists_paginate_and_filter(h: &dyn Harness) {
             None => break,
         }
     }
-    assert_eq!(
-        seen, ids,
-        "limit=1 pages walk every agent once, oldest first"
-    );
+    assert_eq!(seen, ids, "limit=1 pages walk every agent once, oldest first");
 
-    let desc = s
-        .list_agents(&all, &PageRequest::first(2, Order::Desc))
-        .await
-        .unwrap();
-    assert_eq!(
-        desc.items.iter().map(|a| a.id.clone()).collect::<Vec<_>>(),
-        vec![ids[2].clone(), ids[1].clone()]
-    );
+    let desc = s.list_agents(&all, &PageRequest::first(2, Order::Desc)).await.unwrap();
+    assert_eq!(desc.items.iter().map(|a| a.id.clone()).collect::<Vec<_>>(), vec![ids[2].clone(), ids[1].clone()]);
     assert!(desc.prev.is_none());
     let second = s
-        .list_agents(
-            &all,
-            &PageRequest {
-                cursor: desc.next.clone(),
-                ..PageRequest::first(2, Order::Desc)
-            },
-        )
+        .list_agents(&all, &PageRequest { cursor: desc.next.clone(), ..PageRequest::first(2, Order::Desc) })
         .await
         .unwrap();
     assert_eq!(second.items.len(), 1);
     let back = s
-        .list_agents(
-            &all,
-            &PageRequest {
-                cursor: second.prev.clone(),
-                ..PageRequest::first(2, Order::Desc)
-            },
-        )
+        .list_agents(&all, &PageRequest { cursor: second.prev.clone(), ..PageRequest::first(2, Order::Desc) })
         .await
         .unwrap();
-    assert_eq!(
-        back.items.iter().map(|a| a.id.clone()).collect::<Vec<_>>(),
-        vec![ids[2].clone(), ids[1].clone()]
-    );
+    assert_eq!(back.items.iter().map(|a| a.id.clone()).collect::<Vec<_>>(), vec![ids[2].clone(), ids[1].clone()]);
 
     s.archive_agent(&ids[0]).await.unwrap();
-    let live = s
-        .list_agents(&all, &PageRequest::first(10, Order::Asc))
-        .await
-        .unwrap();
+    let live = s.list_agents(&all, &PageRequest::first(10, Order::Asc)).await.unwrap();
     assert_eq!(live.items.len(), 2);
-    let with = AgentFilter {
-        include_archived: true,
-        ..Default::default()
-    };
-    assert_eq!(
-        s.list_agents(&with, &PageRequest::first(10, Order::Asc))
-            .await
-            .unwrap()
-            .items
-            .len(),
-        3
-    );
+    let with = AgentFilter { include_archived: true, ..Default::default() };
+    assert_eq!(s.list_agents(&with, &PageRequest::first(10, Order::Asc)).await.unwrap().items.len(), 3);
 
     let b = s.get_agent(&ids[1], None).await.unwrap();
-    let mut since = AgentFilter {
-        include_archived: true,
-        ..Default::default()
-    };
+    let mut since = AgentFilter { include_archived: true, ..Default::default() };
     since.created.gte = Some(b.created_at);
-    let got = s
-        .list_agents(&since, &PageRequest::first(10, Order::Asc))
-        .await
-        .unwrap();
-    assert_eq!(
-        got.items.iter().map(|a| a.id.clone()).collect::<Vec<_>>(),
-        vec![ids[1].clone(), ids[2].clone()]
-    );
+    let got = s.list_agents(&since, &PageRequest::first(10, Order::Asc)).await.unwrap();
+    assert_eq!(got.items.iter().map(|a| a.id.clone()).collect::<Vec<_>>(), vec![ids[1].clone(), ids[2].clone()]);
     since.created.gte = None;
     since.created.lt = Some(b.created_at);
-    let got = s
-        .list_agents(&since, &PageRequest::first(10, Order::Asc))
-        .await
-        .unwrap();
-    assert_eq!(
-        got.items.iter().map(|a| a.id.clone()).collect::<Vec<_>>(),
-        vec![ids[0].clone()]
-    );
+    let got = s.list_agents(&since, &PageRequest::first(10, Order::Asc)).await.unwrap();
+    assert_eq!(got.items.iter().map(|a| a.id.clone()).collect::<Vec<_>>(), vec![ids[0].clone()]);
 }
 
 pub async fn environments_crud_and_delete_guard(h: &dyn Harness) {
@@ -223,37 +128,17 @@ pub async fn environments_crud_and_delete_guard(h: &dyn Harness) {
     let sess = session(&s).await;
     // The fixture made its own environment; delete it while referenced.
     let referenced = sess.environment_id.clone();
-    assert!(matches!(
-        s.delete_environment(&referenced).await,
-        Err(StoreError::Guard(Guard::EnvironmentInUse(_)))
-    ));
+    assert!(matches!(s.delete_environment(&referenced).await, Err(StoreError::Guard(Guard::EnvironmentInUse(_)))));
     s.delete_session(&sess.id).await.unwrap();
     s.delete_environment(&referenced).await.unwrap();
-    assert!(matches!(
-        s.get_environment(&referenced).await,
-        Err(StoreError::NotFound { .. })
-    ));
+    assert!(matches!(s.get_environment(&referenced).await, Err(StoreError::NotFound { .. })));
 
     let archived = s.archive_environment(&e.id).await.unwrap();
     assert!(archived.archived_at.is_some());
-    let live = s
-        .list_environments(
-            &EnvironmentFilter::default(),
-            &PageRequest::first(10, Order::Asc),
-        )
-        .await
-        .unwrap();
-    assert!(
-        live.items.is_empty(),
-        "archived and deleted environments are hidden"
-    );
+    let live = s.list_environments(&EnvironmentFilter::default(), &PageRequest::first(10, Order::Asc)).await.unwrap();
+    assert!(live.items.is_empty(), "archived and deleted environments are hidden");
     let all = s
-        .list_environments(
-            &EnvironmentFilter {
-                include_archived: true,
-            },
-            &PageRequest::first(10, Order::Asc),
-        )
+        .list_environments(&EnvironmentFilter { include_archived: true }, &PageRequest::first(10, Order::Asc))
         .await
         .unwrap();
     assert_eq!(all.items.len(), 1, "deleted environments stay hidden");

@@ -19,9 +19,7 @@ pub async fn seqs_increase_without_gap_under_concurrency(h: &dyn Harness) {
         let id = sess.id.clone();
         tasks.push(tokio::spawn(async move {
             for j in 0..5 {
-                s.submit_inputs(&id, vec![msg(&format!("{i}/{j}")), msg("more")])
-                    .await
-                    .unwrap();
+                s.submit_inputs(&id, vec![msg(&format!("{i}/{j}")), msg("more")]).await.unwrap();
             }
         }));
     }
@@ -35,24 +33,12 @@ pub async fn seqs_increase_without_gap_under_concurrency(h: &dyn Harness) {
                 let finished = done.load(std::sync::atomic::Ordering::SeqCst);
                 match s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap() {
                     Some(c) => {
-                        s.commit(
-                            &c.fence,
-                            Commit {
-                                events: vec![agent_text("out")],
-                                environment: None,
-                            },
-                        )
-                        .await
-                        .unwrap();
-                        s.settle(
-                            &c.fence,
-                            crate::Settlement {
-                                events: vec![],
-                                outcome: crate::RunOutcome::Completed,
-                            },
-                        )
-                        .await
-                        .unwrap();
+                        s.commit(&c.fence, Commit { events: vec![agent_text("out")], environment: None })
+                            .await
+                            .unwrap();
+                        s.settle(&c.fence, crate::Settlement { events: vec![], outcome: crate::RunOutcome::Completed })
+                            .await
+                            .unwrap();
                         runs += 1;
                     }
                     None if finished => return runs,
@@ -69,155 +55,54 @@ pub async fn seqs_increase_without_gap_under_concurrency(h: &dyn Harness) {
     assert!(runs >= 1);
     let log = s.events_after(&sess.id, 0, 1000).await.unwrap();
     let seqs: Vec<u64> = log.iter().map(|e| e.seq).collect();
-    assert_eq!(
-        seqs,
-        (1..=log.len() as u64).collect::<Vec<_>>(),
-        "seqs are 1..n with no gap and no duplicate"
-    );
-    assert_eq!(
-        log.iter()
-            .filter(|e| e.kind() == EventKind::UserMessage)
-            .count(),
-        80
-    );
-    assert_eq!(
-        log.iter()
-            .filter(|e| e.kind() == EventKind::AgentMessage)
-            .count(),
-        runs
-    );
+    assert_eq!(seqs, (1..=log.len() as u64).collect::<Vec<_>>(), "seqs are 1..n with no gap and no duplicate");
+    assert_eq!(log.iter().filter(|e| e.kind() == EventKind::UserMessage).count(), 80);
+    assert_eq!(log.iter().filter(|e| e.kind() == EventKind::AgentMessage).count(), runs);
     let ids: BTreeSet<&EventId> = log.iter().map(|e| &e.id).collect();
     assert_eq!(ids.len(), log.len());
-    assert_eq!(
-        s.get_session(&sess.id).await.unwrap().last_seq,
-        log.len() as u64
-    );
+    assert_eq!(s.get_session(&sess.id).await.unwrap().last_seq, log.len() as u64);
     for w in log.windows(2) {
-        assert!(
-            w[0].created_at <= w[1].created_at,
-            "commit times follow seq order"
-        );
+        assert!(w[0].created_at <= w[1].created_at, "commit times follow seq order");
     }
 }
 
 pub async fn lists_filter_by_kind_and_time_and_page_by_seq(h: &dyn Harness) {
     let s = h.fresh().await;
     let sess = session_with(&s, vec![msg("one")]).await;
-    let c = s
-        .claim_run(&worker("w", "h"), terms(10_000))
-        .await
-        .unwrap()
-        .unwrap();
-    s.commit(
-        &c.fence,
-        Commit {
-            events: vec![agent_text("a"), agent_text("b")],
-            environment: None,
-        },
-    )
-    .await
-    .unwrap();
+    let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
+    s.commit(&c.fence, Commit { events: vec![agent_text("a"), agent_text("b")], environment: None }).await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    s.commit(
-        &c.fence,
-        Commit {
-            events: vec![agent_text("c")],
-            environment: None,
-        },
-    )
-    .await
-    .unwrap();
+    s.commit(&c.fence, Commit { events: vec![agent_text("c")], environment: None }).await.unwrap();
 
     let all = EventFilter::default();
-    let page = s
-        .list_events(&sess.id, &all, &PageRequest::first(2, Order::Asc))
-        .await
-        .unwrap();
-    assert_eq!(
-        page.items.iter().map(|e| e.seq).collect::<Vec<_>>(),
-        vec![1, 2]
-    );
+    let page = s.list_events(&sess.id, &all, &PageRequest::first(2, Order::Asc)).await.unwrap();
+    assert_eq!(page.items.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2]);
     let page2 = s
-        .list_events(
-            &sess.id,
-            &all,
-            &PageRequest {
-                cursor: page.next.clone(),
-                ..PageRequest::first(2, Order::Asc)
-            },
-        )
+        .list_events(&sess.id, &all, &PageRequest { cursor: page.next.clone(), ..PageRequest::first(2, Order::Asc) })
         .await
         .unwrap();
-    assert_eq!(
-        page2.items.iter().map(|e| e.seq).collect::<Vec<_>>(),
-        vec![3, 4]
-    );
+    assert_eq!(page2.items.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3, 4]);
     assert!(page2.next.is_none());
 
-    let desc = s
-        .list_events(&sess.id, &all, &PageRequest::first(10, Order::Desc))
-        .await
-        .unwrap();
-    assert_eq!(
-        desc.items.iter().map(|e| e.seq).collect::<Vec<_>>(),
-        vec![4, 3, 2, 1]
-    );
+    let desc = s.list_events(&sess.id, &all, &PageRequest::first(10, Order::Desc)).await.unwrap();
+    assert_eq!(desc.items.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![4, 3, 2, 1]);
 
-    let agent_only = EventFilter {
-        kinds: vec![EventKind::AgentMessage],
-        created: TimeRange::default(),
-    };
-    let got = s
-        .list_events(&sess.id, &agent_only, &PageRequest::first(10, Order::Asc))
-        .await
-        .unwrap();
-    assert_eq!(
-        got.items.iter().map(|e| e.seq).collect::<Vec<_>>(),
-        vec![2, 3, 4]
-    );
+    let agent_only = EventFilter { kinds: vec![EventKind::AgentMessage], created: TimeRange::default() };
+    let got = s.list_events(&sess.id, &agent_only, &PageRequest::first(10, Order::Asc)).await.unwrap();
+    assert_eq!(got.items.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![2, 3, 4]);
 
     let last = desc.items[0].created_at;
-    let late = EventFilter {
-        kinds: vec![],
-        created: TimeRange {
-            gte: Some(last),
-            ..Default::default()
-        },
-    };
-    let got = s
-        .list_events(&sess.id, &late, &PageRequest::first(10, Order::Asc))
-        .await
-        .unwrap();
+    let late = EventFilter { kinds: vec![], created: TimeRange { gte: Some(last), ..Default::default() } };
+    let got = s.list_events(&sess.id, &late, &PageRequest::first(10, Order::Asc)).await.unwrap();
     assert_eq!(got.items.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![4]);
-    let early = EventFilter {
-        kinds: vec![],
-        created: TimeRange {
-            lt: Some(last),
-            ..Default::default()
-        },
-    };
-    let got = s
-        .list_events(&sess.id, &early, &PageRequest::first(10, Order::Asc))
-        .await
-        .unwrap();
-    assert_eq!(
-        got.items.iter().map(|e| e.seq).collect::<Vec<_>>(),
-        vec![1, 2, 3]
-    );
+    let early = EventFilter { kinds: vec![], created: TimeRange { lt: Some(last), ..Default::default() } };
+    let got = s.list_events(&sess.id, &early, &PageRequest::first(10, Order::Asc)).await.unwrap();
+    assert_eq!(got.items.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2, 3]);
     let none = EventFilter {
         kinds: vec![],
-        created: TimeRange {
-            gt: Some(Timestamp(last.0 + 60_000)),
-            ..Default::default()
-        },
+        created: TimeRange { gt: Some(Timestamp(last.0 + 60_000)), ..Default::default() },
     };
-    assert!(
-        s.list_events(&sess.id, &none, &PageRequest::first(10, Order::Asc))
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    );
+    assert!(s.list_events(&sess.id, &none, &PageRequest::first(10, Order::Asc)).await.unwrap().items.is_empty());
 }
 
 pub async fn events_after_and_find_by_id(h: &dyn Harness) {
@@ -225,22 +110,10 @@ pub async fn events_after_and_find_by_id(h: &dyn Harness) {
     let sess = session_with(&s, vec![msg("a"), msg("b"), msg("c")]).await;
     let log = s.events_after(&sess.id, 1, 10).await.unwrap();
     assert_eq!(log.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![2, 3]);
-    assert_eq!(
-        s.events_after(&sess.id, 0, 1).await.unwrap().len(),
-        1,
-        "limit is honoured"
-    );
+    assert_eq!(s.events_after(&sess.id, 0, 1).await.unwrap().len(), 1, "limit is honoured");
     let found = s.find_event(&sess.id, &log[0].id).await.unwrap().unwrap();
     assert_eq!(found, log[0]);
-    assert!(
-        s.find_event(&sess.id, &EventId::new())
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(s.find_event(&sess.id, &EventId::new()).await.unwrap().is_none());
     let other = session(&s).await;
-    assert!(
-        s.find_event(&other.id, &log[0].id).await.unwrap().is_none(),
-        "ids are looked up within their session"
-    );
+    assert!(s.find_event(&other.id, &log[0].id).await.unwrap().is_none(), "ids are looked up within their session");
 }

@@ -13,8 +13,7 @@ use crate::{PgStore, SqliteStore, Store, StoreOptions};
 pub const DEFAULT_TEST_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 pub fn test_database_url() -> String {
-    std::env::var("GATEWAY_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| DEFAULT_TEST_DATABASE_URL.to_owned())
+    std::env::var("GATEWAY_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_TEST_DATABASE_URL.to_owned())
 }
 
 /// Temporary SQLite files, removed when the harness is dropped.
@@ -27,10 +26,7 @@ pub struct SqliteHarness {
 impl SqliteHarness {
     pub fn new(wakeups: bool) -> Self {
         Self {
-            options: StoreOptions {
-                wakeups,
-                ..Default::default()
-            },
+            options: StoreOptions { wakeups, ..Default::default() },
             dir: tempfile::tempdir().expect("temporary directory"),
             last: Mutex::new(None),
         }
@@ -47,26 +43,15 @@ impl SqliteHarness {
 impl Harness for SqliteHarness {
     async fn fresh(&self) -> Arc<dyn Store> {
         let url = self.new_url();
-        let store = SqliteStore::connect(&url, &self.options)
-            .await
-            .expect("open SQLite");
+        let store = SqliteStore::connect(&url, &self.options).await.expect("open SQLite");
         store.migrate().await.expect("migrate SQLite");
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(url);
         Arc::new(store)
     }
 
     async fn second(&self, _store: &Arc<dyn Store>) -> Arc<dyn Store> {
-        let url = self
-            .last
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .expect("fresh() first");
-        Arc::new(
-            SqliteStore::connect(&url, &self.options)
-                .await
-                .expect("reopen SQLite"),
-        )
+        let url = self.last.lock().unwrap_or_else(|p| p.into_inner()).clone().expect("fresh() first");
+        Arc::new(SqliteStore::connect(&url, &self.options).await.expect("reopen SQLite"))
     }
 
     fn options(&self) -> StoreOptions {
@@ -83,26 +68,14 @@ pub struct PgHarness {
 
 impl PgHarness {
     pub fn new(wakeups: bool) -> Self {
-        Self {
-            options: StoreOptions {
-                wakeups,
-                max_connections: 4,
-                ..Default::default()
-            },
-            last: Mutex::new(None),
-        }
+        Self { options: StoreOptions { wakeups, max_connections: 4, ..Default::default() }, last: Mutex::new(None) }
     }
 
     /// Creates an empty schema and returns a database URL whose connections use it.
     pub async fn new_schema_url() -> String {
         let base = test_database_url();
-        let admin = sqlx::PgPool::connect(&base)
-            .await
-            .expect("connect to the test PostgreSQL (is it running?)");
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let admin = sqlx::PgPool::connect(&base).await.expect("connect to the test PostgreSQL (is it running?)");
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         drop_stale_schemas(&admin, now).await;
         let suffix = gateway_core::RunId::new().as_str()[4..].to_ascii_lowercase();
         let schema = format!("gwt_{now}_{suffix}");
@@ -118,25 +91,15 @@ impl PgHarness {
 }
 
 async fn drop_stale_schemas(admin: &sqlx::PgPool, now: u64) {
-    let names: Vec<(String,)> =
-        sqlx::query_as("SELECT nspname::TEXT FROM pg_namespace WHERE nspname LIKE 'gwt\\_%'")
-            .fetch_all(admin)
-            .await
-            .unwrap_or_default();
+    let names: Vec<(String,)> = sqlx::query_as("SELECT nspname::TEXT FROM pg_namespace WHERE nspname LIKE 'gwt\\_%'")
+        .fetch_all(admin)
+        .await
+        .unwrap_or_default();
     for (name,) in names {
-        let born = name
-            .split('_')
-            .nth(1)
-            .and_then(|s| s.parse::<u64>().ok())
-            .unwrap_or(now);
-        if now.saturating_sub(born) > 3600
-            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        {
-            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "DROP SCHEMA IF EXISTS {name} CASCADE"
-            )))
-            .execute(admin)
-            .await;
+        let born = name.split('_').nth(1).and_then(|s| s.parse::<u64>().ok()).unwrap_or(now);
+        if now.saturating_sub(born) > 3600 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            let _ =
+                sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {name} CASCADE"))).execute(admin).await;
         }
     }
 }
@@ -145,26 +108,15 @@ async fn drop_stale_schemas(admin: &sqlx::PgPool, now: u64) {
 impl Harness for PgHarness {
     async fn fresh(&self) -> Arc<dyn Store> {
         let url = Self::new_schema_url().await;
-        let store = PgStore::connect(&url, &self.options)
-            .await
-            .expect("open PostgreSQL");
+        let store = PgStore::connect(&url, &self.options).await.expect("open PostgreSQL");
         store.migrate().await.expect("migrate PostgreSQL");
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(url);
         Arc::new(store)
     }
 
     async fn second(&self, _store: &Arc<dyn Store>) -> Arc<dyn Store> {
-        let url = self
-            .last
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .expect("fresh() first");
-        Arc::new(
-            PgStore::connect(&url, &self.options)
-                .await
-                .expect("reopen PostgreSQL"),
-        )
+        let url = self.last.lock().unwrap_or_else(|p| p.into_inner()).clone().expect("fresh() first");
+        Arc::new(PgStore::connect(&url, &self.options).await.expect("reopen PostgreSQL"))
     }
 
     fn options(&self) -> StoreOptions {

@@ -18,8 +18,7 @@ use gateway_core::Metadata;
 use gateway_core::agent::{AgentSpec, BackendRef, ModelSpec};
 use gateway_core::content::ContentBlock;
 use gateway_core::environment::{
-    CloudConfig, EnvironmentConfig, EnvironmentSpec, Networking, Packages, ProviderTier,
-    Provisioning,
+    CloudConfig, EnvironmentConfig, EnvironmentSpec, Networking, Packages, ProviderTier, Provisioning,
 };
 use gateway_core::event::{EventPayload, NewEvent};
 use gateway_core::placement::{LocalInputs, NetworkControl, Offer, ProviderOffer, place};
@@ -95,11 +94,7 @@ pub fn agent_spec(name: &str) -> AgentSpec {
         name: name.to_owned(),
         description: None,
         system: Some("be brief".into()),
-        model: ModelSpec {
-            id: "claude-test".into(),
-            effort: None,
-            speed: None,
-        },
+        model: ModelSpec { id: "claude-test".into(), effort: None, speed: None },
         tools: vec![],
         mcp_servers: vec![],
         skills: vec![],
@@ -141,28 +136,13 @@ pub async fn session(store: &Arc<dyn Store>) -> Session {
 }
 
 pub async fn session_with(store: &Arc<dyn Store>, initial: Vec<NewEvent>) -> Session {
-    let agent = store
-        .create_agent(agent_spec("a"))
-        .await
-        .expect("create agent");
-    let env = store
-        .create_environment(env_spec("e"))
-        .await
-        .expect("create environment");
-    let requirements = place(
-        &BackendRef::Native,
-        &env.spec.config,
-        &LocalInputs::default(),
-        &placement_offer(),
-    )
-    .expect("place");
+    let agent = store.create_agent(agent_spec("a")).await.expect("create agent");
+    let env = store.create_environment(env_spec("e")).await.expect("create environment");
+    let requirements =
+        place(&BackendRef::Native, &env.spec.config, &LocalInputs::default(), &placement_offer()).expect("place");
     let new = NewSession {
         environment_id: env.id,
-        snapshot: SessionSnapshot {
-            agent,
-            requirements,
-            resources: vec![],
-        },
+        snapshot: SessionSnapshot { agent, requirements, resources: vec![] },
         title: Some("t".into()),
         metadata: Metadata::new(),
         initial_inputs: initial,
@@ -171,15 +151,11 @@ pub async fn session_with(store: &Arc<dyn Store>, initial: Vec<NewEvent>) -> Ses
 }
 
 pub fn msg(text: &str) -> NewEvent {
-    NewEvent::new(EventPayload::UserMessage {
-        content: vec![ContentBlock::text(text)],
-    })
+    NewEvent::new(EventPayload::UserMessage { content: vec![ContentBlock::text(text)] })
 }
 
 pub fn agent_text(text: &str) -> NewEvent {
-    NewEvent::new(EventPayload::AgentMessage {
-        content: vec![ContentBlock::text(text)],
-    })
+    NewEvent::new(EventPayload::AgentMessage { content: vec![ContentBlock::text(text)] })
 }
 
 pub fn worker(name: &str, host: &str) -> WorkerOffer {
@@ -192,10 +168,7 @@ pub fn worker(name: &str, host: &str) -> WorkerOffer {
 }
 
 pub fn terms(lease_ms: u64) -> LeaseTerms {
-    LeaseTerms {
-        lease: Duration::from_millis(lease_ms),
-        host_ttl: Duration::from_secs(30),
-    }
+    LeaseTerms { lease: Duration::from_millis(lease_ms), host_ttl: Duration::from_secs(30) }
 }
 
 /// Long enough for any lease in these tests to expire on the database clock.

@@ -13,44 +13,24 @@ use super::{Harness, agent_text, msg, outlive, session, session_with, terms, wor
 use crate::{Commit, EnvironmentChange, Guard, LeaseTerms, RunOutcome, Settlement, StoreError};
 
 fn done() -> Settlement {
-    Settlement {
-        events: vec![agent_text("done")],
-        outcome: RunOutcome::Completed,
-    }
+    Settlement { events: vec![agent_text("done")], outcome: RunOutcome::Completed }
 }
 
 pub async fn claims_bump_the_epoch_and_hold_a_lease(h: &dyn Harness) {
     let s = h.fresh().await;
     let sess = session_with(&s, vec![msg("go")]).await;
-    let a = s
-        .claim_run(&worker("a", "h"), terms(300))
-        .await
-        .unwrap()
-        .expect("a claims");
+    let a = s.claim_run(&worker("a", "h"), terms(300)).await.unwrap().expect("a claims");
     assert_eq!(a.fence.epoch, 1);
     assert_eq!(a.fence.session_id, sess.id);
     assert_eq!(a.run.lease_owner.as_deref(), Some("a"));
     assert!(!a.run.started, "first claim of a fresh run");
     assert!(!a.is_reclaim());
     let expires = a.run.lease_expires_at.unwrap();
-    assert!(
-        expires.0 - a.run.updated_at.0 >= 300,
-        "lease runs from the database clock"
-    );
-    assert!(
-        s.claim_run(&worker("b", "h"), terms(300))
-            .await
-            .unwrap()
-            .is_none(),
-        "a live lease is not claimable"
-    );
+    assert!(expires.0 - a.run.updated_at.0 >= 300, "lease runs from the database clock");
+    assert!(s.claim_run(&worker("b", "h"), terms(300)).await.unwrap().is_none(), "a live lease is not claimable");
 
     outlive(300).await;
-    let b = s
-        .claim_run(&worker("b", "h"), terms(5_000))
-        .await
-        .unwrap()
-        .expect("expired lease is reclaimable");
+    let b = s.claim_run(&worker("b", "h"), terms(5_000)).await.unwrap().expect("expired lease is reclaimable");
     assert_eq!(b.fence.run_id, a.fence.run_id);
     assert_eq!(b.fence.epoch, 2, "every claim bumps the epoch");
     assert!(b.is_reclaim());
@@ -61,71 +41,26 @@ pub async fn claims_bump_the_epoch_and_hold_a_lease(h: &dyn Harness) {
 pub async fn a_stale_worker_cannot_commit(h: &dyn Harness) {
     let s = h.fresh().await;
     let sess = session_with(&s, vec![msg("go")]).await;
-    let a = s
-        .claim_run(&worker("a", "h"), terms(200))
-        .await
-        .unwrap()
-        .unwrap();
-    s.commit(
-        &a.fence,
-        Commit {
-            events: vec![agent_text("from a, in time")],
-            environment: None,
-        },
-    )
-    .await
-    .unwrap();
+    let a = s.claim_run(&worker("a", "h"), terms(200)).await.unwrap().unwrap();
+    s.commit(&a.fence, Commit { events: vec![agent_text("from a, in time")], environment: None }).await.unwrap();
     outlive(200).await;
-    let b = s
-        .claim_run(&worker("b", "h"), terms(5_000))
-        .await
-        .unwrap()
-        .unwrap();
+    let b = s.claim_run(&worker("b", "h"), terms(5_000)).await.unwrap().unwrap();
 
-    let late = s
-        .commit(
-            &a.fence,
-            Commit {
-                events: vec![agent_text("from a, too late")],
-                environment: None,
-            },
-        )
-        .await;
+    let late = s.commit(&a.fence, Commit { events: vec![agent_text("from a, too late")], environment: None }).await;
     match late {
-        Err(StoreError::Fenced {
-            current_epoch,
-            epoch,
-            ref current_owner,
-            ..
-        }) => {
+        Err(StoreError::Fenced { current_epoch, epoch, ref current_owner, .. }) => {
             assert_eq!((epoch, current_epoch), (1, 2));
             assert_eq!(current_owner, "b");
             let msg = late.as_ref().unwrap_err().to_string();
-            assert!(
-                msg.contains("epoch 2 held by b") && msg.contains("had 1"),
-                "{msg}"
-            );
+            assert!(msg.contains("epoch 2 held by b") && msg.contains("had 1"), "{msg}");
         }
         other => panic!("expected Fenced, got {other:?}"),
     }
     assert!(s.settle(&a.fence, done()).await.unwrap_err().is_fenced());
     assert!(s.release_run(&a.fence).await.unwrap_err().is_fenced());
-    assert!(
-        s.renew_lease(&a.fence, Duration::from_secs(1))
-            .await
-            .unwrap_err()
-            .is_fenced()
-    );
+    assert!(s.renew_lease(&a.fence, Duration::from_secs(1)).await.unwrap_err().is_fenced());
 
-    s.commit(
-        &b.fence,
-        Commit {
-            events: vec![agent_text("from b")],
-            environment: None,
-        },
-    )
-    .await
-    .unwrap();
+    s.commit(&b.fence, Commit { events: vec![agent_text("from b")], environment: None }).await.unwrap();
     s.settle(&b.fence, done()).await.unwrap();
     let texts: Vec<String> = s
         .events_after(&sess.id, 0, 100)
@@ -133,17 +68,11 @@ pub async fn a_stale_worker_cannot_commit(h: &dyn Harness) {
         .unwrap()
         .into_iter()
         .filter_map(|e| match e.payload {
-            EventPayload::AgentMessage { content } => {
-                Some(gateway_core::content::plain_text(&content))
-            }
+            EventPayload::AgentMessage { content } => Some(gateway_core::content::plain_text(&content)),
             _ => None,
         })
         .collect();
-    assert_eq!(
-        texts,
-        vec!["from a, in time", "from b", "done"],
-        "nothing the fenced worker wrote is visible"
-    );
+    assert_eq!(texts, vec!["from a, in time", "from b", "done"], "nothing the fenced worker wrote is visible");
     let log = s.events_after(&sess.id, 0, 100).await.unwrap();
     assert_eq!(log[1].epoch, Some(1));
     assert_eq!(log[2].epoch, Some(2));
@@ -155,16 +84,8 @@ pub async fn racing_workers_claim_exactly_once(h: &dyn Harness) {
     session_with(&s, vec![msg("only one of you")]).await;
     let mut tasks = Vec::new();
     for i in 0..8 {
-        let store = if i % 2 == 0 {
-            Arc::clone(&s)
-        } else {
-            Arc::clone(&other)
-        };
-        tasks.push(tokio::spawn(async move {
-            store
-                .claim_run(&worker(&format!("w{i}"), "h"), terms(10_000))
-                .await
-        }));
+        let store = if i % 2 == 0 { Arc::clone(&s) } else { Arc::clone(&other) };
+        tasks.push(tokio::spawn(async move { store.claim_run(&worker(&format!("w{i}"), "h"), terms(10_000)).await }));
     }
     let mut winners = 0;
     for t in tasks {
@@ -178,66 +99,25 @@ pub async fn racing_workers_claim_exactly_once(h: &dyn Harness) {
 pub async fn renewal_reports_cancel_and_fences(h: &dyn Harness) {
     let s = h.fresh().await;
     let sess = session_with(&s, vec![msg("go")]).await;
-    let a = s
-        .claim_run(&worker("a", "h"), terms(300))
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(
-        !s.renew_lease(&a.fence, Duration::from_millis(1_000))
-            .await
-            .unwrap()
-            .cancel_requested
-    );
+    let a = s.claim_run(&worker("a", "h"), terms(300)).await.unwrap().unwrap();
+    assert!(!s.renew_lease(&a.fence, Duration::from_millis(1_000)).await.unwrap().cancel_requested);
     outlive(300).await;
     // Renewed past the original expiry: still ours.
-    assert!(
-        s.claim_run(&worker("b", "h"), terms(300))
-            .await
-            .unwrap()
-            .is_none()
-    );
-    s.submit_inputs(
-        &sess.id,
-        vec![NewEvent::new(EventPayload::UserInterrupt {})],
-    )
-    .await
-    .unwrap();
-    assert!(
-        s.renew_lease(&a.fence, Duration::from_millis(200))
-            .await
-            .unwrap()
-            .cancel_requested
-    );
+    assert!(s.claim_run(&worker("b", "h"), terms(300)).await.unwrap().is_none());
+    s.submit_inputs(&sess.id, vec![NewEvent::new(EventPayload::UserInterrupt {})]).await.unwrap();
+    assert!(s.renew_lease(&a.fence, Duration::from_millis(200)).await.unwrap().cancel_requested);
     outlive(200).await;
-    let b = s
-        .claim_run(&worker("b", "h"), terms(5_000))
-        .await
-        .unwrap()
-        .unwrap();
+    let b = s.claim_run(&worker("b", "h"), terms(5_000)).await.unwrap().unwrap();
     assert!(b.run.cancel_requested, "cancel intent survives a reclaim");
-    assert!(
-        s.renew_lease(&a.fence, Duration::from_secs(1))
-            .await
-            .unwrap_err()
-            .is_fenced()
-    );
+    assert!(s.renew_lease(&a.fence, Duration::from_secs(1)).await.unwrap_err().is_fenced());
 }
 
 pub async fn release_requeues_without_a_crash(h: &dyn Harness) {
     let s = h.fresh().await;
     session_with(&s, vec![msg("go")]).await;
-    let a = s
-        .claim_run(&worker("a", "h"), terms(10_000))
-        .await
-        .unwrap()
-        .unwrap();
+    let a = s.claim_run(&worker("a", "h"), terms(10_000)).await.unwrap().unwrap();
     s.release_run(&a.fence).await.unwrap();
-    let b = s
-        .claim_run(&worker("b", "h"), terms(10_000))
-        .await
-        .unwrap()
-        .expect("released run is claimable at once");
+    let b = s.claim_run(&worker("b", "h"), terms(10_000)).await.unwrap().expect("released run is claimable at once");
     assert_eq!(b.fence.epoch, 2);
     assert_eq!(b.run.crash_count, 0, "a release is not a crash");
     assert!(b.run.started);
@@ -248,20 +128,12 @@ pub async fn reclaims_count_crashes_and_indeterminate_settles(h: &dyn Harness) {
     let sess = session_with(&s, vec![msg("crashy")]).await;
     let mut last = None;
     for expected in 0..3u32 {
-        let c = s
-            .claim_run(&worker("w", "h"), terms(150))
-            .await
-            .unwrap()
-            .expect("claimable");
+        let c = s.claim_run(&worker("w", "h"), terms(150)).await.unwrap().expect("claimable");
         assert_eq!(c.run.crash_count, expected);
         last = Some(c);
         outlive(150).await;
     }
-    let c = s
-        .claim_run(&worker("w", "h"), terms(10_000))
-        .await
-        .unwrap()
-        .unwrap();
+    let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
     assert_eq!(c.run.crash_count, 3);
     assert!(last.is_some_and(|l| l.fence.epoch < c.fence.epoch));
     let end = NewEvent::new(EventPayload::SessionError {
@@ -269,62 +141,27 @@ pub async fn reclaims_count_crashes_and_indeterminate_settles(h: &dyn Harness) {
         message: "crashed 3 times".into(),
         retry: gateway_core::event::RetryStatus::Exhausted,
     });
-    s.settle(
-        &c.fence,
-        Settlement {
-            events: vec![end],
-            outcome: RunOutcome::Indeterminate,
-        },
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        s.get_run(&c.fence.run_id).await.unwrap().state,
-        RunState::Indeterminate
-    );
-    assert_eq!(
-        s.get_session(&sess.id).await.unwrap().status,
-        SessionStatus::Idle
-    );
+    s.settle(&c.fence, Settlement { events: vec![end], outcome: RunOutcome::Indeterminate }).await.unwrap();
+    assert_eq!(s.get_run(&c.fence.run_id).await.unwrap().state, RunState::Indeterminate);
+    assert_eq!(s.get_session(&sess.id).await.unwrap().status, SessionStatus::Idle);
 }
 
 pub async fn one_running_run_per_session(h: &dyn Harness) {
     let s = h.fresh().await;
     let sess = session_with(&s, vec![msg("first")]).await;
-    let a = s
-        .claim_run(&worker("a", "h"), terms(10_000))
-        .await
-        .unwrap()
-        .unwrap();
-    s.submit_inputs(&sess.id, vec![msg("second")])
-        .await
-        .unwrap();
+    let a = s.claim_run(&worker("a", "h"), terms(10_000)).await.unwrap().unwrap();
+    s.submit_inputs(&sess.id, vec![msg("second")]).await.unwrap();
     assert_eq!(s.active_runs(&sess.id).await.unwrap().len(), 2);
     assert!(
-        s.claim_run(&worker("b", "h"), terms(10_000))
-            .await
-            .unwrap()
-            .is_none(),
+        s.claim_run(&worker("b", "h"), terms(10_000)).await.unwrap().is_none(),
         "the follow-up waits for the running run of its session"
     );
     let unrelated = session_with(&s, vec![msg("other session")]).await;
-    let u = s
-        .claim_run(&worker("b", "h"), terms(10_000))
-        .await
-        .unwrap()
-        .expect("other sessions are not blocked");
+    let u = s.claim_run(&worker("b", "h"), terms(10_000)).await.unwrap().expect("other sessions are not blocked");
     assert_eq!(u.fence.session_id, unrelated.id);
     s.settle(&a.fence, done()).await.unwrap();
-    assert_eq!(
-        s.get_session(&sess.id).await.unwrap().status,
-        SessionStatus::Running,
-        "the follow-up keeps it running"
-    );
-    let b = s
-        .claim_run(&worker("b", "h"), terms(10_000))
-        .await
-        .unwrap()
-        .expect("follow-up claimable after settle");
+    assert_eq!(s.get_session(&sess.id).await.unwrap().status, SessionStatus::Running, "the follow-up keeps it running");
+    let b = s.claim_run(&worker("b", "h"), terms(10_000)).await.unwrap().expect("follow-up claimable after settle");
     assert_eq!(b.fence.session_id, sess.id);
     assert_ne!(b.fence.run_id, a.fence.run_id);
 }
@@ -332,97 +169,35 @@ pub async fn one_running_run_per_session(h: &dyn Harness) {
 pub async fn settlements_set_session_status(h: &dyn Harness) {
     let s = h.fresh().await;
     let sess = session_with(&s, vec![msg("go")]).await;
-    let c = s
-        .claim_run(&worker("w", "h"), terms(10_000))
-        .await
-        .unwrap()
-        .unwrap();
+    let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
     let events = s.settle(&c.fence, done()).await.unwrap();
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].run_id.as_ref(), Some(&c.fence.run_id));
-    assert_eq!(
-        s.get_run(&c.fence.run_id).await.unwrap().state,
-        RunState::Completed
-    );
+    assert_eq!(s.get_run(&c.fence.run_id).await.unwrap().state, RunState::Completed);
     let after = s.get_session(&sess.id).await.unwrap();
     assert_eq!(after.status, SessionStatus::Idle);
-    assert!(
-        s.claim_run(&worker("w", "h"), terms(10_000))
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().is_none());
 
-    s.submit_inputs(&sess.id, vec![msg("break it")])
-        .await
-        .unwrap();
-    let c = s
-        .claim_run(&worker("w", "h"), terms(10_000))
-        .await
-        .unwrap()
-        .unwrap();
-    s.submit_inputs(&sess.id, vec![msg("queued behind")])
-        .await
-        .unwrap();
-    s.settle(
-        &c.fence,
-        Settlement {
-            events: vec![],
-            outcome: RunOutcome::Terminated,
-        },
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        s.get_session(&sess.id).await.unwrap().status,
-        SessionStatus::Terminated
-    );
-    assert!(
-        s.active_runs(&sess.id).await.unwrap().is_empty(),
-        "a terminated session keeps no queued work"
-    );
-    assert!(matches!(
-        s.submit_inputs(&sess.id, vec![msg("hello?")]).await,
-        Err(StoreError::Rejected(_))
-    ));
+    s.submit_inputs(&sess.id, vec![msg("break it")]).await.unwrap();
+    let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
+    s.submit_inputs(&sess.id, vec![msg("queued behind")]).await.unwrap();
+    s.settle(&c.fence, Settlement { events: vec![], outcome: RunOutcome::Terminated }).await.unwrap();
+    assert_eq!(s.get_session(&sess.id).await.unwrap().status, SessionStatus::Terminated);
+    assert!(s.active_runs(&sess.id).await.unwrap().is_empty(), "a terminated session keeps no queued work");
+    assert!(matches!(s.submit_inputs(&sess.id, vec![msg("hello?")]).await, Err(StoreError::Rejected(_))));
 }
 
 pub async fn retry_waits_for_its_backoff(h: &dyn Harness) {
     let s = h.fresh().await;
     let sess = session_with(&s, vec![msg("flaky")]).await;
-    let c = s
-        .claim_run(&worker("w", "h"), terms(10_000))
+    let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
+    s.settle(&c.fence, Settlement { events: vec![], outcome: RunOutcome::Retry { after: Duration::from_millis(400) } })
         .await
-        .unwrap()
         .unwrap();
-    s.settle(
-        &c.fence,
-        Settlement {
-            events: vec![],
-            outcome: RunOutcome::Retry {
-                after: Duration::from_millis(400),
-            },
-        },
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        s.get_session(&sess.id).await.unwrap().status,
-        SessionStatus::Rescheduling
-    );
-    assert!(
-        s.claim_run(&worker("w", "h"), terms(10_000))
-            .await
-            .unwrap()
-            .is_none(),
-        "not before the backoff"
-    );
+    assert_eq!(s.get_session(&sess.id).await.unwrap().status, SessionStatus::Rescheduling);
+    assert!(s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().is_none(), "not before the backoff");
     tokio::time::sleep(Duration::from_millis(550)).await;
-    let again = s
-        .claim_run(&worker("w", "h"), terms(10_000))
-        .await
-        .unwrap()
-        .expect("claimable after the backoff");
+    let again = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().expect("claimable after the backoff");
     assert_eq!(again.run.attempt, 1);
     assert_eq!(again.run.crash_count, 0);
     assert_eq!(again.fence.epoch, 2);
@@ -432,29 +207,12 @@ pub async fn claims_respect_backend_and_provider(h: &dyn Harness) {
     let s = h.fresh().await;
     session_with(&s, vec![msg("native work on local")]).await;
     let mut acp_only = worker("acp", "h");
-    acp_only.backends = vec![BackendRef::Acp {
-        executor: "x".into(),
-    }];
-    assert!(
-        s.claim_run(&acp_only, terms(10_000))
-            .await
-            .unwrap()
-            .is_none()
-    );
+    acp_only.backends = vec![BackendRef::Acp { executor: "x".into() }];
+    assert!(s.claim_run(&acp_only, terms(10_000)).await.unwrap().is_none());
     let mut ns_only = worker("ns", "h");
     ns_only.providers = vec![ProviderTier::namespace()];
-    assert!(
-        s.claim_run(&ns_only, terms(10_000))
-            .await
-            .unwrap()
-            .is_none()
-    );
-    assert!(
-        s.claim_run(&worker("ok", "h"), terms(10_000))
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(s.claim_run(&ns_only, terms(10_000)).await.unwrap().is_none());
+    assert!(s.claim_run(&worker("ok", "h"), terms(10_000)).await.unwrap().is_some());
 }
 
 pub async fn environment_pins_runs_to_its_host_until_the_host_is_gone(h: &dyn Harness) {
@@ -462,58 +220,26 @@ pub async fn environment_pins_runs_to_its_host_until_the_host_is_gone(h: &dyn Ha
     let sess = session_with(&s, vec![msg("make a file")]).await;
     s.heartbeat_host("h1").await.unwrap();
     s.heartbeat_host("h2").await.unwrap();
-    let c = s
-        .claim_run(&worker("w1", "h1"), terms(10_000))
-        .await
-        .unwrap()
-        .unwrap();
-    let realized = EnvironmentChange {
-        state: EnvironmentState::Realized,
-        host: Some("h1".into()),
-    };
-    s.commit(
-        &c.fence,
-        Commit {
-            events: vec![agent_text("realized")],
-            environment: Some(realized),
-        },
-    )
-    .await
-    .unwrap();
+    let c = s.claim_run(&worker("w1", "h1"), terms(10_000)).await.unwrap().unwrap();
+    let realized = EnvironmentChange { state: EnvironmentState::Realized, host: Some("h1".into()) };
+    s.commit(&c.fence, Commit { events: vec![agent_text("realized")], environment: Some(realized) }).await.unwrap();
     s.settle(&c.fence, done()).await.unwrap();
     let after = s.get_session(&sess.id).await.unwrap();
     assert_eq!(after.environment_state, EnvironmentState::Realized);
     assert_eq!(after.environment_host.as_deref(), Some("h1"));
 
     s.submit_inputs(&sess.id, vec![msg("again")]).await.unwrap();
-    assert!(
-        s.claim_run(&worker("w2", "h2"), terms(10_000))
-            .await
-            .unwrap()
-            .is_none(),
-        "pinned to h1 while h1 lives"
-    );
-    let short = LeaseTerms {
-        lease: Duration::from_secs(10),
-        host_ttl: Duration::from_millis(300),
-    };
+    assert!(s.claim_run(&worker("w2", "h2"), terms(10_000)).await.unwrap().is_none(), "pinned to h1 while h1 lives");
+    let short = LeaseTerms { lease: Duration::from_secs(10), host_ttl: Duration::from_millis(300) };
     tokio::time::sleep(Duration::from_millis(450)).await;
     s.heartbeat_host("h2").await.unwrap();
-    let lost = s
-        .claim_run(&worker("w2", "h2"), short)
-        .await
-        .unwrap()
-        .expect("h1 is gone: claimable to be failed");
+    let lost = s.claim_run(&worker("w2", "h2"), short).await.unwrap().expect("h1 is gone: claimable to be failed");
     assert!(lost.environment_lost);
     assert_eq!(lost.fence.session_id, sess.id);
 
     // On its own host, the same session's runs are never "lost".
     let other = session_with(&s, vec![msg("x")]).await;
-    let c = s
-        .claim_run(&worker("w2", "h2"), short)
-        .await
-        .unwrap()
-        .unwrap();
+    let c = s.claim_run(&worker("w2", "h2"), short).await.unwrap().unwrap();
     assert_eq!(c.fence.session_id, other.id);
     assert!(!c.environment_lost);
 }
@@ -521,36 +247,14 @@ pub async fn environment_pins_runs_to_its_host_until_the_host_is_gone(h: &dyn Ha
 pub async fn released_environment_is_final(h: &dyn Harness) {
     let s = h.fresh().await;
     session_with(&s, vec![msg("go")]).await;
-    let c = s
-        .claim_run(&worker("w", "h"), terms(10_000))
-        .await
-        .unwrap()
-        .unwrap();
-    let to = |state| Commit {
-        events: vec![],
-        environment: Some(EnvironmentChange {
-            state,
-            host: Some("h".into()),
-        }),
-    };
-    s.commit(&c.fence, to(EnvironmentState::Realized))
-        .await
-        .unwrap();
-    s.commit(&c.fence, to(EnvironmentState::Hibernated))
-        .await
-        .unwrap();
-    s.commit(&c.fence, to(EnvironmentState::Realized))
-        .await
-        .unwrap();
-    s.commit(&c.fence, to(EnvironmentState::Released))
-        .await
-        .unwrap();
+    let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
+    let to = |state| Commit { events: vec![], environment: Some(EnvironmentChange { state, host: Some("h".into()) }) };
+    s.commit(&c.fence, to(EnvironmentState::Realized)).await.unwrap();
+    s.commit(&c.fence, to(EnvironmentState::Hibernated)).await.unwrap();
+    s.commit(&c.fence, to(EnvironmentState::Realized)).await.unwrap();
+    s.commit(&c.fence, to(EnvironmentState::Released)).await.unwrap();
     match s.commit(&c.fence, to(EnvironmentState::Realized)).await {
-        Err(StoreError::Guard(Guard::EnvironmentTransition {
-            from: "released",
-            to: "realized",
-            ..
-        })) => {}
+        Err(StoreError::Guard(Guard::EnvironmentTransition { from: "released", to: "realized", .. })) => {}
         other => panic!("released must be final, got {other:?}"),
     }
 }
@@ -558,62 +262,31 @@ pub async fn released_environment_is_final(h: &dyn Harness) {
 pub async fn parked_sessions_are_not_claimed(h: &dyn Harness) {
     let s = h.fresh().await;
     let sess = session_with(&s, vec![msg("ask first")]).await;
-    let c = s
-        .claim_run(&worker("w", "h"), terms(10_000))
-        .await
-        .unwrap()
-        .unwrap();
+    let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
     // A message arrives while the run works; then the run parks.
-    s.submit_inputs(&sess.id, vec![msg("while you work")])
-        .await
-        .unwrap();
+    s.submit_inputs(&sess.id, vec![msg("while you work")]).await.unwrap();
     let tool = NewEvent::new(EventPayload::ToolUse {
         name: "bash".into(),
         input: Default::default(),
         origin: ToolOrigin::Builtin,
         permission: ToolPermission::Ask,
     });
-    let pending = vec![PendingAction {
-        event_id: tool.id.clone(),
-        kind: PendingKind::Confirmation,
-    }];
-    s.settle(
-        &c.fence,
-        Settlement {
-            events: vec![tool.clone()],
-            outcome: RunOutcome::Parked { pending },
-        },
-    )
-    .await
-    .unwrap();
+    let pending = vec![PendingAction { event_id: tool.id.clone(), kind: PendingKind::Confirmation }];
+    s.settle(&c.fence, Settlement { events: vec![tool.clone()], outcome: RunOutcome::Parked { pending } })
+        .await
+        .unwrap();
     assert!(
-        s.claim_run(&worker("w", "h"), terms(10_000))
-            .await
-            .unwrap()
-            .is_none(),
+        s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().is_none(),
         "the queued follow-up waits for the answer"
     );
     s.submit_inputs(
         &sess.id,
-        vec![NewEvent::new(EventPayload::ToolConfirmation {
-            tool_use_id: tool.id,
-            allow: true,
-            deny_message: None,
-        })],
+        vec![NewEvent::new(EventPayload::ToolConfirmation { tool_use_id: tool.id, allow: true, deny_message: None })],
     )
     .await
     .unwrap();
-    assert_eq!(
-        s.active_runs(&sess.id).await.unwrap().len(),
-        1,
-        "the queued run doubles as the resume"
-    );
-    assert!(
-        s.claim_run(&worker("w", "h"), terms(10_000))
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert_eq!(s.active_runs(&sess.id).await.unwrap().len(), 1, "the queued run doubles as the resume");
+    assert!(s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().is_some());
 }
 
 pub async fn commit_hints_wake_session_watchers(h: &dyn Harness) {
@@ -626,31 +299,13 @@ pub async fn commit_hints_wake_session_watchers(h: &dyn Harness) {
     let mut rx = wake.watch_session(&sess.id);
     // An interrupt on an idle session is recorded without queueing work, so no run-ready
     // hint is in flight when the run-ready waiter registers below.
-    s.submit_inputs(
-        &sess.id,
-        vec![NewEvent::new(EventPayload::UserInterrupt {})],
-    )
-    .await
-    .unwrap();
-    tokio::time::timeout(Duration::from_secs(2), rx.changed())
-        .await
-        .expect("hint within 2s")
-        .unwrap();
+    s.submit_inputs(&sess.id, vec![NewEvent::new(EventPayload::UserInterrupt {})]).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), rx.changed()).await.expect("hint within 2s").unwrap();
     assert_eq!(*rx.borrow(), 1);
-    let ready = wake.run_ready();
-    tokio::pin!(ready);
-    // Register the waiter, then make a run ready.
-    assert!(
-        tokio::time::timeout(Duration::from_millis(10), &mut ready)
-            .await
-            .is_err()
-    );
-    s.submit_inputs(&sess.id, vec![msg("new work")])
-        .await
-        .unwrap();
-    tokio::time::timeout(Duration::from_secs(2), ready)
-        .await
-        .expect("run-ready hint within 2s");
+    let mut runs = wake.watch_runs();
+    runs.borrow_and_update();
+    s.submit_inputs(&sess.id, vec![msg("new work")]).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), runs.changed()).await.expect("run-ready hint within 2s").unwrap();
 }
 
 pub async fn hints_cross_store_handles(h: &dyn Harness) {
@@ -658,9 +313,7 @@ pub async fn hints_cross_store_handles(h: &dyn Harness) {
     let other = h.second(&s).await;
     let sess = session(&s).await;
     let mut rx = other.wakeups().watch_session(&sess.id);
-    s.submit_inputs(&sess.id, vec![msg("hello from the first handle")])
-        .await
-        .unwrap();
+    s.submit_inputs(&sess.id, vec![msg("hello from the first handle")]).await.unwrap();
     // The second handle always sees the commit by reading; with wake-ups on PostgreSQL it is
     // also told. SQLite serves one process, so its handles share no hints.
     assert_eq!(other.events_after(&sess.id, 0, 10).await.unwrap().len(), 1);

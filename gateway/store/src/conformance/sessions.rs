@@ -1,19 +1,14 @@
 //! Sessions and input admission.
 
 use gateway_core::admission::AdmissionError;
-use gateway_core::event::{
-    EventKind, EventPayload, NewEvent, StopReason, ToolOrigin, ToolPermission,
-};
+use gateway_core::event::{EventKind, EventPayload, NewEvent, StopReason, ToolOrigin, ToolPermission};
 use gateway_core::run::RunState;
-use gateway_core::session::{
-    EnvironmentState, PendingAction, PendingKind, SessionSnapshot, SessionStatus,
-};
+use gateway_core::session::{EnvironmentState, PendingAction, PendingKind, SessionSnapshot, SessionStatus};
 use gateway_core::{EnvironmentId, Metadata};
 
 use super::{Harness, env_spec, msg, session, session_with, terms, worker};
 use crate::{
-    EventFilter, Guard, NewSession, Order, PageRequest, RunOutcome, SessionFilter, SessionPatch,
-    Settlement, StoreError,
+    EventFilter, Guard, NewSession, Order, PageRequest, RunOutcome, SessionFilter, SessionPatch, Settlement, StoreError,
 };
 
 pub async fn creation_needs_a_live_environment(h: &dyn Harness) {
@@ -27,29 +22,12 @@ pub async fn creation_needs_a_live_environment(h: &dyn Harness) {
         metadata: Metadata::new(),
         initial_inputs: vec![],
     };
-    assert!(matches!(
-        s.create_session(missing).await,
-        Err(StoreError::NotFound {
-            kind: "environment",
-            ..
-        })
-    ));
-    let env = s
-        .create_environment(env_spec("soon archived"))
-        .await
-        .unwrap();
+    assert!(matches!(s.create_session(missing).await, Err(StoreError::NotFound { kind: "environment", .. })));
+    let env = s.create_environment(env_spec("soon archived")).await.unwrap();
     s.archive_environment(&env.id).await.unwrap();
-    let archived = NewSession {
-        environment_id: env.id,
-        snapshot,
-        title: None,
-        metadata: Metadata::new(),
-        initial_inputs: vec![],
-    };
-    assert!(matches!(
-        s.create_session(archived).await,
-        Err(StoreError::Guard(Guard::EnvironmentArchived(_)))
-    ));
+    let archived =
+        NewSession { environment_id: env.id, snapshot, title: None, metadata: Metadata::new(), initial_inputs: vec![] };
+    assert!(matches!(s.create_session(archived).await, Err(StoreError::Guard(Guard::EnvironmentArchived(_)))));
 
     assert_eq!(live.status, SessionStatus::Idle);
     assert_eq!(live.environment_state, EnvironmentState::None);
@@ -68,10 +46,7 @@ pub async fn initial_inputs_start_a_run(h: &dyn Harness) {
     assert_eq!(runs[0].state, RunState::Queued);
     let log = s.events_after(&sess.id, 0, 10).await.unwrap();
     assert_eq!(log.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2]);
-    assert!(
-        log.iter()
-            .all(|e| e.kind() == EventKind::UserMessage && e.run_id.is_none())
-    );
+    assert!(log.iter().all(|e| e.kind() == EventKind::UserMessage && e.run_id.is_none()));
 }
 
 pub async fn lists_filter_and_paginate_both_ways(h: &dyn Harness) {
@@ -83,110 +58,51 @@ pub async fn lists_filter_and_paginate_both_ways(h: &dyn Harness) {
     let c = session(&s).await;
 
     let all = SessionFilter::default();
-    let desc = s
-        .list_sessions(&all, &PageRequest::first(10, Order::Desc))
-        .await
-        .unwrap();
+    let desc = s.list_sessions(&all, &PageRequest::first(10, Order::Desc)).await.unwrap();
     assert_eq!(
         desc.items.iter().map(|x| x.id.clone()).collect::<Vec<_>>(),
         vec![c.id.clone(), b.id.clone(), a.id.clone()]
     );
 
-    let running = SessionFilter {
-        statuses: vec![SessionStatus::Running],
-        ..Default::default()
-    };
-    let got = s
-        .list_sessions(&running, &PageRequest::first(10, Order::Desc))
-        .await
-        .unwrap();
-    assert_eq!(
-        got.items.iter().map(|x| x.id.clone()).collect::<Vec<_>>(),
-        vec![b.id.clone()]
-    );
+    let running = SessionFilter { statuses: vec![SessionStatus::Running], ..Default::default() };
+    let got = s.list_sessions(&running, &PageRequest::first(10, Order::Desc)).await.unwrap();
+    assert_eq!(got.items.iter().map(|x| x.id.clone()).collect::<Vec<_>>(), vec![b.id.clone()]);
 
-    let by_agent = SessionFilter {
-        agent_id: Some(a.snapshot.agent.id.clone()),
-        ..Default::default()
-    };
-    let got = s
-        .list_sessions(&by_agent, &PageRequest::first(10, Order::Desc))
-        .await
-        .unwrap();
+    let by_agent = SessionFilter { agent_id: Some(a.snapshot.agent.id.clone()), ..Default::default() };
+    let got = s.list_sessions(&by_agent, &PageRequest::first(10, Order::Desc)).await.unwrap();
     assert_eq!(got.items.len(), 1);
     assert_eq!(got.items[0].id, a.id);
 
     let mut recent = SessionFilter::default();
     recent.created.gt = Some(a.created_at);
-    let got = s
-        .list_sessions(&recent, &PageRequest::first(10, Order::Asc))
-        .await
-        .unwrap();
-    assert_eq!(
-        got.items.iter().map(|x| x.id.clone()).collect::<Vec<_>>(),
-        vec![b.id.clone(), c.id.clone()]
-    );
+    let got = s.list_sessions(&recent, &PageRequest::first(10, Order::Asc)).await.unwrap();
+    assert_eq!(got.items.iter().map(|x| x.id.clone()).collect::<Vec<_>>(), vec![b.id.clone(), c.id.clone()]);
 
     // Pages of one, forward then back.
-    let p1 = s
-        .list_sessions(&all, &PageRequest::first(1, Order::Desc))
-        .await
-        .unwrap();
+    let p1 = s.list_sessions(&all, &PageRequest::first(1, Order::Desc)).await.unwrap();
     assert_eq!(p1.items[0].id, c.id);
     assert!(p1.prev.is_none());
     let p2 = s
-        .list_sessions(
-            &all,
-            &PageRequest {
-                cursor: p1.next.clone(),
-                ..PageRequest::first(1, Order::Desc)
-            },
-        )
+        .list_sessions(&all, &PageRequest { cursor: p1.next.clone(), ..PageRequest::first(1, Order::Desc) })
         .await
         .unwrap();
     assert_eq!(p2.items[0].id, b.id);
     let back = s
-        .list_sessions(
-            &all,
-            &PageRequest {
-                cursor: p2.prev.clone(),
-                ..PageRequest::first(1, Order::Desc)
-            },
-        )
+        .list_sessions(&all, &PageRequest { cursor: p2.prev.clone(), ..PageRequest::first(1, Order::Desc) })
         .await
         .unwrap();
     assert_eq!(back.items[0].id, c.id);
     assert!(back.prev.is_none(), "the first page has no previous page");
 
     s.archive_session(&a.id).await.unwrap();
-    assert_eq!(
-        s.list_sessions(&all, &PageRequest::first(10, Order::Desc))
-            .await
-            .unwrap()
-            .items
-            .len(),
-        2
-    );
-    let with = SessionFilter {
-        include_archived: true,
-        ..Default::default()
-    };
-    assert_eq!(
-        s.list_sessions(&with, &PageRequest::first(10, Order::Desc))
-            .await
-            .unwrap()
-            .items
-            .len(),
-        3
-    );
+    assert_eq!(s.list_sessions(&all, &PageRequest::first(10, Order::Desc)).await.unwrap().items.len(), 2);
+    let with = SessionFilter { include_archived: true, ..Default::default() };
+    assert_eq!(s.list_sessions(&with, &PageRequest::first(10, Order::Desc)).await.unwrap().items.len(), 3);
 
     let patched = s
         .update_session(
             &c.id,
-            SessionPatch {
-                title: Some(None),
-                metadata: Some(Metadata::from([("k".into(), "v".into())])),
-            },
+            SessionPatch { title: Some(None), metadata: Some(Metadata::from([("k".into(), "v".into())])) },
         )
         .await
         .unwrap();
@@ -197,28 +113,10 @@ pub async fn lists_filter_and_paginate_both_ways(h: &dyn Harness) {
 pub async fn archive_and_delete_are_refused_while_running(h: &dyn Harness) {
     let s = h.fresh().await;
     let sess = session_with(&s, vec![msg("work")]).await;
-    assert!(matches!(
-        s.archive_session(&sess.id).await,
-        Err(StoreError::Guard(Guard::SessionRunning(_)))
-    ));
-    assert!(matches!(
-        s.delete_session(&sess.id).await,
-        Err(StoreError::Guard(Guard::SessionRunning(_)))
-    ));
-    let claim = s
-        .claim_run(&worker("w", "h"), terms(5_000))
-        .await
-        .unwrap()
-        .unwrap();
-    s.settle(
-        &claim.fence,
-        Settlement {
-            events: vec![],
-            outcome: RunOutcome::Completed,
-        },
-    )
-    .await
-    .unwrap();
+    assert!(matches!(s.archive_session(&sess.id).await, Err(StoreError::Guard(Guard::SessionRunning(_)))));
+    assert!(matches!(s.delete_session(&sess.id).await, Err(StoreError::Guard(Guard::SessionRunning(_)))));
+    let claim = s.claim_run(&worker("w", "h"), terms(5_000)).await.unwrap().unwrap();
+    s.settle(&claim.fence, Settlement { events: vec![], outcome: RunOutcome::Completed }).await.unwrap();
     let archived = s.archive_session(&sess.id).await.unwrap();
     assert!(archived.archived_at.is_some());
     assert!(matches!(
@@ -230,46 +128,20 @@ pub async fn archive_and_delete_are_refused_while_running(h: &dyn Harness) {
 pub async fn delete_ends_the_log_and_releases_the_environment(h: &dyn Harness) {
     let s = h.fresh().await;
     let sess = session_with(&s, vec![msg("hi")]).await;
-    let claim = s
-        .claim_run(&worker("w", "h"), terms(5_000))
-        .await
-        .unwrap()
-        .unwrap();
-    s.settle(
-        &claim.fence,
-        Settlement {
-            events: vec![],
-            outcome: RunOutcome::Completed,
-        },
-    )
-    .await
-    .unwrap();
+    let claim = s.claim_run(&worker("w", "h"), terms(5_000)).await.unwrap().unwrap();
+    s.settle(&claim.fence, Settlement { events: vec![], outcome: RunOutcome::Completed }).await.unwrap();
     s.delete_session(&sess.id).await.unwrap();
-    assert!(matches!(
-        s.get_session(&sess.id).await,
-        Err(StoreError::NotFound { .. })
-    ));
-    assert!(matches!(
-        s.submit_inputs(&sess.id, vec![msg("x")]).await,
-        Err(StoreError::NotFound { .. })
-    ));
+    assert!(matches!(s.get_session(&sess.id).await, Err(StoreError::NotFound { .. })));
+    assert!(matches!(s.submit_inputs(&sess.id, vec![msg("x")]).await, Err(StoreError::NotFound { .. })));
     let log = s.events_after(&sess.id, 0, 10).await.unwrap();
-    assert_eq!(
-        log.last().map(|e| e.kind()),
-        Some(EventKind::SessionDeleted),
-        "open streams read the deletion last"
-    );
+    assert_eq!(log.last().map(|e| e.kind()), Some(EventKind::SessionDeleted), "open streams read the deletion last");
     assert_eq!(log.len(), 2);
 }
 
 pub async fn partial_answers_re_emit_idle_and_the_last_resumes(h: &dyn Harness) {
     let s = h.fresh().await;
     let sess = session_with(&s, vec![msg("do two things")]).await;
-    let claim = s
-        .claim_run(&worker("w", "h"), terms(5_000))
-        .await
-        .unwrap()
-        .unwrap();
+    let claim = s.claim_run(&worker("w", "h"), terms(5_000)).await.unwrap().unwrap();
     let tool = |name: &str| {
         NewEvent::new(EventPayload::ToolUse {
             name: name.into(),
@@ -280,23 +152,12 @@ pub async fn partial_answers_re_emit_idle_and_the_last_resumes(h: &dyn Harness) 
     };
     let (x, y) = (tool("bash"), tool("write"));
     let pending = vec![
-        PendingAction {
-            event_id: x.id.clone(),
-            kind: PendingKind::Confirmation,
-        },
-        PendingAction {
-            event_id: y.id.clone(),
-            kind: PendingKind::Confirmation,
-        },
+        PendingAction { event_id: x.id.clone(), kind: PendingKind::Confirmation },
+        PendingAction { event_id: y.id.clone(), kind: PendingKind::Confirmation },
     ];
     s.settle(
         &claim.fence,
-        Settlement {
-            events: vec![x.clone(), y.clone()],
-            outcome: RunOutcome::Parked {
-                pending: pending.clone(),
-            },
-        },
+        Settlement { events: vec![x.clone(), y.clone()], outcome: RunOutcome::Parked { pending: pending.clone() } },
     )
     .await
     .unwrap();
@@ -304,21 +165,13 @@ pub async fn partial_answers_re_emit_idle_and_the_last_resumes(h: &dyn Harness) 
     assert_eq!(parked.status, SessionStatus::Idle);
     assert_eq!(parked.pending_actions, pending);
 
-    let confirm = |id| {
-        NewEvent::new(EventPayload::ToolConfirmation {
-            tool_use_id: id,
-            allow: true,
-            deny_message: None,
-        })
-    };
-    let echoed = s
-        .submit_inputs(&sess.id, vec![confirm(x.id.clone())])
-        .await
-        .unwrap();
+    let confirm =
+        |id| NewEvent::new(EventPayload::ToolConfirmation { tool_use_id: id, allow: true, deny_message: None });
+    let echoed = s.submit_inputs(&sess.id, vec![confirm(x.id.clone())]).await.unwrap();
     match &echoed[1].payload {
-        EventPayload::TurnEnded {
-            stop: StopReason::RequiresAction { event_ids },
-        } => assert_eq!(event_ids, &vec![y.id.clone()]),
+        EventPayload::TurnEnded { stop: StopReason::RequiresAction { event_ids } } => {
+            assert_eq!(event_ids, &vec![y.id.clone()])
+        }
         other => panic!("expected a re-emitted idle, got {other:?}"),
     }
     assert!(s.active_runs(&sess.id).await.unwrap().is_empty());
@@ -330,75 +183,32 @@ pub async fn partial_answers_re_emit_idle_and_the_last_resumes(h: &dyn Harness) 
     ));
     assert_eq!(s.get_session(&sess.id).await.unwrap().last_seq, before);
 
-    s.submit_inputs(&sess.id, vec![confirm(y.id.clone())])
-        .await
-        .unwrap();
+    s.submit_inputs(&sess.id, vec![confirm(y.id.clone())]).await.unwrap();
     let resumed = s.get_session(&sess.id).await.unwrap();
     assert_eq!(resumed.status, SessionStatus::Running);
     assert!(resumed.pending_actions.is_empty());
-    assert_eq!(
-        s.active_runs(&sess.id).await.unwrap().len(),
-        1,
-        "the last answer queues the resuming run"
-    );
+    assert_eq!(s.active_runs(&sess.id).await.unwrap().len(), 1, "the last answer queues the resuming run");
 }
 
 pub async fn interrupt_cancels_queued_runs_and_flags_running_ones(h: &dyn Harness) {
     let s = h.fresh().await;
     let queued = session_with(&s, vec![msg("never mind")]).await;
-    let out = s
-        .submit_inputs(
-            &queued.id,
-            vec![NewEvent::new(EventPayload::UserInterrupt {})],
-        )
-        .await
-        .unwrap();
-    assert!(matches!(
-        out.last().map(|e| &e.payload),
-        Some(EventPayload::TurnEnded {
-            stop: StopReason::Interrupted
-        })
-    ));
+    let out = s.submit_inputs(&queued.id, vec![NewEvent::new(EventPayload::UserInterrupt {})]).await.unwrap();
+    assert!(matches!(out.last().map(|e| &e.payload), Some(EventPayload::TurnEnded { stop: StopReason::Interrupted })));
     assert!(s.active_runs(&queued.id).await.unwrap().is_empty());
-    assert_eq!(
-        s.get_session(&queued.id).await.unwrap().status,
-        SessionStatus::Idle
-    );
+    assert_eq!(s.get_session(&queued.id).await.unwrap().status, SessionStatus::Idle);
 
     let running = session_with(&s, vec![msg("long job")]).await;
-    let claim = s
-        .claim_run(&worker("w", "h"), terms(5_000))
-        .await
-        .unwrap()
-        .unwrap();
+    let claim = s.claim_run(&worker("w", "h"), terms(5_000)).await.unwrap().unwrap();
     assert_eq!(claim.fence.session_id, running.id);
-    s.submit_inputs(
-        &running.id,
-        vec![
-            NewEvent::new(EventPayload::UserInterrupt {}),
-            msg("do this instead"),
-        ],
-    )
-    .await
-    .unwrap();
-    let run = s.get_run(&claim.fence.run_id).await.unwrap();
-    assert!(
-        run.cancel_requested,
-        "cancel intent is persisted on the running run"
-    );
-    let active = s.active_runs(&running.id).await.unwrap();
-    assert_eq!(
-        active.len(),
-        2,
-        "the redirect queues a run behind the interrupted one"
-    );
-    let filter = EventFilter {
-        kinds: vec![EventKind::UserInterrupt],
-        created: Default::default(),
-    };
-    let page = s
-        .list_events(&running.id, &filter, &PageRequest::first(10, Order::Asc))
+    s.submit_inputs(&running.id, vec![NewEvent::new(EventPayload::UserInterrupt {}), msg("do this instead")])
         .await
         .unwrap();
+    let run = s.get_run(&claim.fence.run_id).await.unwrap();
+    assert!(run.cancel_requested, "cancel intent is persisted on the running run");
+    let active = s.active_runs(&running.id).await.unwrap();
+    assert_eq!(active.len(), 2, "the redirect queues a run behind the interrupted one");
+    let filter = EventFilter { kinds: vec![EventKind::UserInterrupt], created: Default::default() };
+    let page = s.list_events(&running.id, &filter, &PageRequest::first(10, Order::Asc)).await.unwrap();
     assert_eq!(page.items.len(), 1);
 }

@@ -68,10 +68,7 @@ macro_rules! list_environments_sql {
 }
 
 fn agent_key(a: &Agent) -> Keyset {
-    Keyset {
-        at: a.created_at.0,
-        id: a.id.to_string(),
-    }
+    Keyset { at: a.created_at.0, id: a.id.to_string() }
 }
 
 engine_impl! {

@@ -26,11 +26,8 @@ impl Engine for Postgres {
     const NAME: &'static str = "postgres";
     const NOW: &'static str = "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)";
     const BEGIN_WRITE: &'static str = "BEGIN";
-    const LOCK_SESSION: &'static str = concat!(
-        "SELECT ",
-        super::session_cols!(),
-        " FROM sessions WHERE id = $1 AND deleted_at IS NULL FOR UPDATE"
-    );
+    const LOCK_SESSION: &'static str =
+        concat!("SELECT ", super::session_cols!(), " FROM sessions WHERE id = $1 AND deleted_at IS NULL FOR UPDATE");
     const CLAIM_CANDIDATE: &'static str = claim_candidate_sql!(
         "(SELECT json_array_elements_text($1::json))",
         "(SELECT json_array_elements_text($2::json))",
@@ -40,10 +37,8 @@ impl Engine for Postgres {
         list_sessions_sql!("(SELECT json_array_elements_text($4::json))", ">", "ASC");
     const LIST_SESSIONS_DESC: &'static str =
         list_sessions_sql!("(SELECT json_array_elements_text($4::json))", "<", "DESC");
-    const LIST_EVENTS_ASC: &'static str =
-        list_events_sql!("(SELECT json_array_elements_text($2::json))", ">", "ASC");
-    const LIST_EVENTS_DESC: &'static str =
-        list_events_sql!("(SELECT json_array_elements_text($2::json))", "<", "DESC");
+    const LIST_EVENTS_ASC: &'static str = list_events_sql!("(SELECT json_array_elements_text($2::json))", ">", "ASC");
+    const LIST_EVENTS_DESC: &'static str = list_events_sql!("(SELECT json_array_elements_text($2::json))", "<", "DESC");
     const NOTIFY: Option<&'static str> = Some("SELECT pg_notify($1, $2)");
 }
 
@@ -65,12 +60,7 @@ impl PgStore {
             listener.listen(WAKE_CHANNEL).await?;
             tokio::spawn(listen(listener, Arc::clone(&wake), background.clone()));
         }
-        Ok(SqlStore {
-            read: pool.clone(),
-            write: pool,
-            wake,
-            background,
-        })
+        Ok(SqlStore { read: pool.clone(), write: pool, wake, background })
     }
 
     /// The pool, for tests and tools that need raw access.

@@ -56,25 +56,14 @@ pub(crate) use claim_candidate_sql;
 
 /// The session status and pending actions after a run ends with `outcome`, given whether
 /// another run of the session is still queued.
-pub(crate) fn session_after(
-    outcome: &RunOutcome,
-    other_queued: bool,
-) -> (SessionStatus, Vec<PendingAction>) {
+pub(crate) fn session_after(outcome: &RunOutcome, other_queued: bool) -> (SessionStatus, Vec<PendingAction>) {
     match outcome {
         RunOutcome::Parked { pending } => (SessionStatus::Idle, pending.clone()),
         RunOutcome::Terminated => (SessionStatus::Terminated, Vec::new()),
         RunOutcome::Retry { .. } => (SessionStatus::Rescheduling, Vec::new()),
-        RunOutcome::Completed
-        | RunOutcome::Cancelled
-        | RunOutcome::Failed
-        | RunOutcome::Indeterminate => (
-            if other_queued {
-                SessionStatus::Running
-            } else {
-                SessionStatus::Idle
-            },
-            Vec::new(),
-        ),
+        RunOutcome::Completed | RunOutcome::Cancelled | RunOutcome::Failed | RunOutcome::Indeterminate => {
+            (if other_queued { SessionStatus::Running } else { SessionStatus::Idle }, Vec::new())
+        }
     }
 }
 
@@ -370,21 +359,11 @@ mod tests {
             (RunOutcome::Failed, true, Running),
             (RunOutcome::Indeterminate, false, Idle),
             (RunOutcome::Terminated, true, Terminated),
-            (
-                RunOutcome::Retry {
-                    after: Duration::from_secs(1),
-                },
-                false,
-                Rescheduling,
-            ),
+            (RunOutcome::Retry { after: Duration::from_secs(1) }, false, Rescheduling),
             (RunOutcome::Parked { pending: vec![] }, true, Idle),
         ];
         for (outcome, queued, want) in cases {
-            assert_eq!(
-                session_after(&outcome, queued).0,
-                want,
-                "{outcome:?} queued={queued}"
-            );
+            assert_eq!(session_after(&outcome, queued).0, want, "{outcome:?} queued={queued}");
         }
     }
 }

@@ -142,10 +142,7 @@ engine_impl! {
 }
 
 fn refuse_if_running(s: &Session) -> Result<()> {
-    if matches!(
-        s.status,
-        SessionStatus::Running | SessionStatus::Rescheduling
-    ) {
+    if matches!(s.status, SessionStatus::Running | SessionStatus::Rescheduling) {
         return Err(StoreError::Guard(Guard::SessionRunning(s.id.to_string())));
     }
     Ok(())

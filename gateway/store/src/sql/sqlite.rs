@@ -28,24 +28,14 @@ impl Engine for Sqlite {
     const NOW: &'static str = "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     // BEGIN IMMEDIATE already holds the database's write lock for the whole transaction.
-    const LOCK_SESSION: &'static str = concat!(
-        "SELECT ",
-        super::session_cols!(),
-        " FROM sessions WHERE id = $1 AND deleted_at IS NULL"
-    );
-    const CLAIM_CANDIDATE: &'static str = claim_candidate_sql!(
-        "(SELECT value FROM json_each($1))",
-        "(SELECT value FROM json_each($2))",
-        ""
-    );
-    const LIST_SESSIONS_ASC: &'static str =
-        list_sessions_sql!("(SELECT value FROM json_each($4))", ">", "ASC");
-    const LIST_SESSIONS_DESC: &'static str =
-        list_sessions_sql!("(SELECT value FROM json_each($4))", "<", "DESC");
-    const LIST_EVENTS_ASC: &'static str =
-        list_events_sql!("(SELECT value FROM json_each($2))", ">", "ASC");
-    const LIST_EVENTS_DESC: &'static str =
-        list_events_sql!("(SELECT value FROM json_each($2))", "<", "DESC");
+    const LOCK_SESSION: &'static str =
+        concat!("SELECT ", super::session_cols!(), " FROM sessions WHERE id = $1 AND deleted_at IS NULL");
+    const CLAIM_CANDIDATE: &'static str =
+        claim_candidate_sql!("(SELECT value FROM json_each($1))", "(SELECT value FROM json_each($2))", "");
+    const LIST_SESSIONS_ASC: &'static str = list_sessions_sql!("(SELECT value FROM json_each($4))", ">", "ASC");
+    const LIST_SESSIONS_DESC: &'static str = list_sessions_sql!("(SELECT value FROM json_each($4))", "<", "DESC");
+    const LIST_EVENTS_ASC: &'static str = list_events_sql!("(SELECT value FROM json_each($2))", ">", "ASC");
+    const LIST_EVENTS_DESC: &'static str = list_events_sql!("(SELECT value FROM json_each($2))", "<", "DESC");
     const NOTIFY: Option<&'static str> = None;
 }
 
@@ -61,9 +51,8 @@ impl SqliteStore {
             .foreign_keys(true);
         if let Some(dir) = base.get_filename().parent() {
             if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    StoreError::Unavailable(format!("cannot create {}: {e}", dir.display()))
-                })?;
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| StoreError::Unavailable(format!("cannot create {}: {e}", dir.display())))?;
             }
         }
         let write = SqlitePoolOptions::new()

@@ -1,0 +1,179 @@
+//! The Backend port: what runs a turn (the native model loop, an ACP agent process, a remote
+//! A2A agent), and the context a Worker hands it.
+//!
+//! A backend never writes to the store directly: every event goes through
+//! [`RunContext::commit`], which is fenced by the claim's lease epoch. A backend that lost
+//! its lease therefore cannot write anything, whatever it does (invariant 2), and the Worker,
+//! not the backend, settles the run.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gateway_core::agent::BackendRef;
+use gateway_core::event::{ErrorKind, Event, NewEvent};
+use gateway_core::run::Claim;
+use gateway_core::session::{PendingAction, Session};
+use gateway_store::{Commit, EnvironmentChange, Store, StoreError};
+use tokio_util::sync::CancellationToken;
+
+use crate::previews::{Preview, PreviewBus};
+
+/// How a turn ended, as far as the backend is concerned. The Worker turns it into the
+/// closing events and the run's final state.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnOutcome {
+    /// The agent finished its turn.
+    EndTurn,
+    /// The turn waits for client answers to these tool uses.
+    Parked { pending: Vec<PendingAction> },
+    /// The turn stopped because a client interrupted it.
+    Interrupted,
+    /// The model declined.
+    Refusal,
+    /// The turn hit the model/tool round limit; the message says which.
+    RoundLimit { message: String },
+}
+
+/// Why a turn could not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// May succeed if tried again (rate limits, overload, network).
+    #[error("{message}")]
+    Transient { kind: ErrorKind, message: String, retry_after: Option<Duration> },
+    /// The turn failed; the session stays usable.
+    #[error("{message}")]
+    Failed { kind: ErrorKind, message: String },
+    /// The session cannot continue.
+    #[error("{message}")]
+    Terminal { kind: ErrorKind, message: String },
+    /// The lease was lost (fenced) or the Worker is shutting down: stop, write nothing more.
+    #[error("run abandoned: {0}")]
+    Abandoned(String),
+}
+
+impl From<StoreError> for BackendError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Fenced { .. } => BackendError::Abandoned(e.to_string()),
+            StoreError::Unavailable(m) => BackendError::Transient {
+                kind: ErrorKind::Unknown,
+                message: format!("store unavailable: {m}"),
+                retry_after: None,
+            },
+            other => BackendError::Failed { kind: ErrorKind::Unknown, message: other.to_string() },
+        }
+    }
+}
+
+/// Runs turns for one kind of published backend.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// Runs (or resumes) the turn of `ctx`'s run. It must be resumable: after a crash a new
+    /// claim calls it again with the events committed so far in the session's history, and a
+    /// tool use without a result there must not be executed again (invariant 5).
+    async fn run(&self, ctx: &RunContext) -> Result<TurnOutcome, BackendError>;
+}
+
+/// The backends a process can run, by published backend.
+#[derive(Clone, Default)]
+pub struct BackendRegistry {
+    backends: HashMap<BackendRef, Arc<dyn Backend>>,
+}
+
+impl BackendRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn register(&mut self, backend: BackendRef, imp: Arc<dyn Backend>) {
+        self.backends.insert(backend, imp);
+    }
+
+    pub fn get(&self, backend: &BackendRef) -> Option<&Arc<dyn Backend>> {
+        self.backends.get(backend)
+    }
+
+    /// What a Worker of this process offers to claim.
+    pub fn offered(&self) -> Vec<BackendRef> {
+        let mut v: Vec<BackendRef> = self.backends.keys().cloned().collect();
+        v.sort();
+        v
+    }
+}
+
+/// Everything a backend may use while running one claimed run.
+pub struct RunContext {
+    pub claim: Claim,
+    /// The session as it was when the run was claimed (its snapshot is frozen anyway).
+    pub session: Session,
+    /// The host this Worker runs on.
+    pub host: String,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) previews: PreviewBus,
+    pub(crate) interrupted: CancellationToken,
+    pub(crate) abandoned: CancellationToken,
+}
+
+impl RunContext {
+    /// The session's committed history, oldest first.
+    pub async fn history(&self) -> Result<Vec<Event>, BackendError> {
+        let mut out = Vec::new();
+        loop {
+            let after = out.last().map(|e: &Event| e.seq).unwrap_or(0);
+            let batch = self.store.events_after(&self.session.id, after, 1000).await?;
+            let done = batch.len() < 1000;
+            out.extend(batch);
+            if done {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Commits events under this run's fence. Fails with `Abandoned` if the lease is lost.
+    pub async fn commit(&self, events: Vec<NewEvent>) -> Result<Vec<Event>, BackendError> {
+        self.commit_with(Commit { events, environment: None }).await
+    }
+
+    /// Commits events together with a change of the session environment's lifecycle.
+    pub async fn commit_environment(
+        &self,
+        events: Vec<NewEvent>,
+        change: EnvironmentChange,
+    ) -> Result<Vec<Event>, BackendError> {
+        self.commit_with(Commit { events, environment: Some(change) }).await
+    }
+
+    async fn commit_with(&self, commit: Commit) -> Result<Vec<Event>, BackendError> {
+        if self.abandoned.is_cancelled() {
+            return Err(BackendError::Abandoned("lease lost before commit".into()));
+        }
+        Ok(self.store.commit(&self.claim.fence, commit).await?)
+    }
+
+    /// Publishes a streaming preview to subscribers that asked for them (never stored).
+    pub fn preview(&self, preview: Preview) {
+        self.previews.publish(&self.session.id, preview);
+    }
+
+    /// Whether a client asked to interrupt this run.
+    pub fn is_interrupted(&self) -> bool {
+        self.interrupted.is_cancelled()
+    }
+
+    /// Resolves when a client interrupts this run.
+    pub async fn interrupted(&self) {
+        self.interrupted.cancelled().await
+    }
+
+    /// Resolves when the run must stop without writing more (lease lost or shutdown).
+    pub async fn abandoned(&self) {
+        self.abandoned.cancelled().await
+    }
+
+    /// The store, for backends that keep their own durable facts (e.g. a remote task id).
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+}

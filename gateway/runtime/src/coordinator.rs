@@ -1,0 +1,255 @@
+//! The Coordinator: the one application service adapters call.
+//!
+//! It owns the rules that sit between a protocol request and the store: placement at session
+//! creation, validation of published backends, input admission (through the store's
+//! transaction), and subscriptions. Adapters translate wire formats; they never touch the
+//! store directly.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use gateway_core::agent::{Agent, AgentOverrides, AgentSpec, BackendRef};
+use gateway_core::environment::{Environment, EnvironmentSpec};
+use gateway_core::event::{Event, EventPayload, NewEvent};
+use gateway_core::placement::{LocalInputs, Offer, place};
+use gateway_core::session::{Resource, ResourceKind, Session, SessionSnapshot};
+use gateway_core::{AgentId, EnvironmentId, EventId, Metadata, ResourceId, SessionId};
+use gateway_store::{
+    AgentFilter, EnvironmentFilter, EventFilter, NewSession, Page, PageRequest, SessionFilter, SessionPatch, Store,
+};
+
+use crate::error::{Result, RuntimeError};
+use crate::previews::PreviewBus;
+use crate::subscription::{self, Delivery, SubscribeOptions};
+
+/// Which agent version a new session runs, and how it differs for this session.
+#[derive(Debug, Clone)]
+pub struct AgentSelection {
+    pub id: AgentId,
+    /// None: the latest version.
+    pub version: Option<u32>,
+    pub overrides: Option<AgentOverrides>,
+}
+
+/// A session creation request, already parsed from its protocol.
+#[derive(Debug, Clone)]
+pub struct CreateSession {
+    pub agent: AgentSelection,
+    pub environment_id: EnvironmentId,
+    pub title: Option<String>,
+    pub metadata: Metadata,
+    pub resources: Vec<ResourceKind>,
+    pub initial_inputs: Vec<NewEvent>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CoordinatorOptions {
+    /// How often subscriptions read the store when no wake-up arrives.
+    pub subscription_poll: Duration,
+}
+
+impl Default for CoordinatorOptions {
+    fn default() -> Self {
+        Self { subscription_poll: Duration::from_millis(500) }
+    }
+}
+
+#[derive(Clone)]
+pub struct Coordinator {
+    store: Arc<dyn Store>,
+    previews: PreviewBus,
+    offer: Arc<Offer>,
+    options: CoordinatorOptions,
+}
+
+impl Coordinator {
+    pub fn new(store: Arc<dyn Store>, previews: PreviewBus, offer: Offer, options: CoordinatorOptions) -> Self {
+        Self { store, previews, offer: Arc::new(offer), options }
+    }
+
+    /// What this deployment offers (providers, executors, remotes).
+    pub fn offer(&self) -> &Offer {
+        &self.offer
+    }
+
+    /// Health: whether the store answers.
+    pub async fn ready(&self) -> Result<()> {
+        Ok(self.store.ping().await?)
+    }
+
+    // ---- agents ----
+
+    /// Rejects a published backend this gateway does not offer.
+    pub fn check_backend(&self, backend: &BackendRef) -> Result<()> {
+        match backend {
+            BackendRef::Native => Ok(()),
+            BackendRef::Acp { executor } if self.offer.acp_executors.contains(executor) => Ok(()),
+            BackendRef::A2a { remote } if self.offer.a2a_remotes.contains(remote) => Ok(()),
+            BackendRef::Acp { executor } => Err(RuntimeError::Invalid(format!(
+                "backend \"acp:{executor}\": no ACP executor named {executor:?} is configured (configured: {})",
+                list(&self.offer.acp_executors)
+            ))),
+            BackendRef::A2a { remote } => Err(RuntimeError::Invalid(format!(
+                "backend \"a2a:{remote}\": no A2A remote named {remote:?} is configured (configured: {})",
+                list(&self.offer.a2a_remotes)
+            ))),
+        }
+    }
+
+    pub async fn create_agent(&self, spec: AgentSpec) -> Result<Agent> {
+        self.check_backend(&spec.backend)?;
+        Ok(self.store.create_agent(spec).await?)
+    }
+
+    pub async fn get_agent(&self, id: &AgentId, version: Option<u32>) -> Result<Agent> {
+        Ok(self.store.get_agent(id, version).await?)
+    }
+
+    /// Stores `spec` as the version after `base`; `StaleVersion` if someone else got there first.
+    pub async fn update_agent(&self, id: &AgentId, base: u32, spec: AgentSpec) -> Result<Agent> {
+        self.check_backend(&spec.backend)?;
+        Ok(self.store.update_agent(id, base, spec).await?)
+    }
+
+    pub async fn archive_agent(&self, id: &AgentId) -> Result<Agent> {
+        Ok(self.store.archive_agent(id).await?)
+    }
+
+    pub async fn list_agents(&self, filter: &AgentFilter, page: &PageRequest) -> Result<Page<Agent>> {
+        Ok(self.store.list_agents(filter, page).await?)
+    }
+
+    pub async fn list_agent_versions(&self, id: &AgentId, page: &PageRequest) -> Result<Page<Agent>> {
+        Ok(self.store.list_agent_versions(id, page).await?)
+    }
+
+    // ---- environments ----
+
+    pub async fn create_environment(&self, spec: EnvironmentSpec) -> Result<Environment> {
+        Ok(self.store.create_environment(spec).await?)
+    }
+
+    pub async fn get_environment(&self, id: &EnvironmentId) -> Result<Environment> {
+        Ok(self.store.get_environment(id).await?)
+    }
+
+    pub async fn update_environment(&self, id: &EnvironmentId, spec: EnvironmentSpec) -> Result<Environment> {
+        Ok(self.store.update_environment(id, spec).await?)
+    }
+
+    pub async fn archive_environment(&self, id: &EnvironmentId) -> Result<Environment> {
+        Ok(self.store.archive_environment(id).await?)
+    }
+
+    pub async fn delete_environment(&self, id: &EnvironmentId) -> Result<()> {
+        Ok(self.store.delete_environment(id).await?)
+    }
+
+    pub async fn list_environments(&self, filter: &EnvironmentFilter, page: &PageRequest) -> Result<Page<Environment>> {
+        Ok(self.store.list_environments(filter, page).await?)
+    }
+
+    // ---- sessions ----
+
+    /// Creates a session: resolves the agent version, applies overrides, decides placement
+    /// (rejecting what cannot be honoured, naming the rule), freezes the snapshot, and admits
+    /// the initial inputs, all before answering.
+    pub async fn create_session(&self, req: CreateSession) -> Result<(Session, Vec<Event>)> {
+        let mut agent = self.store.get_agent(&req.agent.id, req.agent.version).await?;
+        if let Some(o) = &req.agent.overrides {
+            o.apply(&mut agent.spec);
+        }
+        self.check_backend(&agent.spec.backend)?;
+        let environment = self.store.get_environment(&req.environment_id).await?;
+        let inputs = local_inputs(&req.resources);
+        let requirements = place(&agent.spec.backend, &environment.spec.config, &inputs, &self.offer)?;
+        let now = gateway_core::Timestamp::now_local();
+        let resources =
+            req.resources.into_iter().map(|kind| Resource { id: ResourceId::new(), kind, created_at: now }).collect();
+        let new = NewSession {
+            environment_id: req.environment_id,
+            snapshot: SessionSnapshot { agent, requirements, resources },
+            title: req.title,
+            metadata: req.metadata,
+            initial_inputs: req.initial_inputs,
+        };
+        Ok(self.store.create_session(new).await?)
+    }
+
+    pub async fn get_session(&self, id: &SessionId) -> Result<Session> {
+        Ok(self.store.get_session(id).await?)
+    }
+
+    pub async fn list_sessions(&self, filter: &SessionFilter, page: &PageRequest) -> Result<Page<Session>> {
+        Ok(self.store.list_sessions(filter, page).await?)
+    }
+
+    pub async fn update_session(&self, id: &SessionId, patch: SessionPatch) -> Result<Session> {
+        Ok(self.store.update_session(id, patch).await?)
+    }
+
+    pub async fn archive_session(&self, id: &SessionId) -> Result<Session> {
+        Ok(self.store.archive_session(id).await?)
+    }
+
+    pub async fn delete_session(&self, id: &SessionId) -> Result<()> {
+        Ok(self.store.delete_session(id).await?)
+    }
+
+    // ---- inputs ----
+
+    /// Admits client inputs. Returns only after they are committed (invariant 4).
+    pub async fn submit(&self, session: &SessionId, inputs: Vec<NewEvent>) -> Result<Vec<Event>> {
+        Ok(self.store.submit_inputs(session, inputs).await?)
+    }
+
+    /// Interrupts whatever the session is doing.
+    pub async fn interrupt(&self, session: &SessionId) -> Result<Vec<Event>> {
+        self.submit(session, vec![NewEvent::new(EventPayload::UserInterrupt {})]).await
+    }
+
+    // ---- events ----
+
+    pub async fn list_events(
+        &self,
+        session: &SessionId,
+        filter: &EventFilter,
+        page: &PageRequest,
+    ) -> Result<Page<Event>> {
+        self.store.get_session(session).await?;
+        Ok(self.store.list_events(session, filter, page).await?)
+    }
+
+    pub async fn find_event(&self, session: &SessionId, id: &EventId) -> Result<Option<Event>> {
+        Ok(self.store.find_event(session, id).await?)
+    }
+
+    /// Committed events after `options.after_seq`, then the live tail (and previews if asked).
+    /// Fails at once if the session does not exist.
+    pub async fn subscribe(
+        &self,
+        session: &SessionId,
+        mut options: SubscribeOptions,
+    ) -> Result<impl Stream<Item = Result<Delivery>> + Send + 'static> {
+        self.store.get_session(session).await?;
+        options.poll = options.poll.or(Some(self.options.subscription_poll));
+        Ok(subscription::subscribe(Arc::clone(&self.store), &self.previews, session.clone(), options))
+    }
+}
+
+fn local_inputs(resources: &[ResourceKind]) -> LocalInputs {
+    let mut inputs = LocalInputs::default();
+    for r in resources {
+        match r {
+            ResourceKind::File { .. } => inputs.files += 1,
+            ResourceKind::Repository { .. } => inputs.repositories += 1,
+            ResourceKind::Workspace { .. } => inputs.workspace = true,
+        }
+    }
+    inputs
+}
+
+fn list(names: &std::collections::BTreeSet<String>) -> String {
+    if names.is_empty() { "none".into() } else { names.iter().cloned().collect::<Vec<_>>().join(", ") }
+}
