@@ -1,1 +1,158 @@
+//! Helpers for end-to-end tests: start gateway processes, signal them, wait for conditions.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+/// A running gateway process; killed when dropped.
+pub struct Gateway {
+    pub name: String,
+    pub port: u16,
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+pub struct GatewayBuilder {
+    binary: PathBuf,
+    name: String,
+    env: HashMap<String, String>,
+    cwd: Option<PathBuf>,
+    args: Vec<String>,
+}
+
+impl GatewayBuilder {
+    pub fn new(binary: impl Into<PathBuf>, name: &str) -> Self {
+        Self {
+            binary: binary.into(),
+            name: name.to_owned(),
+            env: HashMap::new(),
+            cwd: None,
+            args: vec!["serve".into()],
+        }
+    }
+
+    pub fn env(mut self, k: &str, v: impl ToString) -> Self {
+        self.env.insert(k.to_owned(), v.to_string());
+        self
+    }
+
+    pub fn cwd(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(dir.into());
+        self
+    }
+
+    /// Starts the process; `GATEWAY_LISTEN` is set to a free port unless given.
+    pub fn spawn(self) -> Gateway {
+        let port = match self.env.get("GATEWAY_LISTEN") {
+            Some(l) => l.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port in GATEWAY_LISTEN"),
+            None => free_port(),
+        };
+        let log = std::env::temp_dir().join(format!("gateway-{}-{}-{port}.log", self.name, std::process::id()));
+        let file = std::fs::File::create(&log).expect("log file");
+        let mut cmd = Command::new(&self.binary);
+        cmd.args(&self.args)
+            .env_remove("GATEWAY_CONFIG")
+            .env("GATEWAY_LISTEN", format!("127.0.0.1:{port}"))
+            .env("GATEWAY_INSTANCE_NAME", &self.name)
+            .env("GATEWAY_LOG_FORMAT", "json")
+            .env("GATEWAY_LOG", "info")
+            .envs(&self.env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file);
+        if let Some(dir) = &self.cwd {
+            cmd.current_dir(dir);
+        }
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", self.binary.display()));
+        Gateway { name: self.name, port, child, log }
+    }
+}
+
+impl Gateway {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.id() as i32)
+    }
+
+    pub fn signal(&self, s: Signal) {
+        kill(self.pid(), s).expect("signal the gateway");
+    }
+
+    /// The process's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until `/readyz` answers 200.
+    pub async fn ready(&self, within: Duration) {
+        let client = reqwest::Client::new();
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Ok(r) = client.get(self.url("/readyz")).timeout(Duration::from_secs(2)).send().await
+                && r.status().is_success()
+            {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} not ready in {within:?}; log:\n{}",
+                self.name,
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits for the process to exit and returns its status code.
+    pub async fn exit_code(&mut self, within: Duration) -> Option<i32> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status.code();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} did not exit in {within:?}; log:\n{}",
+                self.name,
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = kill(self.pid(), Signal::SIGCONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `f` every 50 ms until it yields a value; panics with `what` after `secs`.
+pub async fn eventually<T, F, Fut>(secs: u64, what: &str, f: F) -> T
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {secs}s waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -105,7 +105,7 @@ pub struct CloudConfig {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EnvironmentConfig {
     /// The gateway's own sandbox providers run local work.
-    Cloud(CloudConfig),
+    Cloud(Box<CloudConfig>),
     /// An external executor connects and runs tools; the gateway never realizes a sandbox.
     SelfHosted,
 }

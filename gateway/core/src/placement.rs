@@ -347,12 +347,12 @@ mod tests {
     }
 
     fn cloud(provisioning: Provisioning, provider: &str) -> EnvironmentConfig {
-        EnvironmentConfig::Cloud(CloudConfig {
+        EnvironmentConfig::Cloud(Box::new(CloudConfig {
             networking: Networking::Unrestricted,
             packages: Packages::default(),
             provisioning,
             provider: ProviderTier(provider.into()),
-        })
+        }))
     }
 
     fn acp() -> BackendRef {
@@ -473,7 +473,7 @@ mod tests {
         assert_eq!(err.code(), "provider_unavailable");
         assert!(err.to_string().contains("available: local, namespace"), "{err}");
 
-        let no_net = EnvironmentConfig::Cloud(CloudConfig {
+        let no_net = EnvironmentConfig::Cloud(Box::new(CloudConfig {
             networking: Networking::Limited {
                 allowed_hosts: vec![],
                 allow_mcp_servers: false,
@@ -482,7 +482,7 @@ mod tests {
             packages: Packages::default(),
             provisioning: Provisioning::OnToolUse,
             provider: ProviderTier::local(),
-        });
+        }));
         let err = place(&BackendRef::Native, &no_net, &LocalInputs::default(), &offer()).unwrap_err();
         assert_eq!(err.code(), "network_policy_unsupported", "local cannot cut the network");
 

@@ -26,7 +26,7 @@ pub enum Delivery {
     Preview(Preview),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct SubscribeOptions {
     /// Deliver committed events with seq greater than this.
     pub after_seq: u64,
@@ -34,12 +34,6 @@ pub struct SubscribeOptions {
     pub previews: bool,
     /// How often to read the store when no wake-up arrives (None: the Coordinator's default).
     pub poll: Option<Duration>,
-}
-
-impl Default for SubscribeOptions {
-    fn default() -> Self {
-        Self { after_seq: 0, previews: false, poll: None }
-    }
 }
 
 /// How many committed ids with previews a subscription remembers, to drop late previews.

@@ -251,11 +251,9 @@ async fn execute(w: &Arc<Shared>, claim: Claim) {
     };
     // A crash reclaim continues the turn its predecessor started; anything else starts one.
     let continuing = run.started && run.crash_count > 0;
-    if !continuing {
-        if let Err(e) = ctx.commit(vec![NewEvent::new(EventPayload::TurnStarted {})]).await {
-            warn!(error = %e, "could not start the turn");
-            return;
-        }
+    if !continuing && let Err(e) = ctx.commit(vec![NewEvent::new(EventPayload::TurnStarted {})]).await {
+        warn!(error = %e, "could not start the turn");
+        return;
     }
 
     // Aborted when dropped, so a Worker that dies (panic, abort) stops renewing its lease.

@@ -1,1 +1,10 @@
+//! The `gateway` binary's library: configuration, CLI, and the composition root that wires
+//! the store, the runtime and the protocol adapters into one process.
 
+pub mod cli;
+pub mod config;
+pub mod http;
+pub mod serve;
+pub mod telemetry;
+
+pub use serve::Extensions;

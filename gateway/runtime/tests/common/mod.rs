@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! The runtime suite, written once and run on every store configuration.
 
 use std::sync::Arc;

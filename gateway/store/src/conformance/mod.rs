@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)] // test support: a failed setup should abort the test loudly
 //! The Store conformance suite: one set of behaviours, run on every engine.
 //!
 //! Each test takes a [`Harness`] that makes fresh, migrated, isolated stores. The engines'
@@ -110,12 +111,12 @@ pub fn env_spec(name: &str) -> EnvironmentSpec {
         description: None,
         metadata: Metadata::new(),
         scope: None,
-        config: EnvironmentConfig::Cloud(CloudConfig {
+        config: EnvironmentConfig::Cloud(Box::new(CloudConfig {
             networking: Networking::Unrestricted,
             packages: Packages::default(),
             provisioning: Provisioning::OnToolUse,
             provider: ProviderTier::local(),
-        }),
+        })),
     }
 }
 

@@ -12,6 +12,7 @@
 //! - PostgreSQL: a write transaction first locks the session row (`FOR UPDATE`) and only then
 //!   touches its runs; claims lock only run rows (`FOR UPDATE SKIP LOCKED`). One lock order
 //!   everywhere, so no deadlock; and every check that guards a write reads a locked row.
+//!
 //! In both, the fence check (`lease_owner`, `lease_epoch`) is a predicate of the same
 //! `UPDATE` as part of the same transaction as the event inserts.
 
@@ -160,11 +161,9 @@ engine_impl! {
         /// Commits, then delivers the hints locally. On PostgreSQL the hints were also queued
         /// with NOTIFY inside the transaction, so other processes see them only on commit.
         pub(crate) async fn finish(&self, mut tx: Transaction<'static, DB>, hints: Hints) -> Result<()> {
-            if let Some(sql) = DB::NOTIFY {
-                if self.wake.enabled() {
-                    for h in &hints.0 {
-                        sqlx::query(sql).bind(WAKE_CHANNEL).bind(h.encode()).execute(&mut *tx).await?;
-                    }
+            if let Some(sql) = DB::NOTIFY.filter(|_| self.wake.enabled()) {
+                for h in &hints.0 {
+                    sqlx::query(sql).bind(WAKE_CHANNEL).bind(h.encode()).execute(&mut *tx).await?;
                 }
             }
             tx.commit().await?;

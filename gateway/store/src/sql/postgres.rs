@@ -47,7 +47,10 @@ impl PgStore {
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self> {
         let connect = PgConnectOptions::from_str(url)
             .map_err(|e| StoreError::Unavailable(format!("bad PostgreSQL URL: {e}")))?
-            .application_name("gateway");
+            .application_name("gateway")
+            // A process paused inside a transaction (SIGSTOP, a debugger, a VM freeze) would
+            // hold its session row lock forever; the server ends such transactions instead.
+            .options([("idle_in_transaction_session_timeout", "5s")]);
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(2))
             .acquire_timeout(options.acquire_timeout)

@@ -49,11 +49,9 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
-        if let Some(dir) = base.get_filename().parent() {
-            if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| StoreError::Unavailable(format!("cannot create {}: {e}", dir.display())))?;
-            }
+        if let Some(dir) = base.get_filename().parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Unavailable(format!("cannot create {}: {e}", dir.display())))?;
         }
         let write = SqlitePoolOptions::new()
             .max_connections(1)

@@ -1,0 +1,69 @@
+//! The command line: `gateway serve`, `gateway migrate`.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+use crate::serve::{self, Extensions};
+use crate::telemetry;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gateway",
+    version,
+    about = "A protocol gateway for AI agents: Managed Agents API, ACP and A2A over one durable core"
+)]
+pub struct Cli {
+    /// Configuration file (TOML). Default: $GATEWAY_CONFIG, else ./gateway.toml if it exists.
+    #[arg(long, global = true, env = "GATEWAY_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve HTTP (Managed Agents API under /v1, health) and run Workers.
+    Serve,
+    /// Apply database migrations and exit.
+    Migrate,
+}
+
+/// Parses the command line and runs it; the shipped binary's whole `main`.
+pub fn main_with(ext: Extensions) -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let file = cli.config.clone().or_else(|| {
+        let default = PathBuf::from("gateway.toml");
+        default.exists().then_some(default)
+    });
+    let config = match Config::load(file.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            // Logging is configured by the file that failed to load: report plainly.
+            eprintln!("gateway: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    telemetry::init(&config.log);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve => serve::serve(config, ext).await,
+            Command::Migrate => serve::migrate(&config).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "gateway failed");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! Configuration: a TOML file, every key overridable by `GATEWAY_*` environment variables
+//! (nested keys with `__`, e.g. `GATEWAY_WORKERS__COUNT=8`). See the README for the reference.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    /// Address the HTTP server binds.
+    pub listen: String,
+    /// `sqlite:PATH` (embedded default) or `postgres://...`.
+    pub database_url: String,
+    /// Model client of the native backend: `fake` (offline, deterministic) or `anthropic`.
+    pub model: String,
+    /// Default sandbox provider tier offered to environments: `local` or `namespace`.
+    pub sandbox: String,
+    /// The URL clients reach this gateway at (behind a proxy); defaults to `http://<listen>`.
+    pub public_url: Option<String>,
+    /// Lets a real model run with the `local` provider, which is not a security boundary.
+    pub allow_unsafe_local_sandbox: bool,
+    /// Names this process in leases and logs; default `<hostname>-<pid>`.
+    pub instance_name: Option<String>,
+    /// The host identity Session Environments are pinned to; default the hostname.
+    pub host_id: Option<String>,
+    /// Send and use wake-up hints (polling stays authoritative either way).
+    pub wakeups: bool,
+    pub workers: WorkersConfig,
+    pub log: LogConfig,
+    /// Agents published from this file, by name.
+    pub agents: BTreeMap<String, AgentConfig>,
+    pub executors: ExecutorsConfig,
+    pub remotes: RemotesConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            database_url: "sqlite://data/gateway.db".into(),
+            model: "fake".into(),
+            sandbox: "local".into(),
+            public_url: None,
+            allow_unsafe_local_sandbox: false,
+            instance_name: None,
+            host_id: None,
+            wakeups: true,
+            workers: WorkersConfig::default(),
+            log: LogConfig::default(),
+            agents: BTreeMap::new(),
+            executors: ExecutorsConfig::default(),
+            remotes: RemotesConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WorkersConfig {
+    /// Workers (concurrent runs) in this process.
+    pub count: usize,
+    pub lease_secs: u64,
+    pub poll_ms: u64,
+    pub host_ttl_secs: u64,
+    pub crash_budget: u32,
+    pub max_retries: u32,
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for WorkersConfig {
+    fn default() -> Self {
+        Self {
+            count: 4,
+            lease_secs: 30,
+            poll_ms: 1000,
+            host_ttl_secs: 90,
+            crash_budget: 3,
+            max_retries: 3,
+            shutdown_grace_secs: 10,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LogConfig {
+    /// `auto` (JSON unless stderr is a terminal), `json` or `text`.
+    pub format: String,
+    /// A tracing filter, e.g. `info` or `gateway_runtime=debug,info`; `GATEWAY_LOG` overrides.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { format: "auto".into(), level: "info".into() }
+    }
+}
+
+/// `[agents.NAME]`: an agent published from configuration.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct AgentConfig {
+    pub backend: Option<String>,
+    pub model: Option<String>,
+    pub system: Option<String>,
+    pub description: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct ExecutorsConfig {
+    /// `[executors.acp.NAME]`: ACP agent commands.
+    pub acp: BTreeMap<String, AcpExecutorConfig>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct AcpExecutorConfig {
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct RemotesConfig {
+    /// `[remotes.a2a.NAME]`: remote A2A agents.
+    pub a2a: BTreeMap<String, A2aRemoteConfig>,
+}
+
+#[derive(Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct A2aRemoteConfig {
+    pub url: String,
+    /// Sent as `Authorization`; never logged.
+    pub auth: Option<String>,
+}
+
+impl std::fmt::Debug for A2aRemoteConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("A2aRemoteConfig")
+            .field("url", &self.url)
+            .field("auth", &self.auth.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration file {0} does not exist")]
+    Missing(PathBuf),
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// Environment variables that start with `GATEWAY_` but are not configuration keys.
+const NOT_CONFIG: [&str; 3] = ["TEST_DATABASE_URL", "LOG", "CONFIG"];
+
+impl Config {
+    /// Defaults, then the file (if any), then `GATEWAY_*` variables.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = file {
+            if !path.exists() {
+                return Err(ConfigError::Missing(path.to_owned()));
+            }
+            fig = fig.merge(Toml::file(path));
+        }
+        fig = fig.merge(Env::prefixed("GATEWAY_").ignore(&NOT_CONFIG).split("__"));
+        let config: Config = fig.extract().map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !matches!(self.model.as_str(), "fake" | "anthropic") {
+            return Err(ConfigError::Invalid(format!("model must be \"fake\" or \"anthropic\", not {:?}", self.model)));
+        }
+        if !matches!(self.sandbox.as_str(), "local" | "namespace") {
+            return Err(ConfigError::Invalid(format!(
+                "sandbox must be \"local\" or \"namespace\", not {:?}",
+                self.sandbox
+            )));
+        }
+        if !matches!(self.log.format.as_str(), "auto" | "json" | "text") {
+            return Err(ConfigError::Invalid(format!(
+                "log.format must be auto, json or text, not {:?}",
+                self.log.format
+            )));
+        }
+        if self.workers.count == 0 || self.workers.lease_secs == 0 {
+            return Err(ConfigError::Invalid("workers.count and workers.lease_secs must be positive".into()));
+        }
+        Ok(())
+    }
+
+    pub fn host_id(&self) -> String {
+        self.host_id.clone().unwrap_or_else(hostname)
+    }
+
+    pub fn instance_name(&self) -> String {
+        self.instance_name.clone().unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()))
+    }
+
+    pub fn public_url(&self) -> String {
+        self.public_url.clone().unwrap_or_else(|| format!("http://{}", self.listen)).trim_end_matches('/').to_owned()
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// A database URL safe to log: any password replaced.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.find('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_logs() {
+        assert_eq!(redact_url("postgres://u:s3cret@db:5432/x"), "postgres://u:***@db:5432/x");
+        assert_eq!(redact_url("postgres://u@db/x"), "postgres://u@db/x");
+        assert_eq!(redact_url("sqlite://data/gateway.db"), "sqlite://data/gateway.db");
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's own test harness signature
+    fn environment_overrides_file_and_defaults() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("g.toml", "listen = \"0.0.0.0:9000\"\nmodel = \"fake\"\n[workers]\ncount = 2\n")?;
+            jail.set_env("GATEWAY_WORKERS__COUNT", "7");
+            jail.set_env("GATEWAY_DATABASE_URL", "postgres://u:p@h/db");
+            jail.set_env("GATEWAY_TEST_DATABASE_URL", "ignored");
+            let c = Config::load(Some(Path::new("g.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!(c.listen, "0.0.0.0:9000");
+            assert_eq!(c.workers.count, 7);
+            assert_eq!(c.database_url, "postgres://u:p@h/db");
+            assert_eq!(c.sandbox, "local");
+            jail.set_env("GATEWAY_MODEL", "gpt");
+            assert!(Config::load(None).is_err());
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,38 @@
+//! The HTTP surface shared by every protocol: health, readiness, and the assembled router.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use gateway_runtime::Coordinator;
+use serde_json::json;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub coordinator: Coordinator,
+}
+
+/// The whole HTTP application. Protocol adapters mount their routers here.
+pub fn router(state: AppState) -> Router {
+    Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).with_state(state)
+}
+
+/// Liveness: the process answers.
+async fn healthz() -> impl IntoResponse {
+    Json(json!({"status": "ok"}))
+}
+
+/// Readiness: the database answers within two seconds.
+async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    match tokio::time::timeout(Duration::from_secs(2), state.coordinator.ready()).await {
+        Ok(Ok(())) => (StatusCode::OK, Json(json!({"status": "ready"}))),
+        Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "unavailable", "error": e.to_string()}))),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "unavailable", "error": "database did not answer within 2s"})),
+        ),
+    }
+}

@@ -1,0 +1,3 @@
+fn main() -> std::process::ExitCode {
+    gateway::cli::main_with(gateway::Extensions::default())
+}

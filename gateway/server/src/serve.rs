@@ -1,0 +1,161 @@
+//! `gateway serve` and `gateway migrate`: the composition root.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::serve::ListenerExt;
+use gateway_core::agent::BackendRef;
+use gateway_core::environment::ProviderTier;
+use gateway_core::placement::{NetworkControl, Offer, ProviderOffer};
+use gateway_runtime::{
+    Backend, BackendRegistry, Coordinator, CoordinatorOptions, PreviewBus, RetryPolicy, WorkerConfig, WorkerPool,
+};
+use gateway_store::{Store, StoreOptions};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::config::{Config, redact_url};
+use crate::http::{AppState, router};
+
+/// What a build of the binary adds beyond configuration: the test-bed binary registers a
+/// scripted backend here; the shipped binary adds nothing.
+#[derive(Default, Clone)]
+pub struct Extensions {
+    pub backends: Vec<(BackendRef, Arc<dyn Backend>)>,
+}
+
+pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+    let options = StoreOptions { wakeups: config.wakeups, ..Default::default() };
+    let store = gateway_store::open(&config.database_url, &options)
+        .await
+        .with_context(|| format!("opening the database at {}", redact_url(&config.database_url)))?;
+    store.migrate().await.context("applying migrations")?;
+    Ok(store)
+}
+
+pub async fn migrate(config: &Config) -> anyhow::Result<()> {
+    let store = open_store(config).await?;
+    info!(database = %redact_url(&config.database_url), engine = store.engine(), "migrations applied");
+    store.close().await;
+    Ok(())
+}
+
+fn provider_offers(config: &Config) -> Vec<ProviderOffer> {
+    let tiers = match config.sandbox.as_str() {
+        "namespace" => vec![ProviderTier::namespace()],
+        _ => vec![ProviderTier::local()],
+    };
+    tiers
+        .into_iter()
+        .map(|tier| {
+            let network =
+                if tier == ProviderTier::namespace() { NetworkControl::AllOrNothing } else { NetworkControl::None };
+            ProviderOffer { tier, network, installs_packages: false }
+        })
+        .collect()
+}
+
+pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
+    let store = open_store(&config).await?;
+    let previews = PreviewBus::default();
+
+    let mut backends = BackendRegistry::new();
+    for (r, b) in ext.backends {
+        backends.register(r, b);
+    }
+    let offered = backends.offered();
+    let offer = Offer {
+        providers: provider_offers(&config),
+        acp_executors: offered
+            .iter()
+            .filter_map(|b| match b {
+                BackendRef::Acp { executor } => Some(executor.clone()),
+                _ => None,
+            })
+            .collect(),
+        a2a_remotes: offered
+            .iter()
+            .filter_map(|b| match b {
+                BackendRef::A2a { remote } => Some(remote.clone()),
+                _ => None,
+            })
+            .collect(),
+    };
+    if !offered.contains(&BackendRef::Native) {
+        warn!("no native backend is registered in this build; native sessions will wait for a process that has one");
+    }
+    let coordinator =
+        Coordinator::new(Arc::clone(&store), previews.clone(), offer.clone(), CoordinatorOptions::default());
+    let w = &config.workers;
+    let pool = WorkerPool::start(
+        Arc::clone(&store),
+        backends,
+        previews,
+        WorkerConfig {
+            instance: config.instance_name(),
+            host: config.host_id(),
+            workers: w.count,
+            lease: Duration::from_secs(w.lease_secs),
+            host_ttl: Duration::from_secs(w.host_ttl_secs),
+            poll: Duration::from_millis(w.poll_ms),
+            crash_budget: w.crash_budget,
+            retry: RetryPolicy { max_retries: w.max_retries, ..Default::default() },
+            shutdown_grace: Duration::from_secs(w.shutdown_grace_secs),
+            providers: offer.providers.iter().map(|p| p.tier.clone()).collect(),
+        },
+    );
+
+    let app = router(AppState { coordinator });
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?
+        .tap_io(|tcp| {
+            // Small SSE frames must not wait for Nagle plus delayed ACK.
+            if let Err(e) = tcp.set_nodelay(true) {
+                warn!(error = %e, "could not set TCP_NODELAY");
+            }
+        });
+    info!(
+        listen = %config.listen,
+        database = %redact_url(&config.database_url),
+        engine = store.engine(),
+        instance = %config.instance_name(),
+        host = %config.host_id(),
+        model = %config.model,
+        sandbox = %config.sandbox,
+        "gateway serving"
+    );
+
+    let shutdown = CancellationToken::new();
+    tokio::spawn(watch_signals(shutdown.clone()));
+    let http = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let http = tokio::spawn(async move { http.await });
+
+    shutdown.cancelled().await;
+    info!("shutting down: no new claims, finishing or releasing running turns");
+    pool.shutdown().await;
+    match tokio::time::timeout(Duration::from_secs(5), http).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => warn!(error = %e, "HTTP server ended with an error"),
+        Ok(Err(e)) => warn!(error = %e, "HTTP server task failed"),
+        Err(_) => warn!("open connections did not close within 5s; exiting anyway"),
+    }
+    store.close().await;
+    info!("stopped");
+    Ok(())
+}
+
+/// SIGTERM or SIGINT starts a graceful shutdown.
+async fn watch_signals(token: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        warn!("cannot install signal handlers; stop the process with SIGKILL");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM received"),
+        _ = int.recv() => info!("SIGINT received"),
+    }
+    token.cancel();
+}

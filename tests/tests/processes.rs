@@ -1,0 +1,275 @@
+#![allow(clippy::unwrap_used)]
+//! Process-level fault tests: real `gateway` processes (with the scripted backend) on one
+//! PostgreSQL database, killed, stopped and resumed while they work.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use gateway_core::SessionId;
+use gateway_core::content::plain_text;
+use gateway_core::event::{Event, EventKind, EventPayload, StopReason};
+use gateway_store::conformance::harness::{PgHarness, test_database_url};
+use gateway_store::conformance::{msg, session_with};
+use gateway_store::{EventLog, PgStore, Store, StoreOptions};
+use gateway_tests::{GatewayBuilder, eventually};
+use nix::sys::signal::Signal;
+use std::sync::Arc;
+
+const TESTBED: &str = env!("CARGO_BIN_EXE_gateway-testbed");
+
+async fn schema_store() -> (String, Arc<PgStore>) {
+    let url = PgHarness::new_schema_url().await;
+    let store = PgStore::connect(&url, &StoreOptions::default()).await.expect("connect");
+    store.migrate().await.expect("migrate");
+    (url, Arc::new(store))
+}
+
+fn gateway(name: &str, url: &str, lease_secs: u64) -> GatewayBuilder {
+    GatewayBuilder::new(TESTBED, name)
+        .env("GATEWAY_DATABASE_URL", url)
+        .env("GATEWAY_WORKERS__LEASE_SECS", lease_secs)
+        .env("GATEWAY_WORKERS__POLL_MS", 200)
+        .env("GATEWAY_WORKERS__COUNT", 4)
+        .env("GATEWAY_WORKERS__SHUTDOWN_GRACE_SECS", 1)
+}
+
+fn steps(log: &[Event]) -> Vec<String> {
+    log.iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::AgentMessage { content } => Some(plain_text(content)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn turn_ends(log: &[Event]) -> Vec<StopReason> {
+    log.iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::TurnEnded { stop } => Some(stop.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every seq 1..n once, the expected steps once each in order, one turn start, one end.
+fn assert_turn_completed_once(log: &[Event], n: u32) {
+    let seqs: Vec<u64> = log.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=log.len() as u64).collect::<Vec<_>>(), "no duplicate or missing seq");
+    let want: Vec<String> = (1..=n).map(|i| format!("step {i}/{n}")).collect();
+    assert_eq!(steps(log), want, "each step exactly once");
+    assert_eq!(log.iter().filter(|e| e.kind() == EventKind::TurnStarted).count(), 1);
+    assert_eq!(turn_ends(log), vec![StopReason::EndTurn]);
+}
+
+async fn log_of(store: &PgStore, s: &SessionId) -> Vec<Event> {
+    store.events_after(s, 0, 10_000).await.expect("read log")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_runs_survive_a_sigkill_and_complete_exactly_once() {
+    let (url, store) = schema_store().await;
+    let a = gateway("a", &url, 2).spawn();
+    let b = gateway("b", &url, 2).spawn();
+    a.ready(Duration::from_secs(30)).await;
+    b.ready(Duration::from_secs(30)).await;
+
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let mut sessions = Vec::new();
+    for _ in 0..50 {
+        sessions.push(session_with(&dyn_store, vec![msg("steps 4 150")]).await.id);
+    }
+
+    // Wait until process a holds a run in the middle of its turn, then kill it outright.
+    let (victim, a_epoch): (String, i64) = eventually(30, "process a mid-turn", || async {
+        sqlx::query_as(
+            "SELECT r.id, r.lease_epoch FROM runs r WHERE r.state = 'running' AND r.lease_owner LIKE 'a#%' \
+             AND EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.id AND e.kind = 'agent_message')",
+        )
+        .fetch_optional(store.pool())
+        .await
+        .ok()
+        .flatten()
+    })
+    .await;
+    a.signal(Signal::SIGKILL);
+
+    eventually(90, "all 50 turns ended", || async {
+        let (open,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM runs WHERE state IN ('queued', 'running')")
+            .fetch_one(store.pool())
+            .await
+            .ok()?;
+        (open == 0).then_some(())
+    })
+    .await;
+    for s in &sessions {
+        assert_turn_completed_once(&log_of(&store, s).await, 4);
+    }
+
+    // The survivor took the victim over after lease expiry, with a higher epoch.
+    let (session_id,): (String,) = sqlx::query_as("SELECT session_id FROM runs WHERE id = $1")
+        .bind(&victim)
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    let log = log_of(&store, &SessionId::parse(&session_id).unwrap()).await;
+    let by_epoch: BTreeMap<i64, usize> = log.iter().filter_map(|e| e.epoch).fold(BTreeMap::new(), |mut m, e| {
+        *m.entry(e).or_default() += 1;
+        m
+    });
+    assert!(by_epoch.contains_key(&a_epoch), "a committed part of the victim's turn: {by_epoch:?}");
+    assert!(by_epoch.keys().any(|&e| e > a_epoch), "b finished it under a higher epoch: {by_epoch:?}");
+    let (state, crashes): (String, i64) = sqlx::query_as("SELECT state, crash_count FROM runs WHERE id = $1")
+        .bind(&victim)
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(state, "completed");
+    assert_eq!(crashes, 1, "the kill counted as one crash");
+    let (claimed_by_a,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM runs WHERE state <> 'completed'").fetch_one(store.pool()).await.unwrap();
+    assert_eq!(claimed_by_a, 0);
+    drop(b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopped_lease_holder_cannot_commit_after_takeover() {
+    let (url, store) = schema_store().await;
+    let a = gateway("a", &url, 1).spawn();
+    let b = gateway("b", &url, 1).spawn();
+    a.ready(Duration::from_secs(30)).await;
+    b.ready(Duration::from_secs(30)).await;
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let session = session_with(&dyn_store, vec![msg("steps 8 300")]).await.id;
+
+    let (run, owner, epoch): (String, String, i64) = eventually(30, "a step committed", || async {
+        sqlx::query_as(
+            "SELECT r.id, r.lease_owner, r.lease_epoch FROM runs r WHERE r.state = 'running' \
+             AND EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.id AND e.kind = 'agent_message')",
+        )
+        .fetch_optional(store.pool())
+        .await
+        .ok()
+        .flatten()
+    })
+    .await;
+    let (holder, other) = if owner.starts_with("a#") { (&a, &b) } else { (&b, &a) };
+    holder.signal(Signal::SIGSTOP);
+    let stopped_at = log_of(&store, &session).await.len() as u64;
+
+    // The other process takes over after the lease expires and finishes the turn.
+    eventually(60, "takeover and completion", || async {
+        let (state, e): (String, i64) = sqlx::query_as("SELECT state, lease_epoch FROM runs WHERE id = $1")
+            .bind(&run)
+            .fetch_one(store.pool())
+            .await
+            .ok()?;
+        (state == "completed" && e > epoch).then_some(())
+    })
+    .await;
+    let before_resume = log_of(&store, &session).await;
+    holder.signal(Signal::SIGCONT);
+    // Give the resumed process time to wake up and try its late commit or renewal.
+    eventually(20, "the resumed holder is fenced", || async { holder.log().contains("fenced").then_some(()) }).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let log = log_of(&store, &session).await;
+    assert_eq!(log, before_resume, "nothing the resumed holder wrote is visible");
+    assert_turn_completed_once(&log, 8);
+    for e in &log {
+        if e.epoch == Some(epoch) {
+            assert!(e.seq <= stopped_at + 1, "holder's epoch {epoch} committed seq {} after it was stopped", e.seq);
+        }
+    }
+    assert!(log.iter().any(|e| e.epoch.is_some_and(|x| x > epoch)), "the taker committed under a higher epoch");
+    assert!(!other.log().contains("fenced"), "the taker was never fenced");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_releases_running_turns_to_another_process() {
+    let (url, store) = schema_store().await;
+    let mut a = gateway("a", &url, 60).spawn();
+    a.ready(Duration::from_secs(30)).await;
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let session = session_with(&dyn_store, vec![msg("steps 8 250")]).await.id;
+    eventually(30, "two steps", || async { (steps(&log_of(&store, &session).await).len() >= 2).then_some(()) }).await;
+    a.signal(Signal::SIGTERM);
+    assert_eq!(a.exit_code(Duration::from_secs(20)).await, Some(0), "graceful exit; log:\n{}", a.log());
+    let (state, owner): (String, Option<String>) =
+        sqlx::query_as("SELECT state, lease_owner FROM runs").fetch_one(store.pool()).await.unwrap();
+    assert_eq!((state.as_str(), owner), ("queued", None), "the lease was released, not left to expire (60 s)");
+
+    let b = gateway("b", &url, 60).spawn();
+    b.ready(Duration::from_secs(30)).await;
+    eventually(30, "b finishes the turn", || async {
+        (!turn_ends(&log_of(&store, &session).await).is_empty()).then_some(())
+    })
+    .await;
+    let log = log_of(&store, &session).await;
+    let seqs: Vec<u64> = log.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=log.len() as u64).collect::<Vec<_>>());
+    let want: Vec<String> = (1..=8).map(|i| format!("step {i}/8")).collect();
+    assert_eq!(steps(&log), want, "each step once across the hand-over");
+    assert_eq!(turn_ends(&log), vec![StopReason::EndTurn]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readyz_fails_while_the_database_is_unreachable() {
+    let base = test_database_url();
+    let admin = sqlx::PgPool::connect(&base).await.expect("admin connection");
+    let db = format!("gwt_ready_{}", std::process::id());
+    let _ =
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))).execute(&admin).await;
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {db}"))).execute(&admin).await.expect("create database");
+    let url = match base.rsplit_once('/') {
+        Some((server, _)) => format!("{server}/{db}"),
+        None => panic!("unexpected test database URL {base}"),
+    };
+    let g = gateway("ready", &url, 30).spawn();
+    g.ready(Duration::from_secs(30)).await;
+    let client = reqwest::Client::new();
+    let status = |c: reqwest::Client, u: String| async move {
+        c.get(u).timeout(Duration::from_secs(5)).send().await.map(|r| r.status().as_u16()).unwrap_or(0)
+    };
+    assert_eq!(status(client.clone(), g.url("/healthz")).await, 200);
+
+    sqlx::query(sqlx::AssertSqlSafe(format!("ALTER DATABASE {db} WITH ALLOW_CONNECTIONS false")))
+        .execute(&admin)
+        .await
+        .unwrap();
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+        .bind(&db)
+        .execute(&admin)
+        .await
+        .unwrap();
+    eventually(20, "readyz 503 while the database refuses connections", || async {
+        (status(client.clone(), g.url("/readyz")).await == 503).then_some(())
+    })
+    .await;
+    assert_eq!(status(client.clone(), g.url("/healthz")).await, 200, "liveness does not depend on the database");
+
+    sqlx::query(sqlx::AssertSqlSafe(format!("ALTER DATABASE {db} WITH ALLOW_CONNECTIONS true")))
+        .execute(&admin)
+        .await
+        .unwrap();
+    eventually(30, "readyz 200 again", || async {
+        (status(client.clone(), g.url("/readyz")).await == 200).then_some(())
+    })
+    .await;
+    drop(g);
+    let _ =
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))).execute(&admin).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_defaults_serve_from_a_sqlite_file_under_data() {
+    let dir = std::env::temp_dir().join(format!("gateway-defaults-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let g = GatewayBuilder::new(TESTBED, "defaults").cwd(&dir).spawn();
+    g.ready(Duration::from_secs(30)).await;
+    assert!(dir.join("data/gateway.db").exists(), "the default database is ./data/gateway.db");
+    let log = g.log();
+    assert!(log.contains("\"engine\":\"sqlite\""), "{log}");
+    drop(g);
+    let _ = std::fs::remove_dir_all(&dir);
+}
