@@ -1,0 +1,107 @@
+//! gateway-sandbox: where a session's local work happens.
+//!
+//! - [`SandboxProvider`]: makes a [`Sandbox`] over a workspace directory. `local` runs
+//!   processes on the host in the workspace with a cleared environment (confinement of file
+//!   tools, time limits and output caps, but **not a security boundary**); `namespace` runs them
+//!   in bubblewrap (all namespaces unshared, no capabilities, uid/gid 65534, read-only system,
+//!   only the workspace writable, private /tmp, no network unless allowed, resource limits).
+//! - [`Hand`]: the tool executor of one session: the built-in tools of
+//!   `agent_toolset_20260401` (`bash`, `read`, `write`, `edit`, `glob`, `grep`; `web_fetch` and
+//!   `web_search` answer "not available"), all confined to the workspace.
+//!
+//! Every provider passes the one conformance suite in [`conformance`].
+
+pub mod hand;
+pub mod local;
+pub mod namespace;
+pub mod tools;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gateway_core::environment::ProviderTier;
+use gateway_core::placement::NetworkControl;
+
+pub use hand::{Hand, ToolOutput};
+pub use tools::{builtin_tool_definitions, BuiltinToolDefinition};
+
+/// Why a sandbox could not be provided or used.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The provider cannot work on this machine (e.g. bubblewrap missing, user namespaces off).
+    #[error("sandbox provider {provider} is unavailable: {reason}")]
+    Unavailable { provider: String, reason: String },
+    /// The workspace is missing or unusable.
+    #[error("workspace {path}: {reason}")]
+    Workspace { path: String, reason: String },
+    #[error("sandbox I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Resource limits applied to what runs in a sandbox.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Default wall-clock limit of one command (a tool input may ask for less or more, up to
+    /// `max_wall_clock`).
+    pub wall_clock: Duration,
+    pub max_wall_clock: Duration,
+    /// Bytes of output kept per command; the rest is dropped and the result says so.
+    pub output_cap: usize,
+    /// Processes the sandbox may run at once (namespace provider).
+    pub max_processes: u64,
+    /// Largest file a process may write, in bytes (namespace provider).
+    pub max_file_size: u64,
+    /// Address space per process, in bytes (namespace provider).
+    pub max_memory: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            wall_clock: Duration::from_secs(120),
+            max_wall_clock: Duration::from_secs(600),
+            output_cap: 100_000,
+            max_processes: 256,
+            max_file_size: 1 << 30,
+            max_memory: 4 << 30,
+        }
+    }
+}
+
+/// What a session's sandbox must enforce.
+#[derive(Debug, Clone)]
+pub struct SandboxPolicy {
+    /// Whether processes may use the network (the namespace provider cuts it otherwise).
+    pub network: bool,
+    pub limits: Limits,
+}
+
+/// Makes sandboxes of one tier.
+pub trait SandboxProvider: Send + Sync {
+    fn tier(&self) -> ProviderTier;
+    /// How far this provider can restrict the network (used by placement).
+    fn network_control(&self) -> NetworkControl;
+    /// Whether the provider works on this machine right now. Checked at start-up (to decide
+    /// what the gateway offers) and again at every realization (placement fails closed).
+    fn check(&self) -> Result<(), SandboxError>;
+    /// A sandbox over an existing workspace directory (the directory outlives the sandbox:
+    /// hibernation drops the sandbox, keeps the files).
+    fn open(&self, workspace: &Path, policy: &SandboxPolicy) -> Result<Arc<dyn Sandbox>, SandboxError>;
+}
+
+/// A sandbox bound to one workspace.
+pub trait Sandbox: Send + Sync {
+    /// The workspace directory on the host.
+    fn workspace(&self) -> &Path;
+    /// Where the workspace appears to processes inside the sandbox (`/workspace` in the
+    /// namespace provider, the host path for `local`). Absolute tool paths are read against it.
+    fn inner_root(&self) -> &Path;
+    /// A command that runs `program args..` inside the sandbox, in the workspace, with a
+    /// cleared environment, in its own process group, killed when dropped.
+    fn command(&self, program: &str, args: &[String]) -> tokio::process::Command;
+    fn policy(&self) -> &SandboxPolicy;
+}
