@@ -87,6 +87,8 @@ CREATE TABLE runs (
     available_at     BIGINT  NOT NULL,
     cancel_requested BOOLEAN NOT NULL DEFAULT FALSE,
     started          BOOLEAN NOT NULL DEFAULT FALSE,
+    input_seq        BIGINT,                 -- the session's last seq when first claimed: the
+                                             -- inputs this run answers (later ones are the next run's)
     created_at       BIGINT  NOT NULL,
     updated_at       BIGINT  NOT NULL
 );

@@ -273,3 +273,29 @@ async fn embedded_defaults_serve_from_a_sqlite_file_under_data() {
     drop(g);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_model_on_the_local_sandbox_refuses_to_start_without_consent() {
+    let dir = std::env::temp_dir().join(format!("gateway-guard-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut refused = GatewayBuilder::new(TESTBED, "guard")
+        .cwd(&dir)
+        .env("GATEWAY_MODEL", "anthropic")
+        .env("ANTHROPIC_API_KEY", "sk-test-not-a-real-key")
+        .spawn();
+    assert_eq!(refused.exit_code(Duration::from_secs(30)).await, Some(1));
+    let log = refused.log();
+    assert!(log.contains("GATEWAY_ALLOW_UNSAFE_LOCAL_SANDBOX"), "{log}");
+    assert!(!log.contains("sk-test-not-a-real-key"), "the API key never reaches the logs");
+
+    let consented = GatewayBuilder::new(TESTBED, "guard-ok")
+        .cwd(&dir)
+        .env("GATEWAY_MODEL", "anthropic")
+        .env("ANTHROPIC_API_KEY", "sk-test-not-a-real-key")
+        .env("GATEWAY_ALLOW_UNSAFE_LOCAL_SANDBOX", "1")
+        .spawn();
+    consented.ready(Duration::from_secs(30)).await;
+    assert!(!consented.log().contains("sk-test-not-a-real-key"));
+    drop(consented);
+    let _ = std::fs::remove_dir_all(&dir);
+}

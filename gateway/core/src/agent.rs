@@ -167,8 +167,12 @@ pub enum ToolAvailability {
 
 impl AgentSpec {
     /// Resolves a built-in tool's configuration: its own entry, else the toolset default;
-    /// `Disabled` when the agent has no built-in toolset.
+    /// `Disabled` when the agent has no built-in toolset or `name` is not a built-in tool
+    /// (a custom tool's name never picks up the toolset's default).
     pub fn builtin_tool(&self, name: &str) -> ToolAvailability {
+        if !BUILTIN_TOOLS.contains(&name) {
+            return ToolAvailability::Disabled;
+        }
         for t in &self.tools {
             if let ToolSpec::Builtin { default_config, configs, .. } = t {
                 let cfg = configs
@@ -246,6 +250,36 @@ pub struct Agent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_builtin_names_resolve_through_the_toolset() {
+        let mut a = AgentSpec {
+            name: "a".into(),
+            description: None,
+            system: None,
+            model: ModelSpec { id: "m".into(), effort: None, speed: None },
+            tools: vec![ToolSpec::Builtin {
+                version: "agent_toolset_20260401".into(),
+                default_config: ToolConfig { enabled: true, permission_policy: PermissionPolicy::AlwaysAllow },
+                configs: vec![NamedToolConfig {
+                    name: "bash".into(),
+                    enabled: true,
+                    permission_policy: PermissionPolicy::AlwaysAsk,
+                    extras: JsonObject::new(),
+                }],
+            }],
+            mcp_servers: vec![],
+            skills: vec![],
+            metadata: Default::default(),
+            backend: BackendRef::Native,
+            extensions: JsonObject::new(),
+        };
+        assert_eq!(a.builtin_tool("bash"), ToolAvailability::Enabled(PermissionPolicy::AlwaysAsk));
+        assert_eq!(a.builtin_tool("read"), ToolAvailability::Enabled(PermissionPolicy::AlwaysAllow));
+        assert_eq!(a.builtin_tool("lookup"), ToolAvailability::Disabled, "a custom tool's name");
+        a.tools.clear();
+        assert_eq!(a.builtin_tool("read"), ToolAvailability::Disabled, "no toolset, no built-ins");
+    }
 
     #[test]
     fn backend_refs_parse_and_print() {

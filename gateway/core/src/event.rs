@@ -142,6 +142,11 @@ pub enum EventPayload {
         origin: ToolOrigin,
         permission: ToolPermission,
     },
+    /// Journal entry: the tool call is about to execute (invariant 5). A call with this
+    /// marker and no result was interrupted by a lost claim and is never run again.
+    ToolStarted {
+        tool_use_id: EventId,
+    },
     ToolResult {
         tool_use_id: EventId,
         origin: ToolOrigin,
@@ -172,13 +177,14 @@ pub enum EventKind {
     AgentMessage,
     AgentThinking,
     ToolUse,
+    ToolStarted,
     ToolResult,
     ModelRequestStarted,
     ModelRequestEnded,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 16] = [
+    pub const ALL: [EventKind; 17] = [
         EventKind::UserMessage,
         EventKind::UserInterrupt,
         EventKind::ToolConfirmation,
@@ -192,6 +198,7 @@ impl EventKind {
         EventKind::AgentMessage,
         EventKind::AgentThinking,
         EventKind::ToolUse,
+        EventKind::ToolStarted,
         EventKind::ToolResult,
         EventKind::ModelRequestStarted,
         EventKind::ModelRequestEnded,
@@ -212,6 +219,7 @@ impl EventKind {
             EventKind::AgentMessage => "agent_message",
             EventKind::AgentThinking => "agent_thinking",
             EventKind::ToolUse => "tool_use",
+            EventKind::ToolStarted => "tool_started",
             EventKind::ToolResult => "tool_result",
             EventKind::ModelRequestStarted => "model_request_started",
             EventKind::ModelRequestEnded => "model_request_ended",
@@ -250,6 +258,7 @@ impl EventPayload {
             EventPayload::AgentMessage { .. } => EventKind::AgentMessage,
             EventPayload::AgentThinking { .. } => EventKind::AgentThinking,
             EventPayload::ToolUse { .. } => EventKind::ToolUse,
+            EventPayload::ToolStarted { .. } => EventKind::ToolStarted,
             EventPayload::ToolResult { .. } => EventKind::ToolResult,
             EventPayload::ModelRequestStarted {} => EventKind::ModelRequestStarted,
             EventPayload::ModelRequestEnded { .. } => EventKind::ModelRequestEnded,
@@ -338,6 +347,7 @@ mod tests {
                 content: vec![],
                 is_error: true,
             },
+            EventPayload::ToolStarted { tool_use_id: EventId::new() },
             EventPayload::ModelRequestStarted {},
             EventPayload::ModelRequestEnded { start_id: EventId::new(), is_error: false, usage: Usage::default() },
         ];

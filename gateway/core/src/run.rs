@@ -70,6 +70,9 @@ pub struct Run {
     pub cancel_requested: bool,
     /// Whether any Worker has started this run before.
     pub started: bool,
+    /// The session's last seq when the run was first claimed: the inputs it answers. Inputs
+    /// committed later belong to the next run.
+    pub input_seq: Option<u64>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }

@@ -7,9 +7,17 @@
 //!
 //! Implementations: [`fake::FakeModel`] (offline, deterministic; the default) and
 //! [`anthropic::AnthropicClient`] (the Messages API over HTTPS with SSE streaming).
+//!
+//! Test support behind the `stub` feature: `stub::StubServer`, a loopback stand-in for the
+//! Messages API that answers with the fake model's script, and `conformance`, the behaviours
+//! every [`ModelClient`] must show, run on both implementations.
 
 pub mod anthropic;
+#[cfg(feature = "stub")]
+pub mod conformance;
 pub mod fake;
+#[cfg(feature = "stub")]
+pub mod stub;
 
 use std::time::Duration;
 

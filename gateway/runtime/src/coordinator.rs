@@ -19,6 +19,7 @@ use gateway_store::{
     AgentFilter, EnvironmentFilter, EventFilter, NewSession, Page, PageRequest, SessionFilter, SessionPatch, Store,
 };
 
+use crate::environment::Environments;
 use crate::error::{Result, RuntimeError};
 use crate::previews::PreviewBus;
 use crate::subscription::{self, Delivery, SubscribeOptions};
@@ -61,11 +62,19 @@ pub struct Coordinator {
     previews: PreviewBus,
     offer: Arc<Offer>,
     options: CoordinatorOptions,
+    environments: Option<Arc<Environments>>,
 }
 
 impl Coordinator {
     pub fn new(store: Arc<dyn Store>, previews: PreviewBus, offer: Offer, options: CoordinatorOptions) -> Self {
-        Self { store, previews, offer: Arc::new(offer), options }
+        Self { store, previews, offer: Arc::new(offer), options, environments: None }
+    }
+
+    /// Lets session deletes release environments held on this host at once (other hosts
+    /// release theirs in their periodic sweep).
+    pub fn with_environments(mut self, environments: Arc<Environments>) -> Self {
+        self.environments = Some(environments);
+        self
     }
 
     /// What this deployment offers (providers, executors, remotes).
@@ -193,8 +202,14 @@ impl Coordinator {
         Ok(self.store.archive_session(id).await?)
     }
 
+    /// Deletes a session (refused while running) and releases its environment, irreversibly.
     pub async fn delete_session(&self, id: &SessionId) -> Result<()> {
-        Ok(self.store.delete_session(id).await?)
+        let session = self.store.get_session(id).await?;
+        self.store.delete_session(id).await?;
+        if let Some(envs) = &self.environments {
+            envs.release(&session).await;
+        }
+        Ok(())
     }
 
     // ---- inputs ----

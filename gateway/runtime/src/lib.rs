@@ -6,7 +6,9 @@
 
 pub mod backend;
 pub mod coordinator;
+pub mod environment;
 pub mod error;
+pub mod native;
 pub mod previews;
 pub mod subscription;
 pub mod worker;
@@ -16,7 +18,9 @@ pub mod testing;
 
 pub use backend::{Backend, BackendError, BackendRegistry, RunContext, TurnOutcome};
 pub use coordinator::{AgentSelection, Coordinator, CoordinatorOptions, CreateSession};
+pub use environment::{Environments, EnvironmentsConfig};
 pub use error::{Result, RuntimeError};
+pub use native::{NativeBackend, NativeConfig};
 pub use previews::{Preview, PreviewBus};
 pub use subscription::{Delivery, SubscribeOptions};
 pub use worker::{RetryPolicy, WorkerConfig, WorkerPool};

@@ -9,11 +9,19 @@
 //!   `agent_toolset_20260401` (`bash`, `read`, `write`, `edit`, `glob`, `grep`; `web_fetch` and
 //!   `web_search` answer "not available"), all confined to the workspace.
 //!
-//! Every provider passes the one conformance suite in [`conformance`].
+//! Every provider passes the one conformance suite in `conformance` (feature `conformance`);
+//! providers that are a security boundary also pass its isolation suite.
+//!
+//! Module map: [`local`] and [`namespace`] are the providers; [`hand`] dispatches tool calls to
+//! `shell` (the persistent bash) and `files` (the file tools, through a `cap_std` directory
+//! handle); `input` validates and bounds tool inputs; [`tools`] holds the definitions.
 
+mod files;
 pub mod hand;
+mod input;
 pub mod local;
 pub mod namespace;
+mod shell;
 pub mod tools;
 
 #[cfg(feature = "conformance")]
@@ -27,7 +35,9 @@ use gateway_core::environment::ProviderTier;
 use gateway_core::placement::NetworkControl;
 
 pub use hand::{Hand, ToolOutput};
-pub use tools::{builtin_tool_definitions, BuiltinToolDefinition};
+pub use local::LocalProvider;
+pub use namespace::NamespaceProvider;
+pub use tools::{BuiltinToolDefinition, builtin_tool_definitions};
 
 /// Why a sandbox could not be provided or used.
 #[derive(Debug, thiserror::Error)]

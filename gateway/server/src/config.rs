@@ -22,7 +22,10 @@ pub struct Config {
     /// The URL clients reach this gateway at (behind a proxy); defaults to `http://<listen>`.
     pub public_url: Option<String>,
     /// Lets a real model run with the `local` provider, which is not a security boundary.
+    #[serde(deserialize_with = "flag")]
     pub allow_unsafe_local_sandbox: bool,
+    /// Where the gateway keeps local state other than the database (session workspaces).
+    pub data_dir: String,
     /// Names this process in leases and logs; default `<hostname>-<pid>`.
     pub instance_name: Option<String>,
     /// The host identity Session Environments are pinned to; default the hostname.
@@ -30,6 +33,9 @@ pub struct Config {
     /// Send and use wake-up hints (polling stays authoritative either way).
     pub wakeups: bool,
     pub workers: WorkersConfig,
+    pub environments: EnvironmentsConfig,
+    pub native: NativeConfig,
+    pub anthropic: AnthropicConfig,
     pub log: LogConfig,
     /// Agents published from this file, by name.
     pub agents: BTreeMap<String, AgentConfig>,
@@ -46,10 +52,14 @@ impl Default for Config {
             sandbox: "local".into(),
             public_url: None,
             allow_unsafe_local_sandbox: false,
+            data_dir: "data".into(),
             instance_name: None,
             host_id: None,
             wakeups: true,
             workers: WorkersConfig::default(),
+            environments: EnvironmentsConfig::default(),
+            native: NativeConfig::default(),
+            anthropic: AnthropicConfig::default(),
             log: LogConfig::default(),
             agents: BTreeMap::new(),
             executors: ExecutorsConfig::default(),
@@ -82,6 +92,66 @@ impl Default for WorkersConfig {
             max_retries: 3,
             shutdown_grace_secs: 10,
         }
+    }
+}
+
+/// Session Environments: workspaces and sandboxes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EnvironmentsConfig {
+    /// A session's Hand idle this long is hibernated (its shell stopped, its files kept).
+    pub idle_secs: u64,
+    /// Default wall-clock limit of one `bash` command.
+    pub command_timeout_secs: u64,
+    /// Largest wall-clock limit a tool call may ask for.
+    pub max_command_timeout_secs: u64,
+    /// Bytes of tool output kept per call.
+    pub output_cap_bytes: usize,
+    /// The bubblewrap program of the `namespace` provider.
+    pub bwrap: String,
+}
+
+impl Default for EnvironmentsConfig {
+    fn default() -> Self {
+        Self {
+            idle_secs: 300,
+            command_timeout_secs: 120,
+            max_command_timeout_secs: 600,
+            output_cap_bytes: 100_000,
+            bwrap: "bwrap".into(),
+        }
+    }
+}
+
+/// The native backend's model loop.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NativeConfig {
+    /// Model/tool rounds per turn before the turn ends with an error.
+    pub max_rounds: u32,
+    pub max_tokens: u32,
+}
+
+impl Default for NativeConfig {
+    fn default() -> Self {
+        Self { max_rounds: 20, max_tokens: 8192 }
+    }
+}
+
+/// The `anthropic` model client. Credentials come from `ANTHROPIC_API_KEY` (sent as
+/// `x-api-key`) or `ANTHROPIC_AUTH_TOKEN` (sent as a bearer token), never from this file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AnthropicConfig {
+    /// Overridden by `ANTHROPIC_BASE_URL`.
+    pub base_url: String,
+    pub max_retries: u32,
+    pub request_timeout_secs: u64,
+}
+
+impl Default for AnthropicConfig {
+    fn default() -> Self {
+        Self { base_url: "https://api.anthropic.com".into(), max_retries: 2, request_timeout_secs: 600 }
     }
 }
 
@@ -211,6 +281,27 @@ impl Config {
     }
 }
 
+/// Booleans as operators write them in environment variables: `1`/`0`, `true`/`false`,
+/// `yes`/`no`.
+fn flag<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Flag {
+        Bool(bool),
+        Int(i64),
+        Text(String),
+    }
+    match Flag::deserialize(d)? {
+        Flag::Bool(b) => Ok(b),
+        Flag::Int(i) => Ok(i != 0),
+        Flag::Text(t) => match t.to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "0" | "false" | "no" | "off" | "" => Ok(false),
+            other => Err(serde::de::Error::custom(format!("expected a boolean, got {other:?}"))),
+        },
+    }
+}
+
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .or_else(|_| std::fs::read_to_string("/etc/hostname"))
@@ -258,6 +349,8 @@ mod tests {
             assert_eq!(c.workers.count, 7);
             assert_eq!(c.database_url, "postgres://u:p@h/db");
             assert_eq!(c.sandbox, "local");
+            jail.set_env("GATEWAY_ALLOW_UNSAFE_LOCAL_SANDBOX", "1");
+            assert!(Config::load(None).map_err(|e| e.to_string())?.allow_unsafe_local_sandbox);
             jail.set_env("GATEWAY_MODEL", "gpt");
             assert!(Config::load(None).is_err());
             Ok(())

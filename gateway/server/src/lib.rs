@@ -2,6 +2,7 @@
 //! the store, the runtime and the protocol adapters into one process.
 
 pub mod cli;
+pub mod compose;
 pub mod config;
 pub mod http;
 pub mod serve;

@@ -6,15 +6,16 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::serve::ListenerExt;
 use gateway_core::agent::BackendRef;
-use gateway_core::environment::ProviderTier;
-use gateway_core::placement::{NetworkControl, Offer, ProviderOffer};
+use gateway_core::placement::Offer;
 use gateway_runtime::{
-    Backend, BackendRegistry, Coordinator, CoordinatorOptions, PreviewBus, RetryPolicy, WorkerConfig, WorkerPool,
+    Backend, BackendRegistry, Coordinator, CoordinatorOptions, NativeBackend, NativeConfig, PreviewBus, RetryPolicy,
+    WorkerConfig, WorkerPool,
 };
 use gateway_store::{Store, StoreOptions};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::compose;
 use crate::config::{Config, redact_url};
 use crate::http::{AppState, router};
 
@@ -41,32 +42,27 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn provider_offers(config: &Config) -> Vec<ProviderOffer> {
-    let tiers = match config.sandbox.as_str() {
-        "namespace" => vec![ProviderTier::namespace()],
-        _ => vec![ProviderTier::local()],
-    };
-    tiers
-        .into_iter()
-        .map(|tier| {
-            let network =
-                if tier == ProviderTier::namespace() { NetworkControl::AllOrNothing } else { NetworkControl::None };
-            ProviderOffer { tier, network, installs_packages: false }
-        })
-        .collect()
-}
-
 pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
+    let environments = compose::environments(&config);
+    let provider_offers = environments.offers();
+    compose::startup_guard(&config, &provider_offers.iter().map(|p| p.tier.clone()).collect::<Vec<_>>())?;
+    let model = compose::model_client(&config)?;
     let store = open_store(&config).await?;
     let previews = PreviewBus::default();
 
     let mut backends = BackendRegistry::new();
+    let native = NativeBackend::new(
+        model,
+        Some(Arc::clone(&environments)),
+        NativeConfig { max_rounds: config.native.max_rounds, max_tokens: config.native.max_tokens },
+    );
+    backends.register(BackendRef::Native, Arc::new(native));
     for (r, b) in ext.backends {
         backends.register(r, b);
     }
     let offered = backends.offered();
     let offer = Offer {
-        providers: provider_offers(&config),
+        providers: provider_offers,
         acp_executors: offered
             .iter()
             .filter_map(|b| match b {
@@ -129,6 +125,7 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
 
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
+    tokio::spawn(Arc::clone(&environments).maintain(Arc::clone(&store), shutdown.child_token()));
     let http = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let http = tokio::spawn(async move { http.await });
 

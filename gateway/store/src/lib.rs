@@ -30,7 +30,7 @@ use gateway_core::agent::{Agent, AgentSpec};
 use gateway_core::environment::{Environment, EnvironmentSpec};
 use gateway_core::event::{Event, NewEvent};
 use gateway_core::run::{Claim, Fence, Run, WorkerOffer};
-use gateway_core::session::Session;
+use gateway_core::session::{EnvironmentState, Session};
 use gateway_core::{AgentId, EnvironmentId, EventId, RunId, SessionId};
 
 pub use error::{Guard, Result, StoreError};
@@ -76,6 +76,16 @@ pub trait Sessions: Send + Sync {
     /// Refused while running. Appends `session_deleted` (the last event open streams see),
     /// marks the environment released (irreversibly) and hides the session from reads.
     async fn delete_session(&self, id: &SessionId) -> Result<()>;
+
+    /// Moves the session's environment from one of `from` to `to` (compare-and-set, checked
+    /// against the lifecycle rules) outside any run: hibernation by the host that holds it.
+    /// Returns false, writing nothing, if the state was not one of `from`.
+    async fn transition_environment(
+        &self,
+        id: &SessionId,
+        from: &[EnvironmentState],
+        to: EnvironmentState,
+    ) -> Result<bool>;
 
     /// Admits a batch of client inputs with `gateway_core::admission::admit`, on the session
     /// row locked for the transaction: appends the events, updates status and pending

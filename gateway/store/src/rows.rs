@@ -154,6 +154,7 @@ pub struct RunRow {
     pub available_at: i64,
     pub cancel_requested: bool,
     pub started: bool,
+    pub input_seq: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -175,6 +176,7 @@ impl RunRow {
             available_at: ts(self.available_at),
             cancel_requested: self.cancel_requested,
             started: self.started,
+            input_seq: self.input_seq.and_then(|s| u64::try_from(s).ok()),
             created_at: ts(self.created_at),
             updated_at: ts(self.updated_at),
         })

@@ -1,5 +1,7 @@
+//! The runtime suite, written once and run on every store configuration, and helpers
+//! shared by the runtime's test crates (each uses a subset, hence `dead_code`).
+#![allow(dead_code)]
 #![allow(clippy::unwrap_used)]
-//! The runtime suite, written once and run on every store configuration.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +31,7 @@ pub fn offer() -> Offer {
             installs_packages: false,
         }],
         acp_executors: ["agent".to_owned()].into(),
-        ..Default::default()
+        a2a_remotes: ["remote".to_owned()].into(),
     }
 }
 
@@ -459,6 +461,22 @@ pub async fn placement_refusals_name_their_rule(h: &dyn Harness) {
     let eager = r.coordinator.create_environment(eager).await.unwrap();
     let ok = CreateSession { environment_id: eager.id, ..req };
     r.coordinator.create_session(ok).await.expect("ACP with eager provisioning is placed");
+
+    // A remote A2A agent with a mounted workspace: refused, never silently run locally.
+    spec.backend = BackendRef::A2a { remote: "remote".into() };
+    let remote = r.coordinator.create_agent(spec.clone()).await.unwrap();
+    let with_mount = CreateSession {
+        agent: AgentSelection { id: remote.id, version: None, overrides: None },
+        environment_id: env.id.clone(),
+        title: None,
+        metadata: Metadata::new(),
+        resources: vec![gateway_core::session::ResourceKind::Workspace { path: "/tmp".into() }],
+        initial_inputs: vec![],
+    };
+    match r.coordinator.create_session(with_mount).await {
+        Err(RuntimeError::Placement(e)) => assert!(e.to_string().contains("A2A + local inputs"), "{e}"),
+        other => panic!("expected a placement refusal, got {other:?}"),
+    }
 
     spec.backend = BackendRef::A2a { remote: "nowhere".into() };
     match r.coordinator.create_agent(spec).await {

@@ -73,6 +73,8 @@ macro_rules! conformance_suite {
             runs::environment_pins_runs_to_its_host_until_the_host_is_gone,
             runs::released_environment_is_final,
             runs::parked_sessions_are_not_claimed,
+            runs::environment_transitions_outside_runs_compare_and_set,
+            runs::runs_record_the_inputs_they_answer,
             runs::commit_hints_wake_session_watchers,
             runs::hints_cross_store_handles
         );

@@ -259,6 +259,35 @@ pub async fn released_environment_is_final(h: &dyn Harness) {
     }
 }
 
+pub async fn environment_transitions_outside_runs_compare_and_set(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let sess = session_with(&s, vec![msg("go")]).await;
+    use EnvironmentState::*;
+    assert!(!s.transition_environment(&sess.id, &[Realized], Hibernated).await.unwrap(), "not realized yet");
+    let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
+    let realized = EnvironmentChange { state: Realized, host: Some("h".into()) };
+    s.commit(&c.fence, Commit { events: vec![], environment: Some(realized) }).await.unwrap();
+    s.settle(&c.fence, done()).await.unwrap();
+    assert!(s.transition_environment(&sess.id, &[Realized], Hibernated).await.unwrap());
+    assert_eq!(s.get_session(&sess.id).await.unwrap().environment_state, Hibernated);
+    assert!(!s.transition_environment(&sess.id, &[Realized], Hibernated).await.unwrap(), "compare-and-set");
+    s.delete_session(&sess.id).await.unwrap();
+    assert!(s.transition_environment(&sess.id, &[Hibernated], Realized).await.is_err(), "deleted: gone");
+}
+
+pub async fn runs_record_the_inputs_they_answer(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let sess = session_with(&s, vec![msg("one"), msg("two")]).await;
+    let a = s.claim_run(&worker("a", "h"), terms(200)).await.unwrap().unwrap();
+    assert_eq!(a.run.input_seq, Some(2));
+    s.commit(&a.fence, Commit { events: vec![agent_text("working")], environment: None }).await.unwrap();
+    s.submit_inputs(&sess.id, vec![msg("three")]).await.unwrap();
+    outlive(200).await;
+    let b = s.claim_run(&worker("b", "h"), terms(10_000)).await.unwrap().unwrap();
+    assert_eq!(b.fence.run_id, a.fence.run_id);
+    assert_eq!(b.run.input_seq, Some(2), "a reclaim keeps the boundary; message three is the next run's");
+}
+
 pub async fn parked_sessions_are_not_claimed(h: &dyn Harness) {
     let s = h.fresh().await;
     let sess = session_with(&s, vec![msg("ask first")]).await;

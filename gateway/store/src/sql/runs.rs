@@ -20,7 +20,7 @@ use crate::wake::Hint;
 macro_rules! run_cols_r {
     () => {
         "r.id, r.session_id, r.state, r.backend, r.provider, r.lease_owner, r.lease_epoch, r.lease_expires_at, \
-         r.crash_count, r.attempt, r.available_at, r.cancel_requested, r.started, r.created_at, r.updated_at"
+         r.crash_count, r.attempt, r.available_at, r.cancel_requested, r.started, r.input_seq, r.created_at, r.updated_at"
     };
 }
 pub(crate) use run_cols_r;
@@ -144,7 +144,9 @@ engine_impl! {
             let claimed = sqlx::query_as::<DB, RunRow>(concat!(
                 "UPDATE runs SET state = 'running', lease_owner = $2, lease_epoch = lease_epoch + 1, lease_expires_at = $3, \
                  crash_count = CASE WHEN state = 'running' THEN crash_count + 1 ELSE crash_count END, \
-                 started = TRUE, updated_at = $4 WHERE id = $1 RETURNING ",
+                 started = TRUE, updated_at = $4, \
+                 input_seq = COALESCE(input_seq, (SELECT s.last_seq FROM sessions s WHERE s.id = runs.session_id)) \
+                 WHERE id = $1 RETURNING ",
                 run_cols!()
             ))
             .bind(candidate.run.id.as_str())

@@ -295,6 +295,35 @@ engine_impl! {
             self.finish(tx, hints).await
         }
 
+        async fn transition_environment(
+            &self,
+            id: &SessionId,
+            from: &[EnvironmentState],
+            to: EnvironmentState,
+        ) -> Result<bool> {
+            let mut tx = self.begin_write().await?;
+            let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
+            let s = row.into_session()?;
+            if !from.contains(&s.environment_state) {
+                return Ok(false);
+            }
+            if !s.environment_state.may_become(to) {
+                return Err(StoreError::Guard(Guard::EnvironmentTransition {
+                    session: id.to_string(),
+                    from: s.environment_state.as_str(),
+                    to: to.as_str(),
+                }));
+            }
+            sqlx::query("UPDATE sessions SET env_state = $2, updated_at = $3 WHERE id = $1")
+                .bind(id.as_str())
+                .bind(to.as_str())
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(true)
+        }
+
         async fn submit_inputs(&self, id: &SessionId, inputs: Vec<NewEvent>) -> Result<Vec<Event>> {
             let mut tx = self.begin_write().await?;
             let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;

@@ -1,0 +1,88 @@
+//! How an [`AnthropicClient`](super::AnthropicClient) reaches the API, and how patiently.
+
+use std::fmt;
+use std::time::Duration;
+
+/// The public endpoint; `ANTHROPIC_BASE_URL` overrides it when the server passes that on.
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+/// The `anthropic-version` this client's request and response shapes are written for.
+pub const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// The secret that authenticates the gateway. Its `Debug` never shows the secret, so configs
+/// and clients can be logged freely.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// An API key, sent as `x-api-key`.
+    ApiKey(String),
+    /// A bearer token (OAuth, or a gateway in front of the API), sent as `Authorization: Bearer`.
+    Bearer(String),
+}
+
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Credential::ApiKey(_) => f.write_str("ApiKey(<redacted>)"),
+            Credential::Bearer(_) => f.write_str("Bearer(<redacted>)"),
+        }
+    }
+}
+
+/// Settings of an [`AnthropicClient`](super::AnthropicClient). Start from
+/// [`AnthropicConfig::new`] and override fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnthropicConfig {
+    /// Scheme, host and optional path prefix; `/v1/messages` is appended.
+    pub base_url: String,
+    pub credential: Credential,
+    pub anthropic_version: String,
+    /// Values of the `anthropic-beta` header (none by default).
+    pub betas: Vec<String>,
+    /// Extra attempts after a transient failure (429, 529, 5xx, network errors, a stream cut
+    /// before anything was reported). The caller sees the last error once they run out.
+    pub max_retries: u32,
+    /// The first retry waits about this long; each later one twice as long as the previous.
+    pub retry_base: Duration,
+    /// Ceiling of the exponential backoff (the server's `retry-after` may ask for longer).
+    pub retry_max: Duration,
+    /// A server asking to wait longer than this is not retried inside the client: the error
+    /// (with its `retry_after`) goes to the caller, which can schedule the retry durably.
+    pub max_retry_after: Duration,
+    pub connect_timeout: Duration,
+    /// Limit for a whole non-streaming call, and for a streaming call's response headers.
+    pub request_timeout: Duration,
+    /// Longest silence tolerated inside a stream (the API sends `ping`s while it works).
+    pub stream_idle_timeout: Duration,
+}
+
+impl AnthropicConfig {
+    /// The defaults, for `base_url` (usually [`DEFAULT_BASE_URL`]) and `credential`.
+    pub fn new(base_url: impl Into<String>, credential: Credential) -> Self {
+        Self {
+            base_url: base_url.into(),
+            credential,
+            anthropic_version: DEFAULT_ANTHROPIC_VERSION.to_owned(),
+            betas: Vec::new(),
+            max_retries: 2,
+            retry_base: Duration::from_millis(500),
+            retry_max: Duration::from_secs(8),
+            max_retry_after: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(600),
+            stream_idle_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Why a client could not be built from its config.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("invalid model API base URL {url:?}: {reason}")]
+    BaseUrl { url: String, reason: String },
+    /// The secret itself is deliberately not part of the message.
+    #[error("the model API credential contains characters an HTTP header cannot carry")]
+    Credential,
+    #[error("invalid value for the {0} header")]
+    Header(&'static str),
+    #[error("cannot build the HTTP client: {0}")]
+    Http(String),
+}

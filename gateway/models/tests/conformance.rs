@@ -1,0 +1,24 @@
+//! The ModelClient conformance suite on both implementations.
+
+mod common;
+
+mod fake {
+    use gateway_models::fake::FakeModel;
+
+    async fn setup() -> (FakeModel, ()) {
+        (FakeModel::new(), ())
+    }
+
+    gateway_models::model_conformance_suite!(setup);
+}
+
+mod anthropic_over_stub {
+    use gateway_models::anthropic::AnthropicClient;
+    use gateway_models::stub::StubServer;
+
+    async fn setup() -> (AnthropicClient, StubServer) {
+        super::common::stub_client().await
+    }
+
+    gateway_models::model_conformance_suite!(setup);
+}

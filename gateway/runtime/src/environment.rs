@@ -1,0 +1,292 @@
+//! Session Environments: the workspace + sandbox lifecycle of each session on this host, and
+//! its one Hand.
+//!
+//! Why one Hand per session: `acquire` holds the manager's lock while it looks up or creates
+//! the session's slot, so two callers can never create two Hands for one session in this
+//! process; and a session has at most one running run (store invariant 1), so at most one
+//! process uses its environment at a time.
+//!
+//! Lifecycle (invariant 8): `none` → `realized` on the first acquisition (the caller commits
+//! the change with its fenced events); `realized` → `hibernated` when idle (the persistent
+//! shell is stopped, the files stay); `hibernated` → `realized` at the next acquisition,
+//! through the same provider, over the same workspace; `released` at session delete, which
+//! removes the workspace and is final. An environment whose workspace vanished is never
+//! silently recreated: acquisition fails with `Vanished`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gateway_core::SessionId;
+use gateway_core::environment::ProviderTier;
+use gateway_core::placement::{EnvironmentPlan, NetworkControl, ProviderOffer};
+use gateway_core::session::{EnvironmentState, ResourceKind, Session};
+use gateway_sandbox::{Hand, Limits, SandboxPolicy, SandboxProvider};
+use gateway_store::{EnvironmentChange, Store};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+/// Why a session's environment could not be provided. Each maps to a typed session error.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvironmentError {
+    #[error("session {0} needs no local environment")]
+    NotNeeded(SessionId),
+    #[error("sandbox provider {provider:?} is not available on this host: {reason}")]
+    ProviderUnavailable { provider: String, reason: String },
+    #[error("the environment of session {0} was released and cannot be used again")]
+    Released(SessionId),
+    #[error("the environment of session {session} is {state} but its workspace {path} is gone; it is not recreated")]
+    Vanished { session: SessionId, state: &'static str, path: String },
+    #[error("cannot prepare the workspace {path}: {reason}")]
+    Workspace { path: String, reason: String },
+}
+
+/// A session's Hand, and the lifecycle change the caller must commit with its next events.
+pub struct Acquired {
+    pub hand: Arc<Hand>,
+    pub change: Option<EnvironmentChange>,
+}
+
+struct Slot {
+    hand: Arc<Hand>,
+    last_used: Instant,
+    /// Acquisitions not yet released by their callers; a slot in use is never hibernated.
+    users: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct EnvironmentsConfig {
+    /// The host identity environments are pinned to.
+    pub host: String,
+    /// Where session workspaces live (`<root>/<session id>`).
+    pub root: PathBuf,
+    pub limits: Limits,
+    /// A Hand idle this long is hibernated.
+    pub idle: Duration,
+}
+
+/// The Session Environments of this host.
+pub struct Environments {
+    config: EnvironmentsConfig,
+    providers: HashMap<ProviderTier, Arc<dyn SandboxProvider>>,
+    slots: Mutex<HashMap<SessionId, Slot>>,
+}
+
+/// Releases its acquisition when dropped, so a caller can never keep a slot busy forever.
+pub struct Lease {
+    envs: Arc<Environments>,
+    session: SessionId,
+    pub acquired: Acquired,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let envs = Arc::clone(&self.envs);
+        let session = self.session.clone();
+        tokio::spawn(async move {
+            if let Some(slot) = envs.slots.lock().await.get_mut(&session) {
+                slot.users = slot.users.saturating_sub(1);
+                slot.last_used = Instant::now();
+            }
+        });
+    }
+}
+
+impl Environments {
+    pub fn new(config: EnvironmentsConfig, providers: Vec<Arc<dyn SandboxProvider>>) -> Arc<Self> {
+        Arc::new(Self {
+            config,
+            providers: providers.into_iter().map(|p| (p.tier(), p)).collect(),
+            slots: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn host(&self) -> &str {
+        &self.config.host
+    }
+
+    /// The providers that work on this host right now, for placement.
+    pub fn offers(&self) -> Vec<ProviderOffer> {
+        let mut out: Vec<ProviderOffer> = self
+            .providers
+            .values()
+            .filter(|p| match p.check() {
+                Ok(()) => true,
+                Err(e) => {
+                    warn!(provider = %p.tier(), error = %e, "sandbox provider unavailable; not offered");
+                    false
+                }
+            })
+            .map(|p| ProviderOffer { tier: p.tier(), network: p.network_control(), installs_packages: false })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Where a session's workspace lives: the client's own directory for a mounted workspace
+    /// (an editor's `cwd`), else a directory of its own under the root.
+    pub fn workspace_of(&self, session: &Session) -> (PathBuf, bool) {
+        for r in &session.snapshot.resources {
+            if let ResourceKind::Workspace { path } = &r.kind {
+                return (PathBuf::from(path), false);
+            }
+        }
+        (self.config.root.join(session.id.as_str()), true)
+    }
+
+    /// The session's Hand, realizing (or waking) its environment if needed. The returned
+    /// `change` must be committed by the caller under its fence before the Hand is used for
+    /// work whose effects must be attributed to the realized environment.
+    pub async fn acquire(self: &Arc<Self>, session: &Session) -> Result<Lease, EnvironmentError> {
+        let sandbox = match &session.snapshot.requirements.environment {
+            EnvironmentPlan::Never => return Err(EnvironmentError::NotNeeded(session.id.clone())),
+            EnvironmentPlan::OnFirstLocalTool { sandbox } | EnvironmentPlan::BeforeExecution { sandbox, .. } => sandbox,
+        };
+        if session.environment_state == EnvironmentState::Released {
+            return Err(EnvironmentError::Released(session.id.clone()));
+        }
+        let mut slots = self.slots.lock().await;
+        if let Some(slot) = slots.get_mut(&session.id) {
+            slot.users += 1;
+            slot.last_used = Instant::now();
+            let change = (session.environment_state != EnvironmentState::Realized)
+                .then(|| EnvironmentChange { state: EnvironmentState::Realized, host: Some(self.config.host.clone()) });
+            let acquired = Acquired { hand: Arc::clone(&slot.hand), change };
+            return Ok(Lease { envs: Arc::clone(self), session: session.id.clone(), acquired });
+        }
+
+        let provider = self.providers.get(&sandbox.provider).ok_or_else(|| EnvironmentError::ProviderUnavailable {
+            provider: sandbox.provider.to_string(),
+            reason: "not configured on this host".into(),
+        })?;
+        provider.check().map_err(|e| EnvironmentError::ProviderUnavailable {
+            provider: sandbox.provider.to_string(),
+            reason: e.to_string(),
+        })?;
+        if sandbox.network && provider.network_control() == NetworkControl::None {
+            // Placement checked this already; a provider swapped under a live session must not
+            // weaken it.
+            tracing::debug!("provider cannot restrict the network; the environment allows it");
+        }
+        let (workspace, owned) = self.workspace_of(session);
+        match session.environment_state {
+            EnvironmentState::Realized | EnvironmentState::Hibernated if !workspace.is_dir() => {
+                return Err(EnvironmentError::Vanished {
+                    session: session.id.clone(),
+                    state: session.environment_state.as_str(),
+                    path: workspace.display().to_string(),
+                });
+            }
+            _ => {}
+        }
+        if owned {
+            std::fs::create_dir_all(&workspace).map_err(|e| EnvironmentError::Workspace {
+                path: workspace.display().to_string(),
+                reason: e.to_string(),
+            })?;
+        } else if !workspace.is_dir() {
+            return Err(EnvironmentError::Workspace {
+                path: workspace.display().to_string(),
+                reason: "the mounted workspace directory does not exist".into(),
+            });
+        }
+        let policy = SandboxPolicy { network: sandbox.network, limits: self.config.limits.clone() };
+        let opened = provider.open(&workspace, &policy).map_err(|e| EnvironmentError::ProviderUnavailable {
+            provider: sandbox.provider.to_string(),
+            reason: e.to_string(),
+        })?;
+        let hand = Arc::new(Hand::new(opened).map_err(|e| EnvironmentError::Workspace {
+            path: workspace.display().to_string(),
+            reason: e.to_string(),
+        })?);
+        info!(session = %session.id, provider = %sandbox.provider, workspace = %workspace.display(), "environment realized");
+        slots.insert(session.id.clone(), Slot { hand: Arc::clone(&hand), last_used: Instant::now(), users: 1 });
+        let change = (session.environment_state != EnvironmentState::Realized)
+            .then(|| EnvironmentChange { state: EnvironmentState::Realized, host: Some(self.config.host.clone()) });
+        Ok(Lease { envs: Arc::clone(self), session: session.id.clone(), acquired: Acquired { hand, change } })
+    }
+
+    /// Hibernates every Hand idle longer than the configured time and records the state. The
+    /// lock is held throughout, so no acquisition can slip between the recorded state and the
+    /// Hand it describes.
+    pub async fn hibernate_idle(&self, store: &Arc<dyn Store>) {
+        let mut slots = self.slots.lock().await;
+        let due: Vec<SessionId> = slots
+            .iter()
+            .filter(|(_, s)| s.users == 0 && s.last_used.elapsed() >= self.config.idle)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for session in due {
+            match store
+                .transition_environment(&session, &[EnvironmentState::Realized], EnvironmentState::Hibernated)
+                .await
+            {
+                Ok(_) => {
+                    if let Some(slot) = slots.remove(&session) {
+                        slot.hand.hibernate().await;
+                    }
+                    info!(%session, "environment hibernated");
+                }
+                Err(e) => warn!(%session, error = %e, "could not record hibernation; keeping the Hand"),
+            }
+        }
+    }
+
+    /// Releases a deleted session's environment on this host: stops its Hand and removes its
+    /// own workspace (never a client's mounted directory). Irreversible.
+    pub async fn release(&self, session: &Session) {
+        if let Some(slot) = self.slots.lock().await.remove(&session.id) {
+            slot.hand.hibernate().await;
+        }
+        let (workspace, owned) = self.workspace_of(session);
+        if owned {
+            remove_workspace(&workspace);
+        }
+    }
+
+    /// Removes workspaces under the root whose session no longer exists (deleted while this
+    /// host was down, or on another host's request).
+    pub async fn sweep_released(&self, store: &Arc<dyn Store>) {
+        let Ok(entries) = std::fs::read_dir(&self.config.root) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(id) = name.to_str().and_then(|n| SessionId::parse(n).ok()) else {
+                continue;
+            };
+            if let Err(gateway_store::StoreError::NotFound { .. }) = store.get_session(&id).await {
+                self.slots.lock().await.remove(&id);
+                remove_workspace(&entry.path());
+            }
+        }
+    }
+
+    /// Runs hibernation and the release sweep until `stop`.
+    pub async fn maintain(self: Arc<Self>, store: Arc<dyn Store>, stop: tokio_util::sync::CancellationToken) {
+        self.sweep_released(&store).await;
+        let every = (self.config.idle / 2).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let mut sweeps = 0u32;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            self.hibernate_idle(&store).await;
+            sweeps = sweeps.wrapping_add(1);
+            if sweeps.is_multiple_of(10) {
+                self.sweep_released(&store).await;
+            }
+        }
+    }
+}
+
+fn remove_workspace(path: &Path) {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => info!(workspace = %path.display(), "workspace released"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => warn!(workspace = %path.display(), error = %e, "could not remove workspace"),
+    }
+}

@@ -1,0 +1,463 @@
+//! The native backend: the gateway's own model loop.
+//!
+//! One run executes (or resumes) one turn: model request, tool calls, model request, ... until
+//! the model stops, a tool needs a client's answer (the turn parks), a client interrupts, or
+//! the round limit is reached. Everything it does is committed through the run's fence
+//! before anything depends on it; a resumed run reads the log and continues from there:
+//! a tool call journaled as started but without a result is reported indeterminate, never
+//! run again (invariant 5).
+
+pub mod conversation;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use gateway_core::agent::{AgentSpec, ToolAvailability};
+use gateway_core::content::ContentBlock;
+use gateway_core::event::{ErrorKind, Event, EventKind, EventPayload, NewEvent, ToolOrigin, ToolPermission, Usage};
+use gateway_core::placement::ToolExecution;
+use gateway_core::session::{PendingAction, PendingKind};
+use gateway_core::{EventId, JsonObject};
+use gateway_models::{Block, ModelClient, ModelError, ModelRequest, StopReason as ModelStop, StreamEvent};
+use gateway_sandbox::ToolOutput;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{Backend, BackendError, RunContext, TurnOutcome};
+use crate::environment::{EnvironmentError, Environments, Lease};
+use crate::previews::Preview;
+
+#[derive(Debug, Clone)]
+pub struct NativeConfig {
+    /// Model requests per turn before the turn ends with a round-limit error.
+    pub max_rounds: u32,
+    pub max_tokens: u32,
+}
+
+impl Default for NativeConfig {
+    fn default() -> Self {
+        Self { max_rounds: 20, max_tokens: 8192 }
+    }
+}
+
+pub struct NativeBackend {
+    model: Arc<dyn ModelClient>,
+    environments: Option<Arc<Environments>>,
+    config: NativeConfig,
+}
+
+impl NativeBackend {
+    pub fn new(model: Arc<dyn ModelClient>, environments: Option<Arc<Environments>>, config: NativeConfig) -> Self {
+        Self { model, environments, config }
+    }
+}
+
+/// How a tool call the model made is handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// A built-in the Hand runs now.
+    Execute,
+    /// A built-in that waits for a client's approval.
+    Ask,
+    /// Run by the client (custom tools, self-hosted executors); the turn parks for the result.
+    Client,
+    /// Not offered to this agent.
+    Unavailable,
+}
+
+fn route(agent: &AgentSpec, execution: ToolExecution, name: &str) -> (Route, ToolOrigin) {
+    match agent.builtin_tool(name) {
+        ToolAvailability::Enabled(_) if execution == ToolExecution::External => (Route::Client, ToolOrigin::Builtin),
+        ToolAvailability::Enabled(policy) if policy.requires_approval() => (Route::Ask, ToolOrigin::Builtin),
+        ToolAvailability::Enabled(_) => (Route::Execute, ToolOrigin::Builtin),
+        ToolAvailability::Disabled if agent.custom_tool(name).is_some() => (Route::Client, ToolOrigin::Custom),
+        ToolAvailability::Disabled => (Route::Unavailable, ToolOrigin::Builtin),
+    }
+}
+
+/// Tools that need no local environment: answered without realizing one.
+fn is_local_tool(name: &str) -> bool {
+    !matches!(name, "web_fetch" | "web_search")
+}
+
+fn text_result(tool_use_id: &EventId, origin: ToolOrigin, text: impl Into<String>, is_error: bool) -> NewEvent {
+    NewEvent::new(EventPayload::ToolResult {
+        tool_use_id: tool_use_id.clone(),
+        origin,
+        content: vec![ContentBlock::text(text)],
+        is_error,
+    })
+}
+
+fn model_error(e: ModelError) -> BackendError {
+    let kind = match &e {
+        ModelError::RateLimited { .. } => ErrorKind::ModelRateLimited,
+        ModelError::Overloaded { .. } => ErrorKind::ModelOverloaded,
+        _ => ErrorKind::ModelRequestFailed,
+    };
+    if e.is_transient() {
+        BackendError::Transient { kind, retry_after: e.retry_after(), message: e.to_string() }
+    } else {
+        BackendError::Failed { kind, message: e.to_string() }
+    }
+}
+
+fn environment_error(e: EnvironmentError) -> BackendError {
+    let kind = match &e {
+        EnvironmentError::Vanished { .. } => ErrorKind::EnvironmentLost,
+        _ => ErrorKind::PlacementFailed,
+    };
+    BackendError::Failed { kind, message: e.to_string() }
+}
+
+/// One run of one turn: what the run may see, and the Hand once acquired.
+struct Turn<'a> {
+    backend: &'a NativeBackend,
+    ctx: &'a RunContext,
+    /// The log as this run sees it: inputs up to its boundary, plus its own commits.
+    view: Vec<Event>,
+    lease: Option<Lease>,
+}
+
+impl<'a> Turn<'a> {
+    async fn commit(&mut self, events: Vec<NewEvent>) -> Result<Vec<Event>, BackendError> {
+        let committed = self.ctx.commit(events).await?;
+        self.view.extend(committed.iter().cloned());
+        Ok(committed)
+    }
+
+    fn turn(&self) -> &[Event] {
+        conversation::current_turn(&self.view)
+    }
+
+    /// The session's Hand, realizing the environment with `events` (committed together).
+    async fn hand_with(&mut self, events: Vec<NewEvent>) -> Result<Arc<gateway_sandbox::Hand>, BackendError> {
+        if let Some(lease) = &self.lease {
+            let hand = Arc::clone(&lease.acquired.hand);
+            if !events.is_empty() {
+                self.commit(events).await?;
+            }
+            return Ok(hand);
+        }
+        let Some(envs) = &self.backend.environments else {
+            return Err(BackendError::Failed {
+                kind: ErrorKind::PlacementFailed,
+                message: "no sandbox provider is configured on this host".into(),
+            });
+        };
+        let mut lease = envs.acquire(&self.ctx.session).await.map_err(environment_error)?;
+        let hand = Arc::clone(&lease.acquired.hand);
+        match lease.acquired.change.take() {
+            Some(change) => {
+                let committed = self.ctx.commit_environment(events, change).await?;
+                self.view.extend(committed);
+            }
+            None if !events.is_empty() => {
+                self.commit(events).await?;
+            }
+            None => {}
+        }
+        self.lease = Some(lease);
+        Ok(hand)
+    }
+
+    /// Journals the call as started, runs it, commits its result. An interrupt cancels the
+    /// tool; its (partial) result is still committed.
+    async fn execute(&mut self, id: &EventId, name: &str, input: &JsonObject) -> Result<(), BackendError> {
+        if !is_local_tool(name) {
+            let out = format!("{name} is not available in this gateway");
+            self.commit(vec![text_result(id, ToolOrigin::Builtin, out, true)]).await?;
+            return Ok(());
+        }
+        let hand = self.hand_with(vec![NewEvent::new(EventPayload::ToolStarted { tool_use_id: id.clone() })]).await?;
+        let cancel = CancellationToken::new();
+        let run = hand.run(name, input, &cancel);
+        tokio::pin!(run);
+        let out: ToolOutput = tokio::select! {
+            out = &mut run => out,
+            _ = self.ctx.interrupted() => {
+                cancel.cancel();
+                run.await
+            }
+        };
+        self.commit(vec![text_result(id, ToolOrigin::Builtin, out.text, out.is_error)]).await?;
+        Ok(())
+    }
+
+    /// Finishes what an earlier run of this turn left open. Returns an outcome when the turn
+    /// must not call the model again (it parks again, or the model had already finished).
+    async fn resume(&mut self) -> Result<Option<TurnOutcome>, BackendError> {
+        let turn: Vec<Event> = self.turn().to_vec();
+        let answered: HashSet<&EventId> =
+            turn.iter()
+                .filter_map(|e| match &e.payload {
+                    EventPayload::ToolResult { tool_use_id, .. }
+                    | EventPayload::ClientToolResult { tool_use_id, .. } => Some(tool_use_id),
+                    _ => None,
+                })
+                .collect();
+        let started: HashSet<&EventId> = turn
+            .iter()
+            .filter_map(|e| match &e.payload {
+                EventPayload::ToolStarted { tool_use_id } => Some(tool_use_id),
+                _ => None,
+            })
+            .collect();
+        let confirmed: HashMap<&EventId, (bool, Option<&String>)> = turn
+            .iter()
+            .filter_map(|e| match &e.payload {
+                EventPayload::ToolConfirmation { tool_use_id, allow, deny_message } => {
+                    Some((tool_use_id, (*allow, deny_message.as_ref())))
+                }
+                _ => None,
+            })
+            .collect();
+
+        // Close model-request spans a lost claim left open.
+        let ended: HashSet<&EventId> = turn
+            .iter()
+            .filter_map(|e| match &e.payload {
+                EventPayload::ModelRequestEnded { start_id, .. } => Some(start_id),
+                _ => None,
+            })
+            .collect();
+        let dangling: Vec<NewEvent> = turn
+            .iter()
+            .filter(|e| e.kind() == EventKind::ModelRequestStarted && !ended.contains(&e.id))
+            .map(|e| {
+                NewEvent::new(EventPayload::ModelRequestEnded {
+                    start_id: e.id.clone(),
+                    is_error: true,
+                    usage: Usage::default(),
+                })
+            })
+            .collect();
+        if !dangling.is_empty() {
+            self.commit(dangling).await?;
+        }
+
+        let mut pending = Vec::new();
+        for e in &turn {
+            let EventPayload::ToolUse { name, input, origin, permission } = &e.payload else { continue };
+            if answered.contains(&e.id) || *origin == ToolOrigin::Backend {
+                continue;
+            }
+            let id = &e.id;
+            match (origin, permission) {
+                (ToolOrigin::Custom, _) => {
+                    pending.push(PendingAction { event_id: id.clone(), kind: PendingKind::ClientResult })
+                }
+                _ if self.ctx.session.snapshot.requirements.tool_execution == ToolExecution::External => {
+                    pending.push(PendingAction { event_id: id.clone(), kind: PendingKind::ClientResult })
+                }
+                _ if started.contains(id) => {
+                    let msg = "indeterminate: this tool call was started by a run that lost its claim; it may or may not \
+                               have taken effect and was not run again";
+                    self.commit(vec![text_result(id, origin.clone(), msg, true)]).await?;
+                }
+                (_, ToolPermission::Ask) => match confirmed.get(id) {
+                    Some((true, _)) => self.execute(id, name, input).await?,
+                    Some((false, message)) => {
+                        let text = match message {
+                            Some(m) => format!("The user denied this tool call: {m}"),
+                            None => "The user denied this tool call.".to_owned(),
+                        };
+                        self.commit(vec![text_result(id, origin.clone(), text, true)]).await?;
+                    }
+                    None => pending.push(PendingAction { event_id: id.clone(), kind: PendingKind::Confirmation }),
+                },
+                (_, ToolPermission::Deny) => {
+                    self.commit(vec![text_result(id, origin.clone(), "This tool call was denied by policy.", true)])
+                        .await?;
+                }
+                (_, ToolPermission::Allow) => self.execute(id, name, input).await?,
+            }
+            if self.ctx.is_interrupted() {
+                return Ok(Some(TurnOutcome::Interrupted));
+            }
+        }
+        if !pending.is_empty() {
+            return Ok(Some(TurnOutcome::Parked { pending }));
+        }
+        // If the last model response ended the turn (no tool calls after it), the turn is over:
+        // asking again would answer twice.
+        let last_start = turn.iter().rposition(|e| e.kind() == EventKind::ModelRequestStarted);
+        let last_end =
+            turn.iter().rposition(|e| matches!(&e.payload, EventPayload::ModelRequestEnded { is_error: false, .. }));
+        if let (Some(s), Some(end)) = (last_start, last_end)
+            && end > s
+            && !turn[s..].iter().any(|e| e.kind() == EventKind::ToolUse)
+        {
+            return Ok(Some(TurnOutcome::EndTurn));
+        }
+        Ok(None)
+    }
+
+    /// One model request; commits its output. Returns the tool calls to handle, or the
+    /// outcome if the model ended the turn.
+    async fn model_round(&mut self) -> Result<Result<Vec<(Event, Route)>, TurnOutcome>, BackendError> {
+        let agent = &self.ctx.session.snapshot.agent.spec;
+        let request = ModelRequest {
+            model: agent.model.id.clone(),
+            system: agent.system.clone(),
+            messages: conversation::messages(&self.view),
+            tools: conversation::tool_definitions(agent),
+            max_tokens: self.backend.config.max_tokens,
+        };
+        let start = self.commit(vec![NewEvent::new(EventPayload::ModelRequestStarted {})]).await?;
+        let start_id = start[0].id.clone();
+        let message_id = EventId::new();
+        let ctx = self.ctx;
+        // Response block index -> index among the message's text blocks.
+        let text_index: Mutex<HashMap<usize, usize>> = Mutex::new(HashMap::new());
+        let on_event = |ev: StreamEvent| {
+            let mut map = text_index.lock().unwrap_or_else(|p| p.into_inner());
+            match ev {
+                StreamEvent::TextStart { index } => {
+                    if map.is_empty() {
+                        ctx.preview(Preview::Start { event_id: message_id.clone(), kind: EventKind::AgentMessage });
+                    }
+                    let n = map.len();
+                    map.insert(index, n);
+                }
+                StreamEvent::TextDelta { index, text } => {
+                    if let Some(&i) = map.get(&index) {
+                        ctx.preview(Preview::TextDelta { event_id: message_id.clone(), index: i, text });
+                    }
+                }
+            }
+        };
+        let streamed = tokio::select! {
+            r = self.backend.model.stream(&request, &on_event) => Some(r),
+            _ = self.ctx.interrupted() => None,
+        };
+        let close = |is_error: bool, usage: Usage| {
+            NewEvent::new(EventPayload::ModelRequestEnded { start_id: start_id.clone(), is_error, usage })
+        };
+        let response = match streamed {
+            None => {
+                self.commit(vec![close(true, Usage::default())]).await?;
+                return Ok(Err(TurnOutcome::Interrupted));
+            }
+            Some(Err(e)) => {
+                self.commit(vec![close(true, Usage::default())]).await?;
+                return Err(model_error(e));
+            }
+            Some(Ok(r)) => r,
+        };
+
+        let execution = self.ctx.session.snapshot.requirements.tool_execution;
+        let mut events = Vec::new();
+        let texts: Vec<ContentBlock> = response
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                Block::Text { text } => Some(ContentBlock::text(text.clone())),
+                _ => None,
+            })
+            .collect();
+        if !texts.is_empty() {
+            events.push(NewEvent { id: message_id.clone(), payload: EventPayload::AgentMessage { content: texts } });
+        }
+        let mut routes = Vec::new();
+        for b in &response.content {
+            if let Block::ToolUse { name, input, .. } = b {
+                let (r, origin) = route(agent, execution, name);
+                let permission = if r == Route::Ask { ToolPermission::Ask } else { ToolPermission::Allow };
+                let event = NewEvent::new(EventPayload::ToolUse {
+                    name: name.clone(),
+                    input: input.clone(),
+                    origin,
+                    permission,
+                });
+                routes.push((event.id.clone(), r));
+                events.push(event);
+            }
+        }
+        let u = &response.usage;
+        events.push(close(
+            false,
+            Usage {
+                input_tokens: u.input_tokens,
+                output_tokens: u.output_tokens,
+                cache_read_input_tokens: u.cache_read_input_tokens,
+                cache_creation_input_tokens: u.cache_creation_input_tokens,
+            },
+        ));
+        let committed = self.commit(events).await?;
+        if routes.is_empty() {
+            return Ok(Err(match response.stop_reason {
+                ModelStop::Refusal => TurnOutcome::Refusal,
+                _ => TurnOutcome::EndTurn,
+            }));
+        }
+        let calls = routes
+            .into_iter()
+            .filter_map(|(id, r)| committed.iter().find(|e| e.id == id).cloned().map(|e| (e, r)))
+            .collect();
+        Ok(Ok(calls))
+    }
+}
+
+#[async_trait]
+impl Backend for NativeBackend {
+    async fn run(&self, ctx: &RunContext) -> Result<TurnOutcome, BackendError> {
+        let boundary = ctx.claim.run.input_seq.unwrap_or(ctx.session.last_seq);
+        let run_id = &ctx.claim.run.id;
+        let view: Vec<Event> = ctx
+            .history()
+            .await?
+            .into_iter()
+            .filter(|e| e.seq <= boundary || e.run_id.as_ref() == Some(run_id))
+            .collect();
+        let mut turn = Turn { backend: self, ctx, view, lease: None };
+
+        if ctx.session.snapshot.requirements.environment.realize_before_execution() {
+            turn.hand_with(vec![]).await?;
+        }
+        if let Some(outcome) = turn.resume().await? {
+            return Ok(outcome);
+        }
+        loop {
+            if ctx.is_interrupted() {
+                return Ok(TurnOutcome::Interrupted);
+            }
+            let rounds = turn.turn().iter().filter(|e| e.kind() == EventKind::ModelRequestStarted).count() as u32;
+            if rounds >= self.config.max_rounds {
+                return Ok(TurnOutcome::RoundLimit {
+                    message: format!(
+                        "the turn reached its limit of {} model/tool rounds and was stopped",
+                        self.config.max_rounds
+                    ),
+                });
+            }
+            let calls = match turn.model_round().await? {
+                Ok(calls) => calls,
+                Err(outcome) => return Ok(outcome),
+            };
+            let mut pending = Vec::new();
+            for (event, r) in calls {
+                let EventPayload::ToolUse { name, input, origin, .. } = &event.payload else { continue };
+                match r {
+                    Route::Execute => turn.execute(&event.id, name, input).await?,
+                    Route::Ask => {
+                        pending.push(PendingAction { event_id: event.id.clone(), kind: PendingKind::Confirmation })
+                    }
+                    Route::Client => {
+                        pending.push(PendingAction { event_id: event.id.clone(), kind: PendingKind::ClientResult })
+                    }
+                    Route::Unavailable => {
+                        let text = format!("tool {name} is not available to this agent");
+                        turn.commit(vec![text_result(&event.id, origin.clone(), text, true)]).await?;
+                    }
+                }
+                if ctx.is_interrupted() {
+                    return Ok(TurnOutcome::Interrupted);
+                }
+            }
+            if !pending.is_empty() {
+                return Ok(TurnOutcome::Parked { pending });
+            }
+        }
+    }
+}

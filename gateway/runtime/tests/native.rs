@@ -1,0 +1,504 @@
+//! The native backend end to end: Coordinator + Workers + the fake model (or the Anthropic
+//! client against the loopback stub) + Session Environments on the local provider.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{events, kinds, say, stop_of, texts, turn_ended, until};
+use futures::Stream;
+use gateway_core::Metadata;
+use gateway_core::agent::{AgentSpec, BackendRef, NamedToolConfig, PermissionPolicy, ToolConfig, ToolSpec};
+use gateway_core::environment::{CloudConfig, EnvironmentConfig, Networking, Packages, ProviderTier, Provisioning};
+use gateway_core::event::{ErrorKind, Event, EventKind, EventPayload, NewEvent, RetryStatus, StopReason};
+use gateway_core::placement::{NetworkControl, Offer, ProviderOffer};
+use gateway_core::session::{EnvironmentState, ResourceKind, Session};
+use gateway_models::ModelClient;
+use gateway_models::fake::FakeModel;
+use gateway_runtime::{
+    AgentSelection, BackendRegistry, Coordinator, CoordinatorOptions, CreateSession, Delivery, Environments,
+    EnvironmentsConfig, NativeBackend, NativeConfig, PreviewBus, RuntimeError, SubscribeOptions, WorkerPool,
+};
+use gateway_sandbox::local::LocalProvider;
+use gateway_sandbox::{Limits, SandboxProvider};
+use gateway_store::Store;
+use gateway_store::conformance::harness::SqliteHarness;
+use gateway_store::conformance::{Harness, agent_spec, env_spec};
+
+struct Native {
+    store: Arc<dyn Store>,
+    coordinator: Coordinator,
+    envs: Arc<Environments>,
+    previews: PreviewBus,
+    root: tempfile::TempDir,
+    model: Arc<dyn ModelClient>,
+    _harness: SqliteHarness,
+}
+
+fn offer(extra: &[&str]) -> Offer {
+    let mut providers =
+        vec![ProviderOffer { tier: ProviderTier::local(), network: NetworkControl::None, installs_packages: false }];
+    for tier in extra {
+        providers.push(ProviderOffer {
+            tier: ProviderTier((*tier).into()),
+            network: NetworkControl::AllOrNothing,
+            installs_packages: false,
+        });
+    }
+    Offer { providers, ..Default::default() }
+}
+
+async fn native_with(model: Arc<dyn ModelClient>, offered: Offer, idle: Duration) -> Native {
+    native_on(model, offered, idle, vec![Arc::new(LocalProvider::new())]).await
+}
+
+async fn native_on(
+    model: Arc<dyn ModelClient>,
+    offered: Offer,
+    idle: Duration,
+    providers: Vec<Arc<dyn SandboxProvider>>,
+) -> Native {
+    let harness = SqliteHarness::new(true);
+    let store = harness.fresh().await;
+    let root = tempfile::tempdir().unwrap();
+    let envs = Environments::new(
+        EnvironmentsConfig { host: "h".into(), root: root.path().to_owned(), limits: Limits::default(), idle },
+        providers,
+    );
+    let previews = PreviewBus::default();
+    let coordinator = Coordinator::new(
+        Arc::clone(&store),
+        previews.clone(),
+        offered,
+        CoordinatorOptions { subscription_poll: Duration::from_millis(100) },
+    )
+    .with_environments(Arc::clone(&envs));
+    Native { store, coordinator, envs, previews, root, model, _harness: harness }
+}
+
+async fn native() -> Native {
+    native_with(Arc::new(FakeModel::new()), offer(&[]), Duration::from_secs(300)).await
+}
+
+impl Native {
+    fn workers(&self, max_retries: u32) -> WorkerPool {
+        let mut backends = BackendRegistry::new();
+        let backend =
+            NativeBackend::new(Arc::clone(&self.model), Some(Arc::clone(&self.envs)), NativeConfig::default());
+        backends.register(BackendRef::Native, Arc::new(backend));
+        let mut cfg = common::config("n", "h");
+        cfg.retry.max_retries = max_retries;
+        cfg.lease = Duration::from_secs(2);
+        cfg.providers = self.coordinator.offer().providers.iter().map(|p| p.tier.clone()).collect();
+        WorkerPool::start(Arc::clone(&self.store), backends, self.previews.clone(), cfg)
+    }
+
+    async fn session(
+        &self,
+        agent: AgentSpec,
+        env: EnvironmentConfig,
+        resources: Vec<ResourceKind>,
+    ) -> Result<Session, RuntimeError> {
+        let agent = self.coordinator.create_agent(agent).await.unwrap();
+        let mut e = env_spec("env");
+        e.config = env;
+        let env = self.coordinator.create_environment(e).await.unwrap();
+        let req = CreateSession {
+            agent: AgentSelection { id: agent.id, version: None, overrides: None },
+            environment_id: env.id,
+            title: None,
+            metadata: Metadata::new(),
+            resources,
+            initial_inputs: vec![],
+        };
+        self.coordinator.create_session(req).await.map(|(s, _)| s)
+    }
+
+    async fn stream(&self, s: &Session, previews: bool) -> impl Stream<Item = Result<Delivery, RuntimeError>> {
+        let after_seq = self.coordinator.get_session(&s.id).await.unwrap().last_seq;
+        self.coordinator.subscribe(&s.id, SubscribeOptions { after_seq, previews, poll: None }).await.unwrap()
+    }
+
+    /// Sends `text` and returns the deliveries of the turn it starts, up to its end.
+    async fn turn(&self, s: &Session, text: &str) -> Vec<Event> {
+        let stream = self.stream(s, false).await;
+        self.coordinator.submit(&s.id, vec![say(text)]).await.unwrap();
+        events(&until(stream, 30, turn_ended).await)
+    }
+
+    async fn state(&self, s: &Session) -> EnvironmentState {
+        self.coordinator.get_session(&s.id).await.unwrap().environment_state
+    }
+}
+
+fn toolset(policy: PermissionPolicy) -> AgentSpec {
+    let mut a = agent_spec("tools");
+    a.tools = vec![ToolSpec::Builtin {
+        version: "agent_toolset_20260401".into(),
+        default_config: ToolConfig { enabled: true, permission_policy: PermissionPolicy::AlwaysAllow },
+        configs: vec![NamedToolConfig {
+            name: "bash".into(),
+            enabled: true,
+            permission_policy: policy,
+            extras: Default::default(),
+        }],
+    }];
+    a
+}
+
+fn cloud(provisioning: Provisioning, provider: &str) -> EnvironmentConfig {
+    EnvironmentConfig::Cloud(Box::new(CloudConfig {
+        networking: Networking::Unrestricted,
+        packages: Packages::default(),
+        provisioning,
+        provider: ProviderTier(provider.into()),
+    }))
+}
+
+fn tool_results(es: &[Event]) -> Vec<(String, bool)> {
+    es.iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::ToolResult { content, is_error, .. } => {
+                Some((gateway_core::content::plain_text(content), *is_error))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_session_that_never_calls_a_tool_never_gets_an_environment() {
+    let n = native().await;
+    let pool = n.workers(0);
+    let s = n
+        .session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "local"), vec![])
+        .await
+        .unwrap();
+    let stream = n.stream(&s, true).await;
+    n.coordinator.submit(&s.id, vec![say("hello there")]).await.unwrap();
+    let got = until(stream, 30, turn_ended).await;
+    let es = events(&got);
+    use EventKind::*;
+    assert_eq!(
+        kinds(&es),
+        vec![UserMessage, TurnStarted, ModelRequestStarted, AgentMessage, ModelRequestEnded, TurnEnded]
+    );
+    assert_eq!(texts(&es), vec!["echo: hello there"]);
+    let deltas =
+        got.iter().filter(|d| matches!(d, Delivery::Preview(gateway_runtime::Preview::TextDelta { .. }))).count();
+    assert!(deltas >= 2, "the fake model streams in at least two chunks, got {deltas}");
+    assert_eq!(n.state(&s).await, EnvironmentState::None);
+    assert!(std::fs::read_dir(n.root.path()).unwrap().next().is_none(), "no workspace was created");
+    pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_first_tool_call_realizes_the_environment_and_files_survive_turns() {
+    let n = native().await;
+    let pool = n.workers(0);
+    let s = n
+        .session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "local"), vec![])
+        .await
+        .unwrap();
+    let first = n.turn(&s, r#"tool:write {"file_path": "notes.txt", "content": "remember me"}"#).await;
+    use EventKind::*;
+    assert_eq!(
+        kinds(&first),
+        vec![
+            UserMessage,
+            TurnStarted,
+            ModelRequestStarted,
+            ToolUse,
+            ModelRequestEnded,
+            ToolStarted,
+            ToolResult,
+            ModelRequestStarted,
+            AgentMessage,
+            ModelRequestEnded,
+            TurnEnded
+        ]
+    );
+    assert_eq!(n.state(&s).await, EnvironmentState::Realized);
+    assert!(texts(&first)[0].starts_with("done: "), "{:?}", texts(&first));
+
+    let second = n.turn(&s, r#"tool:read {"file_path": "notes.txt"}"#).await;
+    let (out, is_error) = tool_results(&second).remove(0);
+    assert!(!is_error && out.contains("remember me"), "the file written in turn 1 is there in turn 2: {out}");
+
+    // Another session cannot see it.
+    let other = n
+        .session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "local"), vec![])
+        .await
+        .unwrap();
+    let theirs = n.turn(&other, r#"tool:read {"file_path": "notes.txt"}"#).await;
+    let (_, is_error) = tool_results(&theirs).remove(0);
+    assert!(is_error, "sessions never share a workspace");
+    pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eager_provisioning_and_mounts_realize_before_the_first_model_step() {
+    let n = native().await;
+    let pool = n.workers(0);
+    let eager =
+        n.session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::Eager, "local"), vec![]).await.unwrap();
+    n.turn(&eager, "just talk").await;
+    assert_eq!(n.state(&eager).await, EnvironmentState::Realized, "eager: realized although no tool ran");
+
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("README"), "the user's project").unwrap();
+    let mounted = n
+        .session(
+            toolset(PermissionPolicy::AlwaysAllow),
+            cloud(Provisioning::OnToolUse, "local"),
+            vec![ResourceKind::Workspace { path: project.path().display().to_string() }],
+        )
+        .await
+        .unwrap();
+    n.turn(&mounted, "hello").await;
+    assert_eq!(n.state(&mounted).await, EnvironmentState::Realized, "a mount forces realization");
+    let read = n.turn(&mounted, r#"tool:read {"file_path": "README"}"#).await;
+    assert!(tool_results(&read)[0].0.contains("the user's project"), "the agent works in the mounted directory");
+    n.coordinator.delete_session(&mounted.id).await.unwrap();
+    assert!(project.path().join("README").exists(), "release never deletes a client's own directory");
+    pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_missing_provider_fails_closed_with_a_typed_error() {
+    // The host offered `namespace` when it started, but bubblewrap is gone by the time the
+    // first tool call needs it.
+    let broken: Arc<dyn SandboxProvider> =
+        Arc::new(gateway_sandbox::namespace::NamespaceProvider::new("/nonexistent/bwrap"));
+    let n = native_on(
+        Arc::new(FakeModel::new()),
+        offer(&["namespace"]),
+        Duration::from_secs(300),
+        vec![Arc::new(LocalProvider::new()), broken],
+    )
+    .await;
+    let pool = n.workers(0);
+    let s = n
+        .session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "namespace"), vec![])
+        .await
+        .unwrap();
+    let es = n.turn(&s, r#"tool:write {"file_path": "x", "content": "y"}"#).await;
+    let err = es.iter().find_map(|e| match &e.payload {
+        EventPayload::SessionError { kind, message, .. } => Some((*kind, message.clone())),
+        _ => None,
+    });
+    let (kind, message) = err.expect("a typed error event");
+    assert_eq!(kind, ErrorKind::PlacementFailed);
+    assert!(message.contains("namespace"), "{message}");
+    assert_eq!(stop_of(es.last().unwrap()), Some(StopReason::Failed));
+    assert!(tool_results(&es).is_empty(), "no weaker provider ran the tool");
+    assert!(std::fs::read_dir(n.root.path()).unwrap().next().is_none());
+    // And at creation, a provider nobody offers is refused outright.
+    let refused =
+        n.session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "firecracker"), vec![]).await;
+    assert!(matches!(refused, Err(RuntimeError::Placement(_))), "{refused:?}");
+    pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn always_ask_parks_until_allowed_or_denied() {
+    let n = native().await;
+    let pool = n.workers(0);
+    let s =
+        n.session(toolset(PermissionPolicy::AlwaysAsk), cloud(Provisioning::OnToolUse, "local"), vec![]).await.unwrap();
+    for (allow, expect) in [(true, "hi from bash"), (false, "not today")] {
+        let parked = n.turn(&s, r#"tool:bash {"command": "echo hi from bash"}"#).await;
+        let call = parked.iter().find(|e| e.kind() == EventKind::ToolUse).unwrap().id.clone();
+        assert_eq!(stop_of(parked.last().unwrap()), Some(StopReason::RequiresAction { event_ids: vec![call.clone()] }));
+        assert!(tool_results(&parked).is_empty(), "nothing runs before the answer");
+        let stream = n.stream(&s, false).await;
+        let answer = EventPayload::ToolConfirmation {
+            tool_use_id: call,
+            allow,
+            deny_message: (!allow).then(|| "not today".to_owned()),
+        };
+        n.coordinator.submit(&s.id, vec![NewEvent::new(answer)]).await.unwrap();
+        let rest = events(&until(stream, 30, turn_ended).await);
+        let (out, is_error) = tool_results(&rest).remove(0);
+        assert!(out.contains(expect), "{out}");
+        assert_eq!(is_error, !allow);
+        assert!(texts(&rest)[0].starts_with("done: "));
+        assert_eq!(stop_of(rest.last().unwrap()), Some(StopReason::EndTurn));
+    }
+    pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn custom_tools_park_for_the_client_result() {
+    let n = native().await;
+    let pool = n.workers(0);
+    let mut agent = toolset(PermissionPolicy::AlwaysAllow);
+    agent.tools.push(ToolSpec::Custom {
+        name: "lookup".into(),
+        description: "looks things up".into(),
+        input_schema: serde_json::json!({"type": "object"}).as_object().unwrap().clone(),
+    });
+    let s = n.session(agent, cloud(Provisioning::OnToolUse, "local"), vec![]).await.unwrap();
+    let parked = n.turn(&s, r#"custom:lookup {"q": "answer"}"#).await;
+    let call = parked.iter().find(|e| e.kind() == EventKind::ToolUse).unwrap().id.clone();
+    assert!(matches!(stop_of(parked.last().unwrap()), Some(StopReason::RequiresAction { .. })));
+    let stream = n.stream(&s, false).await;
+    let result = EventPayload::ClientToolResult {
+        tool_use_id: call,
+        content: vec![gateway_core::content::ContentBlock::text("forty-two")],
+        is_error: false,
+    };
+    n.coordinator.submit(&s.id, vec![NewEvent::new(result)]).await.unwrap();
+    let rest = events(&until(stream, 30, turn_ended).await);
+    assert_eq!(texts(&rest), vec!["done: forty-two"]);
+    assert_eq!(n.state(&s).await, EnvironmentState::None, "custom tools need no environment");
+    pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_turn_past_twenty_rounds_ends_with_a_clear_error() {
+    let n = native().await;
+    let pool = n.workers(0);
+    let s = n
+        .session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "local"), vec![])
+        .await
+        .unwrap();
+    let es = n.turn(&s, r#"repeat:bash {"command": "true"}"#).await;
+    assert_eq!(es.iter().filter(|e| e.kind() == EventKind::ModelRequestStarted).count(), 20);
+    let err = es.iter().find_map(|e| match &e.payload {
+        EventPayload::SessionError { kind, message, .. } => Some((*kind, message.clone())),
+        _ => None,
+    });
+    let (kind, message) = err.unwrap();
+    assert_eq!(kind, ErrorKind::RoundLimitReached);
+    assert!(message.contains("20"), "{message}");
+    assert_eq!(stop_of(es.last().unwrap()), Some(StopReason::RoundLimit));
+    pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_interrupt_stops_a_running_tool() {
+    let n = native().await;
+    let pool = n.workers(0);
+    let s = n
+        .session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "local"), vec![])
+        .await
+        .unwrap();
+    let stream = n.stream(&s, false).await;
+    let mut stream = Box::pin(stream);
+    n.coordinator.submit(&s.id, vec![say(r#"tool:bash {"command": "sleep 60"}"#)]).await.unwrap();
+    until(&mut stream, 30, |d| matches!(d, Delivery::Event(e) if e.kind() == EventKind::ToolStarted)).await;
+    let started = std::time::Instant::now();
+    n.coordinator.interrupt(&s.id).await.unwrap();
+    let rest = events(&until(&mut stream, 30, turn_ended).await);
+    assert!(started.elapsed() < Duration::from_secs(20), "the sleep was killed, not waited for");
+    assert!(tool_results(&rest)[0].1, "the cancelled call reports an error");
+    assert_eq!(stop_of(rest.last().unwrap()), Some(StopReason::Interrupted));
+    pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_started_tool_is_never_run_again_after_a_lost_claim() {
+    let n = native().await;
+    let s = n
+        .session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "local"), vec![])
+        .await
+        .unwrap();
+    let first = n.workers(0);
+    n.coordinator.submit(&s.id, vec![say(r#"tool:bash {"command": "echo ran >> marker; sleep 60"}"#)]).await.unwrap();
+    common::wait_for(30, || async {
+        let log = n.store.events_after(&s.id, 0, 100).await.unwrap();
+        log.iter().any(|e| e.kind() == EventKind::ToolStarted).then_some(())
+    })
+    .await
+    .expect("the call was journaled as started");
+    common::wait_for(10, || async { n.root.path().join(s.id.as_str()).join("marker").exists().then_some(()) })
+        .await
+        .unwrap();
+    first.abort(); // a crash: no settle, no release
+    let stream = n.stream(&s, false).await;
+    let second = n.workers(0);
+    let rest = events(&until(stream, 30, turn_ended).await);
+    let (out, is_error) = tool_results(&rest).remove(0);
+    assert!(is_error && out.contains("indeterminate"), "{out}");
+    let marker = std::fs::read_to_string(n.root.path().join(s.id.as_str()).join("marker")).unwrap();
+    assert_eq!(marker, "ran\n", "the command ran once, never twice");
+    assert!(texts(&rest)[0].starts_with("done: indeterminate"));
+    second.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_environments_hibernate_and_wake_with_their_files() {
+    let n = native_with(Arc::new(FakeModel::new()), offer(&[]), Duration::from_millis(200)).await;
+    let pool = n.workers(0);
+    let s = n
+        .session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "local"), vec![])
+        .await
+        .unwrap();
+    n.turn(&s, r#"tool:bash {"command": "echo kept > file; export GONE=1"}"#).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    n.envs.hibernate_idle(&n.store).await;
+    assert_eq!(n.state(&s).await, EnvironmentState::Hibernated);
+    let es = n.turn(&s, r#"tool:bash {"command": "cat file; echo gone=$GONE"}"#).await;
+    let (out, _) = tool_results(&es).remove(0);
+    assert!(out.contains("kept"), "files survive hibernation: {out}");
+    assert!(out.contains("gone=\n") || out.trim_end().ends_with("gone="), "the shell was restarted: {out}");
+    assert_eq!(n.state(&s).await, EnvironmentState::Realized);
+
+    n.coordinator.delete_session(&s.id).await.unwrap();
+    assert!(!n.root.path().join(s.id.as_str()).exists(), "release removes the workspace");
+    pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn model_failures_are_rescheduled_then_end_with_a_typed_error() {
+    let stub = gateway_models::stub::StubServer::start().await;
+    let client = gateway_models::anthropic::AnthropicClient::new(gateway_models::anthropic::AnthropicConfig {
+        max_retries: 0,
+        ..gateway_models::anthropic::AnthropicConfig::new(
+            stub.base_url(),
+            gateway_models::anthropic::Credential::ApiKey("k".into()),
+        )
+    })
+    .unwrap();
+    let n = native_with(Arc::new(client), offer(&[]), Duration::from_secs(300)).await;
+    for _ in 0..3 {
+        stub.push_fault(gateway_models::stub::Fault::Status {
+            status: 529,
+            error_type: "overloaded_error".into(),
+            retry_after_secs: None,
+            retry_after_ms: None,
+        });
+    }
+    let pool = n.workers(2);
+    let s = n
+        .session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "local"), vec![])
+        .await
+        .unwrap();
+    let es = n.turn(&s, "hello").await;
+    let errors: Vec<(ErrorKind, RetryStatus)> = es
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::SessionError { kind, retry, .. } => Some((*kind, *retry)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        errors,
+        vec![
+            (ErrorKind::ModelOverloaded, RetryStatus::Retrying),
+            (ErrorKind::ModelOverloaded, RetryStatus::Retrying),
+            (ErrorKind::ModelOverloaded, RetryStatus::Exhausted)
+        ]
+    );
+    assert_eq!(es.iter().filter(|e| e.kind() == EventKind::TurnRescheduled).count(), 2);
+    assert_eq!(stop_of(es.last().unwrap()), Some(StopReason::RetriesExhausted));
+
+    // A stream cut mid-message: the retry answers once; the cut attempt left no message.
+    stub.push_fault(gateway_models::stub::Fault::CutAfterEvents(3));
+    let es = n.turn(&s, "once please").await;
+    assert_eq!(texts(&es), vec!["echo: once please"], "exactly one assistant message");
+    pool.shutdown().await;
+}

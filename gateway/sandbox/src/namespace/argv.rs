@@ -1,0 +1,241 @@
+//! The bubblewrap command line of a namespace sandbox, built as plain data so it can be
+//! inspected in tests and used for both the async `command()` and the blocking `check()`.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use crate::Limits;
+use crate::local::{SANDBOX_LANG, SANDBOX_PATH, SANDBOX_TERM};
+
+/// Where the workspace is mounted inside the sandbox.
+pub const INNER_ROOT: &str = "/workspace";
+/// The unprivileged identity processes run as (`nobody`/`nogroup` on Debian).
+pub const SANDBOX_UID: u32 = 65534;
+
+/// Top-level directories that distributions either keep as real directories or, with a merged
+/// `/usr`, as symlinks into `/usr`. Mirrored as they are on the host.
+const SYSTEM_LINKS: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// The `/etc` entries ordinary programs need: the dynamic linker's cache and configuration,
+/// Debian's `alternatives` (e.g. `awk` is a symlink through it), TLS roots, name-service
+/// configuration and the user database (so uid 65534 has a name). Bound read-only when they
+/// exist. `resolv.conf` is added only when the network is allowed. No secrets (`shadow`, ssh
+/// keys) are in this list.
+const ETC_ENTRIES: &[&str] = &[
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "pki",
+    "crypto-policies",
+    "nsswitch.conf",
+    "passwd",
+    "group",
+    "hosts",
+    "host.conf",
+    "gai.conf",
+    "localtime",
+    "protocols",
+    "services",
+];
+
+/// How the host's filesystem looks, sampled once when a sandbox is opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostLayout {
+    /// `(name, Some(target))` for a symlink, `(name, None)` for a directory to bind.
+    pub system: Vec<(String, Option<OsString>)>,
+    /// `/etc` entries that exist (resolv.conf included when present).
+    pub etc: Vec<String>,
+}
+
+impl HostLayout {
+    pub fn probe() -> Self {
+        let system = SYSTEM_LINKS
+            .iter()
+            .filter_map(|name| {
+                let path = Path::new("/").join(name);
+                let meta = std::fs::symlink_metadata(&path).ok()?;
+                if meta.file_type().is_symlink() {
+                    let target = std::fs::read_link(&path).ok()?;
+                    Some((name.to_string(), Some(target.into_os_string())))
+                } else if meta.is_dir() {
+                    Some((name.to_string(), None))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let etc = ETC_ENTRIES
+            .iter()
+            .chain(std::iter::once(&"resolv.conf"))
+            .filter(|name| Path::new("/etc").join(name).exists())
+            .map(|name| name.to_string())
+            .collect();
+        Self { system, etc }
+    }
+}
+
+/// Everything that decides the command line.
+#[derive(Debug, Clone)]
+pub struct Spec<'a> {
+    pub workspace: &'a Path,
+    pub network: bool,
+    pub limits: &'a Limits,
+    pub layout: &'a HostLayout,
+    /// bubblewrap >= 0.8 can forbid nested user namespaces (less kernel attack surface).
+    pub disable_userns: bool,
+}
+
+/// The arguments after `bwrap` that run `program args..` confined.
+pub fn bwrap_args(spec: &Spec<'_>, program: &str, args: &[String]) -> Vec<OsString> {
+    let mut a = Args::default();
+    a.push(["--unshare-all", "--unshare-user"]);
+    if spec.network {
+        a.push(["--share-net"]);
+    }
+    if spec.disable_userns {
+        a.push(["--disable-userns"]);
+    }
+    let id = SANDBOX_UID.to_string();
+    a.push(["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox"]);
+    a.push(["--uid", &id, "--gid", &id]);
+    a.push(["--ro-bind", "/usr", "/usr"]);
+    for (name, link) in &spec.layout.system {
+        let dest = format!("/{name}");
+        match link {
+            Some(target) => a.push_os(["--symlink".into(), target.clone(), dest.into()]),
+            None => a.push(["--ro-bind", &dest, &dest]),
+        }
+    }
+    for name in &spec.layout.etc {
+        if name == "resolv.conf" && !spec.network {
+            continue;
+        }
+        let path = format!("/etc/{name}");
+        a.push(["--ro-bind", &path, &path]);
+    }
+    // A minimal /dev (null, zero, urandom, tty, pts) that is itself read-only, with a private
+    // writable /dev/shm for programs that need shared memory.
+    a.push(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]);
+    a.push(["--tmpfs", "/tmp"]);
+    a.push_os(["--bind".into(), spec.workspace.as_os_str().to_owned(), INNER_ROOT.into()]);
+    // bubblewrap builds the root as a tmpfs; once every mount point exists, make it read-only
+    // so nothing outside /workspace, /tmp and /dev/shm can be written.
+    a.push(["--remount-ro", "/"]);
+    a.push(["--chdir", INNER_ROOT, "--clearenv"]);
+    for (k, v) in [("PATH", SANDBOX_PATH), ("HOME", INNER_ROOT), ("LANG", SANDBOX_LANG), ("TERM", SANDBOX_TERM)] {
+        a.push(["--setenv", k, v]);
+    }
+    let script = limits_script(spec.limits);
+    a.push(["--", "bash", "--noprofile", "--norc", "-c", &script, "sandbox", program]);
+    a.0.extend(args.iter().map(OsString::from));
+    a.0
+}
+
+#[derive(Default)]
+struct Args(Vec<OsString>);
+
+impl Args {
+    fn push<const N: usize>(&mut self, items: [&str; N]) {
+        self.0.extend(items.iter().map(OsString::from));
+    }
+    fn push_os<const N: usize>(&mut self, items: [OsString; N]) {
+        self.0.extend(items);
+    }
+}
+
+/// A bash prologue that lowers the resource limits, then `exec`s the program (`"$@"`).
+///
+/// Limits are set inside the sandbox by the shell because `setrlimit` in the child would need
+/// `pre_exec` (unsafe). Each limit is only ever lowered (never raised past the current hard
+/// limit), soft and hard together so the sandboxed program cannot raise it back. If a limit
+/// cannot be applied the program does not run (exit 125): fail closed.
+///
+/// Note that `RLIMIT_NPROC` (`ulimit -u`) is counted per real user and is **not enforced for
+/// root**: when the gateway runs as root, the sandbox's uid 65534 maps back to root outside
+/// the user namespace and the process limit does not bind. File size and address space do.
+pub fn limits_script(limits: &Limits) -> String {
+    let mut script = String::from(
+        "lim() { h=$(ulimit -H \"$1\") || exit 125; \
+         if [ \"$h\" = unlimited ] || [ \"$h\" -gt \"$2\" ]; then \
+         ulimit \"$1\" \"$2\" || { echo \"sandbox: cannot apply limit $1 $2\" >&2; exit 125; }; fi; }; ",
+    );
+    // bash's ulimit counts -f and -v in KiB and -u in processes.
+    for (flag, value) in
+        [("-u", limits.max_processes), ("-f", limits.max_file_size / 1024), ("-v", limits.max_memory / 1024)]
+    {
+        if value != u64::MAX / 1024 && value != u64::MAX {
+            script.push_str(&format!("lim {flag} {}; ", value.max(1)));
+        }
+    }
+    script.push_str("exec \"$@\"");
+    script
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> HostLayout {
+        HostLayout {
+            system: vec![("bin".into(), Some("usr/bin".into())), ("lib".into(), None)],
+            etc: vec!["passwd".into(), "resolv.conf".into()],
+        }
+    }
+
+    fn args(network: bool) -> Vec<String> {
+        let limits = Limits::default();
+        let layout = layout();
+        let spec =
+            Spec { workspace: Path::new("/w s"), network, limits: &limits, layout: &layout, disable_userns: true };
+        bwrap_args(&spec, "echo", &["a b".into()]).into_iter().map(|s| s.to_string_lossy().into_owned()).collect()
+    }
+
+    fn has(args: &[String], seq: &[&str]) -> bool {
+        args.windows(seq.len()).any(|w| w.iter().zip(seq).all(|(a, b)| a == b))
+    }
+
+    #[test]
+    fn network_is_cut_unless_allowed() {
+        let closed = args(false);
+        assert!(has(&closed, &["--unshare-all"]));
+        assert!(!closed.iter().any(|a| a == "--share-net"));
+        assert!(!has(&closed, &["--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf"]));
+        let open = args(true);
+        assert!(open.iter().any(|a| a == "--share-net"));
+        assert!(has(&open, &["--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf"]));
+    }
+
+    #[test]
+    fn mounts_identity_and_program_are_in_place() {
+        let a = args(false);
+        assert!(has(&a, &["--symlink", "usr/bin", "/bin"]));
+        assert!(has(&a, &["--ro-bind", "/lib", "/lib"]));
+        assert!(has(&a, &["--ro-bind", "/usr", "/usr"]));
+        assert!(has(&a, &["--bind", "/w s", "/workspace"]));
+        assert!(has(&a, &["--uid", "65534", "--gid", "65534"]));
+        assert!(has(&a, &["--cap-drop", "ALL"]));
+        assert!(has(&a, &["--tmpfs", "/tmp"]));
+        assert!(has(&a, &["--remount-ro", "/"]));
+        assert!(has(&a, &["--remount-ro", "/dev"]));
+        assert!(has(&a, &["--setenv", "HOME", "/workspace"]));
+        assert_eq!(&a[a.len() - 3..], ["sandbox", "echo", "a b"]);
+    }
+
+    #[test]
+    fn limits_are_in_kib_and_processes() {
+        let s = limits_script(&Limits {
+            max_processes: 7,
+            max_file_size: 1 << 20,
+            max_memory: 1 << 30,
+            ..Default::default()
+        });
+        assert!(s.contains("lim -u 7;"), "{s}");
+        assert!(s.contains("lim -f 1024;"), "{s}");
+        assert!(s.contains("lim -v 1048576;"), "{s}");
+        assert!(s.ends_with("exec \"$@\""));
+    }
+}
