@@ -1,1 +1,104 @@
-//! placeholder
+//! gateway-managed-agents: the Managed Agents API (the REST + SSE shape of Anthropic's Claude
+//! Managed Agents beta) over the gateway's core. The official `anthropic` SDKs work against it
+//! with only `base_url` changed. Decisions the reference leaves open: docs/adr/0007.
+//!
+//! This crate is an anti-corruption layer: it parses the wire shapes, calls the
+//! [`Coordinator`], and projects neutral events back into Managed Agents events. Errors are
+//! mapped once, in `error.rs`.
+
+mod auth;
+pub mod error;
+mod extract;
+mod handlers;
+pub mod openapi;
+mod pagination;
+mod request_id;
+mod stream;
+mod wire;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::middleware;
+use axum::routing::{get, post};
+use gateway_core::environment::ProviderTier;
+use gateway_runtime::Coordinator;
+use gateway_runtime::auth::Authenticator;
+use tokio_util::sync::CancellationToken;
+
+pub use error::ApiError;
+pub use extract::BODY_LIMIT;
+
+/// What the adapter needs from the process.
+#[derive(Clone)]
+pub struct ManagedAgents {
+    pub coordinator: Coordinator,
+    pub auth: Arc<Authenticator>,
+    /// The sandbox provider environments get when they name none.
+    pub default_provider: ProviderTier,
+    /// How often an idle stream sends a `: keep-alive` comment.
+    pub keep_alive: Duration,
+    /// Cancelled at shutdown: open streams end so the server can drain.
+    pub shutdown: CancellationToken,
+}
+
+/// The `/v1` routes of the Managed Agents API (mount at the root).
+pub fn router(api: ManagedAgents) -> Router {
+    use handlers::{agents, environments, events, sessions};
+    let routes = Router::new()
+        .route("/v1/agents", post(agents::create).get(agents::list))
+        .route("/v1/agents/{id}", get(agents::retrieve).post(agents::update))
+        .route("/v1/agents/{id}/archive", post(agents::archive))
+        .route("/v1/agents/{id}/versions", get(agents::versions))
+        .route("/v1/environments", post(environments::create).get(environments::list))
+        .route(
+            "/v1/environments/{id}",
+            get(environments::retrieve).post(environments::update).delete(environments::delete),
+        )
+        .route("/v1/environments/{id}/archive", post(environments::archive))
+        .route("/v1/sessions", post(sessions::create).get(sessions::list))
+        .route("/v1/sessions/{id}", get(sessions::retrieve).post(sessions::update).delete(sessions::delete))
+        .route("/v1/sessions/{id}/archive", post(sessions::archive))
+        .route("/v1/sessions/{id}/resources", get(sessions::resources))
+        .route("/v1/sessions/{id}/events", post(events::send).get(events::list))
+        .route("/v1/sessions/{id}/events/stream", get(stream::stream))
+        .route("/v1/sessions/{id}/stream", get(stream::stream))
+        .route("/v1/openapi.json", get(openapi::serve))
+        .fallback(handlers::not_found)
+        .method_not_allowed_fallback(handlers::method_not_allowed)
+        .layer(middleware::from_fn_with_state(api.clone(), auth::layer))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(api);
+    routes.layer(middleware::from_fn(request_id::layer))
+}
+
+/// The routes this adapter serves, as `(method, path template)`: the OpenAPI test checks
+/// that every one is documented.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("post", "/v1/agents"),
+    ("get", "/v1/agents"),
+    ("get", "/v1/agents/{agent_id}"),
+    ("post", "/v1/agents/{agent_id}"),
+    ("post", "/v1/agents/{agent_id}/archive"),
+    ("get", "/v1/agents/{agent_id}/versions"),
+    ("post", "/v1/environments"),
+    ("get", "/v1/environments"),
+    ("get", "/v1/environments/{environment_id}"),
+    ("post", "/v1/environments/{environment_id}"),
+    ("delete", "/v1/environments/{environment_id}"),
+    ("post", "/v1/environments/{environment_id}/archive"),
+    ("post", "/v1/sessions"),
+    ("get", "/v1/sessions"),
+    ("get", "/v1/sessions/{session_id}"),
+    ("post", "/v1/sessions/{session_id}"),
+    ("delete", "/v1/sessions/{session_id}"),
+    ("post", "/v1/sessions/{session_id}/archive"),
+    ("get", "/v1/sessions/{session_id}/resources"),
+    ("post", "/v1/sessions/{session_id}/events"),
+    ("get", "/v1/sessions/{session_id}/events"),
+    ("get", "/v1/sessions/{session_id}/events/stream"),
+    ("get", "/v1/sessions/{session_id}/stream"),
+    ("get", "/v1/openapi.json"),
+];

@@ -265,8 +265,12 @@ mod tests {
     fn answers_must_match_a_pending_action_of_their_kind() {
         let x = EventId::new();
         assert_eq!(admit(&idle(), vec![confirm(&x)]), Err(AdmissionError::NotPending(x.clone())));
-        let result =
-            NewEvent::new(EventPayload::ClientToolResult { tool_use_id: x.clone(), content: vec![], is_error: false });
+        let result = NewEvent::new(EventPayload::ClientToolResult {
+            tool_use_id: x.clone(),
+            content: vec![],
+            is_error: false,
+            origin: crate::event::ToolOrigin::Custom,
+        });
         assert_eq!(admit(&parked(std::slice::from_ref(&x)), vec![result]), Err(AdmissionError::NotPending(x.clone())));
         assert!(matches!(admit(&parked(&[x]), vec![msg()]), Err(AdmissionError::AwaitingAnswers(_))));
     }

@@ -112,6 +112,9 @@ pub enum EventPayload {
         tool_use_id: EventId,
         content: Vec<ContentBlock>,
         is_error: bool,
+        /// `Custom` for a custom tool's result, `Builtin` for a self-hosted executor's.
+        #[serde(default = "ToolOrigin::custom")]
+        origin: ToolOrigin,
     },
 
     // -- turn lifecycle --
@@ -242,6 +245,12 @@ impl EventKind {
     }
 }
 
+impl ToolOrigin {
+    pub fn custom() -> Self {
+        ToolOrigin::Custom
+    }
+}
+
 impl EventPayload {
     pub fn kind(&self) -> EventKind {
         match self {
@@ -322,7 +331,12 @@ mod tests {
                 allow: false,
                 deny_message: Some("no".into()),
             },
-            EventPayload::ClientToolResult { tool_use_id: EventId::new(), content: vec![], is_error: false },
+            EventPayload::ClientToolResult {
+                tool_use_id: EventId::new(),
+                content: vec![],
+                is_error: false,
+                origin: ToolOrigin::Custom,
+            },
             EventPayload::TurnStarted {},
             EventPayload::TurnRescheduled {},
             EventPayload::TurnEnded { stop: StopReason::RequiresAction { event_ids: vec![EventId::new()] } },

@@ -3,7 +3,8 @@
 
 use gateway_core::admission::AdmissionError;
 use gateway_core::placement::PlacementError;
-use gateway_store::{Guard, StoreError};
+pub use gateway_store::Guard;
+use gateway_store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {

@@ -4,6 +4,7 @@
 //! - [`WorkerPool`]: claims runs and executes them on a [`Backend`] under fenced leases.
 //! - [`PreviewBus`]: in-process streaming previews (never stored).
 
+pub mod auth;
 pub mod backend;
 pub mod coordinator;
 pub mod environment;
@@ -24,3 +25,10 @@ pub use native::{NativeBackend, NativeConfig};
 pub use previews::{Preview, PreviewBus};
 pub use subscription::{Delivery, SubscribeOptions};
 pub use worker::{RetryPolicy, WorkerConfig, WorkerPool};
+
+/// The store types the Coordinator's API speaks (filters, pages), so adapters need not
+/// depend on the store crate.
+pub use gateway_store::{
+    AgentFilter, EnvironmentFilter, EventFilter, Keyset, Order, Page, PageCursor, PageRequest, SessionFilter,
+    SessionPatch, TimeRange,
+};

@@ -145,8 +145,10 @@ pub(crate) fn subscribe(
                     None => std::future::pending().await,
                 }
             };
+            // Biased: a commit hint is handled before a preview that is ready at the same time,
+            // so previews do not overtake committed events that precede them.
             tokio::select! {
-                _ = tokio::time::sleep_until(st.next_poll) => st.need_read = true,
+                biased;
                 changed = st.watch.changed() => {
                     if changed.is_err() {
                         // The hub dropped this session's channel: fall back to the poll timer.
@@ -164,6 +166,7 @@ pub(crate) fn subscribe(
                     Err(broadcast::error::RecvError::Lagged(_)) => {}
                     Err(broadcast::error::RecvError::Closed) => st.previews = None,
                 },
+                _ = tokio::time::sleep_until(st.next_poll) => st.need_read = true,
             }
         }
     })

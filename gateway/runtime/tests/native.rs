@@ -349,6 +349,7 @@ async fn custom_tools_park_for_the_client_result() {
         tool_use_id: call,
         content: vec![gateway_core::content::ContentBlock::text("forty-two")],
         is_error: false,
+        origin: gateway_core::event::ToolOrigin::Custom,
     };
     n.coordinator.submit(&s.id, vec![NewEvent::new(result)]).await.unwrap();
     let rest = events(&until(stream, 30, turn_ended).await);
@@ -501,4 +502,24 @@ async fn model_failures_are_rescheduled_then_end_with_a_typed_error() {
     let es = n.turn(&s, "once please").await;
     assert_eq!(texts(&es), vec!["echo: once please"], "exactly one assistant message");
     pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_gate_remote_callers_and_loopback_without_keys() {
+    use gateway_runtime::auth::{AuthError, Authenticator, Principal, generate_key};
+    let n = native().await;
+    let auth = Authenticator::new(Arc::clone(&n.store));
+    assert_eq!(auth.authenticate(None, true).await, Ok(Principal::Loopback), "no keys: loopback is served");
+    assert_eq!(auth.authenticate(Some("anything"), true).await, Ok(Principal::Loopback));
+    assert_eq!(auth.authenticate(None, false).await, Err(AuthError::RemoteWithoutKeys));
+
+    let key = generate_key();
+    let stored = n.store.create_api_key("ci", &key.hash).await.unwrap();
+    let auth = Authenticator::new(Arc::clone(&n.store)); // a fresh cache sees the new key
+    assert_eq!(auth.authenticate(Some(&key.secret), false).await, Ok(Principal::Key(stored.id.clone())));
+    assert_eq!(auth.authenticate(Some("gwk_wrong"), true).await, Err(AuthError::Invalid), "keys exist: loopback too");
+    assert_eq!(auth.authenticate(None, true).await, Err(AuthError::Missing));
+    n.store.revoke_api_key(&stored.id).await.unwrap();
+    let auth = Authenticator::new(Arc::clone(&n.store));
+    assert_eq!(auth.authenticate(Some(&key.secret), true).await, Ok(Principal::Loopback), "revoked: back to no keys");
 }

@@ -28,6 +28,25 @@ pub enum Command {
     Serve,
     /// Apply database migrations and exit.
     Migrate,
+    /// Manage API keys.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Create a key; prints the secret once, on stdout.
+    Create {
+        /// A name to recognise the key by.
+        #[arg(long, default_value = "default")]
+        name: String,
+    },
+    /// List keys (id, state, created, name); never the secrets.
+    List,
+    /// Revoke a key by id.
+    Revoke { id: String },
 }
 
 /// Parses the command line and runs it; the shipped binary's whole `main`.
@@ -57,6 +76,7 @@ pub fn main_with(ext: Extensions) -> std::process::ExitCode {
         match cli.command {
             Command::Serve => serve::serve(config, ext).await,
             Command::Migrate => serve::migrate(&config).await,
+            Command::Keys { command } => serve::keys(&config, command).await,
         }
     });
     match result {

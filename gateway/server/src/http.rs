@@ -15,9 +15,13 @@ pub struct AppState {
     pub coordinator: Coordinator,
 }
 
-/// The whole HTTP application. Protocol adapters mount their routers here.
-pub fn router(state: AppState) -> Router {
-    Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).with_state(state)
+/// The whole HTTP application: health, and each protocol adapter's routes.
+pub fn router(state: AppState, managed_agents: gateway_managed_agents::ManagedAgents) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+        .merge(gateway_managed_agents::router(managed_agents))
 }
 
 /// Liveness: the process answers.

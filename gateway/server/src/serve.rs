@@ -6,7 +6,10 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::serve::ListenerExt;
 use gateway_core::agent::BackendRef;
+use gateway_core::environment::ProviderTier;
 use gateway_core::placement::Offer;
+use gateway_managed_agents::ManagedAgents;
+use gateway_runtime::auth::Authenticator;
 use gateway_runtime::{
     Backend, BackendRegistry, Coordinator, CoordinatorOptions, NativeBackend, NativeConfig, PreviewBus, RetryPolicy,
     WorkerConfig, WorkerPool,
@@ -102,7 +105,24 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
         },
     );
 
-    let app = router(AppState { coordinator });
+    let shutdown = CancellationToken::new();
+    let auth = Arc::new(Authenticator::new(Arc::clone(&store)));
+    match auth.live_keys().await {
+        Ok(0) => warn!(
+            "no API keys configured: serving loopback clients only (any credentials accepted); \
+             create a key with `gateway keys create` to serve other hosts"
+        ),
+        Ok(n) => info!(keys = n, "API keys required (x-api-key or Authorization: Bearer)"),
+        Err(e) => warn!(error = %e, "cannot count API keys"),
+    }
+    let managed_agents = ManagedAgents {
+        coordinator: coordinator.clone(),
+        auth: Arc::clone(&auth),
+        default_provider: ProviderTier(config.sandbox.clone()),
+        keep_alive: Duration::from_secs(15),
+        shutdown: shutdown.clone(),
+    };
+    let app = router(AppState { coordinator }, managed_agents);
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?
@@ -123,10 +143,10 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
         "gateway serving"
     );
 
-    let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
     tokio::spawn(Arc::clone(&environments).maintain(Arc::clone(&store), shutdown.child_token()));
-    let http = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let http = axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let http = tokio::spawn(async move { http.await });
 
     shutdown.cancelled().await;
@@ -155,4 +175,38 @@ async fn watch_signals(token: CancellationToken) {
         _ = int.recv() => info!("SIGINT received"),
     }
     token.cancel();
+}
+
+/// `gateway keys …`: API keys are made, listed and revoked against the configured database.
+pub async fn keys(config: &Config, command: crate::cli::KeysCommand) -> anyhow::Result<()> {
+    use crate::cli::KeysCommand;
+    let store = open_store(config).await?;
+    let result = async {
+        match command {
+            KeysCommand::Create { name } => {
+                let key = gateway_runtime::auth::generate_key();
+                let stored = store.create_api_key(&name, &key.hash).await?;
+                info!(id = %stored.id, name = %stored.name, "API key created; it is shown once, on stdout");
+                // The secret goes to stdout only, so it can be captured; never to the logs.
+                println!("{}", key.secret);
+            }
+            KeysCommand::List => {
+                for k in store.list_api_keys().await? {
+                    let state = if k.revoked_at.is_some() { "revoked" } else { "active" };
+                    println!("{}\t{}\t{}\t{}", k.id, state, k.created_at.to_rfc3339(), k.name);
+                }
+            }
+            KeysCommand::Revoke { id } => {
+                let id = gateway_core::ApiKeyId::parse(&id)?;
+                if !store.revoke_api_key(&id).await? {
+                    anyhow::bail!("no active key {id}");
+                }
+                info!(%id, "API key revoked (takes effect within 10 s)");
+            }
+        }
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    store.close().await;
+    result
 }

@@ -31,7 +31,7 @@ use gateway_core::environment::{Environment, EnvironmentSpec};
 use gateway_core::event::{Event, NewEvent};
 use gateway_core::run::{Claim, Fence, Run, WorkerOffer};
 use gateway_core::session::{EnvironmentState, Session};
-use gateway_core::{AgentId, EnvironmentId, EventId, RunId, SessionId};
+use gateway_core::{AgentId, ApiKeyId, EnvironmentId, EventId, RunId, SessionId};
 
 pub use error::{Guard, Result, StoreError};
 pub use model::*;
@@ -131,9 +131,31 @@ pub trait RunQueue: Send + Sync {
     async fn heartbeat_host(&self, host: &str) -> Result<()>;
 }
 
+/// A stored API key (never the secret: only its hash is kept).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKey {
+    pub id: ApiKeyId,
+    pub name: String,
+    pub created_at: gateway_core::Timestamp,
+    pub revoked_at: Option<gateway_core::Timestamp>,
+}
+
+/// API keys, by the hash of their secret.
+#[async_trait]
+pub trait ApiKeys: Send + Sync {
+    async fn create_api_key(&self, name: &str, hash: &str) -> Result<ApiKey>;
+    /// The live (not revoked) key with this hash.
+    async fn find_api_key(&self, hash: &str) -> Result<Option<ApiKey>>;
+    async fn list_api_keys(&self) -> Result<Vec<ApiKey>>;
+    /// Revokes a key; false if it does not exist or was already revoked.
+    async fn revoke_api_key(&self, id: &ApiKeyId) -> Result<bool>;
+    /// How many live keys exist (zero means loopback-only service).
+    async fn count_api_keys(&self) -> Result<u64>;
+}
+
 /// The whole durable state of the gateway.
 #[async_trait]
-pub trait Store: Catalog + Sessions + EventLog + RunQueue {
+pub trait Store: Catalog + Sessions + EventLog + RunQueue + ApiKeys {
     /// Succeeds while the database answers.
     async fn ping(&self) -> Result<()>;
     /// The wake-up hub fed by this store's commits (and, on PostgreSQL, other processes').

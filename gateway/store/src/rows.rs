@@ -251,3 +251,22 @@ pub struct GuardRow {
     pub archived_at: Option<i64>,
     pub deleted_at: Option<i64>,
 }
+
+#[derive(sqlx::FromRow)]
+pub struct ApiKeyRow {
+    pub id: String,
+    pub name: String,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+impl ApiKeyRow {
+    pub fn into_key(self) -> Result<crate::ApiKey> {
+        Ok(crate::ApiKey {
+            id: id::<gateway_core::ApiKeyId>(&self.id)?,
+            name: self.name,
+            created_at: ts(self.created_at),
+            revoked_at: self.revoked_at.map(ts),
+        })
+    }
+}

@@ -109,7 +109,7 @@ pub fn messages(view: &[Event]) -> Vec<Message> {
                 vec![Block::ToolUse { id: e.id.to_string(), name: name.clone(), input: input.clone() }],
             ),
             EventPayload::ToolResult { tool_use_id, content, is_error, .. }
-            | EventPayload::ClientToolResult { tool_use_id, content, is_error } => {
+            | EventPayload::ClientToolResult { tool_use_id, content, is_error, .. } => {
                 let id = tool_use_id.to_string();
                 if answered.insert(id.clone()) {
                     let result = Block::ToolResult {

@@ -143,3 +143,21 @@ pub async fn environments_crud_and_delete_guard(h: &dyn Harness) {
         .unwrap();
     assert_eq!(all.items.len(), 1, "deleted environments stay hidden");
 }
+
+pub async fn api_keys_are_found_by_hash_until_revoked(h: &dyn Harness) {
+    let s = h.fresh().await;
+    assert_eq!(s.count_api_keys().await.unwrap(), 0);
+    let k = s.create_api_key("ci", "ab12").await.unwrap();
+    s.create_api_key("other", "cd34").await.unwrap();
+    assert_eq!(s.count_api_keys().await.unwrap(), 2);
+    assert_eq!(s.find_api_key("ab12").await.unwrap().map(|f| f.id), Some(k.id.clone()));
+    assert!(s.find_api_key("nope").await.unwrap().is_none());
+    assert!(s.create_api_key("dup", "ab12").await.is_err(), "hashes are unique");
+    assert!(s.revoke_api_key(&k.id).await.unwrap());
+    assert!(!s.revoke_api_key(&k.id).await.unwrap(), "revoking twice changes nothing");
+    assert!(s.find_api_key("ab12").await.unwrap().is_none(), "a revoked key no longer authenticates");
+    assert_eq!(s.count_api_keys().await.unwrap(), 1);
+    let all = s.list_api_keys().await.unwrap();
+    assert_eq!(all.len(), 2);
+    assert!(all.iter().any(|a| a.id == k.id && a.revoked_at.is_some()));
+}

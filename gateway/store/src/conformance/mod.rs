@@ -50,6 +50,7 @@ macro_rules! conformance_suite {
             catalog::archived_agents_reject_updates,
             catalog::agent_lists_paginate_and_filter,
             catalog::environments_crud_and_delete_guard,
+            catalog::api_keys_are_found_by_hash_until_revoked,
             sessions::creation_needs_a_live_environment,
             sessions::initial_inputs_start_a_run,
             sessions::lists_filter_and_paginate_both_ways,

@@ -18,6 +18,7 @@
 
 mod catalog;
 mod events;
+mod keys;
 mod runs;
 mod sessions;
 
@@ -104,6 +105,7 @@ macro_rules! engine_impl {
             for<'r> $crate::rows::RunRefRow: sqlx::FromRow<'r, DB::Row>,
             for<'r> $crate::rows::ClaimCandidateRow: sqlx::FromRow<'r, DB::Row>,
             for<'r> $crate::rows::GuardRow: sqlx::FromRow<'r, DB::Row>,
+            for<'r> $crate::rows::ApiKeyRow: sqlx::FromRow<'r, DB::Row>,
         {
             $($body)*
         }

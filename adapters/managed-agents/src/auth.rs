@@ -1,0 +1,41 @@
+//! Authentication for `/v1`: `x-api-key` or `Authorization: Bearer`, decided by the shared
+//! [`Authenticator`](gateway_runtime::auth::Authenticator).
+
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::HeaderMap;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use gateway_runtime::auth::AuthError;
+
+use crate::ManagedAgents;
+use crate::error::ApiError;
+
+/// The key a client presented, from `x-api-key` or a bearer token.
+pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    if let Some(k) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) {
+        return Some(k);
+    }
+    let auth = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = auth.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
+}
+
+pub async fn layer(State(api): State<ManagedAgents>, req: Request, next: Next) -> Response {
+    let loopback = req.extensions().get::<ConnectInfo<SocketAddr>>().is_some_and(|c| c.0.ip().is_loopback());
+    let key = presented_key(req.headers()).map(str::to_owned);
+    match api.auth.authenticate(key.as_deref(), loopback).await {
+        Ok(_) => next.run(req).await,
+        Err(AuthError::Unavailable(e)) => {
+            tracing::warn!(error = %e, "cannot check API keys");
+            ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "api_error",
+                "cannot check credentials right now",
+            )
+            .into_response()
+        }
+        Err(e) => ApiError::unauthorized(e.to_string()).into_response(),
+    }
+}

@@ -1,0 +1,133 @@
+//! The Managed Agents error envelope, and the one mapping from runtime errors to it.
+//!
+//! Handlers return [`ApiError`]; it becomes a response carrying itself as an extension, and
+//! the request-id middleware renders the final body, so every error has the exact envelope
+//! `{"type":"error","error":{"type","message","details"?},"request_id"}` with the same id as
+//! the `request-id` header.
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use gateway_core::admission::AdmissionError;
+use gateway_runtime::RuntimeError;
+use gateway_runtime::error::Guard;
+use serde_json::{Value, json};
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub kind: &'static str,
+    pub message: String,
+    pub error_code: Option<&'static str>,
+    /// `x-should-retry: false` for deterministic conflicts and failures.
+    pub no_retry: bool,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Self { status, kind, message: message.into(), error_code: None, no_retry: false }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+    }
+
+    pub fn not_supported(what: impl std::fmt::Display) -> Self {
+        Self::invalid(format!("{what} is not supported by this gateway")).code("not_supported")
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found_error", message)
+    }
+
+    pub fn conflict(message: impl Into<String>, code: &'static str) -> Self {
+        Self { no_retry: true, ..Self::new(StatusCode::CONFLICT, "conflict_error", message).code(code) }
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "authentication_error", message)
+    }
+
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large", format!("request body exceeds {limit} bytes"))
+    }
+
+    pub fn code(mut self, code: &'static str) -> Self {
+        self.error_code = Some(code);
+        self
+    }
+
+    /// The envelope body for a request id.
+    pub fn body(&self, request_id: &str) -> Value {
+        let mut error = json!({"type": self.kind, "message": self.message});
+        if let Some(code) = self.error_code {
+            error["details"] = json!({"error_code": code});
+        }
+        json!({"type": "error", "error": error, "request_id": request_id})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        // Rendered by `request_id::layer`, which knows the request id.
+        let mut r = self.status.into_response();
+        if self.no_retry {
+            r.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
+        }
+        r.extensions_mut().insert(self);
+        r
+    }
+}
+
+impl From<RuntimeError> for ApiError {
+    fn from(e: RuntimeError) -> Self {
+        let message = e.to_string();
+        match e {
+            RuntimeError::NotFound { kind, .. } => {
+                let code = match kind {
+                    "environment" => Some("environment_not_found"),
+                    "session" => Some("session_not_found"),
+                    "agent" | "agent version" => Some("agent_not_found"),
+                    _ => None,
+                };
+                let err = ApiError::not_found(message);
+                match code {
+                    Some(c) => err.code(c),
+                    None => err,
+                }
+            }
+            RuntimeError::Invalid(m) => ApiError::invalid(m),
+            RuntimeError::Placement(p) => ApiError::invalid(p.to_string()).code(p.code()),
+            RuntimeError::StaleVersion { .. } => ApiError::conflict(message, "version_conflict"),
+            RuntimeError::Guard(g) => match g {
+                Guard::SessionRunning(_) => ApiError::conflict(message, "session_running"),
+                Guard::EnvironmentInUse(_) => ApiError::conflict(message, "environment_in_use"),
+                Guard::EnvironmentArchived(_) => ApiError::invalid(message).code("environment_archived"),
+                Guard::AgentArchived(_) => ApiError::invalid(message).code("agent_archived"),
+                Guard::SessionArchived(_) => ApiError::invalid(message).code("session_archived"),
+                Guard::EnvironmentTransition { .. } => ApiError::invalid(message),
+            },
+            RuntimeError::Rejected(a) => match a {
+                AdmissionError::Archived => ApiError::invalid(message).code("session_archived"),
+                AdmissionError::Terminated => ApiError::invalid(message).code("session_terminated"),
+                AdmissionError::AwaitingAnswers(_) => ApiError::conflict(message, "session_requires_action"),
+                AdmissionError::NotPending(_) => ApiError::invalid(message).code("tool_use_not_pending"),
+                AdmissionError::Empty | AdmissionError::NotAnInput(_) => ApiError::invalid(message),
+            },
+            RuntimeError::Unavailable(m) => {
+                tracing::warn!(error = %m, "store unavailable");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "api_error",
+                    "the gateway's database is unavailable; retry later",
+                )
+            }
+            RuntimeError::Internal(m) => {
+                tracing::error!(error = %m, "internal error");
+                ApiError {
+                    no_retry: true,
+                    ..ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "api_error", "internal error")
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! Request extraction: JSON bodies with errors that name the problem, and the query-string
+//! conventions of the official SDKs (`key[]=v` arrays, `created_at[gte]=…` ranges).
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use gateway_core::Timestamp;
+use gateway_runtime::TimeRange;
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+
+/// Largest request body accepted (the official API's limit).
+pub const BODY_LIMIT: usize = 32 * 1024 * 1024;
+
+/// A JSON body. Malformed JSON and shape errors are 400s naming the problem and its path;
+/// bodies over the limit are 413.
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::too_large(BODY_LIMIT)
+            } else {
+                ApiError::invalid(format!("could not read the request body: {e}"))
+            }
+        })?;
+        parse_json(&bytes).map(ApiJson)
+    }
+}
+
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.is_empty() {
+        return Err(ApiError::invalid("the request body is empty; a JSON object was expected"));
+    }
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.is_syntax() || inner.is_eof() {
+            ApiError::invalid(format!("malformed JSON in the request body: {inner}"))
+        } else if path == "." || path.is_empty() {
+            ApiError::invalid(format!("invalid request body: {inner}"))
+        } else {
+            ApiError::invalid(format!("invalid request body at `{path}`: {inner}"))
+        }
+    })
+}
+
+/// The decoded query string, keeping repeated keys.
+#[derive(Debug, Default, Clone)]
+pub struct QueryParams(pub Vec<(String, String)>);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let raw = parts.uri.query().unwrap_or("");
+        if raw.len() > 64 * 1024 {
+            return Err(ApiError::invalid("query string too long"));
+        }
+        let pairs = url_pairs(raw);
+        if pairs.len() > 512 {
+            return Err(ApiError::invalid("too many query parameters"));
+        }
+        Ok(QueryParams(pairs))
+    }
+}
+
+/// `application/x-www-form-urlencoded` pairs (`+` is a space, `%XX` escapes).
+fn url_pairs(raw: &str) -> Vec<(String, String)> {
+    raw.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b'%' => match bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
+                Some(v) => {
+                    out.push(v);
+                    i += 3;
+                }
+                None => {
+                    out.push(b'%');
+                    i += 1;
+                }
+            },
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl QueryParams {
+    /// The single value of `key` (the last one if repeated).
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// Every value of `key[]` (and, tolerantly, of a plain repeated `key`).
+    pub fn all(&self, key: &str) -> Vec<&str> {
+        let bracketed = format!("{key}[]");
+        self.0.iter().filter(|(k, _)| *k == bracketed || k == key).map(|(_, v)| v.as_str()).collect()
+    }
+
+    pub fn bool(&self, key: &str) -> Result<bool, ApiError> {
+        match self.get(key) {
+            None | Some("") => Ok(false),
+            Some("true") | Some("1") => Ok(true),
+            Some("false") | Some("0") => Ok(false),
+            Some(other) => {
+                Err(ApiError::invalid(format!("query parameter {key} must be true or false, not {other:?}")))
+            }
+        }
+    }
+
+    pub fn limit(&self, default: u32, max: u32) -> Result<u32, ApiError> {
+        match self.get("limit") {
+            None | Some("") => Ok(default),
+            Some(v) => match v.parse::<u32>() {
+                Ok(n) if (1..=max).contains(&n) => Ok(n),
+                _ => Err(ApiError::invalid(format!("limit must be an integer from 1 to {max}, not {v:?}"))),
+            },
+        }
+    }
+
+    /// `created_at[gt|gte|lt|lte]` as RFC 3339 times.
+    pub fn created(&self) -> Result<TimeRange, ApiError> {
+        let time = |k: &str| -> Result<Option<Timestamp>, ApiError> {
+            match self.get(k) {
+                None | Some("") => Ok(None),
+                Some(v) => Timestamp::parse_rfc3339(v)
+                    .map(Some)
+                    .ok_or_else(|| ApiError::invalid(format!("{k} must be an RFC 3339 timestamp, not {v:?}"))),
+            }
+        };
+        Ok(TimeRange {
+            gt: time("created_at[gt]")?,
+            gte: time("created_at[gte]")?,
+            lt: time("created_at[lt]")?,
+            lte: time("created_at[lte]")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_conventions_of_the_sdks() {
+        let q = QueryParams(url_pairs(
+            "types%5B%5D=agent.message&types[]=session.status_idle&created_at%5Bgte%5D=2026-01-01T00%3A00%3A00Z&limit=5&beta=true",
+        ));
+        assert_eq!(q.all("types"), vec!["agent.message", "session.status_idle"]);
+        assert_eq!(q.limit(20, 100).unwrap(), 5);
+        assert!(q.created().unwrap().gte.is_some());
+        assert!(QueryParams(url_pairs("limit=101")).limit(20, 100).is_err());
+        assert_eq!(decode("a+b%2Cc%zz%"), "a b,c%zz%");
+    }
+}

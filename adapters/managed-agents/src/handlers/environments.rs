@@ -1,0 +1,79 @@
+//! `/v1/environments`.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use gateway_core::EnvironmentId;
+use gateway_core::agent::BackendRef;
+use gateway_core::environment::EnvironmentConfig;
+use gateway_core::placement::{LocalInputs, place};
+use gateway_runtime::{EnvironmentFilter, Order};
+use serde_json::{Value, json};
+
+use super::path_id;
+use crate::ManagedAgents;
+use crate::error::ApiError;
+use crate::extract::{ApiJson, QueryParams};
+use crate::pagination;
+use crate::wire::environment::{EnvironmentCreate, EnvironmentUpdate, environment_out};
+
+fn id(raw: &str) -> Result<EnvironmentId, ApiError> {
+    path_id("environment", "environment_not_found", raw)
+}
+
+/// Refuses an environment this gateway could never honour (unknown provider, a network
+/// policy its provider cannot enforce, packages to install) when it is written, rather than
+/// at the first session. Uses the same placement rules sessions are placed with.
+fn check_placeable(api: &ManagedAgents, config: &EnvironmentConfig) -> Result<(), ApiError> {
+    if matches!(config, EnvironmentConfig::SelfHosted) {
+        return Ok(());
+    }
+    place(&BackendRef::Native, config, &LocalInputs::default(), api.coordinator.offer())
+        .map(|_| ())
+        .map_err(|e| ApiError::invalid(e.to_string()).code(e.code()))
+}
+
+pub async fn create(
+    State(api): State<ManagedAgents>,
+    ApiJson(body): ApiJson<EnvironmentCreate>,
+) -> Result<Json<Value>, ApiError> {
+    let spec = body.into_spec(&api.default_provider)?;
+    check_placeable(&api, &spec.config)?;
+    Ok(Json(environment_out(&api.coordinator.create_environment(spec).await?)))
+}
+
+pub async fn retrieve(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(environment_out(&api.coordinator.get_environment(&id(&raw)?).await?)))
+}
+
+pub async fn update(
+    State(api): State<ManagedAgents>,
+    Path(raw): Path<String>,
+    ApiJson(body): ApiJson<EnvironmentUpdate>,
+) -> Result<Json<Value>, ApiError> {
+    let id = id(&raw)?;
+    let current = api.coordinator.get_environment(&id).await?;
+    let spec = body.apply(&current.spec, &api.default_provider)?;
+    if spec == current.spec {
+        return Ok(Json(environment_out(&current)));
+    }
+    check_placeable(&api, &spec.config)?;
+    Ok(Json(environment_out(&api.coordinator.update_environment(&id, spec).await?)))
+}
+
+pub async fn archive(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(environment_out(&api.coordinator.archive_environment(&id(&raw)?).await?)))
+}
+
+pub async fn delete(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
+    let id = id(&raw)?;
+    api.coordinator.delete_environment(&id).await?;
+    Ok(Json(json!({"id": id, "type": "environment_deleted"})))
+}
+
+pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Result<Json<Value>, ApiError> {
+    let page = pagination::request(&q, Order::Desc, 20, 100)?;
+    let filter = EnvironmentFilter { include_archived: q.bool("include_archived")? };
+    let result = api.coordinator.list_environments(&filter, &page).await?;
+    let data = result.items.iter().map(environment_out).collect();
+    Ok(Json(pagination::body(&result, page.order, data, false)))
+}

@@ -1,0 +1,58 @@
+//! `/v1/sessions/{id}/events`: send and list.
+
+use std::collections::HashSet;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use gateway_runtime::{EventFilter, Order};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::sessions::id;
+use crate::ManagedAgents;
+use crate::error::ApiError;
+use crate::extract::{ApiJson, QueryParams};
+use crate::pagination;
+use crate::wire::event::{EventIn, project, type_filter};
+
+#[derive(Deserialize)]
+pub struct SendBody {
+    events: Vec<EventIn>,
+}
+
+/// Commits the batch, then echoes the client's events with their ids: "accepted" is only
+/// said after the commit (invariant 4).
+pub async fn send(
+    State(api): State<ManagedAgents>,
+    Path(raw): Path<String>,
+    ApiJson(body): ApiJson<SendBody>,
+) -> Result<Json<Value>, ApiError> {
+    let id = id(&raw)?;
+    if body.events.is_empty() || body.events.len() > 100 {
+        return Err(ApiError::invalid("events must hold 1 to 100 events"));
+    }
+    let inputs = body.events.into_iter().map(EventIn::into_new_event).collect::<Result<Vec<_>, _>>()?;
+    let sent: HashSet<_> = inputs.iter().map(|e| e.id.clone()).collect();
+    let committed = api.coordinator.submit(&id, inputs).await?;
+    let data: Vec<Value> = committed.iter().filter(|e| sent.contains(&e.id)).filter_map(project).collect();
+    Ok(Json(json!({"data": data})))
+}
+
+pub async fn list(
+    State(api): State<ManagedAgents>,
+    Path(raw): Path<String>,
+    q: QueryParams,
+) -> Result<Json<Value>, ApiError> {
+    let id = id(&raw)?;
+    let page = pagination::request(&q, Order::Asc, 100, 1000)?;
+    let types = type_filter(&q.all("types"))?;
+    if types.kinds.is_empty() {
+        // Only types this gateway never emits were asked for.
+        api.coordinator.get_session(&id).await?;
+        return Ok(Json(json!({"data": [], "next_page": null})));
+    }
+    let filter = EventFilter { kinds: types.kinds.clone(), created: q.created()? };
+    let result = api.coordinator.list_events(&id, &filter, &page).await?;
+    let data = result.items.iter().filter_map(project).filter(|v| types.keeps(v)).collect();
+    Ok(Json(pagination::body(&result, page.order, data, false)))
+}

@@ -1,0 +1,154 @@
+//! `/v1/sessions`.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use gateway_core::event::EventKind;
+use gateway_core::session::SessionStatus;
+use gateway_core::{AgentId, EnvironmentId, SessionId};
+use gateway_runtime::{AgentSelection, CreateSession, Order, SessionFilter, SessionPatch};
+use serde_json::{Value, json};
+
+use super::path_id;
+use crate::ManagedAgents;
+use crate::error::ApiError;
+use crate::extract::{ApiJson, QueryParams};
+use crate::pagination;
+use crate::wire::Patch;
+use crate::wire::merge_metadata;
+use crate::wire::session::{SessionCreate, SessionUpdate, session_out};
+
+pub fn id(raw: &str) -> Result<SessionId, ApiError> {
+    path_id("session", "session_not_found", raw)
+}
+
+pub async fn create(
+    State(api): State<ManagedAgents>,
+    ApiJson(mut body): ApiJson<SessionCreate>,
+) -> Result<Json<Value>, ApiError> {
+    let choice = body.validate()?;
+    let overrides = match body.take_overrides() {
+        None => None,
+        Some(o) => {
+            let base = api.coordinator.get_agent(&choice.id, choice.version).await?;
+            Some(o.into_overrides(&base.spec)?)
+        }
+    };
+    let environment_id = EnvironmentId::parse(&body.environment_id).map_err(|_| {
+        ApiError::not_found(format!("environment {:?} not found", body.environment_id)).code("environment_not_found")
+    })?;
+    let mut initial_inputs = Vec::new();
+    for e in body.initial_events.take().unwrap_or_default() {
+        let event = e.into_new_event()?;
+        if event.payload.kind() != EventKind::UserMessage {
+            return Err(ApiError::invalid("initial_events may only contain user.message events"));
+        }
+        initial_inputs.push(event);
+    }
+    let req = CreateSession {
+        agent: AgentSelection { id: choice.id, version: choice.version, overrides },
+        environment_id,
+        title: body.title,
+        metadata: body.metadata.unwrap_or_default(),
+        resources: vec![],
+        initial_inputs,
+    };
+    let (session, _) = api.coordinator.create_session(req).await?;
+    Ok(Json(session_out(&session)))
+}
+
+pub async fn retrieve(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(session_out(&api.coordinator.get_session(&id(&raw)?).await?)))
+}
+
+pub async fn update(
+    State(api): State<ManagedAgents>,
+    Path(raw): Path<String>,
+    ApiJson(body): ApiJson<SessionUpdate>,
+) -> Result<Json<Value>, ApiError> {
+    let id = id(&raw)?;
+    if body.agent.is_some() {
+        return Err(ApiError::not_supported("changing a session's agent"));
+    }
+    if body.budget.is_some() {
+        return Err(ApiError::not_supported("budget"));
+    }
+    if body.vault_ids.is_some() {
+        return Err(ApiError::not_supported("vault_ids"));
+    }
+    let current = api.coordinator.get_session(&id).await?;
+    let title = match body.title {
+        Patch::Keep => None,
+        Patch::Clear => Some(None),
+        Patch::Set(t) => {
+            if t.chars().count() > 512 {
+                return Err(ApiError::invalid("title exceeds 512 characters"));
+            }
+            Some(Some(t))
+        }
+    };
+    let metadata = match body.metadata {
+        Patch::Keep => None,
+        Patch::Clear => Some(Default::default()),
+        Patch::Set(m) => Some(merge_metadata(&current.metadata, m)?),
+    };
+    let session = api.coordinator.update_session(&id, SessionPatch { title, metadata }).await?;
+    Ok(Json(session_out(&session)))
+}
+
+pub async fn archive(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(session_out(&api.coordinator.archive_session(&id(&raw)?).await?)))
+}
+
+pub async fn delete(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
+    let id = id(&raw)?;
+    api.coordinator.delete_session(&id).await?;
+    Ok(Json(json!({"id": id, "type": "session_deleted"})))
+}
+
+pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Result<Json<Value>, ApiError> {
+    for unsupported in ["deployment_id", "memory_store_id"] {
+        if q.get(unsupported).is_some_and(|v| !v.is_empty()) {
+            return Err(ApiError::not_supported(format!("the {unsupported} filter")));
+        }
+    }
+    let page = pagination::request(&q, Order::Desc, 20, 100)?;
+    let agent_id = match q.get("agent_id") {
+        None | Some("") => None,
+        Some(a) => match AgentId::parse(a) {
+            Ok(id) => Some(id),
+            // No agent has this id, so no session does either.
+            Err(_) => return Ok(Json(json!({"data": [], "next_page": null, "prev_page": null}))),
+        },
+    };
+    let agent_version = match q.get("agent_version") {
+        None | Some("") => None,
+        Some(v) => Some(
+            v.parse::<u32>().map_err(|_| ApiError::invalid(format!("agent_version must be an integer, not {v:?}")))?,
+        ),
+    };
+    let statuses = q
+        .all("statuses")
+        .into_iter()
+        .map(|s| {
+            SessionStatus::parse(s)
+                .ok_or_else(|| ApiError::invalid(format!("statuses[] value {s:?} is not a session status")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let filter = SessionFilter {
+        agent_id,
+        agent_version,
+        statuses,
+        created: q.created()?,
+        include_archived: q.bool("include_archived")?,
+    };
+    let result = api.coordinator.list_sessions(&filter, &page).await?;
+    let data = result.items.iter().map(session_out).collect();
+    Ok(Json(pagination::body(&result, page.order, data, true)))
+}
+
+/// Sessions here never have resources (none are supported); the list exists so clients that
+/// read it get the real (empty) answer.
+pub async fn resources(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
+    api.coordinator.get_session(&id(&raw)?).await?;
+    Ok(Json(json!({"data": [], "next_page": null})))
+}

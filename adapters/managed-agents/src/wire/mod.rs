@@ -1,0 +1,102 @@
+//! Wire shapes of the Managed Agents API and their translation to and from the core.
+//! Tolerant on input (unknown fields ignored), exact on output (every required key).
+
+pub mod agent;
+pub mod content;
+pub mod environment;
+pub mod event;
+pub mod session;
+
+use gateway_core::{Metadata, Timestamp};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+use crate::error::ApiError;
+
+pub fn time(t: Timestamp) -> Value {
+    Value::String(t.to_rfc3339())
+}
+
+pub fn opt_time(t: Option<Timestamp>) -> Value {
+    t.map(time).unwrap_or(Value::Null)
+}
+
+/// A field of an update: absent (keep), `null` (clear), or a value (replace).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Patch<T> {
+    #[default]
+    Keep,
+    Clear,
+    Set(T),
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Patch<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match Option::<T>::deserialize(d)? {
+            None => Patch::Clear,
+            Some(v) => Patch::Set(v),
+        })
+    }
+}
+
+impl<T> Patch<T> {
+    pub fn apply(self, current: Option<T>) -> Option<T> {
+        match self {
+            Patch::Keep => current,
+            Patch::Clear => None,
+            Patch::Set(v) => Some(v),
+        }
+    }
+}
+
+/// Checks metadata limits: at most 16 pairs, keys up to 64 and values up to 512 characters.
+pub fn check_metadata(m: &Metadata) -> Result<(), ApiError> {
+    if m.len() > 16 {
+        return Err(ApiError::invalid(format!("metadata has {} pairs; at most 16 are allowed", m.len()))
+            .code("invalid_metadata"));
+    }
+    for (k, v) in m {
+        if k.is_empty() || k.chars().count() > 64 {
+            return Err(
+                ApiError::invalid(format!("metadata key {k:?} must be 1 to 64 characters")).code("invalid_metadata")
+            );
+        }
+        if v.chars().count() > 512 {
+            return Err(
+                ApiError::invalid(format!("metadata value of {k:?} exceeds 512 characters")).code("invalid_metadata")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Merges a metadata patch: a `null` value deletes its key.
+pub fn merge_metadata(
+    current: &Metadata,
+    patch: std::collections::BTreeMap<String, Option<String>>,
+) -> Result<Metadata, ApiError> {
+    let mut out = current.clone();
+    for (k, v) in patch {
+        match v {
+            Some(v) => {
+                out.insert(k, v);
+            }
+            None => {
+                out.remove(&k);
+            }
+        }
+    }
+    check_metadata(&out)?;
+    Ok(out)
+}
+
+/// Checks a required, bounded string.
+pub fn check_text(field: &str, v: &str, max: usize) -> Result<(), ApiError> {
+    if v.trim().is_empty() {
+        return Err(ApiError::invalid(format!("{field} must not be empty")));
+    }
+    if v.chars().count() > max {
+        return Err(ApiError::invalid(format!("{field} exceeds {max} characters")));
+    }
+    Ok(())
+}

@@ -1,0 +1,67 @@
+//! API keys.
+
+use async_trait::async_trait;
+use gateway_core::{ApiKeyId, Timestamp};
+
+use super::engine_impl;
+use crate::error::{Result, StoreError};
+use crate::rows::ApiKeyRow;
+use crate::{ApiKey, ApiKeys};
+
+engine_impl! {
+    #[async_trait]
+    impl ApiKeys for SqlStore {
+        async fn create_api_key(&self, name: &str, hash: &str) -> Result<ApiKey> {
+            let id = ApiKeyId::new();
+            let mut tx = self.begin_write().await?;
+            let now = Self::now(&mut tx).await?;
+            sqlx::query("INSERT INTO api_keys (id, name, hash, created_at) VALUES ($1, $2, $3, $4)")
+                .bind(id.as_str())
+                .bind(name)
+                .bind(hash)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(ApiKey { id, name: name.to_owned(), created_at: Timestamp(now), revoked_at: None })
+        }
+
+        async fn find_api_key(&self, hash: &str) -> Result<Option<ApiKey>> {
+            let row = sqlx::query_as::<DB, ApiKeyRow>(
+                "SELECT id, name, created_at, revoked_at FROM api_keys WHERE hash = $1 AND revoked_at IS NULL",
+            )
+            .bind(hash)
+            .fetch_optional(&self.read)
+            .await?;
+            row.map(ApiKeyRow::into_key).transpose()
+        }
+
+        async fn list_api_keys(&self) -> Result<Vec<ApiKey>> {
+            let rows = sqlx::query_as::<DB, ApiKeyRow>("SELECT id, name, created_at, revoked_at FROM api_keys ORDER BY created_at, id")
+                .fetch_all(&self.read)
+                .await?;
+            rows.into_iter().map(ApiKeyRow::into_key).collect()
+        }
+
+        async fn revoke_api_key(&self, id: &ApiKeyId) -> Result<bool> {
+            let mut tx = self.begin_write().await?;
+            let now = Self::now(&mut tx).await?;
+            let done = sqlx::query_as::<DB, (String,)>(
+                "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL RETURNING id",
+            )
+            .bind(id.as_str())
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(done.is_some())
+        }
+
+        async fn count_api_keys(&self) -> Result<u64> {
+            let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM api_keys WHERE revoked_at IS NULL")
+                .fetch_one(&self.read)
+                .await?;
+            u64::try_from(n).map_err(StoreError::corrupt)
+        }
+    }
+}
