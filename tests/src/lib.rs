@@ -63,7 +63,7 @@ impl GatewayBuilder {
             .env_remove("GATEWAY_CONFIG")
             .env("GATEWAY_LISTEN", format!("127.0.0.1:{port}"))
             .env("GATEWAY_INSTANCE_NAME", &self.name)
-            .env("GATEWAY_LOG_FORMAT", "json")
+            .env("GATEWAY_LOG__FORMAT", "json")
             .env("GATEWAY_LOG", "info")
             .envs(&self.env)
             .stdin(Stdio::null())

@@ -144,6 +144,9 @@ pub enum EventPayload {
         input: JsonObject,
         origin: ToolOrigin,
         permission: ToolPermission,
+        /// The policy that decided `permission`, when one applied (built-in and MCP tools).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        policy: Option<crate::agent::PermissionPolicy>,
     },
     /// Journal entry: the tool call is about to execute (invariant 5). A call with this
     /// marker and no result was interrupted by a lost claim and is never run again.
@@ -354,6 +357,7 @@ mod tests {
                 input: JsonObject::new(),
                 origin: ToolOrigin::Mcp { server: "s".into() },
                 permission: ToolPermission::Ask,
+                policy: Some(crate::agent::PermissionPolicy::AlwaysAsk),
             },
             EventPayload::ToolResult {
                 tool_use_id: EventId::new(),

@@ -114,6 +114,8 @@ pub struct RunContext {
     pub(crate) previews: PreviewBus,
     pub(crate) interrupted: CancellationToken,
     pub(crate) abandoned: CancellationToken,
+    /// The seq of the last event this run committed (or saw at claim): where its previews go.
+    pub(crate) last_seq: std::sync::atomic::AtomicU64,
 }
 
 impl RunContext {
@@ -149,12 +151,17 @@ impl RunContext {
         if self.abandoned.is_cancelled() {
             return Err(BackendError::Abandoned("lease lost before commit".into()));
         }
-        Ok(self.store.commit(&self.claim.fence, commit).await?)
+        let committed = self.store.commit(&self.claim.fence, commit).await?;
+        if let Some(last) = committed.last() {
+            self.last_seq.fetch_max(last.seq, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(committed)
     }
 
     /// Publishes a streaming preview to subscribers that asked for them (never stored).
     pub fn preview(&self, preview: Preview) {
-        self.previews.publish(&self.session.id, preview);
+        let after_seq = self.last_seq.load(std::sync::atomic::Ordering::SeqCst);
+        self.previews.publish(&self.session.id, after_seq, preview);
     }
 
     /// Whether a client asked to interrupt this run.

@@ -31,10 +31,19 @@ impl Preview {
     }
 }
 
+/// A preview and its place in the session's log: it follows the committed event with seq
+/// `after_seq` (the last event its run had committed when it was published). Subscriptions
+/// use it to interleave previews and committed events in the order they happened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placed {
+    pub after_seq: u64,
+    pub preview: Preview,
+}
+
 /// Per-session broadcast channels, created on first use and dropped with their last receiver.
 #[derive(Clone, Default)]
 pub struct PreviewBus {
-    channels: Arc<Mutex<HashMap<SessionId, broadcast::Sender<Preview>>>>,
+    channels: Arc<Mutex<HashMap<SessionId, broadcast::Sender<Placed>>>>,
 }
 
 /// Previews a slow subscriber may fall behind by before it loses some (it still gets every
@@ -42,15 +51,15 @@ pub struct PreviewBus {
 const PREVIEW_BUFFER: usize = 256;
 
 impl PreviewBus {
-    pub fn publish(&self, session: &SessionId, preview: Preview) {
+    pub fn publish(&self, session: &SessionId, after_seq: u64, preview: Preview) {
         let map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(tx) = map.get(session) {
             // No receiver is fine: nobody asked for previews.
-            let _ = tx.send(preview);
+            let _ = tx.send(Placed { after_seq, preview });
         }
     }
 
-    pub fn subscribe(&self, session: &SessionId) -> broadcast::Receiver<Preview> {
+    pub fn subscribe(&self, session: &SessionId) -> broadcast::Receiver<Placed> {
         let mut map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         map.retain(|_, tx| tx.receiver_count() > 0);
         map.entry(session.clone()).or_insert_with(|| broadcast::channel(PREVIEW_BUFFER).0).subscribe()

@@ -4,6 +4,12 @@
 //! boundary. Every committed event is read from the store by seq, in order, strictly after
 //! the last seq delivered; wake-ups only decide *when* to read again, never *what* is
 //! delivered. A missed wake-up delays delivery by at most one poll interval (invariant 3).
+//!
+//! Previews are merged by position: each carries the seq of the last event its run had
+//! committed when it was published, and is delivered right after that event and before the
+//! next one. A run publishes an event's previews before committing it, so by the time the
+//! committed event is read, its previews are already queued here and go out first; the
+//! committed event is always the last frame for its id.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -17,7 +23,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
 use crate::error::RuntimeError;
-use crate::previews::{Preview, PreviewBus};
+use crate::previews::{Placed, Preview, PreviewBus};
 
 /// What a subscriber receives.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,7 +53,9 @@ struct State {
     poll: Duration,
     buffer: VecDeque<Event>,
     watch: watch::Receiver<u64>,
-    previews: Option<broadcast::Receiver<Preview>>,
+    previews: Option<broadcast::Receiver<Placed>>,
+    /// Previews received but not yet delivered, in arrival (= publication) order.
+    pending: VecDeque<Placed>,
     /// Previews started on this subscription and not yet closed by their committed event.
     open: HashSet<EventId>,
     /// Recently committed ids that had previews: later previews for them are stale.
@@ -73,6 +81,35 @@ impl State {
             }
         }
         Some(p)
+    }
+
+    /// Moves previews that have already arrived into `pending`, without waiting.
+    fn drain_previews(&mut self) {
+        let Some(rx) = self.previews.as_mut() else { return };
+        loop {
+            match rx.try_recv() {
+                Ok(placed) => self.pending.push_back(placed),
+                Err(broadcast::error::TryRecvError::Lagged(_)) => continue,
+                Err(broadcast::error::TryRecvError::Empty) => return,
+                Err(broadcast::error::TryRecvError::Closed) => {
+                    self.previews = None;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Delivers the next buffered committed event.
+    fn deliver_next(&mut self) -> Option<Delivery> {
+        let e = self.buffer.pop_front()?;
+        self.last_seq = e.seq;
+        self.note_committed(&e);
+        if e.kind() == EventKind::SessionDeleted {
+            self.ended = true;
+            self.buffer.clear();
+            self.pending.clear();
+        }
+        Some(Delivery::Event(e))
     }
 
     fn note_committed(&mut self, e: &Event) {
@@ -102,6 +139,7 @@ pub(crate) fn subscribe(
         buffer: VecDeque::new(),
         watch,
         previews,
+        pending: VecDeque::new(),
         open: HashSet::new(),
         closed: VecDeque::new(),
         need_read: true,
@@ -110,14 +148,25 @@ pub(crate) fn subscribe(
     };
     futures::stream::unfold(state, |mut st| async move {
         loop {
-            if let Some(e) = st.buffer.pop_front() {
-                st.last_seq = e.seq;
-                st.note_committed(&e);
-                if e.kind() == EventKind::SessionDeleted {
-                    st.ended = true;
-                    st.buffer.clear();
+            st.drain_previews();
+            // Previews placed after an event already delivered go out now; committed events
+            // placed before a pending preview go out before it.
+            if let Some(after) = st.pending.front().map(|p| p.after_seq) {
+                if after <= st.last_seq {
+                    if let Some(placed) = st.pending.pop_front()
+                        && let Some(p) = st.accept_preview(placed.preview)
+                    {
+                        return Some((Ok(Delivery::Preview(p)), st));
+                    }
+                    continue;
                 }
-                return Some((Ok(Delivery::Event(e)), st));
+                if st.buffer.front().is_some_and(|e| e.seq <= after) {
+                    return st.deliver_next().map(|d| (Ok(d), st));
+                }
+                // The event this preview follows is committed but not read yet.
+                st.need_read = true;
+            } else if !st.buffer.is_empty() {
+                return st.deliver_next().map(|d| (Ok(d), st));
             }
             if st.ended {
                 return None;
@@ -145,10 +194,7 @@ pub(crate) fn subscribe(
                     None => std::future::pending().await,
                 }
             };
-            // Biased: a commit hint is handled before a preview that is ready at the same time,
-            // so previews do not overtake committed events that precede them.
             tokio::select! {
-                biased;
                 changed = st.watch.changed() => {
                     if changed.is_err() {
                         // The hub dropped this session's channel: fall back to the poll timer.
@@ -157,11 +203,7 @@ pub(crate) fn subscribe(
                     st.need_read = true;
                 }
                 p = preview => match p {
-                    Ok(p) => {
-                        if let Some(p) = st.accept_preview(p) {
-                            return Some((Ok(Delivery::Preview(p)), st));
-                        }
-                    }
+                    Ok(placed) => st.pending.push_back(placed),
                     // Fell behind or the bus closed: previews are best effort; carry on.
                     Err(broadcast::error::RecvError::Lagged(_)) => {}
                     Err(broadcast::error::RecvError::Closed) => st.previews = None,

@@ -109,6 +109,7 @@ impl Backend for ScriptedBackend {
                             input: Default::default(),
                             origin: ToolOrigin::Builtin,
                             permission: ToolPermission::Ask,
+                            policy: Some(gateway_core::agent::PermissionPolicy::AlwaysAsk),
                         });
                         let pending =
                             vec![PendingAction { event_id: tool.id.clone(), kind: PendingKind::Confirmation }];

@@ -242,6 +242,7 @@ async fn execute(w: &Arc<Shared>, claim: Claim) {
 
     let ctx = RunContext {
         claim: claim.clone(),
+        last_seq: std::sync::atomic::AtomicU64::new(session.last_seq),
         session,
         host: w.config.host.clone(),
         store: Arc::clone(&w.store),

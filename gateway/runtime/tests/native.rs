@@ -523,3 +523,53 @@ async fn keys_gate_remote_callers_and_loopback_without_keys() {
     let auth = Authenticator::new(Arc::clone(&n.store));
     assert_eq!(auth.authenticate(Some(&key.secret), true).await, Ok(Principal::Loopback), "revoked: back to no keys");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn previews_always_precede_their_committed_message() {
+    // The fake model streams without delay and the message is committed right after its last
+    // delta: the tightest race between the preview channel and the store.
+    let n = native().await;
+    let pool = n.workers(0);
+    let s = n
+        .session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "local"), vec![])
+        .await
+        .unwrap();
+    for i in 0..25 {
+        let stream = n.stream(&s, true).await;
+        let text = format!("message number {i}");
+        n.coordinator.submit(&s.id, vec![say(&text)]).await.unwrap();
+        let got = until(stream, 30, turn_ended).await;
+        let msg = events(&got).into_iter().find(|e| e.kind() == EventKind::AgentMessage).unwrap();
+        let at = got.iter().position(|d| matches!(d, Delivery::Event(e) if e.id == msg.id)).unwrap();
+        let mut folded = String::new();
+        let mut started = false;
+        for d in &got[..at] {
+            match d {
+                Delivery::Preview(gateway_runtime::Preview::Start { event_id, .. }) if *event_id == msg.id => {
+                    started = true
+                }
+                Delivery::Preview(gateway_runtime::Preview::TextDelta { event_id, text, .. })
+                    if *event_id == msg.id =>
+                {
+                    assert!(started, "turn {i}: a delta before its start");
+                    folded.push_str(text);
+                }
+                _ => {}
+            }
+        }
+        assert!(started, "turn {i}: the message arrived before its previews");
+        assert_eq!(folded, format!("echo: {text}"), "turn {i}: deltas fold to the committed text");
+        assert!(
+            got[at + 1..].iter().all(|d| !matches!(d, Delivery::Preview(p) if *p.event_id() == msg.id)),
+            "turn {i}: a preview after the committed message"
+        );
+        let started_at =
+            got.iter().position(|d| matches!(d, Delivery::Preview(gateway_runtime::Preview::Start { .. }))).unwrap();
+        let span = got
+            .iter()
+            .position(|d| matches!(d, Delivery::Event(e) if e.kind() == EventKind::ModelRequestStarted))
+            .unwrap();
+        assert!(span < started_at, "turn {i}: the preview overtook the request span it belongs to");
+    }
+    pool.shutdown().await;
+}

@@ -234,6 +234,7 @@ fn tools_in(tools: Vec<ToolIn>, servers: &[McpServerSpec]) -> Result<Vec<ToolSpe
                     }
                     let mut extras = c.extras;
                     extras.remove("type");
+                    normalize_url_sources(&mut extras);
                     cfgs.push(NamedToolConfig {
                         name: c.name,
                         enabled: c.enabled.unwrap_or(default_config.enabled),
@@ -285,6 +286,18 @@ fn tools_in(tools: Vec<ToolIn>, servers: &[McpServerSpec]) -> Result<Vec<ToolSpe
         }
     }
     Ok(out)
+}
+
+/// `web_fetch` `url_sources` values may be written `"all"` / `"none"`; responses always use
+/// the object form (`{"type": "all"}`), as the SDK's models require.
+fn normalize_url_sources(extras: &mut JsonObject) {
+    if let Some(Value::Object(sources)) = extras.get_mut("url_sources") {
+        for v in sources.values_mut() {
+            if let Value::String(s) = v {
+                *v = json!({"type": s.clone()});
+            }
+        }
+    }
 }
 
 fn servers_in(servers: Vec<McpServerIn>) -> Result<Vec<McpServerSpec>, ApiError> {

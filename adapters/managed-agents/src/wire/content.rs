@@ -13,10 +13,10 @@ pub enum BlockIn {
         text: String,
     },
     Image {
-        source: SourceIn,
+        source: ImageSourceIn,
     },
     Document {
-        source: SourceIn,
+        source: DocumentSourceIn,
         #[serde(default)]
         title: Option<String>,
         #[serde(default)]
@@ -37,7 +37,15 @@ pub struct TextIn {
 
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum SourceIn {
+pub enum ImageSourceIn {
+    Base64 { media_type: String, data: String },
+    Url { url: String },
+    File { file_id: String },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum DocumentSourceIn {
     Base64 { media_type: String, data: String },
     Url { url: String },
     File { file_id: String },
@@ -53,9 +61,9 @@ pub fn blocks_in(blocks: Vec<BlockIn>, allow_search: bool) -> Result<Vec<Content
         .into_iter()
         .map(|b| match b {
             BlockIn::Text { text } => Ok(ContentBlock::Text { text }),
-            BlockIn::Image { source } => Ok(ContentBlock::Image { source: source_in(source) }),
+            BlockIn::Image { source } => Ok(ContentBlock::Image { source: image_source_in(source) }),
             BlockIn::Document { source, title, context } => {
-                Ok(ContentBlock::Document { source: source_in(source), title, context })
+                Ok(ContentBlock::Document { source: document_source_in(source)?, title, context })
             }
             BlockIn::SearchResult { source, title, content } if allow_search => {
                 let text = content.into_iter().map(|t| t.text).collect::<Vec<_>>().join("\n");
@@ -68,13 +76,28 @@ pub fn blocks_in(blocks: Vec<BlockIn>, allow_search: bool) -> Result<Vec<Content
         .collect()
 }
 
-fn source_in(s: SourceIn) -> MediaSource {
+fn image_source_in(s: ImageSourceIn) -> MediaSource {
     match s {
-        SourceIn::Base64 { media_type, data } => MediaSource::Base64 { media_type, data },
-        SourceIn::Url { url } => MediaSource::Url { url },
-        SourceIn::File { file_id } => MediaSource::File { file_id },
-        SourceIn::Text { media_type, data } => MediaSource::Text { media_type, data },
+        ImageSourceIn::Base64 { media_type, data } => MediaSource::Base64 { media_type, data },
+        ImageSourceIn::Url { url } => MediaSource::Url { url },
+        ImageSourceIn::File { file_id } => MediaSource::File { file_id },
     }
+}
+
+fn document_source_in(s: DocumentSourceIn) -> Result<MediaSource, ApiError> {
+    Ok(match s {
+        DocumentSourceIn::Base64 { media_type, data } => MediaSource::Base64 { media_type, data },
+        DocumentSourceIn::Url { url } => MediaSource::Url { url },
+        DocumentSourceIn::File { file_id } => MediaSource::File { file_id },
+        DocumentSourceIn::Text { media_type, data } => {
+            if media_type != "text/plain" {
+                return Err(ApiError::invalid(format!(
+                    "a text document source must have media_type \"text/plain\", not {media_type:?}"
+                )));
+            }
+            MediaSource::Text { media_type, data }
+        }
+    })
 }
 
 fn source_out(s: &MediaSource) -> Value {

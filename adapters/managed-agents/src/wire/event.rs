@@ -2,6 +2,7 @@
 //! events, and the `types[]` filter vocabulary.
 
 use gateway_core::EventId;
+use gateway_core::agent::PermissionPolicy;
 use gateway_core::event::{
     ErrorKind, Event, EventKind, EventPayload, NewEvent, RetryStatus, StopReason, ToolOrigin, ToolPermission,
 };
@@ -118,18 +119,17 @@ fn error_type(kind: ErrorKind) -> &'static str {
 
 fn stop_reason(stop: &StopReason) -> Value {
     match stop {
-        StopReason::EndTurn | StopReason::Interrupted | StopReason::RoundLimit | StopReason::Failed => {
-            json!({"type": "end_turn"})
-        }
+        StopReason::EndTurn | StopReason::Interrupted | StopReason::Failed => json!({"type": "end_turn"}),
         StopReason::RequiresAction { event_ids } => json!({"type": "requires_action", "event_ids": event_ids}),
-        StopReason::RetriesExhausted => json!({"type": "retries_exhausted"}),
+        // The SDK documents `tool_use_limit_reached_error` as followed by `retries_exhausted`.
+        StopReason::RetriesExhausted | StopReason::RoundLimit => json!({"type": "retries_exhausted"}),
         StopReason::Refusal => json!({"type": "refusal"}),
     }
 }
 
 /// The Managed Agents form of a committed event; `None` for events this API does not show.
 pub fn project(e: &Event) -> Option<Value> {
-    let mut v = match &e.payload {
+    let v = match &e.payload {
         EventPayload::UserMessage { content } => json!({"type": "user.message", "content": blocks_out(content, false)}),
         EventPayload::UserInterrupt {} => json!({"type": "user.interrupt"}),
         EventPayload::ToolConfirmation { tool_use_id, allow, deny_message } => {
@@ -174,18 +174,24 @@ pub fn project(e: &Event) -> Option<Value> {
             json!({"type": "agent.message", "content": blocks_out(content, true)})
         }
         EventPayload::AgentThinking { .. } => json!({"type": "agent.thinking"}),
-        EventPayload::ToolUse { name, input, origin, permission } => match origin {
-            ToolOrigin::Custom => json!({"type": "agent.custom_tool_use", "name": name, "input": input}),
-            ToolOrigin::Mcp { server } => json!({
-                "type": "agent.mcp_tool_use", "mcp_server_name": server, "name": name, "input": input,
-                "evaluated_permission": permission_name(*permission),
-            }),
-            ToolOrigin::Builtin | ToolOrigin::Backend => json!({
-                "type": "agent.tool_use", "name": name, "input": input,
-                "evaluated_permission": permission_name(*permission),
-                "evaluation": {"type": if *permission == ToolPermission::Ask { "always_ask" } else { "always_allow" }},
-            }),
-        },
+        EventPayload::ToolUse { name, input, origin, permission, policy } => {
+            let mut v = match origin {
+                ToolOrigin::Custom => {
+                    return Some(stamp(json!({"type": "agent.custom_tool_use", "name": name, "input": input}), e));
+                }
+                ToolOrigin::Mcp { server } => {
+                    json!({"type": "agent.mcp_tool_use", "mcp_server_name": server, "name": name, "input": input})
+                }
+                ToolOrigin::Builtin | ToolOrigin::Backend => {
+                    json!({"type": "agent.tool_use", "name": name, "input": input})
+                }
+            };
+            v["evaluated_permission"] = json!(permission_name(*permission));
+            if let Some(p) = policy {
+                v["evaluation"] = evaluation(*p);
+            }
+            v
+        }
         EventPayload::ToolStarted { .. } => return None,
         EventPayload::ToolResult { tool_use_id, origin, content, is_error } => match origin {
             ToolOrigin::Mcp { .. } => {
@@ -208,9 +214,25 @@ pub fn project(e: &Event) -> Option<Value> {
             },
         }),
     };
+    Some(stamp(v, e))
+}
+
+fn stamp(mut v: Value, e: &Event) -> Value {
     v["id"] = json!(e.id);
     v["processed_at"] = time(e.created_at);
-    Some(v)
+    v
+}
+
+/// How the policy judged a call. `auto` is evaluated conservatively: it asks, with the SDK's
+/// "no judgement was reached" reason.
+fn evaluation(p: PermissionPolicy) -> Value {
+    match p {
+        PermissionPolicy::AlwaysAllow => json!({"type": "always_allow"}),
+        PermissionPolicy::AlwaysAsk => json!({"type": "always_ask"}),
+        PermissionPolicy::Auto => {
+            json!({"type": "auto", "evaluated_permission": {"type": "ask", "reason_code": "indeterminate"}})
+        }
+    }
 }
 
 fn permission_name(p: ToolPermission) -> &'static str {

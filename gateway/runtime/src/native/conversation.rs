@@ -201,6 +201,7 @@ mod tests {
                 input: Default::default(),
                 origin: ToolOrigin::Builtin,
                 permission: ToolPermission::Allow,
+                policy: None,
             },
         )
     }

@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use gateway_core::agent::{AgentSpec, ToolAvailability};
+use gateway_core::agent::{AgentSpec, PermissionPolicy, ToolAvailability};
 use gateway_core::content::ContentBlock;
 use gateway_core::event::{ErrorKind, Event, EventKind, EventPayload, NewEvent, ToolOrigin, ToolPermission, Usage};
 use gateway_core::placement::ToolExecution;
@@ -65,13 +65,16 @@ enum Route {
     Unavailable,
 }
 
-fn route(agent: &AgentSpec, execution: ToolExecution, name: &str) -> (Route, ToolOrigin) {
+/// How a call is handled, where it comes from, and the policy that decided it.
+fn route(agent: &AgentSpec, execution: ToolExecution, name: &str) -> (Route, ToolOrigin, Option<PermissionPolicy>) {
     match agent.builtin_tool(name) {
-        ToolAvailability::Enabled(_) if execution == ToolExecution::External => (Route::Client, ToolOrigin::Builtin),
-        ToolAvailability::Enabled(policy) if policy.requires_approval() => (Route::Ask, ToolOrigin::Builtin),
-        ToolAvailability::Enabled(_) => (Route::Execute, ToolOrigin::Builtin),
-        ToolAvailability::Disabled if agent.custom_tool(name).is_some() => (Route::Client, ToolOrigin::Custom),
-        ToolAvailability::Disabled => (Route::Unavailable, ToolOrigin::Builtin),
+        ToolAvailability::Enabled(p) if execution == ToolExecution::External => {
+            (Route::Client, ToolOrigin::Builtin, Some(p))
+        }
+        ToolAvailability::Enabled(p) if p.requires_approval() => (Route::Ask, ToolOrigin::Builtin, Some(p)),
+        ToolAvailability::Enabled(p) => (Route::Execute, ToolOrigin::Builtin, Some(p)),
+        ToolAvailability::Disabled if agent.custom_tool(name).is_some() => (Route::Client, ToolOrigin::Custom, None),
+        ToolAvailability::Disabled => (Route::Unavailable, ToolOrigin::Builtin, None),
     }
 }
 
@@ -238,7 +241,7 @@ impl<'a> Turn<'a> {
 
         let mut pending = Vec::new();
         for e in &turn {
-            let EventPayload::ToolUse { name, input, origin, permission } = &e.payload else { continue };
+            let EventPayload::ToolUse { name, input, origin, permission, .. } = &e.payload else { continue };
             if answered.contains(&e.id) || *origin == ToolOrigin::Backend {
                 continue;
             }
@@ -362,13 +365,20 @@ impl<'a> Turn<'a> {
         let mut routes = Vec::new();
         for b in &response.content {
             if let Block::ToolUse { name, input, .. } = b {
-                let (r, origin) = route(agent, execution, name);
-                let permission = if r == Route::Ask { ToolPermission::Ask } else { ToolPermission::Allow };
+                let (r, origin, policy) = route(agent, execution, name);
+                // A tool the agent does not have is journaled as denied, so no resumed run can
+                // ever execute it.
+                let permission = match r {
+                    Route::Ask => ToolPermission::Ask,
+                    Route::Unavailable => ToolPermission::Deny,
+                    Route::Execute | Route::Client => ToolPermission::Allow,
+                };
                 let event = NewEvent::new(EventPayload::ToolUse {
                     name: name.clone(),
                     input: input.clone(),
                     origin,
                     permission,
+                    policy,
                 });
                 routes.push((event.id.clone(), r));
                 events.push(event);

@@ -485,6 +485,43 @@ pub async fn placement_refusals_name_their_rule(h: &dyn Harness) {
     }
 }
 
+pub async fn previews_are_delivered_before_their_committed_event(h: &dyn Harness) {
+    // Deterministic form of the race: the previews are queued and the message committed
+    // before the subscriber reads anything; it must still deliver the previews first.
+    let r = rig(h.fresh().await);
+    let s = new_session(&r).await;
+    r.coordinator.submit(&s.id, vec![say("go")]).await.unwrap();
+    let stream = subscribe(&r, &s, 0, true).await;
+    let offer = gateway_core::run::WorkerOffer {
+        worker: "w".into(),
+        host: "h".into(),
+        backends: vec![BackendRef::Native],
+        providers: vec![ProviderTier::local()],
+    };
+    let c = r
+        .store
+        .claim_run(&offer, LeaseTerms { lease: Duration::from_secs(10), host_ttl: Duration::from_secs(30) })
+        .await
+        .unwrap()
+        .unwrap();
+    let message = NewEvent::new(EventPayload::AgentMessage { content: vec![ContentBlock::text("hello")] });
+    let after = r.store.get_session(&s.id).await.unwrap().last_seq;
+    r.previews.publish(&s.id, after, Preview::Start { event_id: message.id.clone(), kind: EventKind::AgentMessage });
+    r.previews.publish(&s.id, after, Preview::TextDelta { event_id: message.id.clone(), index: 0, text: "hel".into() });
+    r.previews.publish(&s.id, after, Preview::TextDelta { event_id: message.id.clone(), index: 0, text: "lo".into() });
+    r.store.commit(&c.fence, Commit { events: vec![message.clone()], environment: None }).await.unwrap();
+    let got = until(stream, 10, |d| matches!(d, Delivery::Event(e) if e.id == message.id)).await;
+    let order: Vec<String> = got
+        .iter()
+        .map(|d| match d {
+            Delivery::Event(e) => format!("{:?}", e.kind()),
+            Delivery::Preview(Preview::Start { .. }) => "start".into(),
+            Delivery::Preview(Preview::TextDelta { text, .. }) => format!("delta {text}"),
+        })
+        .collect();
+    assert_eq!(order, vec!["UserMessage", "start", "delta hel", "delta lo", "AgentMessage"]);
+}
+
 /// Polls `f` every 20 ms until it yields a value or `secs` pass.
 pub async fn wait_for<T, F, Fut>(secs: u64, f: F) -> Option<T>
 where
@@ -513,6 +550,7 @@ macro_rules! runtime_suite {
             crashes_past_the_budget_end_the_run_indeterminate,
             graceful_shutdown_releases_the_lease_for_a_successor,
             previews_reach_only_subscribers_that_asked,
+            previews_are_delivered_before_their_committed_event,
             a_parked_turn_resumes_on_the_answer,
             a_lost_environment_fails_the_run_instead_of_moving,
             placement_refusals_name_their_rule

@@ -299,6 +299,7 @@ pub async fn parked_sessions_are_not_claimed(h: &dyn Harness) {
         input: Default::default(),
         origin: ToolOrigin::Builtin,
         permission: ToolPermission::Ask,
+        policy: None,
     });
     let pending = vec![PendingAction { event_id: tool.id.clone(), kind: PendingKind::Confirmation }];
     s.settle(&c.fence, Settlement { events: vec![tool.clone()], outcome: RunOutcome::Parked { pending } })

@@ -148,6 +148,7 @@ pub async fn partial_answers_re_emit_idle_and_the_last_resumes(h: &dyn Harness) 
             input: Default::default(),
             origin: ToolOrigin::Builtin,
             permission: ToolPermission::Ask,
+            policy: None,
         })
     };
     let (x, y) = (tool("bash"), tool("write"));

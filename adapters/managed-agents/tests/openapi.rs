@@ -1,0 +1,1457 @@
+//! The OpenAPI document (`schemas/managed-agents.openapi.json`, served at `GET /v1/openapi.json`)
+//! against the adapter:
+//!
+//! - every `(method, path)` of [`ROUTES`] is documented, and nothing else is;
+//! - the document is OpenAPI 3.1.0 JSON whose every `$ref` resolves and whose every schema compiles;
+//! - every response of a realistic scenario, driven over HTTP against the real router, the real
+//!   Coordinator and Workers, the native backend with the fake model and the local sandbox,
+//!   validates against the schema the document gives for its path, method and status; so does
+//!   every frame of the event stream;
+//! - negative controls: the schemas reject misspelled, missing and unknown fields;
+//! - inputs at the edges of what the gateway accepts still come back in the documented (SDK)
+//!   form.
+//!
+//! A validation failure prints the JSON pointer of each violation and the whole body.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use gateway_core::agent::BackendRef;
+use gateway_core::environment::ProviderTier;
+use gateway_core::placement::Offer;
+use gateway_managed_agents::{BODY_LIMIT, ManagedAgents, ROUTES, openapi};
+use gateway_models::fake::FakeModel;
+use gateway_runtime::auth::{Authenticator, generate_key};
+use gateway_runtime::{
+    BackendRegistry, Coordinator, CoordinatorOptions, Environments, EnvironmentsConfig, NativeBackend, NativeConfig,
+    PreviewBus, RetryPolicy, WorkerConfig, WorkerPool,
+};
+use gateway_sandbox::Limits;
+use gateway_sandbox::local::LocalProvider;
+use gateway_store::conformance::Harness;
+use gateway_store::conformance::harness::SqliteHarness;
+use reqwest::Method;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+const HTTP_METHODS: [&str; 8] = ["get", "put", "post", "delete", "options", "head", "patch", "trace"];
+
+fn document() -> Value {
+    serde_json::from_str(openapi::DOCUMENT).expect("schemas/managed-agents.openapi.json is not valid JSON")
+}
+
+// ------------------------------------------------------------------------------------------
+// The document alone
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn every_served_route_is_documented_and_no_other() {
+    let doc = document();
+    let paths = doc["paths"].as_object().expect("paths is an object");
+    let documented: BTreeSet<(String, String)> = paths
+        .iter()
+        .flat_map(|(path, item)| {
+            item.as_object()
+                .expect("path item is an object")
+                .keys()
+                .filter(|k| HTTP_METHODS.contains(&k.as_str()))
+                .map(|m| (m.clone(), path.clone()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let served: BTreeSet<(String, String)> = ROUTES.iter().map(|(m, p)| ((*m).to_owned(), (*p).to_owned())).collect();
+    assert_eq!(served.len(), ROUTES.len(), "ROUTES lists a route twice");
+    let undocumented: Vec<_> = served.difference(&documented).collect();
+    let unserved: Vec<_> = documented.difference(&served).collect();
+    assert!(undocumented.is_empty(), "served but not in the document: {undocumented:?}");
+    assert!(unserved.is_empty(), "in the document but not served by the router: {unserved:?}");
+}
+
+#[test]
+fn every_path_template_parameter_is_declared() {
+    let doc = document();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        let names: Vec<&str> =
+            path.split('/').filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}'))).collect();
+        for (method, op) in item.as_object().unwrap() {
+            if !HTTP_METHODS.contains(&method.as_str()) {
+                continue;
+            }
+            let params: Vec<Value> = op["parameters"]
+                .as_array()
+                .map(|ps| ps.iter().map(|p| resolve(&doc, p).clone()).collect())
+                .unwrap_or_default();
+            for n in &names {
+                assert!(
+                    params.iter().any(|p| p["in"] == "path" && p["name"] == *n && p["required"] == true),
+                    "{method} {path}: path parameter {n} is not declared as a required path parameter"
+                );
+            }
+            for p in params.iter().filter(|p| p["in"] == "path") {
+                let name = p["name"].as_str().unwrap();
+                assert!(names.contains(&name), "{method} {path}: path parameter {name} is not in the template");
+            }
+            assert!(op["operationId"].is_string(), "{method} {path}: no operationId");
+            for (status, r) in op["responses"].as_object().expect("responses") {
+                let r = resolve(&doc, r);
+                assert!(r["description"].is_string(), "{method} {path} {status}: response without description");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_document_is_openapi_3_1_and_every_ref_resolves() {
+    let doc = document();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let info = &doc["info"];
+    assert!(info["title"].is_string() && info["version"].is_string(), "info needs title and version");
+    assert!(
+        info["description"].as_str().is_some_and(|d| d.contains("docs/adr/0007-managed-agents-decisions.md")),
+        "info.description names the decisions ADR"
+    );
+    assert_eq!(doc["servers"], json!([{"url": "/"}]));
+    let schemes = doc["components"]["securitySchemes"].as_object().expect("securitySchemes");
+    assert!(
+        schemes.values().any(|s| s["type"] == "apiKey" && s["in"] == "header" && s["name"] == "x-api-key"),
+        "an x-api-key scheme"
+    );
+    assert!(schemes.values().any(|s| s["type"] == "http" && s["scheme"] == "bearer"), "a bearer scheme");
+
+    let mut refs = Vec::new();
+    collect_refs(&doc, "", &mut refs);
+    assert!(refs.len() > 100, "the document uses components");
+    let mut unresolved = Vec::new();
+    for (at, r) in &refs {
+        if lookup_ref(&doc, r).is_none() {
+            unresolved.push(format!("{at}: {r}"));
+        }
+    }
+    assert!(unresolved.is_empty(), "$refs that do not resolve:\n{}", unresolved.join("\n"));
+
+    // Every named schema compiles as JSON Schema 2020-12 (the OpenAPI 3.1 dialect), formats on.
+    let spec = Spec::new();
+    for name in doc["components"]["schemas"].as_object().unwrap().keys() {
+        spec.validator(&json!({"$ref": format!("#/components/schemas/{name}")}));
+    }
+    // Error responses use the shared envelope.
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            for (status, r) in op["responses"].as_object().unwrap() {
+                if status.starts_with('2') {
+                    continue;
+                }
+                let schema = &resolve(&doc, r)["content"]["application/json"]["schema"];
+                let target = resolve(&doc, schema);
+                let first = &target["allOf"][0]["$ref"];
+                assert_eq!(first, "#/components/schemas/ErrorResponse", "{method} {path} {status}: not the envelope");
+            }
+        }
+    }
+}
+
+fn collect_refs(v: &Value, at: &str, out: &mut Vec<(String, String)>) {
+    match v {
+        Value::Object(o) => {
+            for (k, x) in o {
+                let here = format!("{at}/{}", k.replace('~', "~0").replace('/', "~1"));
+                if k == "$ref" {
+                    out.push((at.to_owned(), x.as_str().expect("$ref is a string").to_owned()));
+                } else {
+                    collect_refs(x, &here, out);
+                }
+            }
+        }
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                collect_refs(x, &format!("{at}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn lookup_ref<'a>(doc: &'a Value, r: &str) -> Option<&'a Value> {
+    let pointer = r.strip_prefix('#')?;
+    doc.pointer(&percent_decode(pointer))
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && let Some(v) = b
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(v);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8(out).expect("utf-8")
+}
+
+/// Follows `$ref`s (of any OpenAPI object) to the referenced object.
+fn resolve<'a>(doc: &'a Value, v: &'a Value) -> &'a Value {
+    let mut v = v;
+    for _ in 0..16 {
+        match v.get("$ref").and_then(Value::as_str) {
+            Some(r) => v = lookup_ref(doc, r).unwrap_or_else(|| panic!("unresolved $ref {r}")),
+            None => return v,
+        }
+    }
+    panic!("$ref cycle")
+}
+
+// ------------------------------------------------------------------------------------------
+// Validation against the document
+// ------------------------------------------------------------------------------------------
+
+/// The document and compiled validators for its schemas.
+struct Spec {
+    doc: Value,
+    cache: Mutex<HashMap<String, Arc<jsonschema::Validator>>>,
+}
+
+impl Spec {
+    fn new() -> Self {
+        let doc = document();
+        Self { doc, cache: Mutex::new(HashMap::new()) }
+    }
+
+    /// A validator for `schema`, a schema of the document (its `$ref`s resolve against the
+    /// document's components).
+    fn validator(&self, schema: &Value) -> Arc<jsonschema::Validator> {
+        let key = schema.to_string();
+        if let Some(v) = self.cache.lock().unwrap().get(&key) {
+            return Arc::clone(v);
+        }
+        let mut root = match schema {
+            Value::Object(o) => o.clone(),
+            other => panic!("a schema object, not {other}"),
+        };
+        root.insert("$schema".into(), json!("https://json-schema.org/draft/2020-12/schema"));
+        root.insert("components".into(), self.doc["components"].clone());
+        let validator = jsonschema::options()
+            .should_validate_formats(true)
+            .build(&Value::Object(root))
+            .unwrap_or_else(|e| panic!("schema {key} does not compile: {e}"));
+        let v = Arc::new(validator);
+        self.cache.lock().unwrap().insert(key, Arc::clone(&v));
+        v
+    }
+
+    fn operation(&self, method: &str, template: &str) -> Option<&Value> {
+        let op = self.doc["paths"].get(template)?.get(method.to_ascii_lowercase())?;
+        Some(op)
+    }
+
+    /// The response object the document gives for a status (exact, then `4XX`/`5XX`).
+    fn response(&self, method: &str, template: &str, status: u16) -> Option<&Value> {
+        let responses = &self.operation(method, template)?["responses"];
+        let r = responses
+            .get(status.to_string())
+            .or_else(|| responses.get(format!("{}XX", status / 100)))
+            .or_else(|| responses.get("default"))?;
+        Some(resolve(&self.doc, r))
+    }
+
+    fn request_schema(&self, method: &str, template: &str) -> Option<&Value> {
+        let body = resolve(&self.doc, self.operation(method, template)?.get("requestBody")?);
+        body["content"]["application/json"].get("schema")
+    }
+
+    /// Violations of `instance` against `schema`, one line each (JSON pointer, message), with
+    /// `oneOf` failures explained against the variants the instance's `type` names.
+    fn violations(&self, schema: &Value, instance: &Value) -> Vec<String> {
+        let mut out = Vec::new();
+        self.explain(schema, instance, "", 0, &mut out);
+        out
+    }
+
+    fn explain(&self, schema: &Value, instance: &Value, prefix: &str, depth: usize, out: &mut Vec<String>) {
+        let indent = "    ".repeat(depth);
+        let validator = self.validator(schema);
+        for e in validator.iter_errors(instance) {
+            let at = format!("{prefix}{}", e.instance_path().as_str());
+            let shown = if at.is_empty() { "(root)" } else { at.as_str() };
+            let schema_path = e.schema_path().as_str();
+            out.push(format!("{indent}at {shown}: {} [schema {schema_path}]", short(&e.to_string())));
+            if e.kind().keyword() != "oneOf" || depth >= 6 {
+                continue;
+            }
+            // Explain a oneOf failure against the branch the discriminator picks (or every branch).
+            let sub = instance.pointer(e.instance_path().as_str()).unwrap_or(instance);
+            let Some(node) = schema_path.strip_suffix("/oneOf").and_then(|p| self.doc.pointer(p)) else { continue };
+            let discriminator = &node["discriminator"];
+            let branches: Vec<(String, Value)> =
+                match (discriminator["propertyName"].as_str(), discriminator["mapping"].as_object()) {
+                    (Some(prop), Some(mapping)) => {
+                        match sub.get(prop).and_then(Value::as_str).and_then(|v| mapping.get(v)) {
+                            Some(target) => vec![(ref_name(target), json!({"$ref": target}))],
+                            None => {
+                                let known: Vec<&String> = mapping.keys().collect();
+                                out.push(format!("{indent}  {prop} {} is none of {known:?}", sub[prop]));
+                                continue;
+                            }
+                        }
+                    }
+                    _ => node["oneOf"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .enumerate()
+                        .map(|(i, b)| (b.get("$ref").map(ref_name).unwrap_or_else(|| format!("oneOf[{i}]")), b.clone()))
+                        .collect(),
+                };
+            for (name, branch) in branches {
+                if branch == json!({"type": "null"}) && !sub.is_null() {
+                    continue;
+                }
+                let mut inner = Vec::new();
+                self.explain(&branch, sub, &at, depth + 1, &mut inner);
+                if !inner.is_empty() {
+                    out.push(format!("{indent}  as {name}:"));
+                    out.extend(inner);
+                }
+            }
+        }
+    }
+}
+
+fn ref_name(r: &Value) -> String {
+    r.as_str().and_then(|r| r.rsplit('/').next()).unwrap_or("?").to_owned()
+}
+
+fn short(s: &str) -> String {
+    if s.chars().count() > 400 { format!("{}…", s.chars().take(400).collect::<String>()) } else { s.to_owned() }
+}
+
+fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
+// ------------------------------------------------------------------------------------------
+// The gateway, in process
+// ------------------------------------------------------------------------------------------
+
+struct Gateway {
+    base: String,
+    key: String,
+    shutdown: CancellationToken,
+    pool: Option<WorkerPool>,
+    _root: tempfile::TempDir,
+    _harness: SqliteHarness,
+}
+
+async fn start() -> Gateway {
+    let harness = SqliteHarness::new(true);
+    let store = harness.fresh().await;
+    let root = tempfile::tempdir().unwrap();
+    let envs = Environments::new(
+        EnvironmentsConfig {
+            host: "openapi-host".into(),
+            root: root.path().to_owned(),
+            limits: Limits::default(),
+            idle: Duration::from_secs(300),
+        },
+        vec![Arc::new(LocalProvider::new())],
+    );
+    let offer = Offer { providers: envs.offers(), ..Default::default() };
+    assert!(!offer.providers.is_empty(), "the local sandbox provider works here");
+    let previews = PreviewBus::default();
+    let coordinator = Coordinator::new(
+        Arc::clone(&store),
+        previews.clone(),
+        offer.clone(),
+        CoordinatorOptions { subscription_poll: Duration::from_millis(100) },
+    )
+    .with_environments(Arc::clone(&envs));
+    let mut backends = BackendRegistry::new();
+    // A small delay between streamed chunks lets previews reach the stream before the commit.
+    let model = Arc::new(FakeModel::with_chunk_delay(Duration::from_millis(10)));
+    let native = NativeBackend::new(model, Some(Arc::clone(&envs)), NativeConfig::default());
+    backends.register(BackendRef::Native, Arc::new(native));
+    let pool = WorkerPool::start(
+        Arc::clone(&store),
+        backends,
+        previews,
+        WorkerConfig {
+            instance: "openapi".into(),
+            host: "openapi-host".into(),
+            workers: 2,
+            lease: Duration::from_secs(10),
+            poll: Duration::from_millis(100),
+            retry: RetryPolicy { max_retries: 1, base: Duration::from_millis(20), max: Duration::from_millis(50) },
+            shutdown_grace: Duration::from_millis(200),
+            providers: offer.providers.iter().map(|p| p.tier.clone()).collect(),
+            ..WorkerConfig::default()
+        },
+    );
+    // A configured key: requests must present it (x-api-key or Bearer), so 401 is reachable.
+    let key = generate_key();
+    store.create_api_key("openapi-test", &key.hash).await.unwrap();
+    let shutdown = CancellationToken::new();
+    let api = ManagedAgents {
+        coordinator,
+        auth: Arc::new(Authenticator::new(Arc::clone(&store))),
+        default_provider: ProviderTier::local(),
+        keep_alive: Duration::from_secs(15),
+        shutdown: shutdown.clone(),
+    };
+    let app = gateway_managed_agents::router(api);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let serve = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    tokio::spawn(async move { serve.await });
+    Gateway {
+        base: format!("http://{addr}"),
+        key: key.secret,
+        shutdown,
+        pool: Some(pool),
+        _root: root,
+        _harness: harness,
+    }
+}
+
+impl Gateway {
+    async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(pool) = self.pool.take() {
+            pool.shutdown().await;
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Auth {
+    ApiKey,
+    Bearer,
+    None,
+    Wrong,
+}
+
+/// An HTTP client that validates every response against the document and records what it saw.
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+    spec: Spec,
+    failures: Mutex<Vec<String>>,
+    /// (METHOD, template) -> statuses seen.
+    seen: Mutex<BTreeMap<(String, String), BTreeSet<u16>>>,
+    frames: Mutex<usize>,
+}
+
+struct Reply {
+    status: u16,
+    body: Value,
+}
+
+impl Reply {
+    fn ok(&self) -> &Value {
+        assert_eq!(self.status, 200, "expected 200, got {}: {}", self.status, pretty(&self.body));
+        &self.body
+    }
+
+    fn id(&self) -> String {
+        self.ok()["id"].as_str().expect("an id").to_owned()
+    }
+
+    fn error_code(&self) -> Option<&str> {
+        self.body["error"]["details"]["error_code"].as_str()
+    }
+
+    fn expect(&self, status: u16, code: Option<&str>) -> &Self {
+        assert_eq!(self.status, status, "{}", pretty(&self.body));
+        assert_eq!(self.error_code(), code, "{}", pretty(&self.body));
+        self
+    }
+}
+
+impl Client {
+    fn new(gw: &Gateway) -> Self {
+        Self {
+            http: reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap(),
+            base: gw.base.clone(),
+            key: gw.key.clone(),
+            spec: Spec::new(),
+            failures: Mutex::new(Vec::new()),
+            seen: Mutex::new(BTreeMap::new()),
+            frames: Mutex::new(0),
+        }
+    }
+
+    /// Records a disagreement (once: a report repeated with another body is the same finding).
+    fn fail(&self, report: String) {
+        let mut failures = self.failures.lock().unwrap();
+        let finding = |r: &str| r.split("\nbody:").next().unwrap_or_default().to_owned();
+        let key = finding(&report);
+        if !failures.iter().any(|f| finding(f) == key) {
+            // Also printed now, in case a later assertion ends the test first.
+            eprintln!("{report}\n");
+            failures.push(report);
+        }
+    }
+
+    fn request(&self, method: Method, path: &str, auth: Auth) -> reqwest::RequestBuilder {
+        let rb = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .header("anthropic-beta", "managed-agents-2026-04-01");
+        match auth {
+            Auth::ApiKey => rb.header("x-api-key", &self.key),
+            Auth::Bearer => rb.bearer_auth(&self.key),
+            Auth::None => rb,
+            Auth::Wrong => rb.header("x-api-key", "gwk_not_a_key"),
+        }
+    }
+
+    /// Sends a JSON request (validating its body against the documented request body when it
+    /// is expected to succeed) and validates the response.
+    async fn call(&self, method: Method, template: &str, path: &str, body: Option<Value>) -> Reply {
+        self.call_as(method, template, path, body, Auth::ApiKey).await
+    }
+
+    async fn call_as(&self, method: Method, template: &str, path: &str, body: Option<Value>, auth: Auth) -> Reply {
+        let mut rb = self.request(method.clone(), path, auth);
+        if let Some(b) = &body {
+            rb = rb.json(b);
+        }
+        let reply = self.finish(method.as_str(), template, path, rb).await;
+        if let (Some(b), 200) = (&body, reply.status) {
+            self.check_request(method.as_str(), template, b);
+        }
+        reply
+    }
+
+    /// Sends `raw` bytes as a JSON body (for malformed and oversized bodies).
+    async fn call_raw(&self, method: Method, template: &str, path: &str, raw: Vec<u8>) -> Reply {
+        let rb = self.request(method.clone(), path, Auth::ApiKey).header("content-type", "application/json").body(raw);
+        self.finish(method.as_str(), template, path, rb).await
+    }
+
+    async fn finish(&self, method: &str, template: &str, path: &str, rb: reqwest::RequestBuilder) -> Reply {
+        let resp = rb.send().await.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let status = resp.status().as_u16();
+        let request_id = resp.headers().get("request-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let retry = resp.headers().get("x-should-retry").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+        let bytes = resp.bytes().await.unwrap();
+        let body: Value = match serde_json::from_slice(&bytes) {
+            Ok(v) => v,
+            Err(e) => {
+                self.fail(format!(
+                    "{method} {path} -> {status}: body is not JSON ({e}): {}",
+                    String::from_utf8_lossy(&bytes)
+                ));
+                Value::Null
+            }
+        };
+        let what = format!("{method} {template} ({path}) -> {status}");
+        if !content_type.starts_with("application/json") {
+            self.fail(format!("{what}: content-type {content_type:?}, not application/json"));
+        }
+        match &request_id {
+            None => self.fail(format!("{what}: no request-id header")),
+            Some(id) if status >= 400 && body["request_id"] != *id => {
+                self.fail(format!("{what}: request_id {} differs from the request-id header {id}", body["request_id"]))
+            }
+            _ => {}
+        }
+        if status == 409 && retry.as_deref() != Some("false") {
+            self.fail(format!("{what}: 409 without x-should-retry: false"));
+        }
+        self.check_response(method, template, status, "application/json", &body, &what);
+        Reply { status, body }
+    }
+
+    fn check_response(&self, method: &str, template: &str, status: u16, media: &str, body: &Value, what: &str) {
+        self.seen.lock().unwrap().entry((method.to_owned(), template.to_owned())).or_default().insert(status);
+        let Some(response) = self.spec.response(method, template, status) else {
+            self.fail(format!("{what}: the document has no response for this status\nbody:\n{}", pretty(body)));
+            return;
+        };
+        let Some(schema) = response["content"][media]["schema"].as_object().map(|o| Value::Object(o.clone())) else {
+            self.fail(format!("{what}: the document gives no {media} schema for this response"));
+            return;
+        };
+        let v = self.spec.violations(&schema, body);
+        if !v.is_empty() {
+            self.fail(format!("{what}: body does not match {schema}\n{}\nbody:\n{}", v.join("\n"), pretty(body)));
+        }
+    }
+
+    fn check_request(&self, method: &str, template: &str, body: &Value) {
+        let Some(schema) = self.spec.request_schema(method, template).cloned() else {
+            self.fail(format!("{method} {template}: sent a body but the document has no requestBody"));
+            return;
+        };
+        let v = self.spec.violations(&schema, body);
+        if !v.is_empty() {
+            self.fail(format!(
+                "{method} {template}: an accepted request body does not match the documented {schema}\n{}\nbody:\n{}",
+                v.join("\n"),
+                pretty(body)
+            ));
+        }
+    }
+
+    /// Opens an event stream. Non-200 answers are validated like any response.
+    async fn stream(&self, template: &str, path: &str, last_event_id: Option<&str>) -> Result<Sse, Reply> {
+        // The official SDK sends `accept: application/json` on the stream request too.
+        let mut rb = self
+            .request(Method::GET, path, Auth::Bearer)
+            .header("accept", "application/json")
+            .timeout(Duration::from_secs(600));
+        if let Some(id) = last_event_id {
+            rb = rb.header("Last-Event-ID", id);
+        }
+        let resp = rb.send().await.unwrap();
+        let status = resp.status().as_u16();
+        if status != 200 {
+            let body: Value = resp.json().await.unwrap_or(Value::Null);
+            let what = format!("GET {template} ({path}) -> {status}");
+            self.check_response("GET", template, status, "application/json", &body, &what);
+            return Err(Reply { status, body });
+        }
+        self.seen.lock().unwrap().entry(("GET".into(), template.into())).or_default().insert(200);
+        let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+        if !content_type.starts_with("text/event-stream") {
+            self.fail(format!("GET {path}: stream content-type {content_type:?}"));
+        }
+        if self.spec.response("GET", template, 200).and_then(|r| r["content"].get("text/event-stream")).is_none() {
+            self.fail(format!("GET {template}: the document has no text/event-stream response"));
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            let mut body = resp.bytes_stream();
+            let mut buf = String::new();
+            while let Some(Ok(chunk)) = body.next().await {
+                buf.push_str(&String::from_utf8_lossy(&chunk));
+                while let Some(end) = buf.find("\n\n") {
+                    let raw: String = buf.drain(..end + 2).collect();
+                    if tx.send(raw).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Sse { template: template.to_owned(), rx, task, previews_started: BTreeSet::new() })
+    }
+
+    /// Validates one SSE frame against the document; returns (event name, data) for data frames.
+    fn check_frame(&self, sse: &mut Sse, raw: &str) -> Option<(String, Value)> {
+        let (mut id, mut event, mut data) = (None, None, Vec::new());
+        for line in raw.lines() {
+            if line.starts_with(':') || line.is_empty() {
+                continue;
+            }
+            let (field, value) = line.split_once(':').unwrap_or((line, ""));
+            let value = value.strip_prefix(' ').unwrap_or(value);
+            match field {
+                "id" => id = Some(value.to_owned()),
+                "event" => event = Some(value.to_owned()),
+                "data" => data.push(value.to_owned()),
+                other => self.fail(format!("{}: unexpected SSE field {other:?} in frame {raw:?}", sse.template)),
+            }
+        }
+        if data.is_empty() && event.is_none() {
+            return None; // a comment (keep-alive)
+        }
+        *self.frames.lock().unwrap() += 1;
+        let what = format!("GET {} stream frame {raw:?}", sse.template);
+        if data.len() != 1 {
+            self.fail(format!("{what}: {} data lines, not exactly one", data.len()));
+            return None;
+        }
+        let Ok(value) = serde_json::from_str::<Value>(&data[0]) else {
+            self.fail(format!("{what}: data is not JSON"));
+            return None;
+        };
+        let Some(event) = event else {
+            self.fail(format!("{what}: no event: line"));
+            return None;
+        };
+        if value["type"] != event.as_str() {
+            self.fail(format!("{what}: event {event:?} differs from data.type {}", value["type"]));
+        }
+        let preview = matches!(event.as_str(), "event_start" | "event_delta");
+        match (&id, preview || event == "error") {
+            (Some(id), false) if value["id"] == id.as_str() => {}
+            (None, true) => {}
+            _ => self.fail(format!("{what}: id line {id:?} does not fit (data.id {})", value["id"])),
+        }
+        match event.as_str() {
+            "event_start" => {
+                sse.previews_started.insert(value["event"]["id"].as_str().unwrap_or_default().to_owned());
+            }
+            "event_delta" if !sse.previews_started.contains(value["event_id"].as_str().unwrap_or_default()) => {
+                self.fail(format!("{what}: a delta before its event_start"));
+            }
+            _ => {}
+        }
+        let media = self.spec.response("GET", &sse.template, 200).map(|r| &r["content"]["text/event-stream"]);
+        match media.and_then(|m| m.get("x-frame-data")) {
+            None => self.fail(format!("GET {}: the document gives no x-frame-data schema", sse.template)),
+            Some(schema) => {
+                let v = self.spec.violations(schema, &value);
+                if !v.is_empty() {
+                    self.fail(format!(
+                        "{what}: data does not match {schema}\n{}\ndata:\n{}",
+                        v.join("\n"),
+                        pretty(&value)
+                    ));
+                }
+            }
+        }
+        Some((event, value))
+    }
+
+    /// Reads frames until `stop` accepts one (or the stream ends); returns the data frames.
+    async fn read_until(&self, sse: &mut Sse, stop: impl Fn(&str, &Value) -> bool) -> Vec<(String, Value)> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut out = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let raw = match tokio::time::timeout(left, sse.rx.recv()).await {
+                Ok(Some(raw)) => raw,
+                Ok(None) => return out,
+                Err(_) => panic!("stream {}: timed out; frames so far: {out:?}", sse.template),
+            };
+            if let Some((event, data)) = self.check_frame(sse, &raw) {
+                let done = stop(&event, &data);
+                out.push((event, data));
+                if done {
+                    return out;
+                }
+            }
+        }
+    }
+}
+
+struct Sse {
+    template: String,
+    rx: mpsc::UnboundedReceiver<String>,
+    task: tokio::task::JoinHandle<()>,
+    previews_started: BTreeSet<String>,
+}
+
+impl Drop for Sse {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn idle_with(reason: &'static str) -> impl Fn(&str, &Value) -> bool {
+    move |event, data| event == "session.status_idle" && data["stop_reason"]["type"] == reason
+}
+
+fn types(frames: &[(String, Value)]) -> Vec<&str> {
+    frames.iter().map(|(e, _)| e.as_str()).collect()
+}
+
+fn say(text: &str) -> Value {
+    json!({"events": [{"type": "user.message", "content": [{"type": "text", "text": text}]}]})
+}
+
+const AGENTS: &str = "/v1/agents";
+const AGENT: &str = "/v1/agents/{agent_id}";
+const AGENT_ARCHIVE: &str = "/v1/agents/{agent_id}/archive";
+const AGENT_VERSIONS: &str = "/v1/agents/{agent_id}/versions";
+const ENVS: &str = "/v1/environments";
+const ENV: &str = "/v1/environments/{environment_id}";
+const ENV_ARCHIVE: &str = "/v1/environments/{environment_id}/archive";
+const SESSIONS: &str = "/v1/sessions";
+const SESSION: &str = "/v1/sessions/{session_id}";
+const SESSION_ARCHIVE: &str = "/v1/sessions/{session_id}/archive";
+const RESOURCES: &str = "/v1/sessions/{session_id}/resources";
+const EVENTS: &str = "/v1/sessions/{session_id}/events";
+const STREAM: &str = "/v1/sessions/{session_id}/events/stream";
+const STREAM_ALIAS: &str = "/v1/sessions/{session_id}/stream";
+const OPENAPI: &str = "/v1/openapi.json";
+
+/// Polls a session until `status`.
+async fn wait_status(c: &Client, session: &str, status: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = c.call(Method::GET, SESSION, &format!("/v1/sessions/{session}"), None).await;
+        if s.ok()["status"] == status {
+            return s.body;
+        }
+        assert!(Instant::now() < deadline, "session {session} never became {status}: {}", pretty(&s.body));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// The scenario
+// ------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_response_of_a_realistic_scenario_matches_the_document() {
+    let gw = start().await;
+    let c = Client::new(&gw);
+    scenario(&c).await;
+    gw.stop().await;
+
+    // Coverage: every route answered 200 at least once, and every documented error status was seen.
+    let seen = c.seen.lock().unwrap().clone();
+    let mut missing = Vec::new();
+    for (m, p) in ROUTES {
+        let key = (m.to_ascii_uppercase(), (*p).to_owned());
+        if !seen.get(&key).is_some_and(|s| s.contains(&200)) {
+            missing.push(format!("{} {p}", key.0));
+        }
+    }
+    assert!(missing.is_empty(), "routes the scenario never got a 200 from: {missing:?}");
+    let statuses: BTreeSet<u16> = seen.values().flatten().copied().collect();
+    for s in [400, 401, 404, 409, 413] {
+        assert!(statuses.contains(&s), "the scenario never provoked a {s}");
+    }
+    assert!(*c.frames.lock().unwrap() > 20, "the scenario read stream frames");
+    let failures = c.failures.lock().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} response(s) do not match the OpenAPI document:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+async fn scenario(c: &Client) {
+    // The document is what is served.
+    let served = c.call(Method::GET, OPENAPI, OPENAPI, None).await;
+    assert_eq!(served.ok(), &document(), "GET /v1/openapi.json serves the document");
+
+    // Authentication: both schemes, and 401 without or with a wrong key.
+    c.call_as(Method::GET, AGENTS, AGENTS, None, Auth::None).await.expect(401, None);
+    c.call_as(Method::GET, AGENTS, AGENTS, None, Auth::Wrong).await.expect(401, None);
+    c.call_as(Method::GET, AGENTS, AGENTS, None, Auth::Bearer).await.ok();
+
+    // ---- Agents
+    let agent_body = json!({
+        "name": "writer",
+        "model": {"id": "claude-opus-4-7", "effort": "high", "speed": "standard"},
+        "system": "You write files.",
+        "description": "Writes files in its workspace.",
+        "tools": [
+            {
+                "type": "agent_toolset_20260401",
+                "default_config": {"enabled": true, "permission_policy": {"type": "always_allow"}},
+                "configs": [
+                    {"name": "write"},
+                    {"name": "bash", "permission_policy": {"type": "always_allow"}},
+                    {"name": "web_search", "enabled": false, "allowed_domains": ["example.com"],
+                     "user_location": {"type": "approximate", "city": "Lyon"}},
+                ],
+            },
+            {
+                "type": "custom",
+                "name": "lookup",
+                "description": "Looks a word up.",
+                "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+            },
+        ],
+        "skills": [{"type": "anthropic", "skill_id": "xlsx"}],
+        "metadata": {"team": "docs"},
+    });
+    let agent = c.call_as(Method::POST, AGENTS, AGENTS, Some(agent_body), Auth::Bearer).await;
+    let agent_id = agent.id();
+    let a = |suffix: &str| format!("/v1/agents/{agent_id}{suffix}");
+    let mcp_agent = c
+        .call(
+            Method::POST,
+            AGENTS,
+            AGENTS,
+            Some(json!({
+                "name": "mcp",
+                "model": "claude-sonnet-4-6",
+                "mcp_servers": [{"type": "url", "name": "docs", "url": "https://mcp.example.invalid/sse"}],
+                "tools": [{"type": "mcp_toolset", "mcp_server_name": "docs",
+                           "configs": [{"name": "search", "permission_policy": {"type": "auto"}}]}],
+                "execution_identity": {"type": "service_account"},
+                "backend": "native",
+            })),
+        )
+        .await;
+    let mcp_agent_id = mcp_agent.id();
+    c.call(Method::GET, AGENT, &format!("/v1/agents/{mcp_agent_id}"), None).await.ok();
+    c.call(Method::GET, AGENT, &a(""), None).await.ok();
+    let v2 = c
+        .call(
+            Method::POST,
+            AGENT,
+            &a(""),
+            Some(json!({"version": 1, "description": null, "metadata": {"team": null, "tier": "gold"}})),
+        )
+        .await;
+    assert_eq!(v2.ok()["version"], 2);
+    c.call(Method::POST, AGENT, &a(""), Some(json!({"version": 1, "system": "stale"})))
+        .await
+        .expect(409, Some("version_conflict"));
+    c.call(Method::GET, AGENT, &a("?version=1"), None).await.ok();
+    c.call(Method::GET, AGENT, &a("?version=x"), None).await.expect(400, None);
+    let first = c.call(Method::GET, AGENT_VERSIONS, &a("/versions?limit=1"), None).await;
+    let next = first.ok()["next_page"].as_str().expect("a next page").to_owned();
+    c.call(Method::GET, AGENT_VERSIONS, &a(&format!("/versions?limit=1&page={next}")), None).await.ok();
+    c.call(Method::GET, AGENT_VERSIONS, &a(&format!("/versions?limit=1&order=asc&page={next}")), None)
+        .await
+        .expect(400, None);
+    c.call(Method::GET, AGENTS, "/v1/agents?limit=1&created_at[gte]=2020-01-01T00:00:00Z&include_archived=true", None)
+        .await
+        .ok();
+    c.call(Method::GET, AGENTS, "/v1/agents?limit=0", None).await.expect(400, None);
+    c.call(Method::GET, AGENT, "/v1/agents/agent_nope", None).await.expect(404, Some("agent_not_found"));
+    c.call(Method::GET, AGENT_VERSIONS, "/v1/agents/agent_0000000000000000000000/versions", None)
+        .await
+        .expect(404, Some("agent_not_found"));
+    c.call_raw(Method::POST, AGENTS, AGENTS, br#"{"name": "broken", "model": "#.to_vec()).await.expect(400, None);
+    c.call(
+        Method::POST,
+        AGENTS,
+        AGENTS,
+        Some(json!({"name": "x", "model": "m", "multiagent": {"type": "coordinator"}})),
+    )
+    .await
+    .expect(400, Some("not_supported"));
+    // 413: one byte over the limit.
+    let mut big = br#"{"name": ""#.to_vec();
+    big.resize(BODY_LIMIT + 1, b'a');
+    c.call_raw(Method::POST, AGENTS, AGENTS, big).await.expect(413, None);
+
+    // ---- Environments
+    let env = c
+        .call(
+            Method::POST,
+            ENVS,
+            ENVS,
+            Some(json!({
+                "name": "work",
+                "description": "Local work",
+                "config": {"type": "cloud", "networking": {"type": "unrestricted"}},
+                "metadata": {"owner": "tests"},
+                "scope": "organization",
+            })),
+        )
+        .await;
+    let env_id = env.id();
+    let e = |suffix: &str| format!("/v1/environments/{env_id}{suffix}");
+    let eager = c
+        .call(
+            Method::POST,
+            ENVS,
+            ENVS,
+            Some(json!({"name": "eager", "config": {"type": "cloud", "sandbox_provisioning": "eager", "provider": "local"}})),
+        )
+        .await;
+    let eager_id = eager.id();
+    let self_hosted =
+        c.call(Method::POST, ENVS, ENVS, Some(json!({"name": "self", "config": {"type": "self_hosted"}}))).await;
+    let self_hosted_id = self_hosted.id();
+    c.call(Method::POST, ENVS, ENVS, Some(json!({"name": "limited", "config": {"type": "cloud", "networking": {"type": "limited", "allowed_hosts": ["example.com"]}}})))
+        .await
+        .expect(400, Some("network_policy_unsupported"));
+    c.call(Method::GET, ENV, &e(""), None).await.ok();
+    c.call(Method::POST, ENV, &e(""), Some(json!({"description": null, "metadata": {"owner": null, "k": "v"}})))
+        .await
+        .ok();
+    c.call(Method::POST, ENV, &e(""), Some(json!({"config": {"type": "self_hosted"}})))
+        .await
+        .expect(400, Some("invalid_config_type_change"));
+    c.call(Method::GET, ENVS, "/v1/environments?limit=2", None).await.ok();
+    c.call(Method::GET, ENVS, "/v1/environments?include_archived=maybe", None).await.expect(400, None);
+    c.call(Method::GET, ENV, "/v1/environments/env_0000000000000000000000", None)
+        .await
+        .expect(404, Some("environment_not_found"));
+    let archived_env = c.call(Method::POST, ENVS, ENVS, Some(json!({"name": "old"}))).await.id();
+    c.call(Method::POST, ENV_ARCHIVE, &format!("/v1/environments/{archived_env}/archive"), None).await.ok();
+    c.call(Method::POST, SESSIONS, SESSIONS, Some(json!({"agent": agent_id, "environment_id": archived_env})))
+        .await
+        .expect(400, Some("environment_archived"));
+    let doomed = c.call(Method::POST, ENVS, ENVS, Some(json!({"name": "doomed"}))).await.id();
+    c.call(Method::DELETE, ENV, &format!("/v1/environments/{doomed}"), None).await.ok();
+    c.call(Method::DELETE, ENV, &format!("/v1/environments/{doomed}"), None)
+        .await
+        .expect(404, Some("environment_not_found"));
+
+    // ---- Sessions
+    let session = c
+        .call(
+            Method::POST,
+            SESSIONS,
+            SESSIONS,
+            Some(json!({"agent": agent_id, "environment_id": env_id, "title": "files", "metadata": {"case": "write"}})),
+        )
+        .await;
+    assert_eq!(session.ok()["status"], "idle");
+    let sid = session.id();
+    let s = |suffix: &str| format!("/v1/sessions/{sid}{suffix}");
+    c.call(Method::DELETE, ENV, &e(""), None).await.expect(409, Some("environment_in_use"));
+    c.call(
+        Method::POST,
+        SESSIONS,
+        SESSIONS,
+        Some(json!({"agent": {"type": "agent", "id": agent_id, "version": 1}, "environment_id": eager_id})),
+    )
+    .await
+    .ok();
+    c.call(
+        Method::POST,
+        SESSIONS,
+        SESSIONS,
+        Some(json!({"agent": agent_id, "environment_id": self_hosted_id, "metadata": {"where": "self-hosted"}})),
+    )
+    .await
+    .ok();
+    c.call(
+        Method::POST,
+        SESSIONS,
+        SESSIONS,
+        Some(
+            json!({"agent": agent_id, "environment_id": env_id, "resources": [{"type": "file", "file_id": "file_x"}]}),
+        ),
+    )
+    .await
+    .expect(400, Some("not_supported"));
+    c.call(
+        Method::POST,
+        SESSIONS,
+        SESSIONS,
+        Some(json!({"agent": "agent_0000000000000000000000", "environment_id": env_id})),
+    )
+    .await
+    .expect(404, Some("agent_not_found"));
+    c.call(
+        Method::POST,
+        SESSIONS,
+        SESSIONS,
+        Some(json!({"agent": agent_id, "environment_id": "env_0000000000000000000000"})),
+    )
+    .await
+    .expect(404, Some("environment_not_found"));
+    c.call(Method::GET, SESSION, "/v1/sessions/sesn_0000000000000000000000", None)
+        .await
+        .expect(404, Some("session_not_found"));
+
+    // A turn with a tool call, watched on the stream with message previews.
+    let mut stream =
+        c.stream(STREAM, &s("/events/stream?event_deltas[]=agent.message"), None).await.ok().expect("stream");
+    let sent = c
+        .call(Method::POST, EVENTS, &s("/events"), Some(say(r#"tool:write {"file_path":"a.txt","content":"x"}"#)))
+        .await;
+    let first_event = sent.ok()["data"][0]["id"].as_str().unwrap().to_owned();
+    let turn = c.read_until(&mut stream, idle_with("end_turn")).await;
+    let names = types(&turn);
+    for t in [
+        "user.message",
+        "session.status_running",
+        "span.model_request_start",
+        "agent.tool_use",
+        "agent.tool_result",
+        "agent.message",
+        "span.model_request_end",
+    ] {
+        assert!(names.contains(&t), "the turn has {t}: {names:?}");
+    }
+    let done = wait_status(c, &sid, "idle").await;
+    assert_eq!(done["environment_state"], "realized", "the write realized the sandbox");
+
+    // A plain message: its reply streams in previews.
+    c.call(Method::POST, EVENTS, &s("/events"), Some(say("hello there"))).await.ok();
+    let turn = c.read_until(&mut stream, idle_with("end_turn")).await;
+    let names = types(&turn);
+    assert!(names.contains(&"event_start") && names.contains(&"event_delta"), "previews were streamed: {names:?}");
+
+    // A custom tool parks the session; a user.message is refused until it is answered.
+    c.call(Method::POST, EVENTS, &s("/events"), Some(say(r#"custom:lookup {"q":"word"}"#))).await.ok();
+    let turn = c.read_until(&mut stream, idle_with("requires_action")).await;
+    let (_, custom_use) = turn.iter().find(|(e, _)| e == "agent.custom_tool_use").expect("agent.custom_tool_use");
+    let custom_use_id = custom_use["id"].as_str().unwrap().to_owned();
+    c.call(Method::POST, EVENTS, &s("/events"), Some(say("are you there?")))
+        .await
+        .expect(409, Some("session_requires_action"));
+    c.call(
+        Method::POST,
+        EVENTS,
+        &s("/events"),
+        Some(json!({"events": [{"type": "user.tool_confirmation", "tool_use_id": first_event, "result": "allow"}]})),
+    )
+    .await
+    .expect(400, Some("tool_use_not_pending"));
+    c.call(
+        Method::POST,
+        EVENTS,
+        &s("/events"),
+        Some(json!({"events": [{"type": "user.custom_tool_result", "custom_tool_use_id": custom_use_id,
+                                "content": [{"type": "text", "text": "a word"}], "is_error": false}]})),
+    )
+    .await
+    .ok();
+    c.read_until(&mut stream, idle_with("end_turn")).await;
+    drop(stream);
+
+    // Lists.
+    let all = c.call(Method::GET, EVENTS, &s("/events"), None).await;
+    assert!(all.ok()["data"].as_array().unwrap().len() > 15);
+    let page = c.call(Method::GET, EVENTS, &s("/events?limit=2&order=desc"), None).await;
+    let next = page.ok()["next_page"].as_str().expect("next page").to_owned();
+    c.call(Method::GET, EVENTS, &s(&format!("/events?limit=2&order=desc&page={next}")), None).await.ok();
+    c.call(
+        Method::GET,
+        EVENTS,
+        &s("/events?types[]=agent.tool_use&types%5B%5D=agent.tool_result&created_at[gte]=2020-01-01T00:00:00Z"),
+        None,
+    )
+    .await
+    .ok();
+    c.call(Method::GET, EVENTS, &s("/events?types[]=user.define_outcome"), None).await.ok();
+    c.call(Method::GET, EVENTS, &s("/events?types[]=agent.bogus"), None).await.expect(400, None);
+    c.call(Method::GET, EVENTS, &s("/events?limit=1001"), None).await.expect(400, None);
+    c.call(Method::GET, RESOURCES, &s("/resources"), None).await.ok();
+    let sessions = c.call(Method::GET, SESSIONS, "/v1/sessions?limit=1", None).await;
+    let next = sessions.ok()["next_page"].as_str().expect("next page").to_owned();
+    let older = c.call(Method::GET, SESSIONS, &format!("/v1/sessions?limit=1&page={next}"), None).await;
+    assert!(older.ok()["prev_page"].is_string(), "the second page has a prev_page");
+    c.call(
+        Method::GET,
+        SESSIONS,
+        &format!("/v1/sessions?agent_id={agent_id}&agent_version=2&statuses[]=idle&include_archived=true&order=asc"),
+        None,
+    )
+    .await
+    .ok();
+    c.call(Method::GET, SESSIONS, "/v1/sessions?statuses[]=sleeping", None).await.expect(400, None);
+    c.call(Method::GET, SESSIONS, "/v1/sessions?deployment_id=depl_1", None).await.expect(400, Some("not_supported"));
+
+    // Replay after an id, on both stream paths; bad stream parameters.
+    let mut replay = c.stream(STREAM_ALIAS, &s("/stream"), Some(&first_event)).await.ok().expect("stream");
+    let replayed = c.read_until(&mut replay, idle_with("end_turn")).await;
+    assert_eq!(replayed[0].0, "session.status_running", "replay starts after the given event");
+    drop(replay);
+    let mut replay =
+        c.stream(STREAM, &s(&format!("/events/stream?after_id={first_event}")), None).await.ok().expect("stream");
+    c.read_until(&mut replay, |e, _| e == "agent.tool_use").await;
+    drop(replay);
+    c.stream(STREAM, &s("/events/stream?event_deltas[]=agent.tool_use"), None)
+        .await
+        .err()
+        .expect("400")
+        .expect(400, None);
+    c.stream(STREAM, &s("/events/stream"), Some("sevt_0000000000000000000000"))
+        .await
+        .err()
+        .expect("400")
+        .expect(400, None);
+    c.stream(STREAM_ALIAS, "/v1/sessions/sesn_0000000000000000000000/stream", None)
+        .await
+        .err()
+        .expect("404")
+        .expect(404, Some("session_not_found"));
+
+    // Confirmation: always_ask parks the call; a denial becomes an error result and the turn goes on.
+    let ask = c
+        .call(
+            Method::POST,
+            SESSIONS,
+            SESSIONS,
+            Some(json!({
+                "agent": {"type": "agent_with_overrides", "id": agent_id, "system": null,
+                          "tools": [{"type": "agent_toolset_20260401",
+                                     "default_config": {"permission_policy": {"type": "always_ask"}}}]},
+                "environment_id": env_id,
+            })),
+        )
+        .await;
+    let ask_id = ask.id();
+    let k = |suffix: &str| format!("/v1/sessions/{ask_id}{suffix}");
+    let mut stream = c.stream(STREAM, &k("/events/stream"), None).await.ok().expect("stream");
+    c.call(Method::POST, EVENTS, &k("/events"), Some(say(r#"tool:bash {"command":"echo hi"}"#))).await.ok();
+    let turn = c.read_until(&mut stream, idle_with("requires_action")).await;
+    let (_, tool_use) = turn.iter().find(|(e, _)| e == "agent.tool_use").expect("agent.tool_use");
+    assert_eq!(tool_use["evaluated_permission"], "ask");
+    let tool_use_id = tool_use["id"].as_str().unwrap().to_owned();
+    c.call(
+        Method::POST,
+        EVENTS,
+        &k("/events"),
+        Some(json!({"events": [{"type": "user.tool_confirmation", "tool_use_id": tool_use_id,
+                                "result": "deny", "deny_message": "not now"}]})),
+    )
+    .await
+    .ok();
+    c.read_until(&mut stream, idle_with("end_turn")).await;
+    // An interrupt while idle, and an interrupt with a message.
+    let interrupt =
+        c.call(Method::POST, EVENTS, &k("/events"), Some(json!({"events": [{"type": "user.interrupt"}]}))).await;
+    assert!([200, 400].contains(&interrupt.status), "{}", pretty(&interrupt.body));
+    let redirect = c
+        .call(
+            Method::POST,
+            EVENTS,
+            &k("/events"),
+            Some(json!({"events": [{"type": "user.interrupt"},
+                                   {"type": "user.message", "content": [{"type": "text", "text": "again"}]}]})),
+        )
+        .await;
+    if redirect.ok()["data"].as_array().is_some_and(|d| d.len() == 2) {
+        c.read_until(&mut stream, idle_with("end_turn")).await;
+    }
+    drop(stream);
+
+    // The round limit, in a session of its own: session.error (tool_use_limit_reached_error,
+    // exhausted), then idle retries_exhausted (ADR 0007 §12, as the SDK documents it).
+    let limited =
+        c.call(Method::POST, SESSIONS, SESSIONS, Some(json!({"agent": agent_id, "environment_id": env_id}))).await.id();
+    let mut stream =
+        c.stream(STREAM, &format!("/v1/sessions/{limited}/events/stream"), None).await.ok().expect("stream");
+    c.call(
+        Method::POST,
+        EVENTS,
+        &format!("/v1/sessions/{limited}/events"),
+        Some(say(r#"repeat:write {"file_path":"b.txt","content":"y"}"#)),
+    )
+    .await
+    .ok();
+    let turn = c.read_until(&mut stream, idle_with("retries_exhausted")).await;
+    let (_, error) = turn.iter().find(|(e, _)| e == "session.error").expect("session.error");
+    assert_eq!(error["error"]["retry_status"]["type"], "exhausted", "{}", pretty(error));
+    assert_eq!(error["error"]["type"], "tool_use_limit_reached_error", "{}", pretty(error));
+    drop(stream);
+
+    // Guards of a running session.
+    let mut stream = c.stream(STREAM, &s("/events/stream"), None).await.ok().expect("stream");
+    c.call(Method::POST, EVENTS, &s("/events"), Some(say(r#"tool:bash {"command":"sleep 3"}"#))).await.ok();
+    c.read_until(&mut stream, |e, _| e == "agent.tool_use").await;
+    c.call(Method::POST, SESSION_ARCHIVE, &s("/archive"), None).await.expect(409, Some("session_running"));
+    c.call(Method::DELETE, SESSION, &s(""), None).await.expect(409, Some("session_running"));
+    c.read_until(&mut stream, idle_with("end_turn")).await;
+
+    // Updates, archive, delete (the open stream ends with session.deleted).
+    c.call(Method::POST, SESSION, &s(""), Some(json!({"title": "renamed", "metadata": {"case": null, "k": "v"}})))
+        .await
+        .ok();
+    c.call(Method::POST, SESSION, &s(""), Some(json!({"agent": {"tools": []}})))
+        .await
+        .expect(400, Some("not_supported"));
+    c.call(Method::POST, SESSION, "/v1/sessions/sesn_0000000000000000000000", Some(json!({"title": "x"})))
+        .await
+        .expect(404, Some("session_not_found"));
+    c.call(Method::DELETE, SESSION, &k(""), None).await.ok();
+    c.call(Method::POST, SESSION_ARCHIVE, &s("/archive"), None).await.ok();
+    c.call(Method::POST, EVENTS, &s("/events"), Some(say("after archive"))).await.expect(400, Some("session_archived"));
+    c.call(Method::DELETE, SESSION, &s(""), None).await.ok();
+    let end = c.read_until(&mut stream, |e, _| e == "session.deleted").await;
+    assert_eq!(end.last().map(|(e, _)| e.as_str()), Some("session.deleted"));
+    assert!(c.read_until(&mut stream, |_, _| true).await.is_empty(), "the stream ends after session.deleted");
+    c.call(Method::GET, EVENTS, &s("/events"), None).await.expect(404, Some("session_not_found"));
+
+    // Archive the agent; an archived agent refuses updates.
+    c.call(Method::POST, AGENT_ARCHIVE, &a("/archive"), None).await.ok();
+    c.call(Method::POST, AGENT, &a(""), Some(json!({"name": "renamed"}))).await.expect(400, Some("agent_archived"));
+    c.call(Method::POST, AGENT_ARCHIVE, "/v1/agents/agent_0000000000000000000000/archive", None)
+        .await
+        .expect(404, Some("agent_not_found"));
+    c.call(Method::POST, ENV_ARCHIVE, &e("/archive"), None).await.ok();
+}
+
+// ------------------------------------------------------------------------------------------
+// Negative controls: the schemas are not vacuous
+// ------------------------------------------------------------------------------------------
+
+fn schema(name: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+#[test]
+fn the_schemas_reject_misspelled_missing_and_unknown_fields() {
+    let spec = Spec::new();
+    let t = "2026-04-01T12:00:00.000Z";
+    let id = |p: &str| format!("{p}{}", "A".repeat(22));
+    let agent = json!({
+        "id": id("agent_"), "type": "agent", "name": "a", "description": null, "system": null,
+        "model": {"id": "claude-opus-4-7"}, "tools": [], "mcp_servers": [], "skills": [], "metadata": {},
+        "multiagent": null, "execution_identity": {"type": "service_account"}, "version": 1,
+        "created_at": t, "updated_at": t, "archived_at": null, "backend": "native",
+    });
+    let changed = |key: &str, value: Option<Value>| {
+        let mut v = agent.clone();
+        match value {
+            Some(x) => v[key] = x,
+            None => {
+                v.as_object_mut().unwrap().remove(key);
+            }
+        }
+        v
+    };
+    let e = id("sevt_");
+    let r = id("req_");
+    let text = json!({"type": "text", "text": "h"});
+    let valid = [
+        ("Agent", agent.clone()),
+        ("Event", json!({"type": "agent.message", "id": e, "processed_at": t, "content": [text]})),
+        ("Event", json!({"type": "user.message", "id": e, "processed_at": null, "content": [text]})),
+        (
+            "StreamFrameData",
+            json!({"type": "event_delta", "event_id": e,
+                                   "delta": {"type": "content_delta", "index": 0, "content": text}}),
+        ),
+        (
+            "ErrorResponse",
+            json!({"type": "error", "error": {"type": "not_found_error", "message": "m"}, "request_id": r}),
+        ),
+    ];
+    for (name, v) in &valid {
+        let errs = spec.violations(&schema(name), v);
+        assert!(errs.is_empty(), "{name} rejects a valid instance: {errs:?}\n{}", pretty(v));
+    }
+    let invalid = [
+        ("Agent", changed("descripton", Some(json!(null))), "a misspelled key"),
+        ("Agent", changed("archived_at", None), "a missing nullable key"),
+        ("Agent", changed("version", Some(json!("1"))), "a string version"),
+        ("Agent", changed("backend", Some(json!("acp"))), "a malformed backend"),
+        ("Agent", changed("created_at", Some(json!("yesterday"))), "a time that is not RFC 3339"),
+        (
+            "Event",
+            json!({"type": "agent.message", "id": e, "processed_at": null, "content": []}),
+            "agent.* without time",
+        ),
+        ("Event", json!({"type": "session.status_idle", "id": e, "processed_at": t}), "an idle without stop_reason"),
+        ("Event", json!({"type": "agent.bogus", "id": e, "processed_at": t}), "an unknown event type"),
+        (
+            "Event",
+            json!({"type": "agent.message", "id": e, "processed_at": t,
+                   "content": [{"type": "image", "source": {"type": "url", "url": "u"}}]}),
+            "an image in agent.message",
+        ),
+        (
+            "Event",
+            json!({"type": "agent.tool_use", "id": e, "processed_at": t, "name": "bash", "input": {},
+                   "evaluated_permission": "deny", "evaluation": {"type": "always_allow"}}),
+            "an evaluation that contradicts evaluated_permission",
+        ),
+        (
+            "Event",
+            json!({"type": "user.message", "id": e, "processed_at": t, "session_id": id("sesn_"), "content": [text]}),
+            "a session_id on an event",
+        ),
+        (
+            "StreamFrameData",
+            json!({"type": "event_delta", "delta": {"type": "content_delta", "index": 0, "content": text}}),
+            "a delta without event_id",
+        ),
+        (
+            "ErrorResponse",
+            json!({"type": "error", "error": {"type": "not_found_error", "message": "m"}}),
+            "no request_id",
+        ),
+        (
+            "ConflictError",
+            json!({"type": "error", "error": {"type": "conflict_error", "message": "m"}, "request_id": r}),
+            "a 409 without error_code",
+        ),
+        (
+            "NotFoundError",
+            json!({"type": "error", "error": {"type": "invalid_request_error", "message": "m"}, "request_id": r}),
+            "a 404 of another error type",
+        ),
+    ];
+    for (name, v, why) in &invalid {
+        assert!(!spec.violations(&schema(name), v).is_empty(), "{name} accepts {why}:\n{}", pretty(v));
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Inputs at the edges of what the SDK allows
+// ------------------------------------------------------------------------------------------
+
+/// Inputs the official request shapes allow (or that the gateway accepts) must still come back
+/// in the response shapes of the SDK models.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_edge_inputs_come_back_in_the_documented_form() {
+    let gw = start().await;
+    let c = Client::new(&gw);
+    // The request form of url_sources takes "all"/"none" shorthands; responses use objects.
+    let agent = c
+        .call(
+            Method::POST,
+            AGENTS,
+            AGENTS,
+            Some(json!({
+                "name": "fetcher",
+                "model": "claude-opus-4-7",
+                "tools": [{"type": "agent_toolset_20260401",
+                           "configs": [{"name": "web_fetch", "url_sources": {"user_input": "all", "client_tool_results": "none"}}]}],
+            })),
+        )
+        .await;
+    let agent_id = agent.id();
+    let env_id = c.call(Method::POST, ENVS, ENVS, Some(json!({"name": "e"}))).await.id();
+    let sid =
+        c.call(Method::POST, SESSIONS, SESSIONS, Some(json!({"agent": agent_id, "environment_id": env_id}))).await.id();
+    // An image may not have a text source, and a plain-text document source is text/plain.
+    for block in [
+        json!({"type": "image", "source": {"type": "text", "media_type": "text/plain", "data": "not an image"}}),
+        json!({"type": "document", "source": {"type": "text", "media_type": "text/markdown", "data": "# doc"}}),
+    ] {
+        let sent = c
+            .call(
+                Method::POST,
+                EVENTS,
+                &format!("/v1/sessions/{sid}/events"),
+                Some(
+                    json!({"events": [{"type": "user.message", "content": [{"type": "text", "text": "see"}, block]}]}),
+                ),
+            )
+            .await;
+        if sent.status == 200 {
+            wait_status(&c, &sid, "idle").await;
+        }
+    }
+    // A call of a tool the agent does not have is refused before any policy applies. The
+    // document (after the SDK) says: such a refusal is `evaluated_permission: "deny"` with no
+    // `evaluation`.
+    let bare = c
+        .call(
+            Method::POST,
+            SESSIONS,
+            SESSIONS,
+            Some(json!({"agent": {"type": "agent_with_overrides", "id": agent_id, "tools": []}, "environment_id": env_id})),
+        )
+        .await
+        .id();
+    let events = format!("/v1/sessions/{bare}/events");
+    c.call(Method::POST, EVENTS, &events, Some(say(r#"tool:bash {"command":"true"}"#))).await.ok();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let uses = loop {
+        let idle = c.call(Method::GET, EVENTS, &format!("{events}?types[]=session.status_idle"), None).await;
+        if !idle.ok()["data"].as_array().unwrap().is_empty() {
+            break c.call(Method::GET, EVENTS, &format!("{events}?types[]=agent.tool_use"), None).await;
+        }
+        assert!(Instant::now() < deadline, "the turn never ended");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let tool_use = &uses.ok()["data"][0];
+    if tool_use["evaluated_permission"] != "deny" || tool_use.get("evaluation").is_some() {
+        c.fail(format!(
+            "GET {EVENTS}: a call of a tool the agent does not have should be evaluated_permission \"deny\" without \
+             evaluation (the document's AgentToolUseEvent, after the SDK), got:\n{}",
+            pretty(tool_use)
+        ));
+    }
+    gw.stop().await;
+    let failures = c.failures.lock().unwrap();
+    assert!(failures.is_empty(), "{} disagreement(s) with the document:\n\n{}", failures.len(), failures.join("\n\n"));
+}
