@@ -104,7 +104,8 @@ impl From<RuntimeError> for ApiError {
                 Guard::EnvironmentArchived(_) => ApiError::invalid(message).code("environment_archived"),
                 Guard::AgentArchived(_) => ApiError::invalid(message).code("agent_archived"),
                 Guard::SessionArchived(_) => ApiError::invalid(message).code("session_archived"),
-                Guard::EnvironmentTransition { .. } => ApiError::invalid(message),
+                Guard::EnvironmentTransition { .. } | Guard::SessionStarted(_) => ApiError::invalid(message),
+                Guard::DocumentConflict { .. } => ApiError::conflict(message, "conflict"),
             },
             RuntimeError::Rejected(a) => match a {
                 AdmissionError::Archived => ApiError::invalid(message).code("session_archived"),

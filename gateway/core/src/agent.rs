@@ -16,6 +16,9 @@ pub enum BackendRef {
     Acp { executor: String },
     /// A configured remote A2A agent (`[remotes.a2a.NAME]`).
     A2a { remote: String },
+    /// An agent built into the gateway (e.g. the A2A conformance agent), published only by
+    /// configuration; it needs no local environment.
+    Builtin { name: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,6 +37,7 @@ impl BackendRef {
             None if s == "native" => Ok(BackendRef::Native),
             Some(("acp", n)) if name(n) => Ok(BackendRef::Acp { executor: n.to_owned() }),
             Some(("a2a", n)) if name(n) => Ok(BackendRef::A2a { remote: n.to_owned() }),
+            Some(("builtin", n)) if name(n) => Ok(BackendRef::Builtin { name: n.to_owned() }),
             _ => Err(BackendRefError::Malformed(s.chars().take(100).collect())),
         }
     }
@@ -49,6 +53,7 @@ impl fmt::Display for BackendRef {
             BackendRef::Native => f.write_str("native"),
             BackendRef::Acp { executor } => write!(f, "acp:{executor}"),
             BackendRef::A2a { remote } => write!(f, "a2a:{remote}"),
+            BackendRef::Builtin { name } => write!(f, "builtin:{name}"),
         }
     }
 }

@@ -123,6 +123,8 @@ define_id!(/// A session resource (mounted file or repository).
     ResourceId, "sesrsc_", "session resource");
 define_id!(/// An API key (the id, never the secret).
     ApiKeyId, "key_", "api key");
+define_id!(/// An outbound HTTP delivery (webhook, push notification).
+    DeliveryId, "dlv_", "delivery");
 
 #[cfg(test)]
 mod tests {

@@ -71,6 +71,8 @@ pub struct Offer {
     pub providers: Vec<ProviderOffer>,
     pub acp_executors: BTreeSet<String>,
     pub a2a_remotes: BTreeSet<String>,
+    /// Gateway-internal agents (`builtin:<name>`) this deployment runs.
+    pub builtins: BTreeSet<String>,
 }
 
 impl Offer {
@@ -189,6 +191,10 @@ pub enum PlacementError {
     UnknownExecutor(String),
     #[error("placement rule \"unmet requirements\": no A2A remote named {0:?} is configured")]
     UnknownRemote(String),
+    #[error("placement rule \"unmet requirements\": no built-in agent named {0:?} is enabled")]
+    UnknownBuiltin(String),
+    #[error("placement rule \"builtin + local inputs\": a built-in agent takes no local inputs ({inputs})")]
+    LocalInputsOnBuiltin { inputs: String },
 }
 
 impl PlacementError {
@@ -205,6 +211,8 @@ impl PlacementError {
             PlacementError::PackagesUnsupported { .. } => "packages_unsupported",
             PlacementError::UnknownExecutor(_) => "unknown_executor",
             PlacementError::UnknownRemote(_) => "unknown_remote",
+            PlacementError::UnknownBuiltin(_) => "unknown_builtin",
+            PlacementError::LocalInputsOnBuiltin { .. } => "builtin_with_local_inputs",
         }
     }
 }
@@ -223,6 +231,19 @@ pub fn place(
         }
         BackendRef::A2a { remote } if !offer.a2a_remotes.contains(remote) => {
             return Err(PlacementError::UnknownRemote(remote.clone()));
+        }
+        BackendRef::Builtin { name } if !offer.builtins.contains(name) => {
+            return Err(PlacementError::UnknownBuiltin(name.clone()));
+        }
+        BackendRef::Builtin { .. } => {
+            if inputs.any() {
+                return Err(PlacementError::LocalInputsOnBuiltin { inputs: inputs.describe() });
+            }
+            return Ok(Requirements {
+                backend: backend.clone(),
+                environment: EnvironmentPlan::Never,
+                tool_execution: ToolExecution::Local,
+            });
         }
         _ => {}
     }
@@ -343,6 +364,7 @@ mod tests {
             ],
             acp_executors: ["claude".to_owned()].into(),
             a2a_remotes: ["echo".to_owned()].into(),
+            builtins: ["conformance".to_owned()].into(),
         }
     }
 
@@ -519,6 +541,24 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err, PlacementError::UnknownRemote("nope".into()));
+    }
+
+    #[test]
+    fn builtin_agents_never_get_an_environment_and_take_no_local_inputs() {
+        let b = BackendRef::Builtin { name: "conformance".into() };
+        let r = place(&b, &cloud(Provisioning::Eager, "local"), &LocalInputs::default(), &offer()).unwrap();
+        assert_eq!(r.environment, EnvironmentPlan::Never);
+        assert_eq!(
+            place(&b, &cloud(Provisioning::OnToolUse, "local"), &mounts(), &offer()).unwrap_err().code(),
+            "builtin_with_local_inputs"
+        );
+        let unknown = BackendRef::Builtin { name: "nope".into() };
+        assert_eq!(
+            place(&unknown, &cloud(Provisioning::OnToolUse, "local"), &LocalInputs::default(), &offer())
+                .unwrap_err()
+                .code(),
+            "unknown_builtin"
+        );
     }
 
     #[test]

@@ -135,7 +135,7 @@ impl RunContext {
 
     /// Commits events under this run's fence. Fails with `Abandoned` if the lease is lost.
     pub async fn commit(&self, events: Vec<NewEvent>) -> Result<Vec<Event>, BackendError> {
-        self.commit_with(Commit { events, environment: None }).await
+        self.commit_with(Commit { events, environment: None, bindings: vec![] }).await
     }
 
     /// Commits events together with a change of the session environment's lifecycle.
@@ -144,7 +144,22 @@ impl RunContext {
         events: Vec<NewEvent>,
         change: EnvironmentChange,
     ) -> Result<Vec<Event>, BackendError> {
-        self.commit_with(Commit { events, environment: Some(change) }).await
+        self.commit_with(Commit { events, environment: Some(change), bindings: vec![] }).await
+    }
+
+    /// Commits events together with session bindings: facts the backend must find again
+    /// after a restart (e.g. a remote task id), written under the same fence.
+    pub async fn commit_bindings(
+        &self,
+        events: Vec<NewEvent>,
+        bindings: Vec<(String, String)>,
+    ) -> Result<Vec<Event>, BackendError> {
+        self.commit_with(Commit { events, environment: None, bindings }).await
+    }
+
+    /// The session's bindings as committed so far.
+    pub async fn bindings(&self) -> Result<std::collections::BTreeMap<String, String>, BackendError> {
+        Ok(self.store.bindings(&self.session.id).await?)
     }
 
     async fn commit_with(&self, commit: Commit) -> Result<Vec<Event>, BackendError> {

@@ -103,6 +103,10 @@ impl Coordinator {
                 "backend \"a2a:{remote}\": no A2A remote named {remote:?} is configured (configured: {})",
                 list(&self.offer.a2a_remotes)
             ))),
+            BackendRef::Builtin { name } if self.offer.builtins.contains(name) => Ok(()),
+            BackendRef::Builtin { name } => Err(RuntimeError::Invalid(format!(
+                "backend \"builtin:{name}\": no built-in agent named {name:?} is enabled"
+            ))),
         }
     }
 
@@ -210,6 +214,39 @@ impl Coordinator {
             envs.release(&session).await;
         }
         Ok(())
+    }
+
+    /// Replaces the agent of a session that has no history yet (an editor picking another
+    /// agent before its first prompt): placement runs again for the new agent.
+    pub async fn switch_agent(&self, session: &SessionId, agent: AgentSelection) -> Result<Session> {
+        let current = self.store.get_session(session).await?;
+        let mut chosen = self.store.get_agent(&agent.id, agent.version).await?;
+        if let Some(o) = &agent.overrides {
+            o.apply(&mut chosen.spec);
+        }
+        self.check_backend(&chosen.spec.backend)?;
+        let environment = self.store.get_environment(&current.environment_id).await?;
+        let kinds: Vec<ResourceKind> = current.snapshot.resources.iter().map(|r| r.kind.clone()).collect();
+        let requirements = place(&chosen.spec.backend, &environment.spec.config, &local_inputs(&kinds), &self.offer)?;
+        let snapshot = SessionSnapshot { agent: chosen, requirements, resources: current.snapshot.resources.clone() };
+        Ok(self.store.replace_snapshot(session, snapshot).await?)
+    }
+
+    // ---- adapter state ----
+
+    /// A session's bindings (facts its backend committed to find again after a restart).
+    pub async fn bindings(&self, session: &SessionId) -> Result<std::collections::BTreeMap<String, String>> {
+        Ok(self.store.bindings(session).await?)
+    }
+
+    /// Adapter-owned documents (compare-and-set on `version`).
+    pub fn documents(&self) -> &dyn gateway_store::Documents {
+        self.store.as_ref()
+    }
+
+    /// The durable delivery outbox (webhooks, push notifications).
+    pub fn outbox(&self) -> &dyn gateway_store::Outbox {
+        self.store.as_ref()
     }
 
     // ---- inputs ----

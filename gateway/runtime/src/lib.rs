@@ -11,6 +11,7 @@ pub mod environment;
 pub mod error;
 pub mod native;
 pub mod previews;
+pub mod published;
 pub mod subscription;
 pub mod worker;
 
@@ -23,12 +24,15 @@ pub use environment::{Environments, EnvironmentsConfig};
 pub use error::{Result, RuntimeError};
 pub use native::{NativeBackend, NativeConfig};
 pub use previews::{Preview, PreviewBus};
+pub use published::PublishedAgents;
 pub use subscription::{Delivery, SubscribeOptions};
 pub use worker::{RetryPolicy, WorkerConfig, WorkerPool};
 
+/// An outbox delivery (named apart from subscription deliveries).
+pub use gateway_store::Delivery as OutboxDelivery;
 /// The store types the Coordinator's API speaks (filters, pages), so adapters need not
 /// depend on the store crate.
 pub use gateway_store::{
-    AgentFilter, EnvironmentFilter, EventFilter, Keyset, Order, Page, PageCursor, PageRequest, SessionFilter,
-    SessionPatch, TimeRange,
+    AgentFilter, DeliveryState, Document, Documents, EnvironmentFilter, EventFilter, Keyset, NewDelivery, Order,
+    Outbox, Page, PageCursor, PageRequest, SessionFilter, SessionPatch, TimeRange,
 };

@@ -26,6 +26,12 @@ pub struct Cli {
 pub enum Command {
     /// Serve HTTP (Managed Agents API under /v1, health) and run Workers.
     Serve,
+    /// Serve one editor over ACP on stdin/stdout (logs go to stderr).
+    Acp {
+        /// The published agent new sessions use (default: `default_agent`, else the first).
+        #[arg(long)]
+        agent: Option<String>,
+    },
     /// Apply database migrations and exit.
     Migrate,
     /// Manage API keys.
@@ -75,6 +81,7 @@ pub fn main_with(ext: Extensions) -> std::process::ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve => serve::serve(config, ext).await,
+            Command::Acp { agent } => serve::acp(config, ext, agent).await,
             Command::Migrate => serve::migrate(&config).await,
             Command::Keys { command } => serve::keys(&config, command).await,
         }

@@ -98,6 +98,34 @@ pub fn startup_guard(config: &Config, offered: &[ProviderTier]) -> anyhow::Resul
     Ok(())
 }
 
+/// `[executors.acp.*]` as the ACP adapter takes them.
+pub fn acp_executors(config: &Config) -> std::collections::BTreeMap<String, gateway_acp::ExecutorConfig> {
+    config
+        .executors
+        .acp
+        .iter()
+        .map(|(name, e)| {
+            let executor = gateway_acp::ExecutorConfig {
+                command: e.command.clone(),
+                args: e.args.clone(),
+                env: e.env.clone(),
+                turn_timeout: Duration::from_secs(config.acp.turn_timeout_secs),
+            };
+            (name.clone(), executor)
+        })
+        .collect()
+}
+
+/// `[remotes.a2a.*]` as the A2A adapter takes them.
+pub fn a2a_remotes(config: &Config) -> std::collections::BTreeMap<String, gateway_a2a::RemoteConfig> {
+    config
+        .remotes
+        .a2a
+        .iter()
+        .map(|(name, r)| (name.clone(), gateway_a2a::RemoteConfig { url: r.url.clone(), auth: r.auth.clone() }))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

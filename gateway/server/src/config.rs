@@ -39,8 +39,12 @@ pub struct Config {
     pub log: LogConfig,
     /// Agents published from this file, by name.
     pub agents: BTreeMap<String, AgentConfig>,
+    /// The agent editors and A2A clients get when they name none (default: the first).
+    pub default_agent: Option<String>,
     pub executors: ExecutorsConfig,
     pub remotes: RemotesConfig,
+    pub acp: AcpConfig,
+    pub a2a: A2aConfig,
 }
 
 impl Default for Config {
@@ -62,8 +66,11 @@ impl Default for Config {
             anthropic: AnthropicConfig::default(),
             log: LogConfig::default(),
             agents: BTreeMap::new(),
+            default_agent: None,
             executors: ExecutorsConfig::default(),
             remotes: RemotesConfig::default(),
+            acp: AcpConfig::default(),
+            a2a: A2aConfig::default(),
         }
     }
 }
@@ -174,10 +181,43 @@ impl Default for LogConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(default)]
 pub struct AgentConfig {
+    /// `native` (default), `acp:<executor>`, `a2a:<remote>`.
     pub backend: Option<String>,
+    /// The model id (native agents); default `claude-sonnet-4-5`.
     pub model: Option<String>,
     pub system: Option<String>,
     pub description: Option<String>,
+    /// Built-in tools that run without asking (default: read, glob, grep); the others
+    /// (bash, write, edit, ...) ask the client first.
+    pub allow: Option<Vec<String>>,
+}
+
+/// `[acp]`: the ACP faces.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AcpConfig {
+    /// Serve the experimental ACP endpoint `/acp` (WebSocket) on `gateway serve`.
+    pub websocket: bool,
+    /// Longest a backend agent process may take for one turn.
+    pub turn_timeout_secs: u64,
+}
+
+impl Default for AcpConfig {
+    fn default() -> Self {
+        Self { websocket: true, turn_timeout_secs: 1800 }
+    }
+}
+
+/// `[a2a]`: the A2A server.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct A2aConfig {
+    /// Allow push-notification targets on loopback or private addresses (tests only).
+    #[serde(deserialize_with = "flag")]
+    pub allow_private_push_targets: bool,
+    /// Publish the built-in conformance agent (the A2A TCK's scenarios) as `conformance`.
+    #[serde(deserialize_with = "flag")]
+    pub conformance_agent: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]

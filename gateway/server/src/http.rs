@@ -16,12 +16,22 @@ pub struct AppState {
 }
 
 /// The whole HTTP application: health, and each protocol adapter's routes.
-pub fn router(state: AppState, managed_agents: gateway_managed_agents::ManagedAgents) -> Router {
-    Router::new()
+pub fn router(
+    state: AppState,
+    managed_agents: gateway_managed_agents::ManagedAgents,
+    a2a: gateway_a2a::A2aContext,
+    acp: Option<gateway_acp::AcpContext>,
+) -> Router {
+    let mut app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(state)
         .merge(gateway_managed_agents::router(managed_agents))
+        .merge(gateway_a2a::router(a2a));
+    if let Some(acp) = acp {
+        app = app.merge(gateway_acp::router(acp));
+    }
+    app
 }
 
 /// Liveness: the process answers.

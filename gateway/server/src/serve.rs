@@ -45,12 +45,32 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
-    let environments = compose::environments(&config);
+/// The running core of a gateway process: what `serve` and `acp` share.
+pub struct Runtime {
+    pub store: Arc<dyn Store>,
+    pub coordinator: Coordinator,
+    pub environments: Arc<gateway_runtime::Environments>,
+    pub published: gateway_runtime::PublishedAgents,
+    pub pool: WorkerPool,
+    pub shutdown: CancellationToken,
+}
+
+impl Runtime {
+    /// Stops claiming, finishes or releases running turns, closes the store.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.pool.shutdown().await;
+        self.store.close().await;
+    }
+}
+
+/// Opens the store, registers the backends, publishes configured agents and starts Workers.
+pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<Runtime> {
+    let environments = compose::environments(config);
     let provider_offers = environments.offers();
-    compose::startup_guard(&config, &provider_offers.iter().map(|p| p.tier.clone()).collect::<Vec<_>>())?;
-    let model = compose::model_client(&config)?;
-    let store = open_store(&config).await?;
+    compose::startup_guard(config, &provider_offers.iter().map(|p| p.tier.clone()).collect::<Vec<_>>())?;
+    let model = compose::model_client(config)?;
+    let store = open_store(config).await?;
     let previews = PreviewBus::default();
 
     let mut backends = BackendRegistry::new();
@@ -60,32 +80,40 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
         NativeConfig { max_rounds: config.native.max_rounds, max_tokens: config.native.max_tokens },
     );
     backends.register(BackendRef::Native, Arc::new(native));
+    for (r, b) in gateway_acp::backends(&compose::acp_executors(config), Arc::clone(&environments)) {
+        backends.register(r, b);
+    }
+    for (r, b) in gateway_a2a::backends(&compose::a2a_remotes(config)) {
+        backends.register(r, b);
+    }
+    if config.a2a.conformance_agent
+        && let Some((r, b)) = gateway_a2a::conformance_backend()
+    {
+        backends.register(r, b);
+    }
     for (r, b) in ext.backends {
         backends.register(r, b);
     }
     let offered = backends.offered();
-    let offer = Offer {
-        providers: provider_offers,
-        acp_executors: offered
-            .iter()
-            .filter_map(|b| match b {
-                BackendRef::Acp { executor } => Some(executor.clone()),
-                _ => None,
-            })
-            .collect(),
-        a2a_remotes: offered
-            .iter()
-            .filter_map(|b| match b {
-                BackendRef::A2a { remote } => Some(remote.clone()),
-                _ => None,
-            })
-            .collect(),
-    };
-    if !offered.contains(&BackendRef::Native) {
-        warn!("no native backend is registered in this build; native sessions will wait for a process that has one");
+    let mut offer = Offer { providers: provider_offers, ..Default::default() };
+    for b in &offered {
+        match b {
+            BackendRef::Native => {}
+            BackendRef::Acp { executor } => {
+                offer.acp_executors.insert(executor.clone());
+            }
+            BackendRef::A2a { remote } => {
+                offer.a2a_remotes.insert(remote.clone());
+            }
+            BackendRef::Builtin { name } => {
+                offer.builtins.insert(name.clone());
+            }
+        }
     }
     let coordinator =
-        Coordinator::new(Arc::clone(&store), previews.clone(), offer.clone(), CoordinatorOptions::default());
+        Coordinator::new(Arc::clone(&store), previews.clone(), offer.clone(), CoordinatorOptions::default())
+            .with_environments(Arc::clone(&environments));
+    let published = crate::publish::publish(config, &coordinator).await?;
     let w = &config.workers;
     let pool = WorkerPool::start(
         Arc::clone(&store),
@@ -104,9 +132,15 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
             providers: offer.providers.iter().map(|p| p.tier.clone()).collect(),
         },
     );
-
     let shutdown = CancellationToken::new();
-    let auth = Arc::new(Authenticator::new(Arc::clone(&store)));
+    tokio::spawn(Arc::clone(&environments).maintain(Arc::clone(&store), shutdown.child_token()));
+    Ok(Runtime { store, coordinator, environments, published, pool, shutdown })
+}
+
+pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
+    let rt = start_runtime(&config, ext).await?;
+    let shutdown = rt.shutdown.clone();
+    let auth = Arc::new(Authenticator::new(Arc::clone(&rt.store)));
     match auth.live_keys().await {
         Ok(0) => warn!(
             "no API keys configured: serving loopback clients only (any credentials accepted); \
@@ -116,13 +150,27 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
         Err(e) => warn!(error = %e, "cannot count API keys"),
     }
     let managed_agents = ManagedAgents {
-        coordinator: coordinator.clone(),
+        coordinator: rt.coordinator.clone(),
         auth: Arc::clone(&auth),
         default_provider: ProviderTier(config.sandbox.clone()),
         keep_alive: Duration::from_secs(15),
         shutdown: shutdown.clone(),
     };
-    let app = router(AppState { coordinator }, managed_agents);
+    let a2a = gateway_a2a::A2aContext {
+        coordinator: rt.coordinator.clone(),
+        agents: rt.published.clone(),
+        auth: Arc::clone(&auth),
+        public_url: config.public_url(),
+        allow_private_push_targets: config.a2a.allow_private_push_targets,
+        shutdown: shutdown.clone(),
+    };
+    tokio::spawn(gateway_a2a::run_push_deliveries(a2a.clone()));
+    let acp = config.acp.websocket.then(|| gateway_acp::AcpContext {
+        coordinator: rt.coordinator.clone(),
+        agents: rt.published.clone(),
+        shutdown: shutdown.clone(),
+    });
+    let app = router(AppState { coordinator: rt.coordinator.clone() }, managed_agents, a2a, acp);
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?
@@ -135,7 +183,7 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
     info!(
         listen = %config.listen,
         database = %redact_url(&config.database_url),
-        engine = store.engine(),
+        engine = rt.store.engine(),
         instance = %config.instance_name(),
         host = %config.host_id(),
         model = %config.model,
@@ -144,13 +192,13 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
     );
 
     tokio::spawn(watch_signals(shutdown.clone()));
-    tokio::spawn(Arc::clone(&environments).maintain(Arc::clone(&store), shutdown.child_token()));
     let http = axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
         .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let http = tokio::spawn(async move { http.await });
 
     shutdown.cancelled().await;
     info!("shutting down: no new claims, finishing or releasing running turns");
+    let Runtime { store, pool, .. } = rt;
     pool.shutdown().await;
     match tokio::time::timeout(Duration::from_secs(5), http).await {
         Ok(Ok(Ok(()))) => {}
@@ -161,6 +209,23 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
     store.close().await;
     info!("stopped");
     Ok(())
+}
+
+/// `gateway acp`: one editor on stdin/stdout; the process runs its own Workers.
+pub async fn acp(config: Config, ext: Extensions, agent: Option<String>) -> anyhow::Result<()> {
+    let rt = start_runtime(&config, ext).await?;
+    let ctx = gateway_acp::AcpContext {
+        coordinator: rt.coordinator.clone(),
+        agents: rt.published.clone(),
+        shutdown: rt.shutdown.clone(),
+    };
+    tokio::spawn(watch_signals(rt.shutdown.clone()));
+    let result = tokio::select! {
+        r = gateway_acp::serve_stdio(ctx, agent) => r,
+        _ = rt.shutdown.cancelled() => Ok(()),
+    };
+    rt.stop().await;
+    result
 }
 
 /// SIGTERM or SIGINT starts a graceful shutdown.

@@ -56,6 +56,10 @@ pub enum Guard {
     SessionArchived(String),
     #[error("environment of session {session} cannot go from {from} to {to}")]
     EnvironmentTransition { session: String, from: &'static str, to: &'static str },
+    #[error("session {0} already has history; its agent can no longer change")]
+    SessionStarted(String),
+    #[error("document {namespace}/{key} was changed concurrently (expected version {expected:?})")]
+    DocumentConflict { namespace: String, key: String, expected: Option<u64> },
 }
 
 impl StoreError {

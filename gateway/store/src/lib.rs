@@ -31,7 +31,7 @@ use gateway_core::environment::{Environment, EnvironmentSpec};
 use gateway_core::event::{Event, NewEvent};
 use gateway_core::run::{Claim, Fence, Run, WorkerOffer};
 use gateway_core::session::{EnvironmentState, Session};
-use gateway_core::{AgentId, ApiKeyId, EnvironmentId, EventId, RunId, SessionId};
+use gateway_core::{AgentId, ApiKeyId, DeliveryId, EnvironmentId, EventId, RunId, SessionId};
 
 pub use error::{Guard, Result, StoreError};
 pub use model::*;
@@ -86,6 +86,17 @@ pub trait Sessions: Send + Sync {
         from: &[EnvironmentState],
         to: EnvironmentState,
     ) -> Result<bool>;
+
+    /// The session's bindings: facts backends committed with `Commit::bindings`.
+    async fn bindings(&self, id: &SessionId) -> Result<std::collections::BTreeMap<String, String>>;
+
+    /// Replaces the frozen snapshot of a session that has no events yet (an editor choosing
+    /// another agent before its first prompt). `Guard::SessionStarted` once it has history.
+    async fn replace_snapshot(
+        &self,
+        id: &SessionId,
+        snapshot: gateway_core::session::SessionSnapshot,
+    ) -> Result<Session>;
 
     /// Admits a batch of client inputs with `gateway_core::admission::admit`, on the session
     /// row locked for the transaction: appends the events, updates status and pending
@@ -153,9 +164,49 @@ pub trait ApiKeys: Send + Sync {
     async fn count_api_keys(&self) -> Result<u64>;
 }
 
+/// JSON documents in namespaces, owned by adapters (so protocol vocabulary stays out of the
+/// schema). Writes are compare-and-set on the document's version.
+#[async_trait]
+pub trait Documents: Send + Sync {
+    async fn get_document(&self, namespace: &str, key: &str) -> Result<Option<Document>>;
+    /// Creates the document when `expected` is None (fails with `StaleVersion`-like
+    /// `DocumentConflict` if it exists), else updates it if still at `expected`.
+    async fn put_document(
+        &self,
+        namespace: &str,
+        key: &str,
+        body: &serde_json::Value,
+        expected: Option<u64>,
+    ) -> Result<Document>;
+    /// Documents whose key starts with `prefix`, by key, after `after_key`.
+    async fn list_documents(
+        &self,
+        namespace: &str,
+        prefix: &str,
+        after_key: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Document>>;
+    async fn delete_document(&self, namespace: &str, key: &str) -> Result<bool>;
+}
+
+/// Durable outbound HTTP deliveries with leases and retries, one at a time per topic.
+#[async_trait]
+pub trait Outbox: Send + Sync {
+    async fn enqueue_deliveries(&self, deliveries: Vec<NewDelivery>) -> Result<Vec<DeliveryId>>;
+    /// Leases up to `limit` due deliveries, each the oldest pending one of its topic, so a
+    /// topic's deliveries are made in order. An expired lease makes a delivery due again.
+    async fn claim_deliveries(&self, owner: &str, limit: u32, lease: Duration) -> Result<Vec<Delivery>>;
+    async fn delivered(&self, id: &DeliveryId) -> Result<()>;
+    /// Schedules another attempt no earlier than `after`.
+    async fn retry_delivery(&self, id: &DeliveryId, after: Duration, error: &str) -> Result<()>;
+    /// Gives up on a delivery; later deliveries of its topic proceed.
+    async fn fail_delivery(&self, id: &DeliveryId, error: &str) -> Result<()>;
+    async fn delivery_state(&self, id: &DeliveryId) -> Result<Option<(DeliveryState, u32)>>;
+}
+
 /// The whole durable state of the gateway.
 #[async_trait]
-pub trait Store: Catalog + Sessions + EventLog + RunQueue + ApiKeys {
+pub trait Store: Catalog + Sessions + EventLog + RunQueue + ApiKeys + Documents + Outbox {
     /// Succeeds while the database answers.
     async fn ping(&self) -> Result<()>;
     /// The wake-up hub fed by this store's commits (and, on PostgreSQL, other processes').

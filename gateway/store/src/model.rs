@@ -110,11 +110,54 @@ pub struct EnvironmentChange {
     pub host: Option<String>,
 }
 
-/// What a fenced commit writes: events, and optionally an environment change.
+/// What a fenced commit writes: events, optionally an environment change, and session
+/// bindings (facts a backend must find again after a restart).
 #[derive(Debug, Clone, Default)]
 pub struct Commit {
     pub events: Vec<NewEvent>,
     pub environment: Option<EnvironmentChange>,
+    pub bindings: Vec<(String, String)>,
+}
+
+/// A JSON document owned by an adapter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Document {
+    pub namespace: String,
+    pub key: String,
+    pub body: serde_json::Value,
+    /// Bumped by every write; the token of compare-and-set updates.
+    pub version: u64,
+    pub created_at: gateway_core::Timestamp,
+    pub updated_at: gateway_core::Timestamp,
+}
+
+/// An HTTP delivery to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewDelivery {
+    /// Deliveries of one topic are made one at a time, oldest first.
+    pub topic: String,
+    pub url: String,
+    pub headers: std::collections::BTreeMap<String, String>,
+    pub body: String,
+}
+
+/// A leased delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub id: gateway_core::DeliveryId,
+    pub topic: String,
+    pub url: String,
+    pub headers: std::collections::BTreeMap<String, String>,
+    pub body: String,
+    /// Attempts made before this one.
+    pub attempts: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryState {
+    Pending,
+    Delivered,
+    Failed,
 }
 
 /// How a run ends (or is put back).

@@ -270,3 +270,55 @@ impl ApiKeyRow {
         })
     }
 }
+
+#[derive(sqlx::FromRow)]
+pub struct DocumentRow {
+    pub namespace: String,
+    pub key: String,
+    pub body: String,
+    pub version: i64,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+impl DocumentRow {
+    pub fn into_document(self) -> Result<crate::Document> {
+        Ok(crate::Document {
+            namespace: self.namespace,
+            key: self.key,
+            body: serde_json::from_str(&self.body)?,
+            version: u64::try_from(self.version).map_err(StoreError::corrupt)?,
+            created_at: ts(self.created_at),
+            updated_at: ts(self.updated_at),
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub struct DeliveryRow {
+    pub id: String,
+    pub topic: String,
+    pub url: String,
+    pub headers: String,
+    pub body: String,
+    pub attempts: i64,
+}
+
+impl DeliveryRow {
+    pub fn into_delivery(self) -> Result<crate::Delivery> {
+        Ok(crate::Delivery {
+            id: id::<gateway_core::DeliveryId>(&self.id)?,
+            topic: self.topic,
+            url: self.url,
+            headers: serde_json::from_str(&self.headers)?,
+            body: self.body,
+            attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub struct DeliveryStateRow {
+    pub state: String,
+    pub attempts: i64,
+}

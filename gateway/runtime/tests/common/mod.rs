@@ -32,6 +32,7 @@ pub fn offer() -> Offer {
         }],
         acp_executors: ["agent".to_owned()].into(),
         a2a_remotes: ["remote".to_owned()].into(),
+        builtins: Default::default(),
     }
 }
 
@@ -416,7 +417,7 @@ pub async fn a_lost_environment_fails_the_run_instead_of_moving(h: &dyn Harness)
     let c = r.store.claim_run(&w1, terms).await.unwrap().unwrap();
     let realized =
         EnvironmentChange { state: gateway_core::session::EnvironmentState::Realized, host: Some("h1".into()) };
-    r.store.commit(&c.fence, Commit { events: vec![], environment: Some(realized) }).await.unwrap();
+    r.store.commit(&c.fence, Commit { events: vec![], environment: Some(realized), bindings: vec![] }).await.unwrap();
     r.store
         .settle(&c.fence, gateway_store::Settlement { events: vec![], outcome: gateway_store::RunOutcome::Completed })
         .await
@@ -509,7 +510,10 @@ pub async fn previews_are_delivered_before_their_committed_event(h: &dyn Harness
     r.previews.publish(&s.id, after, Preview::Start { event_id: message.id.clone(), kind: EventKind::AgentMessage });
     r.previews.publish(&s.id, after, Preview::TextDelta { event_id: message.id.clone(), index: 0, text: "hel".into() });
     r.previews.publish(&s.id, after, Preview::TextDelta { event_id: message.id.clone(), index: 0, text: "lo".into() });
-    r.store.commit(&c.fence, Commit { events: vec![message.clone()], environment: None }).await.unwrap();
+    r.store
+        .commit(&c.fence, Commit { events: vec![message.clone()], environment: None, bindings: vec![] })
+        .await
+        .unwrap();
     let got = until(stream, 10, |d| matches!(d, Delivery::Event(e) if e.id == message.id)).await;
     let order: Vec<String> = got
         .iter()

@@ -33,9 +33,12 @@ pub async fn seqs_increase_without_gap_under_concurrency(h: &dyn Harness) {
                 let finished = done.load(std::sync::atomic::Ordering::SeqCst);
                 match s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap() {
                     Some(c) => {
-                        s.commit(&c.fence, Commit { events: vec![agent_text("out")], environment: None })
-                            .await
-                            .unwrap();
+                        s.commit(
+                            &c.fence,
+                            Commit { events: vec![agent_text("out")], environment: None, bindings: vec![] },
+                        )
+                        .await
+                        .unwrap();
                         s.settle(&c.fence, crate::Settlement { events: vec![], outcome: crate::RunOutcome::Completed })
                             .await
                             .unwrap();
@@ -70,9 +73,11 @@ pub async fn lists_filter_by_kind_and_time_and_page_by_seq(h: &dyn Harness) {
     let s = h.fresh().await;
     let sess = session_with(&s, vec![msg("one")]).await;
     let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
-    s.commit(&c.fence, Commit { events: vec![agent_text("a"), agent_text("b")], environment: None }).await.unwrap();
+    s.commit(&c.fence, Commit { events: vec![agent_text("a"), agent_text("b")], environment: None, bindings: vec![] })
+        .await
+        .unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    s.commit(&c.fence, Commit { events: vec![agent_text("c")], environment: None }).await.unwrap();
+    s.commit(&c.fence, Commit { events: vec![agent_text("c")], environment: None, bindings: vec![] }).await.unwrap();
 
     let all = EventFilter::default();
     let page = s.list_events(&sess.id, &all, &PageRequest::first(2, Order::Asc)).await.unwrap();

@@ -5,6 +5,7 @@
 //! test files instantiate every test with [`conformance_suite!`]; an engine is done when the
 //! whole suite passes on it.
 
+pub mod adapters;
 pub mod catalog;
 pub mod events;
 pub mod harness;
@@ -77,7 +78,11 @@ macro_rules! conformance_suite {
             runs::environment_transitions_outside_runs_compare_and_set,
             runs::runs_record_the_inputs_they_answer,
             runs::commit_hints_wake_session_watchers,
-            runs::hints_cross_store_handles
+            runs::hints_cross_store_handles,
+            adapters::bindings_commit_with_their_events_under_the_fence,
+            adapters::snapshots_change_only_before_history,
+            adapters::documents_are_versioned_and_listed_by_prefix,
+            adapters::the_outbox_leases_retries_and_keeps_topic_order
         );
     };
     (@each $harness:expr; $($module:ident :: $name:ident),* $(,)?) => {

@@ -42,11 +42,15 @@ pub async fn a_stale_worker_cannot_commit(h: &dyn Harness) {
     let s = h.fresh().await;
     let sess = session_with(&s, vec![msg("go")]).await;
     let a = s.claim_run(&worker("a", "h"), terms(200)).await.unwrap().unwrap();
-    s.commit(&a.fence, Commit { events: vec![agent_text("from a, in time")], environment: None }).await.unwrap();
+    s.commit(&a.fence, Commit { events: vec![agent_text("from a, in time")], environment: None, bindings: vec![] })
+        .await
+        .unwrap();
     outlive(200).await;
     let b = s.claim_run(&worker("b", "h"), terms(5_000)).await.unwrap().unwrap();
 
-    let late = s.commit(&a.fence, Commit { events: vec![agent_text("from a, too late")], environment: None }).await;
+    let late = s
+        .commit(&a.fence, Commit { events: vec![agent_text("from a, too late")], environment: None, bindings: vec![] })
+        .await;
     match late {
         Err(StoreError::Fenced { current_epoch, epoch, ref current_owner, .. }) => {
             assert_eq!((epoch, current_epoch), (1, 2));
@@ -60,7 +64,9 @@ pub async fn a_stale_worker_cannot_commit(h: &dyn Harness) {
     assert!(s.release_run(&a.fence).await.unwrap_err().is_fenced());
     assert!(s.renew_lease(&a.fence, Duration::from_secs(1)).await.unwrap_err().is_fenced());
 
-    s.commit(&b.fence, Commit { events: vec![agent_text("from b")], environment: None }).await.unwrap();
+    s.commit(&b.fence, Commit { events: vec![agent_text("from b")], environment: None, bindings: vec![] })
+        .await
+        .unwrap();
     s.settle(&b.fence, done()).await.unwrap();
     let texts: Vec<String> = s
         .events_after(&sess.id, 0, 100)
@@ -222,7 +228,9 @@ pub async fn environment_pins_runs_to_its_host_until_the_host_is_gone(h: &dyn Ha
     s.heartbeat_host("h2").await.unwrap();
     let c = s.claim_run(&worker("w1", "h1"), terms(10_000)).await.unwrap().unwrap();
     let realized = EnvironmentChange { state: EnvironmentState::Realized, host: Some("h1".into()) };
-    s.commit(&c.fence, Commit { events: vec![agent_text("realized")], environment: Some(realized) }).await.unwrap();
+    s.commit(&c.fence, Commit { events: vec![agent_text("realized")], environment: Some(realized), bindings: vec![] })
+        .await
+        .unwrap();
     s.settle(&c.fence, done()).await.unwrap();
     let after = s.get_session(&sess.id).await.unwrap();
     assert_eq!(after.environment_state, EnvironmentState::Realized);
@@ -248,7 +256,11 @@ pub async fn released_environment_is_final(h: &dyn Harness) {
     let s = h.fresh().await;
     session_with(&s, vec![msg("go")]).await;
     let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
-    let to = |state| Commit { events: vec![], environment: Some(EnvironmentChange { state, host: Some("h".into()) }) };
+    let to = |state| Commit {
+        events: vec![],
+        environment: Some(EnvironmentChange { state, host: Some("h".into()) }),
+        bindings: vec![],
+    };
     s.commit(&c.fence, to(EnvironmentState::Realized)).await.unwrap();
     s.commit(&c.fence, to(EnvironmentState::Hibernated)).await.unwrap();
     s.commit(&c.fence, to(EnvironmentState::Realized)).await.unwrap();
@@ -266,7 +278,7 @@ pub async fn environment_transitions_outside_runs_compare_and_set(h: &dyn Harnes
     assert!(!s.transition_environment(&sess.id, &[Realized], Hibernated).await.unwrap(), "not realized yet");
     let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
     let realized = EnvironmentChange { state: Realized, host: Some("h".into()) };
-    s.commit(&c.fence, Commit { events: vec![], environment: Some(realized) }).await.unwrap();
+    s.commit(&c.fence, Commit { events: vec![], environment: Some(realized), bindings: vec![] }).await.unwrap();
     s.settle(&c.fence, done()).await.unwrap();
     assert!(s.transition_environment(&sess.id, &[Realized], Hibernated).await.unwrap());
     assert_eq!(s.get_session(&sess.id).await.unwrap().environment_state, Hibernated);
@@ -280,7 +292,9 @@ pub async fn runs_record_the_inputs_they_answer(h: &dyn Harness) {
     let sess = session_with(&s, vec![msg("one"), msg("two")]).await;
     let a = s.claim_run(&worker("a", "h"), terms(200)).await.unwrap().unwrap();
     assert_eq!(a.run.input_seq, Some(2));
-    s.commit(&a.fence, Commit { events: vec![agent_text("working")], environment: None }).await.unwrap();
+    s.commit(&a.fence, Commit { events: vec![agent_text("working")], environment: None, bindings: vec![] })
+        .await
+        .unwrap();
     s.submit_inputs(&sess.id, vec![msg("three")]).await.unwrap();
     outlive(200).await;
     let b = s.claim_run(&worker("b", "h"), terms(10_000)).await.unwrap().unwrap();

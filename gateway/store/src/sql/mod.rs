@@ -17,8 +17,10 @@
 //! `UPDATE` as part of the same transaction as the event inserts.
 
 mod catalog;
+mod documents;
 mod events;
 mod keys;
+mod outbox;
 mod runs;
 mod sessions;
 
@@ -51,6 +53,8 @@ pub trait Engine: Database {
     const LIST_SESSIONS_DESC: &'static str;
     const LIST_EVENTS_ASC: &'static str;
     const LIST_EVENTS_DESC: &'static str;
+    /// Picks due outbox deliveries (see `outbox.rs`).
+    const CLAIM_DELIVERIES: &'static str;
     /// `SELECT pg_notify(channel, payload)` where supported: delivered to other processes
     /// only if the transaction commits.
     const NOTIFY: Option<&'static str>;
@@ -97,6 +101,7 @@ macro_rules! engine_impl {
             for<'q> Option<String>: sqlx::Encode<'q, DB>,
             for<'r> (i64,): sqlx::FromRow<'r, DB::Row>,
             for<'r> (String,): sqlx::FromRow<'r, DB::Row>,
+            for<'r> (String, String): sqlx::FromRow<'r, DB::Row>,
             for<'r> $crate::rows::AgentRow: sqlx::FromRow<'r, DB::Row>,
             for<'r> $crate::rows::EnvironmentRow: sqlx::FromRow<'r, DB::Row>,
             for<'r> $crate::rows::SessionRow: sqlx::FromRow<'r, DB::Row>,
@@ -106,6 +111,9 @@ macro_rules! engine_impl {
             for<'r> $crate::rows::ClaimCandidateRow: sqlx::FromRow<'r, DB::Row>,
             for<'r> $crate::rows::GuardRow: sqlx::FromRow<'r, DB::Row>,
             for<'r> $crate::rows::ApiKeyRow: sqlx::FromRow<'r, DB::Row>,
+            for<'r> $crate::rows::DocumentRow: sqlx::FromRow<'r, DB::Row>,
+            for<'r> $crate::rows::DeliveryRow: sqlx::FromRow<'r, DB::Row>,
+            for<'r> $crate::rows::DeliveryStateRow: sqlx::FromRow<'r, DB::Row>,
         {
             $($body)*
         }

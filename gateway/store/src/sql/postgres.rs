@@ -11,6 +11,7 @@ use sqlx::{PgPool, Postgres};
 use tokio_util::sync::CancellationToken;
 
 use super::events::list_events_sql;
+use super::outbox::claim_deliveries_sql;
 use super::runs::claim_candidate_sql;
 use super::sessions::list_sessions_sql;
 use super::{Engine, SqlStore, WAKE_CHANNEL};
@@ -39,6 +40,7 @@ impl Engine for Postgres {
         list_sessions_sql!("(SELECT json_array_elements_text($4::json))", "<", "DESC");
     const LIST_EVENTS_ASC: &'static str = list_events_sql!("(SELECT json_array_elements_text($2::json))", ">", "ASC");
     const LIST_EVENTS_DESC: &'static str = list_events_sql!("(SELECT json_array_elements_text($2::json))", "<", "DESC");
+    const CLAIM_DELIVERIES: &'static str = claim_deliveries_sql!(" FOR UPDATE OF o SKIP LOCKED");
     const NOTIFY: Option<&'static str> = Some("SELECT pg_notify($1, $2)");
 }
 

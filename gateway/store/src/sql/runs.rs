@@ -237,6 +237,18 @@ engine_impl! {
                     .execute(&mut *tx)
                     .await?;
             }
+            for (key, value) in &commit.bindings {
+                sqlx::query(
+                    "INSERT INTO session_bindings (session_id, key, value, updated_at) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                )
+                .bind(session.id.as_str())
+                .bind(key.as_str())
+                .bind(value.as_str())
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            }
             let events = Self::append_events(&mut tx, &session.id, session.last_seq, commit.events, now, Some((&fence.run_id, fence.epoch)))
                 .await?;
             let mut hints = Hints::default();

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use gateway_core::admission::{SessionState, admit};
 use gateway_core::event::{Event, EventPayload, NewEvent};
 use gateway_core::run::RunState;
-use gateway_core::session::{EnvironmentState, Session, SessionStatus};
+use gateway_core::session::{EnvironmentState, Session, SessionSnapshot, SessionStatus};
 use gateway_core::{RunId, SessionId};
 use sqlx::Transaction;
 
@@ -322,6 +322,34 @@ engine_impl! {
                 .await?;
             tx.commit().await?;
             Ok(true)
+        }
+
+        async fn bindings(&self, id: &SessionId) -> Result<std::collections::BTreeMap<String, String>> {
+            let rows = sqlx::query_as::<DB, (String, String)>(
+                "SELECT key, value FROM session_bindings WHERE session_id = $1 ORDER BY key",
+            )
+            .bind(id.as_str())
+            .fetch_all(&self.read)
+            .await?;
+            Ok(rows.into_iter().collect())
+        }
+
+        async fn replace_snapshot(&self, id: &SessionId, snapshot: SessionSnapshot) -> Result<Session> {
+            let mut tx = self.begin_write().await?;
+            let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
+            if row.last_seq > 0 {
+                return Err(StoreError::Guard(Guard::SessionStarted(id.to_string())));
+            }
+            sqlx::query("UPDATE sessions SET snapshot = $2, agent_id = $3, agent_version = $4, updated_at = $5 WHERE id = $1")
+                .bind(id.as_str())
+                .bind(serde_json::to_string(&snapshot)?)
+                .bind(snapshot.agent.id.as_str())
+                .bind(i64::from(snapshot.agent.version))
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            self.get_session(id).await
         }
 
         async fn submit_inputs(&self, id: &SessionId, inputs: Vec<NewEvent>) -> Result<Vec<Event>> {

@@ -12,6 +12,7 @@ use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use super::events::list_events_sql;
+use super::outbox::claim_deliveries_sql;
 use super::runs::claim_candidate_sql;
 use super::sessions::list_sessions_sql;
 use super::{Engine, SqlStore};
@@ -36,6 +37,7 @@ impl Engine for Sqlite {
     const LIST_SESSIONS_DESC: &'static str = list_sessions_sql!("(SELECT value FROM json_each($4))", "<", "DESC");
     const LIST_EVENTS_ASC: &'static str = list_events_sql!("(SELECT value FROM json_each($2))", ">", "ASC");
     const LIST_EVENTS_DESC: &'static str = list_events_sql!("(SELECT value FROM json_each($2))", "<", "DESC");
+    const CLAIM_DELIVERIES: &'static str = claim_deliveries_sql!("");
     const NOTIFY: Option<&'static str> = None;
 }
 

@@ -1,0 +1,117 @@
+//! Bindings, documents and the delivery outbox.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{Harness, agent_text, msg, session, session_with, terms, worker};
+use crate::{Commit, DeliveryState, Guard, NewDelivery, RunOutcome, Settlement, StoreError};
+
+pub async fn bindings_commit_with_their_events_under_the_fence(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let sess = session_with(&s, vec![msg("go")]).await;
+    let a = s.claim_run(&worker("a", "h"), terms(150)).await.unwrap().unwrap();
+    let commit = Commit {
+        events: vec![agent_text("sent to the remote")],
+        environment: None,
+        bindings: vec![("remote.task".into(), "task-1".into())],
+    };
+    s.commit(&a.fence, commit).await.unwrap();
+    assert_eq!(s.bindings(&sess.id).await.unwrap(), BTreeMap::from([("remote.task".to_owned(), "task-1".to_owned())]));
+    super::outlive(150).await;
+    let b = s.claim_run(&worker("b", "h"), terms(10_000)).await.unwrap().unwrap();
+    let stale = Commit { events: vec![], environment: None, bindings: vec![("remote.task".into(), "task-2".into())] };
+    assert!(s.commit(&a.fence, stale).await.unwrap_err().is_fenced());
+    assert_eq!(s.bindings(&sess.id).await.unwrap()["remote.task"], "task-1", "a fenced binding is not written");
+    let update = Commit { events: vec![], environment: None, bindings: vec![("remote.task".into(), "task-3".into())] };
+    s.commit(&b.fence, update).await.unwrap();
+    assert_eq!(s.bindings(&sess.id).await.unwrap()["remote.task"], "task-3");
+    s.settle(&b.fence, Settlement { events: vec![], outcome: RunOutcome::Completed }).await.unwrap();
+}
+
+pub async fn snapshots_change_only_before_history(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let sess = session(&s).await;
+    let mut snapshot = sess.snapshot.clone();
+    snapshot.agent.spec.system = Some("other agent".into());
+    let replaced = s.replace_snapshot(&sess.id, snapshot.clone()).await.unwrap();
+    assert_eq!(replaced.snapshot.agent.spec.system.as_deref(), Some("other agent"));
+    s.submit_inputs(&sess.id, vec![msg("hi")]).await.unwrap();
+    assert!(matches!(s.replace_snapshot(&sess.id, snapshot).await, Err(StoreError::Guard(Guard::SessionStarted(_)))));
+}
+
+pub async fn documents_are_versioned_and_listed_by_prefix(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let d = s.put_document("ns", "task/1", &json!({"state": "working"}), None).await.unwrap();
+    assert_eq!(d.version, 1);
+    assert!(matches!(
+        s.put_document("ns", "task/1", &json!({}), None).await,
+        Err(StoreError::Guard(Guard::DocumentConflict { .. }))
+    ));
+    let d2 = s.put_document("ns", "task/1", &json!({"state": "done"}), Some(1)).await.unwrap();
+    assert_eq!(d2.version, 2);
+    assert!(
+        matches!(
+            s.put_document("ns", "task/1", &json!({}), Some(1)).await,
+            Err(StoreError::Guard(Guard::DocumentConflict { .. }))
+        ),
+        "a stale version is refused"
+    );
+    assert_eq!(s.get_document("ns", "task/1").await.unwrap().unwrap().body, json!({"state": "done"}));
+    assert!(s.get_document("other", "task/1").await.unwrap().is_none(), "namespaces are separate");
+    for k in ["task/2", "task/3", "push/1", "task_%"] {
+        s.put_document("ns", k, &json!({"k": k}), None).await.unwrap();
+    }
+    let tasks = s.list_documents("ns", "task/", None, 10).await.unwrap();
+    assert_eq!(tasks.iter().map(|d| d.key.as_str()).collect::<Vec<_>>(), vec!["task/1", "task/2", "task/3"]);
+    let page = s.list_documents("ns", "task/", Some("task/1"), 1).await.unwrap();
+    assert_eq!(page[0].key, "task/2");
+    assert!(s.delete_document("ns", "task/2").await.unwrap());
+    assert!(!s.delete_document("ns", "task/2").await.unwrap());
+}
+
+fn delivery(topic: &str, body: &str) -> NewDelivery {
+    NewDelivery {
+        topic: topic.into(),
+        url: "http://127.0.0.1:9/hook".into(),
+        headers: BTreeMap::from([("authorization".into(), "Bearer t".into())]),
+        body: body.into(),
+    }
+}
+
+pub async fn the_outbox_leases_retries_and_keeps_topic_order(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let ids = s.enqueue_deliveries(vec![delivery("a", "a1"), delivery("a", "a2"), delivery("b", "b1")]).await.unwrap();
+    let first = s.claim_deliveries("w1", 10, Duration::from_secs(30)).await.unwrap();
+    let bodies: Vec<&str> = first.iter().map(|d| d.body.as_str()).collect();
+    assert_eq!(bodies.len(), 2, "one per topic: a2 waits for a1 ({bodies:?})");
+    assert!(bodies.contains(&"a1") && bodies.contains(&"b1"));
+    assert_eq!(first.iter().find(|d| d.body == "a1").unwrap().headers["authorization"], "Bearer t");
+    assert!(s.claim_deliveries("w2", 10, Duration::from_secs(30)).await.unwrap().is_empty(), "leased");
+
+    let a1 = first.iter().find(|d| d.body == "a1").unwrap().id.clone();
+    s.retry_delivery(&a1, Duration::from_millis(300), "connection refused").await.unwrap();
+    assert!(
+        s.claim_deliveries("w2", 10, Duration::from_secs(30)).await.unwrap().is_empty(),
+        "a1 backs off; a2 still waits"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let again = s.claim_deliveries("w2", 10, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(again.iter().map(|d| (d.body.as_str(), d.attempts)).collect::<Vec<_>>(), vec![("a1", 1)]);
+    s.delivered(&a1).await.unwrap();
+    assert_eq!(s.delivery_state(&a1).await.unwrap(), Some((DeliveryState::Delivered, 2)));
+    let next = s.claim_deliveries("w2", 10, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(next.iter().map(|d| d.body.as_str()).collect::<Vec<_>>(), vec!["a2"]);
+    s.fail_delivery(&next[0].id, "gave up").await.unwrap();
+    assert_eq!(s.delivery_state(&ids[1]).await.unwrap().map(|x| x.0), Some(DeliveryState::Failed));
+
+    // An expired lease makes a delivery due again (the deliverer crashed); b1 is still leased.
+    let c1 = s.enqueue_deliveries(vec![delivery("c", "c1")]).await.unwrap().remove(0);
+    let leased = s.claim_deliveries("w3", 10, Duration::from_millis(100)).await.unwrap();
+    assert_eq!(leased.iter().map(|d| d.id.clone()).collect::<Vec<_>>(), vec![c1.clone()]);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let reclaimed = s.claim_deliveries("w4", 10, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(reclaimed.iter().map(|d| d.id.clone()).collect::<Vec<_>>(), vec![c1], "b1's 30 s lease still holds");
+    assert_eq!(s.delivery_state(&ids[2]).await.unwrap(), Some((DeliveryState::Pending, 0)));
+}

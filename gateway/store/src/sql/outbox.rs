@@ -1,0 +1,131 @@
+//! The delivery outbox: leased, retried, ordered per topic.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gateway_core::DeliveryId;
+
+use super::engine_impl;
+use crate::error::Result;
+use crate::model::millis;
+use crate::rows::{DeliveryRow, DeliveryStateRow};
+use crate::{Delivery, DeliveryState, NewDelivery, Outbox};
+
+/// Due deliveries: pending, due, not leased (or lease expired), and the oldest pending one of
+/// their topic. `$1` now, `$2` limit.
+macro_rules! claim_deliveries_sql {
+    ($lock:literal) => {
+        concat!(
+            "SELECT o.id, o.topic, o.url, o.headers, o.body, o.attempts FROM outbox o \
+             WHERE o.state = 'pending' AND o.next_attempt_at <= $1 \
+               AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1) \
+               AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.topic = o.topic AND p.state = 'pending' \
+                               AND (p.created_at, p.id) < (o.created_at, o.id)) \
+             ORDER BY o.next_attempt_at, o.id LIMIT $2",
+            $lock
+        )
+    };
+}
+pub(crate) use claim_deliveries_sql;
+
+engine_impl! {
+    #[async_trait]
+    impl Outbox for SqlStore {
+        async fn enqueue_deliveries(&self, deliveries: Vec<NewDelivery>) -> Result<Vec<DeliveryId>> {
+            let mut tx = self.begin_write().await?;
+            let now = Self::now(&mut tx).await?;
+            let mut ids = Vec::with_capacity(deliveries.len());
+            for (i, d) in deliveries.into_iter().enumerate() {
+                let id = DeliveryId::new();
+                // created_at orders a topic's deliveries; keep a batch in its given order.
+                sqlx::query(
+                    "INSERT INTO outbox (id, topic, url, headers, body, state, next_attempt_at, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $6)",
+                )
+                .bind(id.as_str())
+                .bind(d.topic)
+                .bind(d.url)
+                .bind(serde_json::to_string(&d.headers)?)
+                .bind(d.body)
+                .bind(now)
+                .bind(now + i as i64)
+                .execute(&mut *tx)
+                .await?;
+                ids.push(id);
+            }
+            tx.commit().await?;
+            Ok(ids)
+        }
+
+        async fn claim_deliveries(&self, owner: &str, limit: u32, lease: Duration) -> Result<Vec<Delivery>> {
+            let mut tx = self.begin_write().await?;
+            let now = Self::now(&mut tx).await?;
+            let rows = sqlx::query_as::<DB, DeliveryRow>(DB::CLAIM_DELIVERIES)
+                .bind(now)
+                .bind(i64::from(limit.max(1)))
+                .fetch_all(&mut *tx)
+                .await?;
+            for r in &rows {
+                sqlx::query("UPDATE outbox SET lease_owner = $2, lease_expires_at = $3, updated_at = $4 WHERE id = $1")
+                    .bind(r.id.as_str())
+                    .bind(owner)
+                    .bind(now + millis(lease))
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            rows.into_iter().map(DeliveryRow::into_delivery).collect()
+        }
+
+        async fn delivered(&self, id: &DeliveryId) -> Result<()> {
+            self.settle_delivery(id, "delivered", None, None).await
+        }
+
+        async fn retry_delivery(&self, id: &DeliveryId, after: Duration, error: &str) -> Result<()> {
+            self.settle_delivery(id, "pending", Some(after), Some(error)).await
+        }
+
+        async fn fail_delivery(&self, id: &DeliveryId, error: &str) -> Result<()> {
+            self.settle_delivery(id, "failed", None, Some(error)).await
+        }
+
+        async fn delivery_state(&self, id: &DeliveryId) -> Result<Option<(DeliveryState, u32)>> {
+            let row = sqlx::query_as::<DB, DeliveryStateRow>("SELECT state, attempts FROM outbox WHERE id = $1")
+                .bind(id.as_str())
+                .fetch_optional(&self.read)
+                .await?;
+            Ok(row.map(|r| {
+                let state = match r.state.as_str() {
+                    "delivered" => DeliveryState::Delivered,
+                    "failed" => DeliveryState::Failed,
+                    _ => DeliveryState::Pending,
+                };
+                (state, u32::try_from(r.attempts).unwrap_or(u32::MAX))
+            }))
+        }
+    }
+}
+
+engine_impl! {
+    impl SqlStore {
+        /// Ends an attempt: counts it, releases the lease, and sets the next state.
+        async fn settle_delivery(&self, id: &DeliveryId, state: &str, after: Option<Duration>, error: Option<&str>) -> Result<()> {
+            let mut tx = self.begin_write().await?;
+            let now = Self::now(&mut tx).await?;
+            sqlx::query(
+                "UPDATE outbox SET state = $2, attempts = attempts + 1, lease_owner = NULL, lease_expires_at = NULL, \
+                 next_attempt_at = $3, last_error = COALESCE($4, last_error), updated_at = $5 WHERE id = $1",
+            )
+            .bind(id.as_str())
+            .bind(state)
+            .bind(now + after.map(millis).unwrap_or(0))
+            .bind(error.map(|e| e.chars().take(1000).collect::<String>()))
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(())
+        }
+    }
+}
