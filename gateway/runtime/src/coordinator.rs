@@ -21,6 +21,7 @@ use gateway_store::{
 
 use crate::environment::Environments;
 use crate::error::{Result, RuntimeError};
+use crate::metrics::Metrics;
 use crate::previews::PreviewBus;
 use crate::subscription::{self, Delivery, SubscribeOptions};
 
@@ -63,11 +64,29 @@ pub struct Coordinator {
     offer: Arc<Offer>,
     options: CoordinatorOptions,
     environments: Option<Arc<Environments>>,
+    metrics: Arc<Metrics>,
 }
 
 impl Coordinator {
     pub fn new(store: Arc<dyn Store>, previews: PreviewBus, offer: Offer, options: CoordinatorOptions) -> Self {
-        Self { store, previews, offer: Arc::new(offer), options, environments: None }
+        Self {
+            store,
+            previews,
+            offer: Arc::new(offer),
+            options,
+            environments: None,
+            metrics: Arc::new(Metrics::default()),
+        }
+    }
+
+    /// Counts open subscriptions in `metrics` (shared with the Workers for `/metrics`).
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// Lets session deletes release environments held on this host at once (other hosts
@@ -286,7 +305,13 @@ impl Coordinator {
     ) -> Result<impl Stream<Item = Result<Delivery>> + Send + 'static> {
         self.store.get_session(session).await?;
         options.poll = options.poll.or(Some(self.options.subscription_poll));
-        Ok(subscription::subscribe(Arc::clone(&self.store), &self.previews, session.clone(), options))
+        Ok(subscription::subscribe(
+            Arc::clone(&self.store),
+            &self.previews,
+            session.clone(),
+            options,
+            Arc::clone(&self.metrics),
+        ))
     }
 }
 

@@ -9,6 +9,7 @@ pub mod backend;
 pub mod coordinator;
 pub mod environment;
 pub mod error;
+pub mod metrics;
 pub mod native;
 pub mod previews;
 pub mod published;
@@ -22,6 +23,7 @@ pub use backend::{Backend, BackendError, BackendRegistry, RunContext, TurnOutcom
 pub use coordinator::{AgentSelection, Coordinator, CoordinatorOptions, CreateSession};
 pub use environment::{Environments, EnvironmentsConfig};
 pub use error::{Result, RuntimeError};
+pub use metrics::Metrics;
 pub use native::{NativeBackend, NativeConfig};
 pub use previews::{Preview, PreviewBus};
 pub use published::PublishedAgents;

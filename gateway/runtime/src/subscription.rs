@@ -23,6 +23,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
 use crate::error::RuntimeError;
+use crate::metrics::Metrics;
 use crate::previews::{Placed, Preview, PreviewBus};
 
 /// What a subscriber receives.
@@ -63,6 +64,16 @@ struct State {
     need_read: bool,
     next_poll: Instant,
     ended: bool,
+    _open: OpenGauge,
+}
+
+/// Counts the subscription as open for as long as its stream lives.
+struct OpenGauge(Arc<Metrics>);
+
+impl Drop for OpenGauge {
+    fn drop(&mut self) {
+        self.0.subscriptions_open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl State {
@@ -128,7 +139,9 @@ pub(crate) fn subscribe(
     bus: &PreviewBus,
     session: SessionId,
     options: SubscribeOptions,
+    metrics: Arc<Metrics>,
 ) -> impl Stream<Item = Result<Delivery, RuntimeError>> + Send + 'static {
+    metrics.subscriptions_open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let watch = store.wakeups().watch_session(&session);
     let previews = options.previews.then(|| bus.subscribe(&session));
     let state = State {
@@ -145,6 +158,7 @@ pub(crate) fn subscribe(
         need_read: true,
         next_poll: Instant::now(),
         ended: false,
+        _open: OpenGauge(metrics),
     };
     futures::stream::unfold(state, |mut st| async move {
         loop {

@@ -7,6 +7,7 @@
 //! them up at once instead of after lease expiry.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use gateway_core::environment::ProviderTier;
@@ -19,6 +20,7 @@ use tokio_util::task::AbortOnDropHandle;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::backend::{BackendError, BackendRegistry, RunContext, TurnOutcome};
+use crate::metrics::Metrics;
 use crate::previews::PreviewBus;
 
 /// Retries after transient backend failures: exponential backoff with jitter.
@@ -62,6 +64,8 @@ pub struct WorkerConfig {
     pub retry: RetryPolicy,
     pub shutdown_grace: Duration,
     pub providers: Vec<ProviderTier>,
+    /// Where claims and settlements are counted (shared with the Coordinator for `/metrics`).
+    pub metrics: Arc<Metrics>,
 }
 
 impl Default for WorkerConfig {
@@ -77,6 +81,7 @@ impl Default for WorkerConfig {
             retry: RetryPolicy::default(),
             shutdown_grace: Duration::from_secs(10),
             providers: vec![ProviderTier::local()],
+            metrics: Arc::new(Metrics::default()),
         }
     }
 }
@@ -169,6 +174,10 @@ async fn worker_loop(w: Arc<Shared>, offer: WorkerOffer) {
         ready.borrow_and_update();
         match w.store.claim_run(&offer, terms).await {
             Ok(Some(claim)) => {
+                w.config.metrics.runs_claimed.fetch_add(1, Ordering::Relaxed);
+                if claim.is_reclaim() {
+                    w.config.metrics.runs_reclaimed.fetch_add(1, Ordering::Relaxed);
+                }
                 let span = info_span!("run", session = %claim.fence.session_id, run = %claim.fence.run_id, epoch = claim.fence.epoch, worker = %offer.worker);
                 execute(&w, claim).instrument(span).await;
                 continue;
@@ -258,6 +267,8 @@ async fn execute(w: &Arc<Shared>, claim: Claim) {
     }
 
     // Aborted when dropped, so a Worker that dies (panic, abort) stops renewing its lease.
+    w.config.metrics.turns_running.fetch_add(1, Ordering::Relaxed);
+    let _running = Gauge(&w.config.metrics.turns_running);
     let keeper = AbortOnDropHandle::new(tokio::spawn(keep_lease(
         Arc::clone(w),
         claim.clone(),
@@ -273,6 +284,7 @@ async fn execute(w: &Arc<Shared>, claim: Claim) {
 
     let Some(result) = result else {
         info!("releasing the run for another process");
+        w.config.metrics.runs_released.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = w.store.release_run(&claim.fence).await {
             warn!(error = %e, "release failed; the lease will expire instead");
         }
@@ -295,6 +307,7 @@ async fn execute(w: &Arc<Shared>, claim: Claim) {
         ),
         Err(BackendError::Abandoned(why)) => {
             info!(%why, "run abandoned; nothing more is written");
+            w.config.metrics.runs_fenced.fetch_add(1, Ordering::Relaxed);
             return;
         }
         Err(_) if ctx.is_interrupted() => (vec![ended(StopReason::Interrupted)], RunOutcome::Cancelled),
@@ -324,6 +337,15 @@ async fn execute(w: &Arc<Shared>, claim: Claim) {
     settle(w, &claim, Settlement { events, outcome }).await;
 }
 
+/// Decrements a gauge when dropped (a turn that panics or is aborted still leaves it).
+struct Gauge<'a>(&'a AtomicI64);
+
+impl Drop for Gauge<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The final fenced commit, retried briefly if the store is unavailable (the lease usually
 /// outlives a short outage; if it does not, the run is reclaimed and resumed elsewhere).
 async fn settle(w: &Arc<Shared>, claim: &Claim, settlement: Settlement) {
@@ -331,10 +353,12 @@ async fn settle(w: &Arc<Shared>, claim: &Claim, settlement: Settlement) {
         match w.store.settle(&claim.fence, settlement.clone()).await {
             Ok(_) => {
                 debug!(outcome = ?settlement.outcome, "run settled");
+                w.config.metrics.settled(&settlement.outcome);
                 return;
             }
             Err(e @ StoreError::Fenced { .. }) => {
                 info!(error = %e, "settlement fenced; another worker owns the run");
+                w.config.metrics.runs_fenced.fetch_add(1, Ordering::Relaxed);
                 return;
             }
             Err(StoreError::Unavailable(m)) if attempt < 4 => {

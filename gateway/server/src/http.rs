@@ -25,6 +25,7 @@ pub fn router(
     let mut app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .with_state(state)
         .merge(gateway_managed_agents::router(managed_agents))
         .merge(gateway_a2a::router(a2a));
@@ -37,6 +38,11 @@ pub fn router(
 /// Liveness: the process answers.
 async fn healthz() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
+}
+
+/// Prometheus metrics of this process.
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.coordinator.metrics().render())
 }
 
 /// Readiness: the database answers within two seconds.

@@ -110,9 +110,11 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<R
             }
         }
     }
+    let metrics = Arc::new(gateway_runtime::Metrics::default());
     let coordinator =
         Coordinator::new(Arc::clone(&store), previews.clone(), offer.clone(), CoordinatorOptions::default())
-            .with_environments(Arc::clone(&environments));
+            .with_environments(Arc::clone(&environments))
+            .with_metrics(Arc::clone(&metrics));
     let published = crate::publish::publish(config, &coordinator).await?;
     let w = &config.workers;
     let pool = WorkerPool::start(
@@ -130,6 +132,7 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<R
             retry: RetryPolicy { max_retries: w.max_retries, ..Default::default() },
             shutdown_grace: Duration::from_secs(w.shutdown_grace_secs),
             providers: offer.providers.iter().map(|p| p.tier.clone()).collect(),
+            metrics,
         },
     );
     let shutdown = CancellationToken::new();

@@ -65,6 +65,7 @@ pub fn config(instance: &str, host: &str) -> WorkerConfig {
         retry: RetryPolicy { max_retries: 2, base: Duration::from_millis(20), max: Duration::from_millis(50) },
         shutdown_grace: Duration::from_millis(100),
         providers: vec![ProviderTier::local()],
+        metrics: Default::default(),
     }
 }
 
