@@ -18,7 +18,7 @@ use std::time::Duration;
 use futures::Stream;
 use gateway_core::event::{Event, EventKind};
 use gateway_core::{EventId, SessionId};
-use gateway_store::Store;
+use gateway_store::{Store, Tip};
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
@@ -53,7 +53,7 @@ struct State {
     last_seq: u64,
     poll: Duration,
     buffer: VecDeque<Event>,
-    watch: watch::Receiver<u64>,
+    watch: watch::Receiver<Tip>,
     previews: Option<broadcast::Receiver<Placed>>,
     /// Previews received but not yet delivered, in arrival (= publication) order.
     pending: VecDeque<Placed>,
@@ -188,8 +188,18 @@ pub(crate) fn subscribe(
             if st.need_read {
                 // Mark the watch as seen *before* reading, so a commit that lands after this
                 // read changes it again and wakes the wait below.
-                st.watch.borrow_and_update();
+                let tip = st.watch.borrow_and_update().clone();
                 st.next_poll = Instant::now() + st.poll;
+                // A batch this process just committed, contiguous with what was delivered:
+                // take it from memory instead of the store.
+                if let Some(batch) = tip.batch.filter(|b| {
+                    b.first().is_some_and(|f| f.seq <= st.last_seq + 1) && b.last().is_some_and(|l| l.seq > st.last_seq)
+                }) {
+                    let last = st.last_seq;
+                    st.buffer.extend(batch.iter().filter(|e| e.seq > last).cloned());
+                    st.need_read = false;
+                    continue;
+                }
                 match st.store.events_after(&st.session, st.last_seq, BATCH).await {
                     Ok(batch) if !batch.is_empty() => {
                         st.buffer.extend(batch);

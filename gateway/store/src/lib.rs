@@ -35,7 +35,7 @@ use gateway_core::{AgentId, ApiKeyId, DeliveryId, EnvironmentId, EventId, RunId,
 
 pub use error::{Guard, Result, StoreError};
 pub use model::*;
-pub use wake::{Hint, Wakeups};
+pub use wake::{Hint, Tip, Wakeups};
 
 /// Agents (versioned, archive-only) and environments.
 #[async_trait]

@@ -8,15 +8,27 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use gateway_core::event::Event;
 use gateway_core::{RunId, SessionId};
 use tokio::sync::watch;
+
+/// What a session watcher learns: the seq of the last committed event and, when that commit
+/// happened in this process, the batch of events it committed. Watchers that are caught up
+/// to the batch's first event take it from here instead of reading the store; anyone else
+/// (a lagging watcher, a hint from another process) reads the store, so correctness never
+/// depends on the batch.
+#[derive(Debug, Clone, Default)]
+pub struct Tip {
+    pub seq: u64,
+    pub batch: Option<Arc<[Event]>>,
+}
 
 /// The in-process wake-up hub of one store.
 pub struct Wakeups {
     enabled: bool,
     /// A generation counter bumped by every run-ready hint.
     runs: watch::Sender<u64>,
-    sessions: Mutex<HashMap<SessionId, watch::Sender<u64>>>,
+    sessions: Mutex<HashMap<SessionId, watch::Sender<Tip>>>,
     cancels: Mutex<HashMap<RunId, watch::Sender<bool>>>,
 }
 
@@ -83,9 +95,9 @@ impl Wakeups {
                         map.remove(session);
                     } else {
                         tx.send_if_modified(|cur| {
-                            let advanced = *seq > *cur;
+                            let advanced = *seq > cur.seq;
                             if advanced {
-                                *cur = *seq;
+                                *cur = Tip { seq: *seq, batch: None };
                             }
                             advanced
                         });
@@ -98,6 +110,38 @@ impl Wakeups {
                     tx.send_replace(true);
                 }
             }
+        }
+    }
+
+    /// Whether anyone in this process watches the session (so a commit knows whether sharing
+    /// its batch is worth a copy).
+    pub fn is_watched(&self, session: &SessionId) -> bool {
+        self.enabled
+            && self
+                .sessions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(session)
+                .is_some_and(|tx| tx.receiver_count() > 0)
+    }
+
+    /// Delivers a batch this process just committed (contiguous, ascending seqs).
+    pub fn deliver_committed(&self, session: &SessionId, batch: Arc<[Event]>) {
+        let Some(last) = batch.last().map(|e| e.seq) else { return };
+        if !self.enabled {
+            return;
+        }
+        let map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(tx) = map.get(session) {
+            tx.send_if_modified(|cur| {
+                // Also fill in the batch when our own NOTIFY, looping back through the
+                // listener, announced this seq first.
+                let better = last > cur.seq || (last == cur.seq && cur.batch.is_none());
+                if better {
+                    *cur = Tip { seq: last, batch: Some(Arc::clone(&batch)) };
+                }
+                better
+            });
         }
     }
 
@@ -130,10 +174,10 @@ impl Wakeups {
     }
 
     /// A receiver that changes when the session's log may have advanced.
-    pub fn watch_session(&self, session: &SessionId) -> watch::Receiver<u64> {
+    pub fn watch_session(&self, session: &SessionId) -> watch::Receiver<Tip> {
         let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         map.retain(|_, tx| tx.receiver_count() > 0);
-        map.entry(session.clone()).or_insert_with(|| watch::channel(0).0).subscribe()
+        map.entry(session.clone()).or_insert_with(|| watch::channel(Tip::default()).0).subscribe()
     }
 
     /// A receiver that turns true when the run's cancel intent may have been set.
@@ -180,7 +224,7 @@ mod tests {
         let mut rx = hub.watch_session(&s);
         hub.deliver(&Hint::SessionAdvanced(s.clone(), 3));
         rx.changed().await.unwrap();
-        assert_eq!(*rx.borrow(), 3);
+        assert_eq!(rx.borrow().seq, 3);
 
         let off = Wakeups::new(false);
         let mut rx = off.watch_session(&s);

@@ -146,13 +146,23 @@ macro_rules! event_cols {
 pub(crate) use event_cols;
 
 /// Hints collected during a transaction, sent to other processes inside it (PostgreSQL) and
-/// delivered locally after it commits.
+/// delivered locally after it commits, with the batches of events it committed.
 #[derive(Default)]
-pub(crate) struct Hints(Vec<Hint>);
+pub(crate) struct Hints {
+    hints: Vec<Hint>,
+    batches: Vec<(SessionId, Vec<Event>)>,
+}
 
 impl Hints {
     pub fn push(&mut self, h: Hint) {
-        self.0.push(h);
+        self.hints.push(h);
+    }
+
+    /// Shares a committed batch with this process's watchers of the session.
+    pub fn committed(&mut self, session: &SessionId, events: &[Event]) {
+        if !events.is_empty() {
+            self.batches.push((session.clone(), events.to_vec()));
+        }
     }
 }
 
@@ -171,13 +181,18 @@ engine_impl! {
         /// Commits, then delivers the hints locally. On PostgreSQL the hints were also queued
         /// with NOTIFY inside the transaction, so other processes see them only on commit.
         pub(crate) async fn finish(&self, mut tx: Transaction<'static, DB>, hints: Hints) -> Result<()> {
-            if let Some(sql) = DB::NOTIFY.filter(|_| self.wake.enabled()) {
-                for h in &hints.0 {
-                    sqlx::query(sql).bind(WAKE_CHANNEL).bind(h.encode()).execute(&mut *tx).await?;
-                }
+            if let Some(sql) = DB::NOTIFY.filter(|_| self.wake.enabled() && !hints.hints.is_empty()) {
+                // One NOTIFY for the whole transaction: hints joined by newlines.
+                let payload = hints.hints.iter().map(Hint::encode).collect::<Vec<_>>().join("\n");
+                sqlx::query(sql).bind(WAKE_CHANNEL).bind(payload).execute(&mut *tx).await?;
             }
             tx.commit().await?;
-            for h in &hints.0 {
+            for (session, events) in hints.batches {
+                if self.wake.is_watched(&session) {
+                    self.wake.deliver_committed(&session, events.into());
+                }
+            }
+            for h in &hints.hints {
                 self.wake.deliver(h);
             }
             Ok(())
@@ -195,36 +210,76 @@ engine_impl! {
             by: Option<(&RunId, i64)>,
         ) -> Result<Vec<Event>> {
             let mut out = Vec::with_capacity(events.len());
-            for (i, e) in events.into_iter().enumerate() {
-                let seq = last_seq + 1 + i as u64;
-                let payload = serde_json::to_string(&e.payload)?;
-                sqlx::query(
-                    "INSERT INTO events (session_id, seq, id, kind, payload, created_at, run_id, epoch) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                )
-                .bind(session.as_str())
-                .bind(seq as i64)
-                .bind(e.id.as_str())
-                .bind(e.payload.kind().as_str())
-                .bind(payload)
-                .bind(now)
-                .bind(by.map(|(r, _)| r.to_string()))
-                .bind(by.map(|(_, epoch)| epoch))
-                .execute(&mut **tx)
-                .await?;
-                out.push(Event {
-                    id: e.id,
-                    session_id: session.clone(),
-                    seq,
-                    created_at: Timestamp(now),
-                    run_id: by.map(|(r, _)| r.clone()),
-                    epoch: by.map(|(_, epoch)| epoch),
-                    payload: e.payload,
-                });
+            let mut seq = last_seq;
+            let mut events = events.into_iter().peekable();
+            while events.peek().is_some() {
+                let chunk: Vec<NewEvent> = events.by_ref().take(INSERT_CHUNK).collect();
+                let mut q = sqlx::query(insert_events_sql(chunk.len()));
+                for e in chunk {
+                    seq += 1;
+                    let payload = serde_json::to_string(&e.payload)?;
+                    q = q
+                        .bind(session.as_str())
+                        .bind(seq as i64)
+                        .bind(e.id.as_str())
+                        .bind(e.payload.kind().as_str())
+                        .bind(payload)
+                        .bind(now)
+                        .bind(by.map(|(r, _)| r.to_string()))
+                        .bind(by.map(|(_, epoch)| epoch));
+                    out.push(Event {
+                        id: e.id,
+                        session_id: session.clone(),
+                        seq,
+                        created_at: Timestamp(now),
+                        run_id: by.map(|(r, _)| r.clone()),
+                        epoch: by.map(|(_, epoch)| epoch),
+                        payload: e.payload,
+                    });
+                }
+                q.execute(&mut **tx).await?;
             }
             Ok(out)
         }
     }
+}
+
+/// Rows per multi-row event insert: one statement per chunk instead of one per event.
+const INSERT_CHUNK: usize = 32;
+
+/// `INSERT INTO events ... VALUES (...), (...)` for `n` rows (1..=INSERT_CHUNK). The text is
+/// made of placeholders only, built once per size and kept for the process's life, so it is as
+/// safe as a literal and each size is prepared once.
+fn insert_events_sql(n: usize) -> &'static str {
+    static SQL: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    let all = SQL.get_or_init(|| {
+        (0..=INSERT_CHUNK)
+            .map(|rows| {
+                let values: Vec<String> = (0..rows)
+                    .map(|r| {
+                        let b = r * 8;
+                        format!(
+                            "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                            b + 1,
+                            b + 2,
+                            b + 3,
+                            b + 4,
+                            b + 5,
+                            b + 6,
+                            b + 7,
+                            b + 8
+                        )
+                    })
+                    .collect();
+                let sql = format!(
+                    "INSERT INTO events (session_id, seq, id, kind, payload, created_at, run_id, epoch) VALUES {}",
+                    values.join(", ")
+                );
+                &*Box::leak(sql.into_boxed_str())
+            })
+            .collect()
+    });
+    all[n.clamp(1, INSERT_CHUNK)]
 }
 
 /// Decodes fetched event rows.

@@ -83,8 +83,10 @@ async fn listen(mut listener: PgListener, wake: Arc<Wakeups>, stop: Cancellation
             _ = stop.cancelled() => return,
             n = listener.try_recv() => match n {
                 Ok(Some(n)) => {
-                    if let Some(h) = Hint::decode(n.payload()) {
-                        wake.deliver(&h);
+                    for line in n.payload().lines() {
+                        if let Some(h) = Hint::decode(line) {
+                            wake.deliver(&h);
+                        }
                     }
                 }
                 Ok(None) => {

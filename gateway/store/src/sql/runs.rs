@@ -261,6 +261,7 @@ engine_impl! {
                     .execute(&mut *tx)
                     .await?;
                 hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
+                hints.committed(&session.id, &events);
             }
             self.finish(tx, hints).await?;
             Ok(events)
@@ -320,6 +321,7 @@ engine_impl! {
                 .execute(&mut *tx)
                 .await?;
             hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
+            hints.committed(&session.id, &events);
             self.finish(tx, hints).await?;
             Ok(events)
         }

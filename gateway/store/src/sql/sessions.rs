@@ -128,6 +128,7 @@ engine_impl! {
                 .execute(&mut **tx)
                 .await?;
             hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
+            hints.committed(&session.id, &events);
             Ok(events)
         }
 
@@ -292,6 +293,7 @@ engine_impl! {
                 .await?;
             let mut hints = Hints::default();
             hints.push(Hint::SessionAdvanced(id.clone(), last_seq));
+            hints.committed(id, &events);
             self.finish(tx, hints).await
         }
 
