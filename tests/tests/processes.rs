@@ -301,3 +301,61 @@ async fn a_real_model_on_the_local_sandbox_refuses_to_start_without_consent() {
     drop(consented);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Once a key exists, every network face of `gateway serve` wants one, loopback or not:
+/// Managed Agents, A2A (cards stay public) and the ACP WebSocket (refused before the upgrade).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_network_face_requires_a_key_once_one_exists() {
+    let dir = std::env::temp_dir().join(format!("gateway-keys-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = std::process::Command::new(TESTBED)
+        .args(["keys", "create", "--name", "faces"])
+        .current_dir(&dir)
+        .env_remove("GATEWAY_CONFIG")
+        .env("GATEWAY_LOG__FORMAT", "json")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let key = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert!(key.starts_with("gwk_"), "{key}");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(&key), "the secret never reaches the log");
+
+    let g = GatewayBuilder::new(TESTBED, "faces").cwd(&dir).spawn();
+    g.ready(Duration::from_secs(30)).await;
+    let http = reqwest::Client::new();
+    let with = |r: reqwest::RequestBuilder, key: Option<&str>| match key {
+        Some(k) => r.header("x-api-key", k),
+        None => r,
+    };
+    for key_sent in [None, Some("gwk_wrong"), Some(key.as_str())] {
+        let ok = key_sent == Some(key.as_str());
+        let ma = with(http.get(g.url("/v1/agents")), key_sent).send().await.unwrap().status();
+        assert_eq!(ma.as_u16(), if ok { 200 } else { 401 }, "Managed Agents with {key_sent:?}");
+        let rpc = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "task_x"}});
+        let a2a = with(http.post(g.url("/a2a/default")).header("A2A-Version", "1.0").json(&rpc), key_sent)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(a2a.status().as_u16() == 401, !ok, "A2A with {key_sent:?}: {}", a2a.status());
+        let acp = with(
+            http.get(g.url("/acp"))
+                .header("connection", "upgrade")
+                .header("upgrade", "websocket")
+                .header("sec-websocket-version", "13")
+                .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+            key_sent,
+        )
+        .send()
+        .await
+        .unwrap();
+        assert_eq!(acp.status().as_u16(), if ok { 101 } else { 401 }, "ACP WebSocket with {key_sent:?}");
+        if !ok {
+            assert!(acp.headers().contains_key("www-authenticate"));
+        }
+    }
+    let card = http.get(g.url("/.well-known/agent-card.json")).send().await.unwrap().status();
+    assert_eq!(card.as_u16(), 200, "agent cards are public");
+    drop(g);
+    let _ = std::fs::remove_dir_all(&dir);
+}

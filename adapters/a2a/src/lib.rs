@@ -1,19 +1,51 @@
-//! gateway-a2a: Agent2Agent (v1.0 canonical, v0.3 at the edges).
+//! gateway-a2a: Agent2Agent (v1.0 canonical, v0.3 at the edges). Decisions: docs/adr/0009-a2a.md.
 //!
 //! - Server: an agent card per published agent, JSON-RPC and HTTP+JSON bindings with SSE,
-//!   tasks kept in the gateway's store (contextId = session), push notifications from the
-//!   durable outbox, and an optional built-in conformance agent.
+//!   tasks projected from the gateway's event log (contextId = session), push notifications
+//!   from the durable outbox, and an optional built-in conformance agent.
 //! - Outbound backend: a published agent `a2a:<remote>` runs its turns on a remote A2A agent.
 //!
-//! Entry points are fixed by the server (composition root); their bodies are being built.
+//! Module map: `wire` (v1.0 types) and `v03` (v0.3 rewrites); `jsonrpc`, `rest`, `sse` (the
+//! bindings); `ops` and `service` (the operations); `projection` and `watch` (events -> tasks);
+//! `records` (documents); `push`, `delivery`, `ssrf` (push notifications); `card`;
+//! `conformance`; `outbound` (the remote backend).
+
+mod auth;
+mod card;
+mod conformance;
+mod content;
+mod delivery;
+pub mod error;
+mod jsonrpc;
+mod ops;
+mod outbound;
+mod projection;
+mod push;
+mod records;
+mod rest;
+mod service;
+mod sse;
+mod ssrf;
+#[cfg(test)]
+mod testkit;
+mod v03;
+pub mod version;
+mod watch;
+pub mod wire;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use axum::extract::DefaultBodyLimit;
+use axum::middleware;
+use axum::routing::{any, get, post};
 use gateway_core::agent::BackendRef;
 use gateway_runtime::auth::Authenticator;
 use gateway_runtime::{Backend, Coordinator, PublishedAgents};
 use tokio_util::sync::CancellationToken;
+
+/// Largest request body the A2A routes accept.
+pub const BODY_LIMIT: usize = 8 * 1024 * 1024;
 
 /// What the A2A server needs from the process.
 #[derive(Clone)]
@@ -35,25 +67,74 @@ pub struct RemoteConfig {
     pub auth: Option<String>,
 }
 
-/// The A2A routes: cards, JSON-RPC and HTTP+JSON bindings.
-pub fn router(ctx: A2aContext) -> axum::Router {
-    let _ = ctx;
-    axum::Router::new()
+impl std::fmt::Debug for RemoteConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteConfig")
+            .field("url", &self.url)
+            .field("auth", &self.auth.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
-/// Delivers push notifications from the outbox until `ctx.shutdown`.
-pub async fn run_push_deliveries(ctx: A2aContext) {
-    ctx.shutdown.cancelled().await;
+/// The A2A routes: cards (public), JSON-RPC and HTTP+JSON bindings (authenticated).
+pub fn router(ctx: A2aContext) -> axum::Router {
+    let protected = axum::Router::new()
+        .route("/a2a/{agent}", post(jsonrpc::handle))
+        .route("/a2a/{agent}/", post(jsonrpc::handle))
+        .route("/a2a/{agent}/{*rest}", any(rest::handle))
+        .layer(middleware::from_fn_with_state(ctx.clone(), auth::layer));
+    axum::Router::new()
+        .route("/.well-known/agent-card.json", get(card::root_card))
+        .route("/.well-known/agent.json", get(card::root_card))
+        .route("/a2a/{agent}/.well-known/agent-card.json", get(card::agent_card))
+        .route("/a2a/{agent}/.well-known/agent.json", get(card::agent_card))
+        .merge(protected)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(ctx)
 }
+
+/// Delivers push notifications from the outbox (and feeds it from committed task events)
+/// until `ctx.shutdown`.
+pub async fn run_push_deliveries(ctx: A2aContext) {
+    delivery::run(ctx).await;
+}
+
+pub use outbound::Limits as RemoteLimits;
 
 /// One backend per configured remote, registered as `a2a:<name>`.
 pub fn backends(remotes: &BTreeMap<String, RemoteConfig>) -> Vec<(BackendRef, Arc<dyn Backend>)> {
-    let _ = remotes;
-    Vec::new()
+    backends_with(remotes, RemoteLimits::default())
+}
+
+/// [`backends`] with other time limits (tests use short ones).
+pub fn backends_with(
+    remotes: &BTreeMap<String, RemoteConfig>,
+    limits: RemoteLimits,
+) -> Vec<(BackendRef, Arc<dyn Backend>)> {
+    remotes
+        .iter()
+        .map(|(name, cfg)| {
+            let backend: Arc<dyn Backend> = Arc::new(outbound::RemoteBackend::new(name, cfg.clone(), limits));
+            (BackendRef::A2a { remote: name.clone() }, backend)
+        })
+        .collect()
+}
+
+/// Fetches and pins each remote's agent card (publication time: the process start that
+/// syncs configured agents). A remote that does not answer is logged and fetched again at its
+/// first turn, so one unreachable remote never keeps the gateway from serving the others. A
+/// pinned card is kept until the remote's configured URL changes.
+pub async fn pin_remote_cards(docs: &dyn gateway_runtime::Documents, remotes: &BTreeMap<String, RemoteConfig>) {
+    for (name, cfg) in remotes {
+        let backend = outbound::RemoteBackend::new(name, cfg.clone(), RemoteLimits::default());
+        if let Err(e) = backend.pin_card(docs).await {
+            tracing::warn!(remote = %name, error = %e, "remote agent card not fetched at start; retried at the first turn");
+        }
+    }
 }
 
 /// The built-in conformance agent's backend, registered as `builtin:conformance` when
 /// `[a2a] conformance_agent` is on.
-pub fn conformance_backend() -> Option<(BackendRef, Arc<dyn Backend>)> {
-    None
+pub fn conformance_backend() -> (BackendRef, Arc<dyn Backend>) {
+    (BackendRef::Builtin { name: conformance::BUILTIN_NAME.into() }, Arc::new(conformance::ConformanceBackend))
 }

@@ -1,48 +1,116 @@
 //! gateway-acp: the Agent Client Protocol (v1) on both faces.
 //!
-//! - Agent face: the gateway is an ACP agent for editors, on stdio (`gateway acp`) and,
-//!   experimentally, over WebSocket at `/acp` on `gateway serve`.
-//! - Client face: an ACP agent process (`[executors.acp.NAME]`) is a backend; the gateway is
-//!   its client and serves its `fs/*` and `terminal/*` requests from the session's Hand.
+//! - Editor face ([`editor`]): the gateway is an ACP agent for editors, on stdio
+//!   (`gateway acp`) and, experimentally, over WebSocket at `/acp` on `gateway serve`.
+//! - Backend face ([`backend`]): an ACP agent process (`[executors.acp.NAME]`) is a backend;
+//!   the gateway is its client and serves its `fs/*` and `terminal/*` requests from the
+//!   session's Hand.
 //!
-//! Entry points are fixed by the server (composition root); their bodies are being built.
+//! Both faces speak JSON-RPC through one small symmetric peer ([`rpc`]), written here rather
+//! than taken from the `agent-client-protocol` crate (docs/adr/0008-acp.md says why).
+
+pub mod backend;
+pub mod editor;
+pub mod names;
+pub mod rpc;
+pub mod wire;
+mod ws;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use gateway_core::agent::BackendRef;
 use gateway_runtime::{Backend, Coordinator, Environments, PublishedAgents};
 use tokio_util::sync::CancellationToken;
+
+use crate::rpc::framing::{self, MAX_MESSAGE_BYTES};
+use crate::rpc::{Peer, PeerOptions};
 
 /// What the agent face needs from the process.
 #[derive(Clone)]
 pub struct AcpContext {
     pub coordinator: Coordinator,
     pub agents: PublishedAgents,
+    /// Checks the gateway's keys on network transports (`/acp`); `None` on stdio, where the
+    /// editor started the process itself.
+    pub auth: Option<Arc<gateway_runtime::auth::Authenticator>>,
+    /// Where a session `cwd` may be: `None` on stdio (any absolute directory; the editor
+    /// started the process with the user's rights), the configured roots on network
+    /// transports (empty: no session may be opened there).
+    pub workspace_roots: Option<Vec<std::path::PathBuf>>,
     pub shutdown: CancellationToken,
 }
 
 /// `[executors.acp.NAME]`: an ACP agent command.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct ExecutorConfig {
     pub command: String,
     pub args: Vec<String>,
+    /// Often carries credentials: values never logged.
     pub env: BTreeMap<String, String>,
     /// Longest one turn may take.
     pub turn_timeout: std::time::Duration,
 }
 
+impl std::fmt::Debug for ExecutorConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecutorConfig")
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("turn_timeout", &self.turn_timeout)
+            .finish()
+    }
+}
+
 /// `gateway acp`: serves one editor over stdin/stdout until stdin closes. `agent` names the
 /// published agent new sessions use (default: the configured default agent).
 pub async fn serve_stdio(ctx: AcpContext, agent: Option<String>) -> anyhow::Result<()> {
-    let _ = (ctx, agent);
-    anyhow::bail!("the ACP agent face is not available in this build yet")
+    if let Some(name) = &agent
+        && ctx.agents.get(name).is_none()
+    {
+        let known: Vec<&str> = ctx.agents.agents.iter().map(|(n, _)| n.as_str()).collect();
+        anyhow::bail!("--agent {name:?} is not a published agent (published: {})", known.join(", "));
+    }
+    let editor = editor::Editor::new(ctx, agent);
+    let incoming = framing::spawn_reader(tokio::io::stdin(), MAX_MESSAGE_BYTES);
+    let handler = Arc::new(editor::EditorHandler(editor));
+    let (peer, frames, reader) = Peer::start("editor", incoming, handler, PeerOptions::default());
+    let writer = framing::spawn_writer(tokio::io::stdout(), frames);
+    tracing::info!("serving ACP on stdio");
+    let _ = reader.await;
+    drop(peer);
+    // Frames already queued still go out; then stdout is released.
+    let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+    tracing::info!("the editor closed stdin");
+    Ok(())
 }
 
 /// The experimental ACP endpoint `/acp` (WebSocket) of `gateway serve`.
 pub fn router(ctx: AcpContext) -> axum::Router {
-    let _ = ctx;
-    axum::Router::new()
+    ws::router(ctx)
+}
+
+/// How long shutdown lets running turns keep their agent processes.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
+
+/// Stops this process's ACP agent processes (after their running turns, at most 10 s). Agents
+/// that do not exit when their stdin closes would otherwise outlive the gateway. The process
+/// calls it once, after its Workers have stopped (`gateway serve` and `gateway acp` alike).
+pub async fn shutdown() {
+    backend::processes().close_all(SHUTDOWN_WAIT).await;
+}
+
+/// Stops idle ACP agent processes and those of deleted sessions, every 30 s until `stop`.
+pub async fn maintain(coordinator: Coordinator, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(30));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => backend::processes().sweep(&coordinator).await,
+        }
+    }
 }
 
 /// One backend per configured executor, registered as `acp:<name>`.
@@ -50,6 +118,11 @@ pub fn backends(
     executors: &BTreeMap<String, ExecutorConfig>,
     environments: Arc<Environments>,
 ) -> Vec<(BackendRef, Arc<dyn Backend>)> {
-    let _ = (executors, environments);
-    Vec::new()
+    executors
+        .iter()
+        .map(|(name, config)| {
+            let backend = backend::AcpBackend::new(name.clone(), config.clone(), Arc::clone(&environments));
+            (BackendRef::Acp { executor: name.clone() }, Arc::new(backend) as Arc<dyn Backend>)
+        })
+        .collect()
 }

@@ -14,12 +14,8 @@ use crate::error::ApiError;
 
 /// The key a client presented, from `x-api-key` or a bearer token.
 pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
-    if let Some(k) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) {
-        return Some(k);
-    }
-    let auth = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = auth.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
+    let value = |name| headers.get(name).and_then(|v: &axum::http::HeaderValue| v.to_str().ok());
+    gateway_runtime::auth::presented_key(value("x-api-key"), value(axum::http::header::AUTHORIZATION.as_str()))
 }
 
 pub async fn layer(State(api): State<ManagedAgents>, req: Request, next: Next) -> Response {

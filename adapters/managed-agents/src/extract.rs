@@ -72,46 +72,7 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
 
 /// `application/x-www-form-urlencoded` pairs (`+` is a space, `%XX` escapes).
 fn url_pairs(raw: &str) -> Vec<(String, String)> {
-    raw.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (decode(k), decode(v))
-        })
-        .collect()
-}
-
-fn decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b'%' => match bytes
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-            {
-                Some(v) => {
-                    out.push(v);
-                    i += 3;
-                }
-                None => {
-                    out.push(b'%');
-                    i += 1;
-                }
-            },
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    form_urlencoded::parse(raw.as_bytes()).map(|(k, v)| (k.into_owned(), v.into_owned())).collect()
 }
 
 impl QueryParams {
@@ -179,6 +140,6 @@ mod tests {
         assert_eq!(q.limit(20, 100).unwrap(), 5);
         assert!(q.created().unwrap().gte.is_some());
         assert!(QueryParams(url_pairs("limit=101")).limit(20, 100).is_err());
-        assert_eq!(decode("a+b%2Cc%zz%"), "a b,c%zz%");
+        assert_eq!(url_pairs("q=a+b%2Cc%zz%"), vec![("q".to_owned(), "a b,c%zz%".to_owned())]);
     }
 }

@@ -14,8 +14,13 @@ pub struct SessionState {
     pub pending: Vec<PendingAction>,
     /// A run is claimed and executing (or its lease awaits reclaim).
     pub run_running: bool,
-    /// A run waits in the queue.
+    /// A run that has not started yet waits in the queue: it will read every input admitted
+    /// before its claim, so a new message needs no run of its own.
     pub run_queued: bool,
+    /// A started run waits in the queue to be retried (after a transient failure or a
+    /// release). Its inputs were fixed at its first claim, so a message admitted now needs a
+    /// run of its own after it; an interrupt still cancels it.
+    pub run_retrying: bool,
 }
 
 /// What the store must do, atomically, for an admitted batch.
@@ -74,6 +79,7 @@ pub fn admit(state: &SessionState, inputs: Vec<NewEvent>) -> Result<Admission, A
     // Whether, after the inputs so far, a run will still execute for this session.
     let mut running = state.run_running;
     let mut queued = state.run_queued;
+    let mut retrying = state.run_retrying;
     let mut answered = false;
 
     for input in inputs {
@@ -95,14 +101,15 @@ pub fn admit(state: &SessionState, inputs: Vec<NewEvent>) -> Result<Admission, A
                     a.cancel_running = true;
                     running = false;
                 }
-                if queued {
-                    if a.enqueue_run {
-                        // Queued by this very batch: simply do not queue it.
-                        a.enqueue_run = false;
-                    } else {
+                if queued || retrying {
+                    // A run queued by this very batch is simply not queued; runs already in
+                    // the queue (fresh or retrying) are cancelled.
+                    a.enqueue_run = false;
+                    if state.run_queued || state.run_retrying {
                         a.cancel_queued = true;
                     }
                     queued = false;
+                    retrying = false;
                 }
                 let parked = !a.pending.is_empty();
                 a.pending.clear();
@@ -129,7 +136,7 @@ pub fn admit(state: &SessionState, inputs: Vec<NewEvent>) -> Result<Admission, A
 
     if answered {
         if a.pending.is_empty() {
-            if !queued && !running {
+            if !queued && !running && !retrying {
                 a.enqueue_run = true;
             }
             a.status = SessionStatus::Running;
@@ -166,6 +173,7 @@ mod tests {
             pending: vec![],
             run_running: false,
             run_queued: false,
+            run_retrying: false,
         }
     }
 
@@ -209,6 +217,18 @@ mod tests {
         assert!(a.enqueue_run);
         let b = admit(&SessionState { run_queued: true, ..running() }, vec![msg()]).unwrap();
         assert!(!b.enqueue_run, "a queued run already takes every new message");
+    }
+
+    #[test]
+    fn message_while_a_turn_awaits_its_retry_queues_its_own_run() {
+        let retrying = SessionState { status: SessionStatus::Rescheduling, run_retrying: true, ..idle() };
+        let a = admit(&retrying, vec![msg()]).unwrap();
+        assert!(a.enqueue_run, "the retried run answers only the inputs it started with");
+        let b = admit(&SessionState { run_queued: true, ..retrying.clone() }, vec![msg()]).unwrap();
+        assert!(!b.enqueue_run, "the run queued after the retry takes this message too");
+        let c = admit(&retrying, vec![interrupt(), msg()]).unwrap();
+        assert!(c.cancel_queued && c.enqueue_run, "an interrupt cancels the retry; the message gets a run");
+        assert!(matches!(c.events[1].payload, EventPayload::TurnEnded { stop: StopReason::Interrupted }));
     }
 
     #[test]

@@ -118,7 +118,13 @@ pub enum EventPayload {
     },
 
     // -- turn lifecycle --
-    TurnStarted {},
+    TurnStarted {
+        /// The last seq of the inputs this turn answers (the run's input boundary): inputs
+        /// committed after it belong to a later turn. Lets adapters tell which turn answers
+        /// which message even when a retried earlier turn starts after a newer message.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        inputs_through: Option<u64>,
+    },
     TurnRescheduled {},
     TurnEnded {
         stop: StopReason,
@@ -261,7 +267,7 @@ impl EventPayload {
             EventPayload::UserInterrupt {} => EventKind::UserInterrupt,
             EventPayload::ToolConfirmation { .. } => EventKind::ToolConfirmation,
             EventPayload::ClientToolResult { .. } => EventKind::ClientToolResult,
-            EventPayload::TurnStarted {} => EventKind::TurnStarted,
+            EventPayload::TurnStarted { .. } => EventKind::TurnStarted,
             EventPayload::TurnRescheduled {} => EventKind::TurnRescheduled,
             EventPayload::TurnEnded { .. } => EventKind::TurnEnded,
             EventPayload::SessionError { .. } => EventKind::SessionError,
@@ -340,7 +346,7 @@ mod tests {
                 is_error: false,
                 origin: ToolOrigin::Custom,
             },
-            EventPayload::TurnStarted {},
+            EventPayload::TurnStarted { inputs_through: Some(3) },
             EventPayload::TurnRescheduled {},
             EventPayload::TurnEnded { stop: StopReason::RequiresAction { event_ids: vec![EventId::new()] } },
             EventPayload::SessionError {
@@ -377,5 +383,13 @@ mod tests {
             let back: EventPayload = serde_json::from_value(json).unwrap();
             assert_eq!(back, p);
         }
+    }
+
+    #[test]
+    fn turn_started_events_stored_before_inputs_through_still_read() {
+        let old: EventPayload = serde_json::from_value(serde_json::json!({"type": "turn_started"})).unwrap();
+        assert_eq!(old, EventPayload::TurnStarted { inputs_through: None });
+        let none = serde_json::to_value(EventPayload::TurnStarted { inputs_through: None }).unwrap();
+        assert_eq!(none, serde_json::json!({"type": "turn_started"}));
     }
 }

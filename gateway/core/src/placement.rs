@@ -73,6 +73,11 @@ pub struct Offer {
     pub a2a_remotes: BTreeSet<String>,
     /// Gateway-internal agents (`builtin:<name>`) this deployment runs.
     pub builtins: BTreeSet<String>,
+    /// Whether file and repository resources can be materialized into a workspace. No
+    /// component of this gateway does that yet (there is no file store and no checkout step),
+    /// so deployments offer `false` and such sessions are refused rather than started without
+    /// the files they asked for.
+    pub mounts: bool,
 }
 
 impl Offer {
@@ -195,6 +200,10 @@ pub enum PlacementError {
     UnknownBuiltin(String),
     #[error("placement rule \"builtin + local inputs\": a built-in agent takes no local inputs ({inputs})")]
     LocalInputsOnBuiltin { inputs: String },
+    #[error(
+        "placement rule \"unmet requirements\": this gateway cannot mount file or repository resources ({inputs}); it has no file store and does not check out repositories"
+    )]
+    MountsUnsupported { inputs: String },
 }
 
 impl PlacementError {
@@ -213,6 +222,9 @@ impl PlacementError {
             PlacementError::UnknownRemote(_) => "unknown_remote",
             PlacementError::UnknownBuiltin(_) => "unknown_builtin",
             PlacementError::LocalInputsOnBuiltin { .. } => "builtin_with_local_inputs",
+            // The client asked for a feature this deployment lacks, as the protocols' own
+            // "not supported" answers say.
+            PlacementError::MountsUnsupported { .. } => "not_supported",
         }
     }
 }
@@ -288,6 +300,10 @@ pub fn place(
         because.push(RealizeReason::EagerProvisioning);
     }
     if inputs.files > 0 || inputs.repositories > 0 {
+        if !offer.mounts {
+            let only = LocalInputs { files: inputs.files, repositories: inputs.repositories, ..Default::default() };
+            return Err(PlacementError::MountsUnsupported { inputs: only.describe() });
+        }
         because.push(RealizeReason::Mounts);
     }
     if inputs.workspace {
@@ -365,6 +381,7 @@ mod tests {
             acp_executors: ["claude".to_owned()].into(),
             a2a_remotes: ["echo".to_owned()].into(),
             builtins: ["conformance".to_owned()].into(),
+            mounts: true,
         }
     }
 
@@ -480,6 +497,26 @@ mod tests {
         assert!(err.to_string().contains("1 file mount"), "{err}");
         let err = place(&a2a(), &cloud(Provisioning::Eager, "local"), &LocalInputs::default(), &offer()).unwrap_err();
         assert!(matches!(err, PlacementError::A2aWithEagerProvisioning { .. }), "{err}");
+        // The backend's own rule wins over a missing mount capability: the client learns
+        // that the combination is impossible, not merely unsupported here.
+        let no_mounts = Offer { mounts: false, ..offer() };
+        let err = place(&a2a(), &cloud(Provisioning::OnToolUse, "local"), &mounts(), &no_mounts).unwrap_err();
+        assert_eq!(err.code(), "a2a_with_local_inputs");
+    }
+
+    // Row: mounts on a deployment that cannot materialize them -> refused, never started
+    // without the files.
+    #[test]
+    fn row_mounts_without_a_materializer_are_refused() {
+        let no_mounts = Offer { mounts: false, ..offer() };
+        for backend in [BackendRef::Native, acp()] {
+            let env = cloud(Provisioning::Eager, "local");
+            let err = place(&backend, &env, &mounts(), &no_mounts).unwrap_err();
+            assert!(matches!(err, PlacementError::MountsUnsupported { .. }), "{err}");
+            assert!(err.to_string().contains("1 file mount"), "{err}");
+        }
+        let workspace = LocalInputs { workspace: true, ..Default::default() };
+        place(&acp(), &cloud(Provisioning::Eager, "local"), &workspace, &no_mounts).unwrap();
     }
 
     // Row: requirements that cannot be met -> fail closed, never a weaker sandbox.

@@ -55,6 +55,16 @@ pub struct NewKey {
     pub hash: String,
 }
 
+/// The key a client presented: the `x-api-key` header's value, else the token of an
+/// `Authorization: Bearer` header. Every HTTP face reads credentials this one way.
+pub fn presented_key<'a>(x_api_key: Option<&'a str>, authorization: Option<&'a str>) -> Option<&'a str> {
+    if let Some(k) = x_api_key {
+        return Some(k);
+    }
+    let (scheme, token) = authorization?.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
+}
+
 /// Makes a new random key.
 pub fn generate_key() -> NewKey {
     const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";

@@ -261,7 +261,10 @@ async fn execute(w: &Arc<Shared>, claim: Claim) {
     };
     // A crash reclaim continues the turn its predecessor started; anything else starts one.
     let continuing = run.started && run.crash_count > 0;
-    if !continuing && let Err(e) = ctx.commit(vec![NewEvent::new(EventPayload::TurnStarted {})]).await {
+    if !continuing
+        && let Err(e) =
+            ctx.commit(vec![NewEvent::new(EventPayload::TurnStarted { inputs_through: run.input_seq })]).await
+    {
         warn!(error = %e, "could not start the turn");
         return;
     }

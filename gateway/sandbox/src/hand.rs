@@ -13,9 +13,10 @@ use cap_std::fs::Dir;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use crate::files::{self, Workspace};
+use crate::files::{self, FileError, Workspace};
 use crate::input::{self, BadInput, MAX_COMMAND_BYTES, MAX_PATH_BYTES, MAX_PATTERN_BYTES, MAX_TEXT_BYTES};
 use crate::shell::{End, Outcome, Shell};
+use crate::terminal::Terminals;
 use crate::{Sandbox, SandboxError};
 
 pub type JsonObject = serde_json::Map<String, serde_json::Value>;
@@ -48,6 +49,8 @@ pub struct Hand {
     sandbox: Arc<dyn Sandbox>,
     files: Arc<Workspace>,
     shell: Mutex<Option<Shell>>,
+    /// Commands an agent process runs and polls itself (ACP `terminal/*`).
+    terminals: Terminals,
     /// Cancelled (and replaced) by `hibernate()`, so a running command does not hold the
     /// shell, and the hibernation, for up to its whole time limit.
     interrupt: std::sync::Mutex<CancellationToken>,
@@ -65,10 +68,11 @@ impl Hand {
         let path = sandbox.workspace();
         let dir = Dir::open_ambient_dir(path, cap_std::ambient_authority())
             .map_err(|e| SandboxError::Workspace { path: path.display().to_string(), reason: e.to_string() })?;
-        let files = Workspace::new(dir, sandbox.inner_root().to_owned(), sandbox.policy().limits.output_cap);
+        let files = Arc::new(Workspace::new(dir, sandbox.inner_root().to_owned(), sandbox.policy().limits.output_cap));
         Ok(Self {
+            terminals: Terminals::new(Arc::clone(&sandbox), Arc::clone(&files)),
             sandbox,
-            files: Arc::new(files),
+            files,
             shell: Mutex::new(None),
             interrupt: std::sync::Mutex::new(CancellationToken::new()),
         })
@@ -95,9 +99,40 @@ impl Hand {
         result.unwrap_or_else(|e| e)
     }
 
-    /// Stops whatever the Hand keeps running (the persistent shell); the files stay. A command
-    /// running at that moment is interrupted (its call answers "cancelled").
+    /// The terminals of agents that run commands themselves.
+    pub fn terminals(&self) -> &Terminals {
+        &self.terminals
+    }
+
+    /// A text file's content (ACP `fs/read_text_file`): from 1-based `line`, at most `limit`
+    /// lines, confined like the file tools.
+    pub async fn read_text_file(&self, path: &str, line: Option<u64>, limit: Option<u64>) -> Result<String, FileError> {
+        if path.len() > MAX_PATH_BYTES {
+            return Err(FileError::Invalid(format!("the path is too long ({} bytes)", path.len())));
+        }
+        let files = Arc::clone(&self.files);
+        let path = path.to_owned();
+        tokio::task::spawn_blocking(move || files::read_text(&files, &path, line, limit))
+            .await
+            .map_err(|e| FileError::Failed(format!("the read failed: {e}")))?
+    }
+
+    /// Creates or replaces a text file (ACP `fs/write_text_file`), confined like the file tools.
+    pub async fn write_text_file(&self, path: &str, content: &str) -> Result<(), FileError> {
+        if path.len() > MAX_PATH_BYTES {
+            return Err(FileError::Invalid(format!("the path is too long ({} bytes)", path.len())));
+        }
+        let files = Arc::clone(&self.files);
+        let (path, content) = (path.to_owned(), content.to_owned());
+        tokio::task::spawn_blocking(move || files::write_text(&files, &path, &content))
+            .await
+            .map_err(|e| FileError::Failed(format!("the write failed: {e}")))?
+    }
+
+    /// Stops whatever the Hand keeps running (the persistent shell, terminals); the files stay.
+    /// A command running at that moment is interrupted (its call answers "cancelled").
     pub async fn hibernate(&self) {
+        self.terminals.release_all();
         let interrupt = std::mem::take(&mut *self.interrupt.lock().unwrap_or_else(|p| p.into_inner()));
         interrupt.cancel();
         if let Some(shell) = self.shell.lock().await.take() {

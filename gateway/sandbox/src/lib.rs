@@ -22,6 +22,7 @@ mod input;
 pub mod local;
 pub mod namespace;
 mod shell;
+pub mod terminal;
 pub mod tools;
 
 #[cfg(feature = "conformance")]
@@ -34,9 +35,11 @@ use std::time::Duration;
 use gateway_core::environment::ProviderTier;
 use gateway_core::placement::NetworkControl;
 
+pub use files::FileError;
 pub use hand::{Hand, ToolOutput};
 pub use local::LocalProvider;
 pub use namespace::NamespaceProvider;
+pub use terminal::{TerminalError, TerminalExit, TerminalOutput, TerminalSpec, Terminals};
 pub use tools::{BuiltinToolDefinition, builtin_tool_definitions};
 
 /// Why a sandbox could not be provided or used.
@@ -113,5 +116,12 @@ pub trait Sandbox: Send + Sync {
     /// A command that runs `program args..` inside the sandbox, in the workspace, with a
     /// cleared environment, in its own process group, killed when dropped.
     fn command(&self, program: &str, args: &[String]) -> tokio::process::Command;
+    /// [`Sandbox::command`] plus environment variables for the program whose values must not
+    /// appear in any argv (`/proc/*/cmdline` is readable by every user of the host): the
+    /// credentials of an operator-configured agent command. They travel in the environment
+    /// of the process the gateway spawns (bubblewrap itself for `namespace`, outside the
+    /// sandbox), so they must come from the operator, never from a sandboxed party; what an
+    /// agent asks for goes through `env NAME=VALUE` inside the sandbox instead.
+    fn command_with_env(&self, program: &str, args: &[String], env: &[(String, String)]) -> tokio::process::Command;
     fn policy(&self) -> &SandboxPolicy;
 }

@@ -102,6 +102,7 @@ impl NamespaceProvider {
         let mut child = std::process::Command::new(&sandbox.bwrap)
             .args(sandbox.argv("true", &[]))
             .env_clear()
+            .envs(argv::sandbox_env())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -203,9 +204,22 @@ impl Sandbox for NamespaceSandbox {
         &self.inner_root
     }
 
+    /// bubblewrap runs with exactly the sandbox's environment (the gateway's is cleared), and
+    /// the sandboxed program inherits it: nothing of it is on a command line.
     fn command(&self, program: &str, args: &[String]) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(&self.bwrap);
-        cmd.args(self.argv(program, args)).current_dir("/").env_clear().process_group(0).kill_on_drop(true);
+        cmd.args(self.argv(program, args))
+            .current_dir("/")
+            .env_clear()
+            .envs(argv::sandbox_env())
+            .process_group(0)
+            .kill_on_drop(true);
+        cmd
+    }
+
+    fn command_with_env(&self, program: &str, args: &[String], env: &[(String, String)]) -> tokio::process::Command {
+        let mut cmd = self.command(program, args);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         cmd
     }
 

@@ -62,7 +62,7 @@ pub fn main_with(ext: Extensions) -> std::process::ExitCode {
         let default = PathBuf::from("gateway.toml");
         default.exists().then_some(default)
     });
-    let config = match Config::load(file.as_deref()) {
+    let mut config = match Config::load(file.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             // Logging is configured by the file that failed to load: report plainly.
@@ -70,6 +70,9 @@ pub fn main_with(ext: Extensions) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    if matches!(cli.command, Command::Acp { .. }) {
+        config.anchor_state_for_editor(Config::user_data_home());
+    }
     telemetry::init(&config.log);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,

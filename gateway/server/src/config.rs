@@ -200,11 +200,16 @@ pub struct AcpConfig {
     pub websocket: bool,
     /// Longest a backend agent process may take for one turn.
     pub turn_timeout_secs: u64,
+    /// Directories under which an editor on the WebSocket endpoint may open a session `cwd`
+    /// (the directory becomes the session's workspace, read and written with the gateway's
+    /// rights). Empty: WebSocket editors cannot open sessions. `gateway acp` on stdio is not
+    /// limited: the editor started it with the user's own rights.
+    pub workspace_roots: Vec<String>,
 }
 
 impl Default for AcpConfig {
     fn default() -> Self {
-        Self { websocket: true, turn_timeout_secs: 1800 }
+        Self { websocket: true, turn_timeout_secs: 1800, workspace_roots: Vec::new() }
     }
 }
 
@@ -227,12 +232,23 @@ pub struct ExecutorsConfig {
     pub acp: BTreeMap<String, AcpExecutorConfig>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[derive(Clone, Serialize, Deserialize, Default)]
 #[serde(default)]
 pub struct AcpExecutorConfig {
     pub command: String,
     pub args: Vec<String>,
+    /// Often carries credentials (API keys): values never logged.
     pub env: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for AcpExecutorConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcpExecutorConfig")
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &self.env.keys().map(|k| (k, "<redacted>")).collect::<BTreeMap<_, _>>())
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -284,6 +300,28 @@ impl Config {
         let config: Config = fig.extract().map_err(|e| ConfigError::Invalid(e.to_string()))?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// `gateway acp` is started by editors, usually from the user's project directory. Left at
+    /// their defaults, the database and the workspaces root would land in `./data` inside that
+    /// project; they go to `<data_home>/gateway` instead (`$XDG_DATA_HOME`, else
+    /// `~/.local/share`), so one editor's sessions are listed and loadable from any project.
+    /// Settings the user made are kept as they are.
+    pub fn anchor_state_for_editor(&mut self, data_home: Option<PathBuf>) {
+        let defaults = Config::default();
+        if self.database_url != defaults.database_url || self.data_dir != defaults.data_dir {
+            return;
+        }
+        let Some(home) = data_home else { return };
+        let dir = home.join("gateway");
+        self.database_url = format!("sqlite://{}", dir.join("gateway.db").display());
+        self.data_dir = dir.display().to_string();
+    }
+
+    /// `$XDG_DATA_HOME`, else `$HOME/.local/share`.
+    pub fn user_data_home() -> Option<PathBuf> {
+        let xdg = std::env::var_os("XDG_DATA_HOME").map(PathBuf::from).filter(|p| p.is_absolute());
+        xdg.or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -367,6 +405,18 @@ pub fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_editor_gets_its_state_under_the_user_data_home_unless_configured() {
+        let mut c = super::Config::default();
+        c.anchor_state_for_editor(Some("/home/u/.local/share".into()));
+        assert_eq!(c.database_url, "sqlite:///home/u/.local/share/gateway/gateway.db");
+        assert_eq!(c.data_dir, "/home/u/.local/share/gateway");
+        let mut configured = super::Config { database_url: "postgres://db/x".into(), ..Default::default() };
+        configured.anchor_state_for_editor(Some("/home/u/.local/share".into()));
+        assert_eq!(configured.database_url, "postgres://db/x");
+        assert_eq!(configured.data_dir, "data", "a user's choice of database keeps the rest as configured");
+    }
+
     use super::*;
 
     #[test]

@@ -60,6 +60,7 @@ impl Runtime {
     pub async fn stop(self) {
         self.shutdown.cancel();
         self.pool.shutdown().await;
+        gateway_acp::shutdown().await;
         self.store.close().await;
     }
 }
@@ -86,9 +87,8 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<R
     for (r, b) in gateway_a2a::backends(&compose::a2a_remotes(config)) {
         backends.register(r, b);
     }
-    if config.a2a.conformance_agent
-        && let Some((r, b)) = gateway_a2a::conformance_backend()
-    {
+    if config.a2a.conformance_agent {
+        let (r, b) = gateway_a2a::conformance_backend();
         backends.register(r, b);
     }
     for (r, b) in ext.backends {
@@ -116,6 +116,11 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<R
             .with_environments(Arc::clone(&environments))
             .with_metrics(Arc::clone(&metrics));
     let published = crate::publish::publish(config, &coordinator).await?;
+    let remotes = compose::a2a_remotes(config);
+    if !remotes.is_empty() {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move { gateway_a2a::pin_remote_cards(store.as_ref(), &remotes).await });
+    }
     let w = &config.workers;
     let pool = WorkerPool::start(
         Arc::clone(&store),
@@ -137,6 +142,9 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<R
     );
     let shutdown = CancellationToken::new();
     tokio::spawn(Arc::clone(&environments).maintain(Arc::clone(&store), shutdown.child_token()));
+    if !config.executors.acp.is_empty() {
+        tokio::spawn(gateway_acp::maintain(coordinator.clone(), shutdown.child_token()));
+    }
     Ok(Runtime { store, coordinator, environments, published, pool, shutdown })
 }
 
@@ -171,6 +179,8 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
     let acp = config.acp.websocket.then(|| gateway_acp::AcpContext {
         coordinator: rt.coordinator.clone(),
         agents: rt.published.clone(),
+        auth: Some(Arc::clone(&auth)),
+        workspace_roots: Some(config.acp.workspace_roots.iter().map(std::path::PathBuf::from).collect()),
         shutdown: shutdown.clone(),
     });
     let app = router(AppState { coordinator: rt.coordinator.clone() }, managed_agents, a2a, acp);
@@ -203,6 +213,7 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
     info!("shutting down: no new claims, finishing or releasing running turns");
     let Runtime { store, pool, .. } = rt;
     pool.shutdown().await;
+    gateway_acp::shutdown().await;
     match tokio::time::timeout(Duration::from_secs(5), http).await {
         Ok(Ok(Ok(()))) => {}
         Ok(Ok(Err(e))) => warn!(error = %e, "HTTP server ended with an error"),
@@ -220,6 +231,8 @@ pub async fn acp(config: Config, ext: Extensions, agent: Option<String>) -> anyh
     let ctx = gateway_acp::AcpContext {
         coordinator: rt.coordinator.clone(),
         agents: rt.published.clone(),
+        auth: None,
+        workspace_roots: None,
         shutdown: rt.shutdown.clone(),
     };
     tokio::spawn(watch_signals(rt.shutdown.clone()));

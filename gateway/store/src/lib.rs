@@ -192,6 +192,9 @@ pub trait Documents: Send + Sync {
 /// Durable outbound HTTP deliveries with leases and retries, one at a time per topic.
 #[async_trait]
 pub trait Outbox: Send + Sync {
+    /// Stores deliveries durably. A topic's deliveries are made in the order they were
+    /// enqueued, within a call and across calls (callers enqueue one topic from one place at a
+    /// time, as a leased feeder does).
     async fn enqueue_deliveries(&self, deliveries: Vec<NewDelivery>) -> Result<Vec<DeliveryId>>;
     /// Leases up to `limit` due deliveries, each the oldest pending one of its topic, so a
     /// topic's deliveries are made in order. An expired lease makes a delivery due again.

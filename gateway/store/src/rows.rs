@@ -74,6 +74,14 @@ impl EnvironmentRow {
     }
 }
 
+/// A locked session row and the database clock, read together.
+#[derive(sqlx::FromRow)]
+pub struct LockedSessionRow {
+    #[sqlx(flatten)]
+    pub row: SessionRow,
+    pub now_ms: i64,
+}
+
 #[derive(sqlx::FromRow)]
 pub struct SessionRow {
     pub id: String,

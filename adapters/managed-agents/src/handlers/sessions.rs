@@ -26,6 +26,7 @@ pub async fn create(
     ApiJson(mut body): ApiJson<SessionCreate>,
 ) -> Result<Json<Value>, ApiError> {
     let choice = body.validate()?;
+    let resources = body.take_resources()?;
     let overrides = match body.take_overrides() {
         None => None,
         Some(o) => {
@@ -49,7 +50,7 @@ pub async fn create(
         environment_id,
         title: body.title,
         metadata: body.metadata.unwrap_or_default(),
-        resources: vec![],
+        resources,
         initial_inputs,
     };
     let (session, _) = api.coordinator.create_session(req).await?;

@@ -147,7 +147,7 @@ pub fn project(e: &Event) -> Option<Value> {
                 json!({"type": "user.tool_result", "tool_use_id": tool_use_id, "content": blocks_out(content, false), "is_error": is_error})
             }
         },
-        EventPayload::TurnStarted {} => json!({"type": "session.status_running"}),
+        EventPayload::TurnStarted { .. } => json!({"type": "session.status_running"}),
         EventPayload::TurnRescheduled {} => json!({"type": "session.status_rescheduled"}),
         EventPayload::TurnEnded { stop } => {
             let mut v = json!({"type": "session.status_idle", "stop_reason": stop_reason(stop)});

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use gateway_core::session::Session;
+use gateway_core::session::{Checkout, ResourceKind, Secret, Session};
 use gateway_core::{AgentId, Metadata};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -60,13 +60,87 @@ fn agent_id(s: &str) -> Result<AgentId, ApiError> {
     AgentId::parse(s).map_err(|_| ApiError::not_found(format!("agent {s:?} not found")).code("agent_not_found"))
 }
 
+/// A session resource as the client sent it. Files and repositories are handed to the core,
+/// whose placement decides whether the session can have them (a remote A2A agent never can;
+/// this gateway cannot mount them at all yet), so the refusal names the deciding rule.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ResourceIn {
+    File {
+        file_id: String,
+        #[serde(default)]
+        mount_path: Option<String>,
+    },
+    GithubRepository {
+        url: String,
+        #[serde(default)]
+        authorization_token: Option<String>,
+        #[serde(default)]
+        checkout: Option<Checkout>,
+        #[serde(default)]
+        mount_path: Option<String>,
+    },
+    MemoryStore {},
+}
+
+const MAX_RESOURCES: usize = 100;
+const MAX_RESOURCE_FIELD: usize = 4096;
+
+fn bounded(field: &str, v: String) -> Result<String, ApiError> {
+    if v.is_empty() || v.len() > MAX_RESOURCE_FIELD {
+        return Err(ApiError::invalid(format!("resources: {field} must be 1 to {MAX_RESOURCE_FIELD} bytes")));
+    }
+    Ok(v)
+}
+
+impl ResourceIn {
+    fn into_kind(self) -> Result<ResourceKind, ApiError> {
+        Ok(match self {
+            ResourceIn::File { file_id, mount_path } => {
+                let mount_path = mount_path.unwrap_or_else(|| format!("/mnt/session/uploads/{file_id}"));
+                ResourceKind::File {
+                    file_id: bounded("file_id", file_id)?,
+                    mount_path: bounded("mount_path", mount_path)?,
+                }
+            }
+            ResourceIn::GithubRepository { url, authorization_token, checkout, mount_path } => {
+                let repo = url.trim_end_matches('/').rsplit('/').next().unwrap_or_default().trim_end_matches(".git");
+                let mount_path = mount_path.unwrap_or_else(|| format!("/workspace/{repo}"));
+                ResourceKind::Repository {
+                    url: bounded("url", url)?,
+                    mount_path: bounded("mount_path", mount_path)?,
+                    checkout,
+                    authorization_token: authorization_token
+                        .map(|t| bounded("authorization_token", t))
+                        .transpose()?
+                        .map(Secret),
+                }
+            }
+            ResourceIn::MemoryStore {} => {
+                return Err(ApiError::not_supported("session resources (type \"memory_store\")"));
+            }
+        })
+    }
+}
+
 impl SessionCreate {
+    /// The resources, checked for shape and size; placement decides whether they can be had.
+    pub fn take_resources(&mut self) -> Result<Vec<ResourceKind>, ApiError> {
+        let raw = self.resources.take().unwrap_or_default();
+        if raw.len() > MAX_RESOURCES {
+            return Err(ApiError::invalid(format!("at most {MAX_RESOURCES} resources are allowed")));
+        }
+        raw.into_iter()
+            .map(|r| {
+                let r: ResourceIn =
+                    serde_json::from_value(r).map_err(|e| ApiError::invalid(format!("resources: {e}")))?;
+                r.into_kind()
+            })
+            .collect()
+    }
+
     /// Checks what this gateway does not support, and the agent form.
     pub fn validate(&self) -> Result<AgentChoice, ApiError> {
-        if let Some(r) = self.resources.as_ref().and_then(|r| r.first()) {
-            let kind = r.get("type").and_then(Value::as_str).unwrap_or("unknown");
-            return Err(ApiError::not_supported(format!("session resources (type {kind:?})")));
-        }
         if self.vault_ids.as_ref().is_some_and(|v| !v.is_empty()) {
             return Err(ApiError::not_supported("vault_ids"));
         }

@@ -38,6 +38,7 @@ pub(crate) fn parse_request(body: &Value) -> Result<ParsedRequest, String> {
         .iter()
         .enumerate()
         .map(|(n, message)| parse_message(message).map_err(|e| format!("messages.{n}: {e}")))
+        .filter_map(Result::transpose)
         .collect::<Result<Vec<_>, _>>()?;
     let tools =
         object.get("tools").and_then(Value::as_array).map(|tools| tools.iter().filter_map(parse_tool).collect());
@@ -51,10 +52,13 @@ pub(crate) fn parse_request(body: &Value) -> Result<ParsedRequest, String> {
     Ok(ParsedRequest { request, stream })
 }
 
-fn parse_message(message: &Value) -> Result<Message, String> {
+/// One conversation entry; `None` for a `role: "system"` entry (the API takes them inside
+/// `messages`, as Claude Code sends them; they do not change the fake model's answer).
+fn parse_message(message: &Value) -> Result<Option<Message>, String> {
     let role = match message.get("role").and_then(Value::as_str) {
         Some("user") => Role::User,
         Some("assistant") => Role::Assistant,
+        Some("system") => return Ok(None),
         other => return Err(format!("role: unexpected value {other:?}")),
     };
     let content = match message.get("content") {
@@ -62,7 +66,7 @@ fn parse_message(message: &Value) -> Result<Message, String> {
         Some(Value::Array(blocks)) => blocks.iter().filter_map(parse_block).collect(),
         _ => return Err("content: expected a string or a list of blocks".into()),
     };
-    Ok(Message { role, content })
+    Ok(Some(Message { role, content }))
 }
 
 /// One content block, or `None` for the kinds the fake model does not read (thinking,
@@ -272,7 +276,19 @@ mod tests {
         assert!(parse_request(&json!({"max_tokens": 1, "messages": []})).is_err());
         assert!(parse_request(&json!({"model": "m", "messages": []})).is_err());
         assert!(parse_request(&json!({"model": "m", "max_tokens": 1})).is_err());
-        let bad_role = json!({"model": "m", "max_tokens": 1, "messages": [{"role": "system", "content": "x"}]});
-        assert_eq!(parse_request(&bad_role).err().unwrap(), "messages.0: role: unexpected value Some(\"system\")");
+        let bad_role = json!({"model": "m", "max_tokens": 1, "messages": [{"role": "tool", "content": "x"}]});
+        assert_eq!(parse_request(&bad_role).err().unwrap(), "messages.0: role: unexpected value Some(\"tool\")");
+    }
+
+    #[test]
+    fn system_entries_inside_messages_are_accepted_and_ignored() {
+        let body = json!({"model": "m", "max_tokens": 1, "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": [{"type": "text", "text": "reminder"}]},
+        ]});
+        let parsed = parse_request(&body).unwrap();
+        assert_eq!(parsed.request.messages.len(), 1);
+        assert_eq!(parsed.request.messages[0].role, Role::User);
     }
 }

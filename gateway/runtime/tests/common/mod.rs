@@ -32,7 +32,7 @@ pub fn offer() -> Offer {
         }],
         acp_executors: ["agent".to_owned()].into(),
         a2a_remotes: ["remote".to_owned()].into(),
-        builtins: Default::default(),
+        ..Default::default()
     }
 }
 
@@ -180,6 +180,11 @@ pub async fn a_turn_runs_end_to_end(h: &dyn Harness) {
     );
     assert_eq!(texts(&got), vec!["echo: hello"]);
     assert_eq!(stop_of(&got[3]), Some(StopReason::EndTurn));
+    assert!(
+        matches!(got[1].payload, EventPayload::TurnStarted { inputs_through: Some(1) }),
+        "the turn names the inputs it answers: {:?}",
+        got[1].payload
+    );
     assert_contiguous(&got, 1);
     // The settle commits the idle status with the turn end.
     assert_eq!(r.coordinator.get_session(&s.id).await.unwrap().status, SessionStatus::Idle);

@@ -10,6 +10,7 @@
 //! The tests assert what a caller of the Hand sees (tool outputs, files on the host), never
 //! internals.
 
+pub mod agent_io;
 pub mod bash;
 pub mod escape;
 pub mod files;
@@ -62,7 +63,12 @@ macro_rules! conformance_suite {
             bash::timeouts_are_bounded_by_the_policy,
             bash::output_is_capped_and_the_shell_stays_in_sync,
             bash::cancel_kills_the_command,
-            bash::commands_cannot_forge_their_completion
+            bash::commands_cannot_forge_their_completion,
+            agent_io::text_files_are_read_and_written_inside_the_workspace,
+            agent_io::terminals_run_report_output_and_exit,
+            agent_io::terminal_output_is_limited_from_the_start,
+            agent_io::killed_terminals_stop_with_their_children,
+            agent_io::operator_variables_stay_out_of_argv
         );
     };
     (@each $harness:expr; $($module:ident :: $name:ident),* $(,)?) => {

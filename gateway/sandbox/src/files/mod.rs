@@ -13,6 +13,7 @@
 mod edit;
 mod read;
 mod search;
+mod text;
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -23,6 +24,7 @@ use nix::fcntl::OFlag;
 pub use edit::{edit, write};
 pub use read::read;
 pub use search::{glob, grep};
+pub use text::{FileError, read_text, write_text};
 
 /// A tool's answer: `Ok(text)` or `Err(text of the error)`.
 pub type FileResult = Result<String, String>;

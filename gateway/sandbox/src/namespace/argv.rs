@@ -78,6 +78,12 @@ impl HostLayout {
     }
 }
 
+/// The environment of every sandboxed process, set on the bubblewrap process itself (whose
+/// own environment is otherwise empty) and inherited through it.
+pub fn sandbox_env() -> [(&'static str, &'static str); 4] {
+    [("PATH", SANDBOX_PATH), ("HOME", INNER_ROOT), ("LANG", SANDBOX_LANG), ("TERM", SANDBOX_TERM)]
+}
+
 /// Everything that decides the command line.
 #[derive(Debug, Clone)]
 pub struct Spec<'a> {
@@ -125,10 +131,9 @@ pub fn bwrap_args(spec: &Spec<'_>, program: &str, args: &[String]) -> Vec<OsStri
     // bubblewrap builds the root as a tmpfs; once every mount point exists, make it read-only
     // so nothing outside /workspace, /tmp and /dev/shm can be written.
     a.push(["--remount-ro", "/"]);
-    a.push(["--chdir", INNER_ROOT, "--clearenv"]);
-    for (k, v) in [("PATH", SANDBOX_PATH), ("HOME", INNER_ROOT), ("LANG", SANDBOX_LANG), ("TERM", SANDBOX_TERM)] {
-        a.push(["--setenv", k, v]);
-    }
+    // No `--clearenv`/`--setenv`: bubblewrap is started with exactly `sandbox_env()` (plus an
+    // operator's variables), which the program inherits, so no value is ever on a command line.
+    a.push(["--chdir", INNER_ROOT]);
     let script = limits_script(spec.limits);
     a.push(["--", "bash", "--noprofile", "--norc", "-c", &script, "sandbox", program]);
     a.0.extend(args.iter().map(OsString::from));
@@ -221,7 +226,8 @@ mod tests {
         assert!(has(&a, &["--tmpfs", "/tmp"]));
         assert!(has(&a, &["--remount-ro", "/"]));
         assert!(has(&a, &["--remount-ro", "/dev"]));
-        assert!(has(&a, &["--setenv", "HOME", "/workspace"]));
+        assert!(!a.iter().any(|x| x == "--setenv" || x == "--clearenv"), "the environment is not on the command line");
+        assert!(sandbox_env().contains(&("HOME", "/workspace")));
         assert_eq!(&a[a.len() - 3..], ["sandbox", "echo", "a b"]);
     }
 

@@ -115,3 +115,17 @@ pub async fn the_outbox_leases_retries_and_keeps_topic_order(h: &dyn Harness) {
     assert_eq!(reclaimed.iter().map(|d| d.id.clone()).collect::<Vec<_>>(), vec![c1], "b1's 30 s lease still holds");
     assert_eq!(s.delivery_state(&ids[2]).await.unwrap(), Some((DeliveryState::Pending, 0)));
 }
+
+pub async fn outbox_batches_of_one_topic_stay_in_enqueue_order(h: &dyn Harness) {
+    let s = h.fresh().await;
+    // Back-to-back batches fall in one clock millisecond; their order must still hold.
+    let mut ids = Vec::new();
+    for n in 0..20 {
+        ids.extend(s.enqueue_deliveries(vec![delivery("t", &format!("t{n}"))]).await.unwrap());
+    }
+    for (n, id) in ids.iter().enumerate() {
+        let got = s.claim_deliveries("w", 10, Duration::from_secs(30)).await.unwrap();
+        assert_eq!(got.iter().map(|d| d.body.clone()).collect::<Vec<_>>(), vec![format!("t{n}")]);
+        s.delivered(id).await.unwrap();
+    }
+}

@@ -77,12 +77,14 @@ macro_rules! conformance_suite {
             runs::parked_sessions_are_not_claimed,
             runs::environment_transitions_outside_runs_compare_and_set,
             runs::runs_record_the_inputs_they_answer,
+            runs::messages_during_a_retry_backoff_get_their_own_run,
             runs::commit_hints_wake_session_watchers,
             runs::hints_cross_store_handles,
             adapters::bindings_commit_with_their_events_under_the_fence,
             adapters::snapshots_change_only_before_history,
             adapters::documents_are_versioned_and_listed_by_prefix,
-            adapters::the_outbox_leases_retries_and_keeps_topic_order
+            adapters::the_outbox_leases_retries_and_keeps_topic_order,
+            adapters::outbox_batches_of_one_topic_stay_in_enqueue_order
         );
     };
     (@each $harness:expr; $($module:ident :: $name:ident),* $(,)?) => {

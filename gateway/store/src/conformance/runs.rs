@@ -302,6 +302,29 @@ pub async fn runs_record_the_inputs_they_answer(h: &dyn Harness) {
     assert_eq!(b.run.input_seq, Some(2), "a reclaim keeps the boundary; message three is the next run's");
 }
 
+/// A message admitted while a started run waits for its retry is not covered by that run
+/// (its inputs were fixed at its first claim): it gets a run of its own, claimed after the
+/// retry.
+pub async fn messages_during_a_retry_backoff_get_their_own_run(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let sess = session_with(&s, vec![msg("flaky")]).await;
+    let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
+    let retry = RunOutcome::Retry { after: Duration::from_millis(300) };
+    s.settle(&c.fence, Settlement { events: vec![], outcome: retry }).await.unwrap();
+    s.submit_inputs(&sess.id, vec![msg("meanwhile")]).await.unwrap();
+    let active = s.active_runs(&sess.id).await.unwrap();
+    assert_eq!(active.len(), 2, "the retry and a run for the new message: {active:?}");
+    assert!(s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().is_none(), "the retry goes first");
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let again = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
+    assert_eq!(again.fence.run_id, c.fence.run_id);
+    assert_eq!(again.run.input_seq, Some(1));
+    s.settle(&again.fence, done()).await.unwrap();
+    let next = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().expect("the message's own run");
+    assert_ne!(next.fence.run_id, c.fence.run_id);
+    assert_eq!(next.run.input_seq, Some(3), "through the message (2) and the retried turn's reply (3)");
+}
+
 pub async fn parked_sessions_are_not_claimed(h: &dyn Harness) {
     let s = h.fresh().await;
     let sess = session_with(&s, vec![msg("ask first")]).await;

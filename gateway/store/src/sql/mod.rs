@@ -47,6 +47,8 @@ pub trait Engine: Database {
     const BEGIN_WRITE: &'static str;
     /// Selects a live session row, locked for the rest of the transaction.
     const LOCK_SESSION: &'static str;
+    /// `LOCK_SESSION` plus the database clock (`now_ms`) in the same round trip.
+    const LOCK_SESSION_AT_NOW: &'static str;
     /// Picks the claim candidate (see `runs.rs`).
     const CLAIM_CANDIDATE: &'static str;
     const LIST_SESSIONS_ASC: &'static str;
@@ -105,6 +107,7 @@ macro_rules! engine_impl {
             for<'r> $crate::rows::AgentRow: sqlx::FromRow<'r, DB::Row>,
             for<'r> $crate::rows::EnvironmentRow: sqlx::FromRow<'r, DB::Row>,
             for<'r> $crate::rows::SessionRow: sqlx::FromRow<'r, DB::Row>,
+            for<'r> $crate::rows::LockedSessionRow: sqlx::FromRow<'r, DB::Row>,
             for<'r> $crate::rows::EventRow: sqlx::FromRow<'r, DB::Row>,
             for<'r> $crate::rows::RunRow: sqlx::FromRow<'r, DB::Row>,
             for<'r> $crate::rows::RunRefRow: sqlx::FromRow<'r, DB::Row>,

@@ -35,9 +35,23 @@ engine_impl! {
             let mut tx = self.begin_write().await?;
             let now = Self::now(&mut tx).await?;
             let mut ids = Vec::with_capacity(deliveries.len());
-            for (i, d) in deliveries.into_iter().enumerate() {
+            // created_at orders a topic's deliveries: strictly after everything the topic
+            // already holds (so a later batch never sorts before an earlier one, even if the
+            // clock stepped back or both fell in one millisecond), and in the batch's order.
+            let mut next: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+            for d in deliveries {
+                let at = match next.get(&d.topic) {
+                    Some(at) => *at,
+                    None => {
+                        let (last,): (i64,) = sqlx::query_as("SELECT COALESCE(MAX(created_at), 0) FROM outbox WHERE topic = $1")
+                            .bind(d.topic.as_str())
+                            .fetch_one(&mut *tx)
+                            .await?;
+                        now.max(last + 1)
+                    }
+                };
+                next.insert(d.topic.clone(), at + 1);
                 let id = DeliveryId::new();
-                // created_at orders a topic's deliveries; keep a batch in its given order.
                 sqlx::query(
                     "INSERT INTO outbox (id, topic, url, headers, body, state, next_attempt_at, created_at, updated_at) \
                      VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $6)",
@@ -48,7 +62,7 @@ engine_impl! {
                 .bind(serde_json::to_string(&d.headers)?)
                 .bind(d.body)
                 .bind(now)
-                .bind(now + i as i64)
+                .bind(at)
                 .execute(&mut *tx)
                 .await?;
                 ids.push(id);

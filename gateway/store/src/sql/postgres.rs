@@ -23,12 +23,26 @@ pub type PgStore = SqlStore<Postgres>;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
 
+/// The database clock as BIGINT milliseconds.
+macro_rules! now_ms {
+    () => {
+        "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
+    };
+}
+
 impl Engine for Postgres {
     const NAME: &'static str = "postgres";
-    const NOW: &'static str = "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)";
+    const NOW: &'static str = concat!("SELECT ", now_ms!());
     const BEGIN_WRITE: &'static str = "BEGIN";
     const LOCK_SESSION: &'static str =
         concat!("SELECT ", super::session_cols!(), " FROM sessions WHERE id = $1 AND deleted_at IS NULL FOR UPDATE");
+    const LOCK_SESSION_AT_NOW: &'static str = concat!(
+        "SELECT ",
+        super::session_cols!(),
+        ", ",
+        now_ms!(),
+        " AS now_ms FROM sessions WHERE id = $1 AND deleted_at IS NULL FOR UPDATE"
+    );
     const CLAIM_CANDIDATE: &'static str = claim_candidate_sql!(
         "(SELECT json_array_elements_text($1::json))",
         "(SELECT json_array_elements_text($2::json))",

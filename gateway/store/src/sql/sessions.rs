@@ -12,7 +12,7 @@ use super::{Hints, engine_impl, session_cols};
 use crate::Sessions;
 use crate::error::{Guard, Result, StoreError};
 use crate::model::{Keyset, NewSession, Page, PageRequest, SessionFilter, SessionPatch};
-use crate::rows::{GuardRow, Scan, SessionRow, paginate};
+use crate::rows::{GuardRow, LockedSessionRow, Scan, SessionRow, paginate};
 use crate::wake::Hint;
 
 /// The statuses filter as a JSON array parameter (None: no filter).
@@ -39,27 +39,33 @@ engine_impl! {
         /// Locks the session row, then reads the clock: a transaction that waited for the lock
         /// never writes an earlier time than the one it waited for, so event times follow seq
         /// order (clamped to the row's last update in case the clock steps back).
+        ///
+        /// One round trip: the clock is read in the locking statement. Should it be read before
+        /// a wait for the lock, the clamp to the locked row's `updated_at` (the time of the
+        /// transaction waited for) still keeps times in seq order.
         pub(crate) async fn lock_session_at_now(tx: &mut Transaction<'static, DB>, id: &SessionId) -> Result<(SessionRow, i64)> {
-            let row = Self::lock_session(tx, id).await?;
-            let now = Self::now(tx).await?.max(row.updated_at);
-            Ok((row, now))
+            let locked = sqlx::query_as::<DB, LockedSessionRow>(DB::LOCK_SESSION_AT_NOW)
+                .bind(id.as_str())
+                .fetch_optional(&mut **tx)
+                .await?
+                .ok_or_else(|| StoreError::not_found("session", id))?;
+            let now = locked.now_ms.max(locked.row.updated_at);
+            Ok((locked.row, now))
         }
 
         /// Which runs of the session are unfinished: (running, queued).
-        async fn run_presence(tx: &mut Transaction<'static, DB>, id: &SessionId) -> Result<(bool, bool)> {
-            let (running,): (i64,) = sqlx::query_as(
-                "SELECT COUNT(*) FROM runs WHERE session_id = $1 AND state = 'running'",
+        /// Whether the session has a running run, a fresh queued run, and a started run
+        /// queued for its retry (see [`SessionState`]).
+        async fn run_presence(tx: &mut Transaction<'static, DB>, id: &SessionId) -> Result<(bool, bool, bool)> {
+            let kinds: Vec<(String,)> = sqlx::query_as(
+                "SELECT DISTINCT CASE WHEN state = 'running' THEN 'running' WHEN started THEN 'retrying' ELSE 'queued' END \
+                 FROM runs WHERE session_id = $1 AND state IN ('running', 'queued')",
             )
             .bind(id.as_str())
-            .fetch_one(&mut **tx)
+            .fetch_all(&mut **tx)
             .await?;
-            let (queued,): (i64,) = sqlx::query_as(
-                "SELECT COUNT(*) FROM runs WHERE session_id = $1 AND state = 'queued'",
-            )
-            .bind(id.as_str())
-            .fetch_one(&mut **tx)
-            .await?;
-            Ok((running > 0, queued > 0))
+            let has = |kind: &str| kinds.iter().any(|(k,)| k == kind);
+            Ok((has("running"), has("queued"), has("retrying")))
         }
 
         /// Runs admission on a locked session row and applies its decision.
@@ -71,13 +77,14 @@ engine_impl! {
             hints: &mut Hints,
         ) -> Result<Vec<Event>> {
             let session = row.into_session()?;
-            let (run_running, run_queued) = Self::run_presence(tx, &session.id).await?;
+            let (run_running, run_queued, run_retrying) = Self::run_presence(tx, &session.id).await?;
             let state = SessionState {
                 status: session.status,
                 archived: session.archived_at.is_some(),
                 pending: session.pending_actions.clone(),
                 run_running,
                 run_queued,
+                run_retrying,
             };
             let decision = admit(&state, inputs)?;
             let events = Self::append_events(tx, &session.id, session.last_seq, decision.events, now, None).await?;

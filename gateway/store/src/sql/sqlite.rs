@@ -24,13 +24,27 @@ pub type SqliteStore = SqlStore<Sqlite>;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
+/// The database clock as integer milliseconds.
+macro_rules! now_ms {
+    () => {
+        "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
+    };
+}
+
 impl Engine for Sqlite {
     const NAME: &'static str = "sqlite";
-    const NOW: &'static str = "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+    const NOW: &'static str = concat!("SELECT ", now_ms!());
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     // BEGIN IMMEDIATE already holds the database's write lock for the whole transaction.
     const LOCK_SESSION: &'static str =
         concat!("SELECT ", super::session_cols!(), " FROM sessions WHERE id = $1 AND deleted_at IS NULL");
+    const LOCK_SESSION_AT_NOW: &'static str = concat!(
+        "SELECT ",
+        super::session_cols!(),
+        ", ",
+        now_ms!(),
+        " AS now_ms FROM sessions WHERE id = $1 AND deleted_at IS NULL"
+    );
     const CLAIM_CANDIDATE: &'static str =
         claim_candidate_sql!("(SELECT value FROM json_each($1))", "(SELECT value FROM json_each($2))", "");
     const LIST_SESSIONS_ASC: &'static str = list_sessions_sql!("(SELECT value FROM json_each($4))", ">", "ASC");

@@ -1,0 +1,292 @@
+//! Push delivery: a feeder that turns committed task updates into outbox deliveries, and a
+//! deliverer that POSTs them.
+//!
+//! The feeder keeps one cursor document per unfinished task (`a2a.feed/{task}`: the last seq
+//! turned into deliveries, and a lease naming the process that feeds it). Deliveries are
+//! enqueued before the cursor moves, so a crash repeats some (at-least-once, receivers must
+//! be idempotent) and loses none. The outbox orders a config's deliveries (one topic per
+//! config) and keeps them across restarts; the deliverer retries with backoff and gives up
+//! after [`MAX_ATTEMPTS`].
+//!
+//! Order: the outbox keeps a topic's deliveries in enqueue order, across batches (a store
+//! guarantee, tested by the store conformance suite). The feeder still enqueues every update
+//! that is ready in one batch per pass: one transaction instead of many.
+//!
+//! v0.3 configs get the v0.3 `Task` as their body (what v0.3 receivers expect), on status
+//! changes only and with at most [`V03_HISTORY`] history messages: a snapshot per artifact
+//! update would make a task's deliveries grow with the square of its output.
+//!
+//! A send writes its task's cursor before it commits the message (so a crash between the two
+//! loses no push); a cursor whose start message is missing is therefore kept for
+//! [`START_GRACE_MS`] before the feeder decides the send failed and drops it.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gateway_core::Timestamp;
+use gateway_runtime::{NewDelivery, OutboxDelivery};
+use tracing::{debug, info, warn};
+
+use crate::A2aContext;
+use crate::records::{self, FEED, FeedCursor};
+use crate::ssrf;
+use crate::v03::{self, Shape};
+use crate::watch::Watch;
+use crate::wire::StreamResponse;
+
+/// Attempts per delivery before it is given up.
+pub const MAX_ATTEMPTS: u32 = 6;
+const LEASE_MS: i64 = 30_000;
+const POLL: Duration = Duration::from_millis(500);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a cursor whose start message is not committed yet is kept.
+const START_GRACE_MS: i64 = 60_000;
+/// How long a pass waits for more ready events before it enqueues what it has.
+const GATHER: Duration = Duration::from_millis(20);
+/// Most updates one pass turns into one batch.
+const MAX_PASS_UPDATES: usize = 256;
+/// Most history messages in a v0.3 push body.
+pub const V03_HISTORY: i64 = 20;
+
+/// Backoff before attempt `attempts + 1`: 1 s doubling, at most 60 s.
+pub fn backoff(attempts: u32) -> Duration {
+    Duration::from_secs(1u64 << attempts.min(6)).min(Duration::from_secs(60))
+}
+
+fn now() -> i64 {
+    Timestamp::now_local().millis()
+}
+
+/// Runs the feeder and the deliverer until shutdown.
+pub async fn run(ctx: A2aContext) {
+    let owner = format!("a2a-{}", &gateway_core::EventId::new().as_str()[5..]);
+    let http = ssrf::client(ctx.allow_private_push_targets, REQUEST_TIMEOUT);
+    let deliverer = tokio::spawn(deliver_loop(ctx.clone(), owner.clone(), http));
+    feed_loop(ctx.clone(), owner).await;
+    let _ = deliverer.await;
+}
+
+async fn feed_loop(ctx: A2aContext, owner: String) {
+    let watching: Arc<Mutex<HashSet<String>>> = Arc::default();
+    loop {
+        match records::list::<FeedCursor>(ctx.coordinator.documents(), FEED, "", 10_000).await {
+            Ok(cursors) => {
+                for (task_id, mut cursor, version) in cursors {
+                    let busy = watching.lock().unwrap_or_else(|p| p.into_inner()).contains(&task_id);
+                    if busy || (cursor.owner != owner && !cursor.owner.is_empty() && cursor.lease_until > now()) {
+                        continue;
+                    }
+                    cursor.owner = owner.clone();
+                    cursor.lease_until = now() + LEASE_MS;
+                    let Ok(version) =
+                        records::put(ctx.coordinator.documents(), FEED, &task_id, &cursor, Some(version)).await
+                    else {
+                        continue;
+                    };
+                    watching.lock().unwrap_or_else(|p| p.into_inner()).insert(task_id.clone());
+                    let (ctx, watching) = (ctx.clone(), Arc::clone(&watching));
+                    tokio::spawn(async move {
+                        if let Err(e) = feed_task(&ctx, &task_id, cursor, version).await {
+                            debug!(task = %task_id, error = %e, "feeder stopped; another pass resumes it");
+                        }
+                        watching.lock().unwrap_or_else(|p| p.into_inner()).remove(&task_id);
+                    });
+                }
+            }
+            Err(e) => warn!(error = %e, "cannot list push feeder cursors"),
+        }
+        tokio::select! {
+            _ = ctx.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(POLL) => {}
+        }
+    }
+}
+
+/// One update of a pass, with the v0.3 Task snapshot as of that update (status changes only).
+struct Ready {
+    update: StreamResponse,
+    v03_task: Option<String>,
+}
+
+fn ready(w: &Watch, updates: Vec<StreamResponse>, out: &mut Vec<Ready>) {
+    for update in updates {
+        let v03_task = matches!(update, StreamResponse::StatusUpdate(_)).then(|| {
+            let task = serde_json::to_value(w.proj.task(Some(V03_HISTORY), true)).unwrap_or_default();
+            v03::task_out(&task, Shape::JsonRpc).to_string()
+        });
+        out.push(Ready { update, v03_task });
+    }
+}
+
+/// Feeds one task from its cursor until it ends, the lease is lost, or shutdown.
+async fn feed_task(
+    ctx: &A2aContext,
+    task_id: &str,
+    mut cursor: FeedCursor,
+    mut version: u64,
+) -> Result<(), crate::error::A2aError> {
+    let docs = ctx.coordinator.documents();
+    let Some((rec, _)) = records::task(docs, task_id).await? else {
+        return records::delete(docs, FEED, task_id).await;
+    };
+    let mut w = match Watch::open_folding(&ctx.coordinator, &rec, cursor.after_seq).await {
+        Ok(w) => w,
+        Err(crate::error::A2aError::TaskNotFound(_)) if now() - rec.created_at < START_GRACE_MS => {
+            // Its send may not have committed the message yet: look again on a later pass.
+            cursor.lease_until = 0;
+            records::put(docs, FEED, task_id, &cursor, Some(version)).await?;
+            return Ok(());
+        }
+        Err(crate::error::A2aError::TaskNotFound(_)) => return records::delete(docs, FEED, task_id).await,
+        Err(e) => return Err(e),
+    };
+    let mut known_state = rec.state;
+    let mut ended = false;
+    loop {
+        if w.proj.is_final() && w.proj.last_seq() >= w.opened_at {
+            records::set_state(docs, task_id, w.proj.state(), w.proj.status_at().millis()).await?;
+            info!(task = %task_id, state = w.proj.state().name(), "task finished; push feeder done");
+            return records::delete(docs, FEED, task_id).await;
+        }
+        let next = if ended {
+            None
+        } else {
+            tokio::select! {
+                n = w.next() => n,
+                _ = tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 / 3)) => Some(Ok(vec![])),
+                _ = ctx.shutdown.cancelled() => None,
+            }
+        };
+        let Some(first) = next else {
+            cursor.lease_until = 0;
+            let _ = records::put(docs, FEED, task_id, &cursor, Some(version)).await;
+            return Ok(());
+        };
+        // This event's updates and those of every event ready right after it: one batch.
+        let mut pass = Vec::new();
+        ready(&w, first?, &mut pass);
+        while !pass.is_empty() && pass.len() < MAX_PASS_UPDATES && !w.proj.is_final() {
+            match tokio::time::timeout(GATHER, w.next()).await {
+                Ok(Some(updates)) => ready(&w, updates?, &mut pass),
+                Ok(None) => {
+                    ended = true;
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        if !pass.is_empty() {
+            let configs = crate::push::records(docs, task_id).await?;
+            let task = rec.id.as_str();
+            let batch: Vec<NewDelivery> =
+                pass.iter().flat_map(|r| configs.iter().filter_map(move |c| delivery(task, c, r))).collect();
+            if !batch.is_empty() {
+                ctx.coordinator
+                    .outbox()
+                    .enqueue_deliveries(batch)
+                    .await
+                    .map_err(|e| crate::error::A2aError::from(gateway_runtime::RuntimeError::from(e)))?;
+            }
+        }
+        if w.proj.state() != known_state {
+            known_state = w.proj.state();
+            records::set_state(docs, task_id, known_state, w.proj.status_at().millis()).await?;
+        }
+        cursor.after_seq = cursor.after_seq.max(w.proj.last_seq());
+        cursor.lease_until = now() + LEASE_MS;
+        version = records::put(docs, FEED, task_id, &cursor, Some(version)).await?;
+    }
+}
+
+/// One delivery of an update to one config: the v1.0 `StreamResponse`, or for configs
+/// registered over v0.3 the v0.3 Task (status changes only; none for other updates).
+fn delivery(task_id: &str, c: &records::PushRecord, r: &Ready) -> Option<NewDelivery> {
+    let body = if c.v03 { r.v03_task.clone()? } else { serde_json::to_string(&r.update).unwrap_or_default() };
+    let mut headers = BTreeMap::new();
+    headers.insert("content-type".to_owned(), "application/json".to_owned());
+    if let Some(a) = &c.config.authentication {
+        headers
+            .insert("authorization".to_owned(), format!("{} {}", a.scheme, a.credentials.clone().unwrap_or_default()));
+    }
+    if let Some(t) = &c.config.token {
+        headers.insert("x-a2a-notification-token".to_owned(), t.clone());
+    }
+    Some(NewDelivery {
+        topic: format!("a2a:{task_id}:{}", c.config.id.clone().unwrap_or_default()),
+        url: c.config.url.clone(),
+        headers,
+        body,
+    })
+}
+
+async fn deliver_loop(ctx: A2aContext, owner: String, http: reqwest::Client) {
+    loop {
+        let claimed = match ctx.coordinator.outbox().claim_deliveries(&owner, 16, Duration::from_secs(60)).await {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "cannot claim push deliveries");
+                vec![]
+            }
+        };
+        if claimed.is_empty() {
+            tokio::select! {
+                _ = ctx.shutdown.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            }
+            continue;
+        }
+        let work = claimed.into_iter().map(|d| deliver(&ctx, &http, d));
+        futures::future::join_all(work).await;
+    }
+}
+
+async fn deliver(ctx: &A2aContext, http: &reqwest::Client, d: OutboxDelivery) {
+    let outbox = ctx.coordinator.outbox();
+    let result = post(ctx, http, &d).await;
+    let attempt = d.attempts + 1;
+    let settled = match result {
+        Ok(()) => {
+            debug!(topic = %d.topic, attempt, "push delivered");
+            outbox.delivered(&d.id).await
+        }
+        Err(e) if attempt >= MAX_ATTEMPTS => {
+            warn!(topic = %d.topic, attempt, error = %e, "push delivery failed; giving up");
+            outbox.fail_delivery(&d.id, &e).await
+        }
+        Err(e) => {
+            info!(topic = %d.topic, attempt, error = %e, "push delivery failed; will retry");
+            outbox.retry_delivery(&d.id, backoff(d.attempts), &e).await
+        }
+    };
+    if let Err(e) = settled {
+        warn!(topic = %d.topic, error = %e, "cannot record a push delivery's outcome; its lease will expire");
+    }
+}
+
+async fn post(ctx: &A2aContext, http: &reqwest::Client, d: &OutboxDelivery) -> Result<(), String> {
+    ssrf::check_url(&d.url, ctx.allow_private_push_targets).map_err(|e| e.to_string())?;
+    let mut req = http.post(&d.url).body(d.body.clone());
+    for (k, v) in &d.headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    // Errors are reported without the request (its headers hold credentials).
+    let resp = req.send().await.map_err(|e| format!("request failed: {}", e.without_url()))?;
+    if resp.status().is_success() { Ok(()) } else { Err(format!("receiver answered HTTP {}", resp.status().as_u16())) }
+}
+
+#[cfg(test)]
+#[path = "delivery_tests.rs"]
+mod store_tests;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        assert_eq!(backoff(0), Duration::from_secs(1));
+        assert_eq!(backoff(3), Duration::from_secs(8));
+        assert_eq!(backoff(30), Duration::from_secs(60));
+    }
+}

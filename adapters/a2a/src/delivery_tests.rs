@@ -1,0 +1,126 @@
+//! Store-backed tests of the push feeder.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap as Map;
+
+use gateway_core::SessionId;
+use gateway_runtime::{AgentSelection, CreateSession};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::records::{TaskRecord, task_id_for};
+use crate::testkit::Kit;
+use crate::wire::{PushConfig, SendMessageRequest, TaskState};
+
+async fn idle_session(kit: &Kit) -> SessionId {
+    let req = CreateSession {
+        agent: AgentSelection { id: kit.agent("echo"), version: None, overrides: None },
+        environment_id: kit.ctx.agents.environment.clone().unwrap(),
+        title: None,
+        metadata: Default::default(),
+        resources: vec![],
+        initial_inputs: vec![],
+    };
+    kit.ctx.coordinator.create_session(req).await.unwrap().0.id
+}
+
+/// A record and cursor as a send writes them before committing its message.
+async fn uncommitted_task(kit: &Kit, created_at: i64) -> (String, FeedCursor, u64) {
+    let session_id = idle_session(kit).await;
+    let id = task_id_for(&gateway_core::EventId::new());
+    let rec = TaskRecord {
+        id: id.clone(),
+        context_id: session_id.to_string(),
+        session_id: session_id.clone(),
+        agent: "echo".into(),
+        message_id: "m".into(),
+        reference_task_ids: vec![],
+        created_at,
+        state: TaskState::Submitted,
+        status_at: created_at,
+    };
+    let docs = kit.ctx.coordinator.documents();
+    records::put_task(docs, &rec).await.unwrap();
+    let cursor = FeedCursor { session_id, after_seq: 0, owner: "me".into(), lease_until: now() + LEASE_MS };
+    let version = records::put(docs, FEED, &id, &cursor, None).await.unwrap();
+    (id, cursor, version)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cursor_whose_message_is_not_committed_yet_survives_the_grace_period() {
+    let kit = Kit::new(Map::new(), Default::default()).await;
+    let docs = kit.ctx.coordinator.documents();
+    let (fresh, cursor, version) = uncommitted_task(&kit, now()).await;
+    feed_task(&kit.ctx, &fresh, cursor, version).await.unwrap();
+    let (kept, _) = records::get::<FeedCursor>(docs, FEED, &fresh).await.unwrap().expect("the cursor is kept");
+    assert_eq!(kept.lease_until, 0, "and released for a later pass");
+
+    // Long after its send, a cursor without a message belongs to a send that failed.
+    let (stale, cursor, version) = uncommitted_task(&kit, now() - 2 * START_GRACE_MS).await;
+    feed_task(&kit.ctx, &stale, cursor, version).await.unwrap();
+    assert!(records::get::<FeedCursor>(docs, FEED, &stale).await.unwrap().is_none());
+    kit.shutdown().await;
+}
+
+/// Every delivery of the outbox, per topic, in the order the deliverer would make them.
+async fn drain(kit: &Kit) -> Map<String, Vec<Value>> {
+    let outbox = kit.ctx.coordinator.outbox();
+    let mut by_topic: Map<String, Vec<Value>> = Map::new();
+    loop {
+        let claimed = outbox.claim_deliveries("test", 64, Duration::from_secs(60)).await.unwrap();
+        if claimed.is_empty() {
+            return by_topic;
+        }
+        for d in claimed {
+            by_topic.entry(d.topic.clone()).or_default().push(serde_json::from_str(&d.body).unwrap());
+            outbox.delivered(&d.id).await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_keep_the_task_order_and_v03_receivers_get_status_changes_only() {
+    let kit = Kit::new(Map::new(), Default::default()).await;
+    let req: SendMessageRequest = crate::wire::parse(json!({
+        "message": {"messageId": "tck-stream-artifact-chunked-1", "role": "ROLE_USER", "parts": [{"text": "x"}]},
+        "configuration": {"taskPushNotificationConfig": {"id": "v1", "url": "http://127.0.0.1:9/v1"}},
+    }))
+    .unwrap();
+    let started = crate::service::send(&kit.ctx, "conformance", &req, false).await.unwrap();
+    let v03 = PushConfig {
+        id: Some("v03".into()),
+        task_id: None,
+        url: "http://127.0.0.1:9/v03".into(),
+        token: None,
+        authentication: None,
+    };
+    crate::push::create(&kit.ctx, &started.record, v03, true).await.unwrap();
+    let done = crate::service::settle(&kit.ctx, &started).await.unwrap();
+    assert_eq!(done.proj.state(), TaskState::Completed);
+
+    let id = started.record.id.clone();
+    let (cursor, version) =
+        records::get::<FeedCursor>(kit.ctx.coordinator.documents(), FEED, &id).await.unwrap().unwrap();
+    feed_task(&kit.ctx, &id, cursor, version).await.unwrap();
+    let got = drain(&kit).await;
+
+    let v1 = &got[&format!("a2a:{id}:v1")];
+    let shape: Vec<String> = v1
+        .iter()
+        .map(|b| match (b.get("statusUpdate"), b.get("artifactUpdate")) {
+            (Some(s), _) => s["status"]["state"].as_str().unwrap().to_owned(),
+            (_, Some(a)) => a["artifact"]["parts"][0]["text"].as_str().unwrap().to_owned(),
+            _ => panic!("{b}"),
+        })
+        .collect();
+    assert_eq!(shape, vec!["TASK_STATE_WORKING", "chunk-1 ", "chunk-2", "TASK_STATE_COMPLETED"]);
+
+    let v03 = &got[&format!("a2a:{id}:v03")];
+    let states: Vec<&str> = v03.iter().map(|b| b["status"]["state"].as_str().unwrap()).collect();
+    assert_eq!(states, vec!["working", "completed"], "one v0.3 Task per status change: {v03:?}");
+    assert!(v03.iter().all(|b| b["kind"] == "task"));
+    assert_eq!(v03[1]["artifacts"][0]["parts"].as_array().unwrap().len(), 2, "the final Task has the output");
+    assert!(v03[0]["artifacts"].as_array().is_none_or(Vec::is_empty), "each snapshot is as of its own status");
+    assert!(records::get::<FeedCursor>(kit.ctx.coordinator.documents(), FEED, &id).await.unwrap().is_none());
+    kit.shutdown().await;
+}

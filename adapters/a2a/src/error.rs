@@ -1,0 +1,215 @@
+//! A2A errors and the one mapping from runtime errors to them (protocols/a2a.md §5).
+//!
+//! Every handler returns [`A2aError`]; the binding renders it: JSON-RPC v1.0 with an
+//! `ErrorInfo` in `data`, JSON-RPC v0.3 with `{code, message}` only, REST v1.0 as a
+//! `google.rpc.Status`, REST v0.3 as an ad-hoc `{code, message}` body with the HTTP status.
+//!
+//! Errors this server cannot produce have no variant: the card declares push notifications
+//! (so PushNotificationNotSupported never applies) and no extended card (so
+//! GetExtendedAgentCard is UnsupportedOperation, never ExtendedAgentCardNotConfigured).
+
+use axum::http::StatusCode;
+use gateway_core::admission::AdmissionError;
+use gateway_runtime::RuntimeError;
+use serde_json::{Value, json};
+
+use crate::version::Version;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum A2aError {
+    #[error("task {0} not found")]
+    TaskNotFound(String),
+    #[error("task {0} cannot be canceled: it is already in a final state")]
+    TaskNotCancelable(String),
+    #[error("{0}")]
+    UnsupportedOperation(String),
+    #[error("{0}")]
+    ContentTypeNotSupported(String),
+    #[error("{0}")]
+    InvalidAgentResponse(String),
+    #[error("{0}")]
+    VersionNotSupported(String),
+    #[error("parse error: {0}")]
+    Parse(String),
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("invalid params: {0}")]
+    InvalidParams(String),
+    #[error("method not found: {0}")]
+    MethodNotFound(String),
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The store is unreachable; retry later.
+    #[error("service unavailable: {0}")]
+    Unavailable(String),
+    #[error("internal error")]
+    Internal(String),
+    /// A stored document changed concurrently (compare-and-set lost); callers retry.
+    #[error("concurrent update: {0}")]
+    Conflict(String),
+}
+
+impl A2aError {
+    pub fn code(&self) -> i64 {
+        match self {
+            A2aError::TaskNotFound(_) => -32001,
+            A2aError::TaskNotCancelable(_) => -32002,
+            A2aError::UnsupportedOperation(_) => -32004,
+            A2aError::ContentTypeNotSupported(_) => -32005,
+            A2aError::InvalidAgentResponse(_) => -32006,
+            A2aError::VersionNotSupported(_) => -32009,
+            A2aError::Parse(_) => -32700,
+            A2aError::InvalidRequest(_) => -32600,
+            A2aError::InvalidParams(_) => -32602,
+            A2aError::MethodNotFound(_) => -32601,
+            A2aError::Unauthenticated(_) | A2aError::Unavailable(_) | A2aError::Internal(_) | A2aError::Conflict(_) => {
+                -32603
+            }
+        }
+    }
+
+    /// The `ErrorInfo.reason` of A2A-specific errors.
+    pub fn reason(&self) -> Option<&'static str> {
+        Some(match self {
+            A2aError::TaskNotFound(_) => "TASK_NOT_FOUND",
+            A2aError::TaskNotCancelable(_) => "TASK_NOT_CANCELABLE",
+            A2aError::UnsupportedOperation(_) => "UNSUPPORTED_OPERATION",
+            A2aError::ContentTypeNotSupported(_) => "CONTENT_TYPE_NOT_SUPPORTED",
+            A2aError::InvalidAgentResponse(_) => "INVALID_AGENT_RESPONSE",
+            A2aError::VersionNotSupported(_) => "VERSION_NOT_SUPPORTED",
+            A2aError::Unauthenticated(_) => "UNAUTHENTICATED",
+            _ => return None,
+        })
+    }
+
+    /// HTTP status and gRPC status name of the REST binding (the 1.0.1 mapping).
+    pub fn http(&self) -> (StatusCode, &'static str) {
+        match self {
+            A2aError::TaskNotFound(_) => (StatusCode::NOT_FOUND, "NOT_FOUND"),
+            A2aError::MethodNotFound(_) => (StatusCode::NOT_FOUND, "UNIMPLEMENTED"),
+            A2aError::TaskNotCancelable(_) | A2aError::UnsupportedOperation(_) | A2aError::VersionNotSupported(_) => {
+                (StatusCode::BAD_REQUEST, "FAILED_PRECONDITION")
+            }
+            A2aError::ContentTypeNotSupported(_)
+            | A2aError::Parse(_)
+            | A2aError::InvalidRequest(_)
+            | A2aError::InvalidParams(_) => (StatusCode::BAD_REQUEST, "INVALID_ARGUMENT"),
+            A2aError::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "UNAUTHENTICATED"),
+            A2aError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE"),
+            A2aError::InvalidAgentResponse(_) | A2aError::Internal(_) | A2aError::Conflict(_) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL")
+            }
+        }
+    }
+
+    /// The message shown to clients. Internal details stay in the logs.
+    pub fn public_message(&self) -> String {
+        match self {
+            A2aError::Internal(detail) => {
+                tracing::error!(error = %detail, "internal error");
+                "internal error".into()
+            }
+            other => other.to_string(),
+        }
+    }
+
+    fn error_info(&self) -> Option<Value> {
+        self.reason().map(|reason| {
+            json!({
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": reason,
+                "domain": "a2a-protocol.org",
+            })
+        })
+    }
+
+    /// The JSON-RPC `error` object. v0.3 has no ErrorInfo (`data` omitted).
+    pub fn jsonrpc(&self, version: Version) -> Value {
+        let mut e = json!({"code": self.code(), "message": self.public_message()});
+        if version == Version::V1 {
+            let mut details: Vec<Value> = self.error_info().into_iter().collect();
+            if let A2aError::InvalidParams(m) | A2aError::InvalidRequest(m) = self {
+                details.push(json!({
+                    "@type": "type.googleapis.com/google.rpc.BadRequest",
+                    "fieldViolations": [{"field": "params", "description": m}],
+                }));
+            }
+            if !details.is_empty() {
+                e["data"] = Value::Array(details);
+            }
+        }
+        e
+    }
+
+    /// The REST error body: `google.rpc.Status` for v1.0, `{code, message}` for v0.3.
+    pub fn rest(&self, version: Version) -> (StatusCode, Value) {
+        let (status, grpc) = self.http();
+        let body = match version {
+            Version::V1 => json!({"error": {
+                "code": status.as_u16(),
+                "status": grpc,
+                "message": self.public_message(),
+                "details": self.error_info().into_iter().collect::<Vec<_>>(),
+            }}),
+            Version::V03 => json!({"code": self.code(), "message": self.public_message()}),
+        };
+        (status, body)
+    }
+}
+
+impl From<RuntimeError> for A2aError {
+    fn from(e: RuntimeError) -> Self {
+        match e {
+            RuntimeError::NotFound { kind, id } => A2aError::InvalidParams(format!("{kind} {id} not found")),
+            RuntimeError::Invalid(m) => A2aError::InvalidParams(m),
+            RuntimeError::Placement(p) => A2aError::UnsupportedOperation(p.to_string()),
+            RuntimeError::Rejected(AdmissionError::AwaitingAnswers(ids)) => A2aError::UnsupportedOperation(format!(
+                "the context waits for input on tool uses {ids:?}: answer them with a message on that task, or cancel it"
+            )),
+            RuntimeError::Rejected(a) => A2aError::UnsupportedOperation(a.to_string()),
+            RuntimeError::Guard(g @ gateway_runtime::error::Guard::DocumentConflict { .. }) => {
+                A2aError::Conflict(g.to_string())
+            }
+            RuntimeError::Guard(g) => A2aError::UnsupportedOperation(g.to_string()),
+            RuntimeError::StaleVersion { .. } => A2aError::Internal(e.to_string()),
+            RuntimeError::Unavailable(m) => A2aError::Unavailable(m),
+            RuntimeError::Internal(m) => A2aError::Internal(m),
+        }
+    }
+}
+
+pub type Result<T, E = A2aError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v1_errors_carry_error_info_and_v03_do_not() {
+        let e = A2aError::TaskNotFound("t1".into());
+        let v1 = e.jsonrpc(Version::V1);
+        assert_eq!(v1["code"], -32001);
+        assert_eq!(v1["data"][0]["reason"], "TASK_NOT_FOUND");
+        assert_eq!(v1["data"][0]["@type"], "type.googleapis.com/google.rpc.ErrorInfo");
+        let v03 = e.jsonrpc(Version::V03);
+        assert_eq!(v03["code"], -32001);
+        assert!(v03.get("data").is_none());
+    }
+
+    #[test]
+    fn rest_bodies_follow_the_binding_and_version() {
+        let (status, body) = A2aError::TaskNotCancelable("t".into()).rest(Version::V1);
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(body["error"]["status"], "FAILED_PRECONDITION");
+        assert_eq!(body["error"]["details"][0]["reason"], "TASK_NOT_CANCELABLE");
+        let (status, body) = A2aError::TaskNotFound("t".into()).rest(Version::V03);
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(body["code"], -32001);
+    }
+
+    #[test]
+    fn internal_details_never_reach_clients() {
+        let e = A2aError::Internal("db password=secret".into());
+        assert_eq!(e.jsonrpc(Version::V1)["message"], "internal error");
+    }
+}

@@ -1,0 +1,314 @@
+//! The outbound backend against a scripted remote A2A agent (an in-process HTTP server), run
+//! by real Workers on a real store.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use gateway_core::SessionId;
+use gateway_core::event::{Event, EventPayload, NewEvent, StopReason, ToolOrigin};
+use gateway_runtime::{AgentSelection, CreateSession};
+use serde_json::Value;
+
+use super::*;
+use crate::testkit::{Kit, turns_ended};
+
+#[derive(Debug, Clone)]
+struct Call {
+    method: String,
+    params: Value,
+    auth: Option<String>,
+}
+
+/// A remote agent: "ask" -> INPUT_REQUIRED ("what?"), an answer on that task -> "answered:
+/// TEXT"; streaming "hang" -> a stream that never sends anything, "quiet" -> the task
+/// (WORKING) then silence, while GetTask says it completed with "late"; anything else ->
+/// COMPLETED with "echo: TEXT".
+struct Fake {
+    streaming: bool,
+    /// The interface URL the card names (default: the server's own URL).
+    interface: Mutex<String>,
+    calls: Mutex<Vec<Call>>,
+    tasks: Mutex<HashMap<String, Value>>,
+}
+
+impl Fake {
+    fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+    fn methods(&self) -> Vec<String> {
+        self.calls().into_iter().map(|c| c.method).collect()
+    }
+}
+
+fn task(id: &str, state: &str, artifact: Option<&str>, status_text: Option<&str>) -> Value {
+    let mut t = json!({"id": id, "contextId": "rctx", "status": {"state": state}});
+    if let Some(a) = artifact {
+        t["artifacts"] = json!([{"artifactId": "a1", "parts": [{"text": a}]}]);
+    }
+    if let Some(s) = status_text {
+        t["status"]["message"] = json!({"messageId": "sm", "role": "ROLE_AGENT", "parts": [{"text": s}]});
+    }
+    t
+}
+
+async fn card(State(f): State<Arc<Fake>>) -> Response {
+    let url = f.interface.lock().unwrap().clone();
+    axum::Json(json!({
+        "name": "fake", "description": "a scripted remote", "version": "1",
+        "supportedInterfaces": [{"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+        "capabilities": {"streaming": f.streaming},
+        "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"], "skills": [],
+    }))
+    .into_response()
+}
+
+fn sse(id: &Value, results: Vec<Value>, then_hang: bool) -> Response {
+    let frames: Vec<Result<bytes::Bytes, std::io::Error>> = results
+        .into_iter()
+        .map(|r| Ok(bytes::Bytes::from(format!("data: {}\n\n", json!({"jsonrpc": "2.0", "id": id, "result": r})))))
+        .collect();
+    let stream = futures::stream::iter(frames);
+    let body =
+        if then_hang { Body::from_stream(stream.chain(futures::stream::pending())) } else { Body::from_stream(stream) };
+    ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
+}
+
+async fn rpc(State(f): State<Arc<Fake>>, headers: HeaderMap, axum::Json(req): axum::Json<Value>) -> Response {
+    let method = req["method"].as_str().unwrap_or_default().to_owned();
+    let params = req["params"].clone();
+    let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    f.calls.lock().unwrap().push(Call { method: method.clone(), params: params.clone(), auth });
+    let id = req["id"].clone();
+    let text = params["message"]["parts"][0]["text"].as_str().unwrap_or_default().to_owned();
+    let reply = |result: Value| axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response();
+    let mut tasks = f.tasks.lock().unwrap();
+    let n = tasks.len();
+    match method.as_str() {
+        "SendMessage" | "SendStreamingMessage" => {
+            let t = match params["message"]["taskId"].as_str() {
+                Some(tid) => task(tid, "TASK_STATE_COMPLETED", Some(&format!("answered: {text}")), None),
+                None if text == "ask" => task(&format!("t{n}"), "TASK_STATE_INPUT_REQUIRED", None, Some("what?")),
+                None if text == "hang" || text == "quiet" => task(&format!("t{n}"), "TASK_STATE_WORKING", None, None),
+                None => task(&format!("t{n}"), "TASK_STATE_COMPLETED", Some(&format!("echo: {text}")), None),
+            };
+            let tid = t["id"].as_str().unwrap().to_owned();
+            if text == "quiet" {
+                tasks.insert(tid, task(&format!("t{n}"), "TASK_STATE_COMPLETED", Some("late"), None));
+            } else {
+                tasks.insert(tid, t.clone());
+            }
+            if method == "SendMessage" {
+                return reply(json!({"task": t}));
+            }
+            match text.as_str() {
+                "hang" => sse(&id, vec![], true),
+                "quiet" => sse(&id, vec![json!({"task": t})], true),
+                _ => sse(&id, vec![json!({"task": t})], false),
+            }
+        }
+        "GetTask" => reply(tasks[params["id"].as_str().unwrap()].clone()),
+        "CancelTask" => {
+            let t = tasks.get_mut(params["id"].as_str().unwrap()).unwrap();
+            t["status"] = json!({"state": "TASK_STATE_CANCELED"});
+            reply(t.clone())
+        }
+        _ => {
+            axum::Json(json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "no"}})).into_response()
+        }
+    }
+}
+
+/// Starts a fake remote; returns it and its URL.
+async fn fake(streaming: bool) -> (Arc<Fake>, String) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let f = Arc::new(Fake {
+        streaming,
+        interface: Mutex::new(url.clone()),
+        calls: Mutex::default(),
+        tasks: Mutex::default(),
+    });
+    let app = axum::Router::new()
+        .route("/.well-known/agent-card.json", get(card))
+        .route("/", post(rpc))
+        .with_state(Arc::clone(&f));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (f, url)
+}
+
+async fn gateway(url: &str, auth: Option<&str>) -> Kit {
+    let remotes: BTreeMap<String, RemoteConfig> =
+        [("remote".to_owned(), RemoteConfig { url: url.to_owned(), auth: auth.map(str::to_owned) })].into();
+    let limits = Limits {
+        stream_idle: Duration::from_millis(300),
+        turn_deadline: Duration::from_secs(30),
+        poll_interval: Duration::from_millis(50),
+    };
+    Kit::new(remotes, limits).await
+}
+
+async fn session(kit: &Kit) -> SessionId {
+    let req = CreateSession {
+        agent: AgentSelection { id: kit.agent("remote"), version: None, overrides: None },
+        environment_id: kit.ctx.agents.environment.clone().unwrap(),
+        title: None,
+        metadata: Default::default(),
+        resources: vec![],
+        initial_inputs: vec![],
+    };
+    kit.ctx.coordinator.create_session(req).await.unwrap().0.id
+}
+
+fn user(text: &str) -> NewEvent {
+    NewEvent::new(EventPayload::UserMessage { content: vec![ContentBlock::text(text)] })
+}
+
+fn texts(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::AgentMessage { content } => Some(plain_text(content)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn last_stop(events: &[Event]) -> StopReason {
+    events
+        .iter()
+        .rev()
+        .find_map(|e| match &e.payload {
+            EventPayload::TurnEnded { stop } => Some(stop.clone()),
+            _ => None,
+        })
+        .unwrap()
+}
+
+/// Submits inputs and waits for the session's `n`th turn end.
+async fn turn(kit: &Kit, sid: &SessionId, inputs: Vec<NewEvent>, n: usize) -> Vec<Event> {
+    kit.ctx.coordinator.submit(sid, inputs).await.unwrap();
+    kit.wait_events(sid, 20, |evs| turns_ended(evs) >= n).await
+}
+
+fn asked(events: &[Event]) -> gateway_core::EventId {
+    events
+        .iter()
+        .rev()
+        .find(|e| matches!(&e.payload, EventPayload::ToolUse { name, .. } if name == REMOTE_INPUT_TOOL))
+        .unwrap()
+        .id
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_continues_the_remote_task_with_credentials_on_its_origin() {
+    let (remote, url) = fake(false).await;
+    let kit = gateway(&url, Some("Bearer s3cret")).await;
+    let sid = session(&kit).await;
+    let evs = turn(&kit, &sid, vec![user("ask")], 1).await;
+    assert!(matches!(last_stop(&evs), StopReason::RequiresAction { .. }));
+    let answer = NewEvent::new(EventPayload::ClientToolResult {
+        tool_use_id: asked(&evs),
+        content: vec![ContentBlock::text("Ada")],
+        is_error: false,
+        origin: ToolOrigin::Custom,
+    });
+    let evs = turn(&kit, &sid, vec![answer], 2).await;
+    assert_eq!(texts(&evs).last().map(String::as_str), Some("answered: Ada"));
+    let calls = remote.calls();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[1].params["message"]["taskId"], "t0", "the answer goes to the waiting remote task");
+    assert!(calls.iter().all(|c| c.auth.as_deref() == Some("Bearer s3cret")));
+    kit.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_input_request_cancels_the_remote_task_instead_of_continuing_it() {
+    let (remote, url) = fake(false).await;
+    let kit = gateway(&url, None).await;
+    let sid = session(&kit).await;
+    let evs = turn(&kit, &sid, vec![user("ask")], 1).await;
+    assert!(matches!(last_stop(&evs), StopReason::RequiresAction { .. }));
+    // The client interrupts the parked turn instead of answering, then says something new.
+    kit.ctx.coordinator.interrupt(&sid).await.unwrap();
+    let evs = turn(&kit, &sid, vec![user("hello")], 3).await;
+    assert_eq!(texts(&evs).last().map(String::as_str), Some("echo: hello"));
+    assert_eq!(remote.methods(), vec!["SendMessage", "CancelTask", "SendMessage"]);
+    let calls = remote.calls();
+    assert_eq!(calls[1].params["id"], "t0", "the abandoned remote task is canceled");
+    let next = &calls[2].params["message"];
+    assert!(next.get("taskId").is_none(), "a new remote task, not the old one: {next}");
+    assert_eq!(next["contextId"], "rctx", "in the same remote context");
+    kit.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_interrupted_before_any_remote_event_is_not_sent_again() {
+    let (remote, url) = fake(true).await;
+    let kit = gateway(&url, None).await;
+    let sid = session(&kit).await;
+    kit.ctx.coordinator.submit(&sid, vec![user("hang")]).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while remote.calls().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the remote never got the message");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    kit.ctx.coordinator.interrupt(&sid).await.unwrap();
+    let evs = kit.wait_events(&sid, 10, |evs| turns_ended(evs) >= 1).await;
+    assert_eq!(last_stop(&evs), StopReason::Interrupted);
+    let evs = turn(&kit, &sid, vec![user("second")], 2).await;
+    assert_eq!(texts(&evs).last().map(String::as_str), Some("echo: second"));
+    let calls = remote.calls();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[1].params["message"]["parts"], json!([{"text": "second"}]), "the canceled message is not resent");
+    kit.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_stream_falls_back_to_polling() {
+    let (remote, url) = fake(true).await;
+    let kit = gateway(&url, None).await;
+    let sid = session(&kit).await;
+    let evs = turn(&kit, &sid, vec![user("quiet")], 1).await;
+    assert_eq!(last_stop(&evs), StopReason::EndTurn);
+    assert_eq!(texts(&evs), vec!["late"]);
+    assert_eq!(remote.methods()[..2], ["SendStreamingMessage", "GetTask"]);
+    kit.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_are_never_sent_to_an_interface_on_another_origin() {
+    let (remote, url) = fake(false).await;
+    // The card names the same server under another host name: another origin.
+    *remote.interface.lock().unwrap() = url.replace("127.0.0.1", "localhost");
+    let kit = gateway(&url, Some("Bearer s3cret")).await;
+    let sid = session(&kit).await;
+    let evs = turn(&kit, &sid, vec![user("hi")], 1).await;
+    assert_eq!(last_stop(&evs), StopReason::Failed);
+    let error = evs
+        .iter()
+        .find_map(|e| match &e.payload {
+            EventPayload::SessionError { message, .. } => Some(message.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(error.contains("refusing to send the configured credentials"), "{error}");
+    assert!(remote.calls().is_empty(), "no request reached the other origin");
+    kit.shutdown().await;
+}
+
+#[test]
+fn every_binding_is_written_each_time() {
+    let remote = Remote { task: None, context: Some("c".into()), state: None, parts: BTreeMap::new() };
+    let b: BTreeMap<String, String> = remote.bindings().into_iter().collect();
+    assert_eq!(b.get(K_STATE).map(String::as_str), Some(""), "an unknown state clears the old one");
+    assert_eq!(b.get(K_TASK).map(String::as_str), Some(""));
+    let back = Remote::from_bindings(&b);
+    assert_eq!((back.task, back.state, back.context.as_deref()), (None, None, Some("c")));
+}

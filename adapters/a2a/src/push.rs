@@ -1,0 +1,168 @@
+//! Push-notification configs: validated, stored in the version they were registered with
+//! (which decides the body shape delivered).
+//!
+//! All configs of a task live in one document (`a2a.push/{task}`) changed only by
+//! compare-and-set of the whole set, so the per-task limit holds when clients create configs
+//! concurrently: of two creations racing for the last slot, the loser re-reads the set and is
+//! refused.
+
+use gateway_core::EventId;
+use gateway_runtime::Documents;
+use serde::{Deserialize, Serialize};
+use tracing::info;
+
+use crate::A2aContext;
+use crate::error::{A2aError, Result};
+use crate::records::{self, PUSH, PushRecord, TaskRecord};
+use crate::ssrf;
+use crate::wire::PushConfig;
+
+/// Most configs one task may have.
+const MAX_CONFIGS: usize = 16;
+
+fn header_safe(what: &str, s: &str) -> Result<()> {
+    if s.len() > 4096 || s.chars().any(|c| c == '\r' || c == '\n' || c == '\0') {
+        return Err(A2aError::InvalidParams(format!("{what} must be at most 4096 characters without CR, LF or NUL")));
+    }
+    Ok(())
+}
+
+/// Checks a config before it is stored: URL (and the SSRF rule), header-safe token and
+/// credentials, a scheme only with credentials.
+pub fn validate(cfg: &PushConfig, allow_private: bool) -> Result<()> {
+    ssrf::check_url(&cfg.url, allow_private).map_err(|e| A2aError::InvalidParams(e.to_string()))?;
+    if let Some(t) = &cfg.token {
+        header_safe("token", t)?;
+    }
+    if let Some(a) = &cfg.authentication {
+        if a.scheme.is_empty() || !a.scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~+".contains(&b)) {
+            return Err(A2aError::InvalidParams("authentication.scheme must be an HTTP auth scheme token".into()));
+        }
+        match &a.credentials {
+            None => {
+                return Err(A2aError::InvalidParams("authentication.scheme was given without credentials".into()));
+            }
+            Some(c) => header_safe("authentication.credentials", c)?,
+        }
+    }
+    if let Some(id) = &cfg.id
+        && (id.len() > 128 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)))
+    {
+        return Err(A2aError::InvalidParams("push config id must be 1-128 of [A-Za-z0-9-_.]".into()));
+    }
+    Ok(())
+}
+
+/// The configs of one task (one document).
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct PushSet {
+    configs: Vec<PushRecord>,
+}
+
+/// Attempts of one change. Each lost compare-and-set means another change won, so a writer
+/// loses at most once per concurrent writer.
+const CAS_ATTEMPTS: u32 = 64;
+
+/// Changes a task's set by compare-and-set; `change` says whether it changed anything.
+async fn update(
+    docs: &dyn Documents,
+    task_id: &str,
+    change: impl Fn(&mut Vec<PushRecord>) -> Result<bool>,
+) -> Result<()> {
+    for attempt in 0..CAS_ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(u64::from(attempt.min(10)))).await;
+        }
+        let (mut set, version) = match records::get::<PushSet>(docs, PUSH, task_id).await? {
+            Some((set, v)) => (set, Some(v)),
+            None => (PushSet::default(), None),
+        };
+        if !change(&mut set.configs)? {
+            return Ok(());
+        }
+        match records::put(docs, PUSH, task_id, &set, version).await {
+            Ok(_) => return Ok(()),
+            Err(A2aError::Conflict(_)) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(A2aError::Unavailable(format!("the push configs of task {task_id} keep changing concurrently; retry")))
+}
+
+/// Creates (or replaces, for a known id) a config of `task`.
+pub async fn create(ctx: &A2aContext, task: &TaskRecord, mut cfg: PushConfig, v03: bool) -> Result<PushConfig> {
+    validate(&cfg, ctx.allow_private_push_targets)?;
+    let id = cfg.id.clone().unwrap_or_else(|| format!("pcfg_{}", &EventId::new().as_str()[EventId::PREFIX.len()..]));
+    cfg.id = Some(id.clone());
+    cfg.task_id = Some(task.id.clone());
+    let rec = PushRecord { config: cfg.clone(), v03 };
+    update(ctx.coordinator.documents(), &task.id, |configs| {
+        match configs.iter().position(|c| c.config.id.as_deref() == Some(id.as_str())) {
+            Some(i) => configs[i] = rec.clone(),
+            None if configs.len() >= MAX_CONFIGS => {
+                return Err(A2aError::InvalidParams(format!("a task may have at most {MAX_CONFIGS} push configs")));
+            }
+            None => configs.push(rec.clone()),
+        }
+        Ok(true)
+    })
+    .await?;
+    info!(task = %task.id, config = %id, "push config stored");
+    Ok(cfg)
+}
+
+pub async fn get(ctx: &A2aContext, task: &TaskRecord, id: &str) -> Result<PushConfig> {
+    records(ctx.coordinator.documents(), &task.id)
+        .await?
+        .into_iter()
+        .find(|r| r.config.id.as_deref() == Some(id))
+        .map(|r| r.config)
+        .ok_or_else(|| A2aError::TaskNotFound(format!("{} (push config {id})", task.id)))
+}
+
+pub async fn list(ctx: &A2aContext, task: &TaskRecord) -> Result<Vec<PushConfig>> {
+    Ok(records(ctx.coordinator.documents(), &task.id).await?.into_iter().map(|r| r.config).collect())
+}
+
+/// A task's configs, in creation order.
+pub async fn records(docs: &dyn Documents, task_id: &str) -> Result<Vec<PushRecord>> {
+    Ok(records::get::<PushSet>(docs, PUSH, task_id).await?.map(|(s, _)| s.configs).unwrap_or_default())
+}
+
+pub async fn delete(ctx: &A2aContext, task: &TaskRecord, id: &str) -> Result<()> {
+    update(ctx.coordinator.documents(), &task.id, |configs| {
+        let before = configs.len();
+        configs.retain(|c| c.config.id.as_deref() != Some(id));
+        Ok(configs.len() != before)
+    })
+    .await
+}
+
+/// Removes every config of a task (its send failed).
+pub async fn delete_all(docs: &dyn Documents, task_id: &str) -> Result<()> {
+    records::delete(docs, PUSH, task_id).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::AuthInfo;
+
+    fn cfg(url: &str) -> PushConfig {
+        PushConfig { id: None, task_id: None, url: url.into(), token: None, authentication: None }
+    }
+
+    #[test]
+    fn configs_are_checked_before_they_are_stored() {
+        assert!(validate(&cfg("http://127.0.0.1:9/h"), true).is_ok());
+        assert_eq!(validate(&cfg("http://127.0.0.1:9/h"), false).unwrap_err().code(), -32602);
+        let mut c = cfg("https://example.com/h");
+        c.token = Some("a\r\nX-Injected: 1".into());
+        assert!(validate(&c, false).is_err(), "CR/LF in the token");
+        c.token = None;
+        c.authentication = Some(AuthInfo { scheme: "Bearer".into(), credentials: None });
+        assert!(validate(&c, false).is_err(), "a scheme needs credentials");
+        c.authentication = Some(AuthInfo { scheme: "Bearer".into(), credentials: Some("s3cret".into()) });
+        assert!(validate(&c, false).is_ok());
+    }
+}

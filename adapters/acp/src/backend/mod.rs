@@ -1,0 +1,464 @@
+//! The backend face: a published backend `acp:<executor>` runs each session's turns in an ACP
+//! agent process (one per session, see [`process`]), the gateway being its client.
+//!
+//! A turn sends the session's new user messages as one `session/prompt` and maps what the
+//! agent reports ([`mapping`]) until the prompt's answer. A permission request parks the
+//! core's turn (a `tool_use` asking permission): the agent's request stays outstanding in the
+//! process table, and the run that resumes after the client's answer replies to it and keeps
+//! consuming the same prompt. So a Managed Agents client sees `requires_action`, an A2A client
+//! `INPUT_REQUIRED` and an editor a permission request, all from the core's one flow.
+//!
+//! What was sent and what was answered are session bindings ([`crate::names`]), committed
+//! under the run's fence: a run that finds its inputs sent, not answered, and no prompt of
+//! its own to consume (the process died with the gateway, or was stopped) fails explicitly
+//! instead of pretending the turn ended (invariant 5: the agent may have acted).
+
+mod client;
+mod mapping;
+mod process;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::future::OptionFuture;
+use gateway_core::event::{ErrorKind, Event, EventPayload};
+use gateway_core::session::{PendingAction, PendingKind};
+use gateway_runtime::environment::EnvironmentError;
+use gateway_runtime::{Backend, BackendError, Environments, RunContext, TurnOutcome};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+pub use process::{Connection, Connector, MAX_PROCESSES, ProcessTable, SandboxConnector, processes};
+
+use crate::ExecutorConfig;
+use crate::names::{ANSWERED_BINDING, MCP_SERVERS_NS, SENT_BINDING};
+use crate::rpc::RpcError;
+use crate::wire::{self, PromptSupport};
+use client::AgentEvent;
+use mapping::{Mapper, choose_option};
+use process::{AgentProcess, Launch, Prompt, Turn};
+
+/// How long a cancelled prompt may take to answer before its process is stopped.
+const CANCEL_GRACE: Duration = Duration::from_secs(10);
+/// How long `session/close` waits for the session's interrupted turn before stopping its
+/// process anyway.
+pub const CLOSE_WAIT: Duration = Duration::from_secs(12);
+/// Why a run whose prompt vanished fails.
+const LOST_MID_TURN: &str = "the agent process was lost mid-turn; its effects are unknown — resend";
+
+/// A failed turn (`backend_failed`) with its reason.
+pub(crate) fn failed(message: impl Into<String>) -> BackendError {
+    BackendError::Failed { kind: ErrorKind::BackendFailed, message: message.into() }
+}
+
+/// The answer to a permission request nobody will decide.
+pub(crate) fn cancelled_outcome() -> Value {
+    json!({"outcome": "cancelled"})
+}
+
+pub struct AcpBackend {
+    name: String,
+    config: ExecutorConfig,
+    environments: Arc<Environments>,
+    connector: Arc<dyn Connector>,
+}
+
+impl AcpBackend {
+    pub fn new(name: String, config: ExecutorConfig, environments: Arc<Environments>) -> Self {
+        Self::with_connector(name, config, environments, Arc::new(SandboxConnector))
+    }
+
+    /// A backend whose agents are reached through `connector` (tests: in-memory agents).
+    pub fn with_connector(
+        name: String,
+        config: ExecutorConfig,
+        environments: Arc<Environments>,
+        connector: Arc<dyn Connector>,
+    ) -> Self {
+        Self { name, config, environments, connector }
+    }
+
+    /// The session's process, started (and its session opened) if there is none.
+    async fn process(&self, ctx: &RunContext) -> Result<Arc<AgentProcess>, BackendError> {
+        if let Some(p) = processes().get(&ctx.session.id).await {
+            return Ok(p);
+        }
+        let room = processes().reserve().await.map_err(failed)?;
+        let lease = self.environments.acquire(&ctx.session).await.map_err(environment_error)?;
+        let mut lease = lease;
+        if let Some(change) = lease.acquired.change.take() {
+            ctx.commit_environment(vec![], change).await?;
+        }
+        let mcp_servers = match ctx.store().get_document(MCP_SERVERS_NS, ctx.session.id.as_str()).await {
+            Ok(Some(doc)) => doc.body,
+            Ok(None) => json!([]),
+            Err(e) => return Err(failed(format!("cannot read the session's MCP servers: {e}"))),
+        };
+        let launch = Launch {
+            executor: &self.name,
+            config: &self.config,
+            connector: self.connector.as_ref(),
+            lease,
+            mcp_servers,
+        };
+        let p = process::start(ctx, launch).await?;
+        processes().insert(ctx.session.id.clone(), Arc::clone(&p)).await;
+        drop(room);
+        Ok(p)
+    }
+
+    /// The process, started within the deadline.
+    async fn process_by(&self, ctx: &RunContext, deadline: Instant) -> Result<Arc<AgentProcess>, BackendError> {
+        match tokio::time::timeout_at(deadline, self.process(ctx)).await {
+            Ok(p) => p,
+            Err(_) => {
+                processes().close(&ctx.session.id).await;
+                Err(failed(format!(
+                    "ACP agent {:?} did not start within the turn deadline ({:?})",
+                    self.name, self.config.turn_timeout
+                )))
+            }
+        }
+    }
+
+    /// A prompt of the user messages up to the run's boundary not yet sent to the agent,
+    /// recorded as sent; `None` if there are none.
+    async fn next_prompt(
+        &self,
+        ctx: &RunContext,
+        history: &[Event],
+        p: &AgentProcess,
+        sent: &mut u64,
+    ) -> Result<Option<(Value, u64)>, BackendError> {
+        let support = PromptSupport { image: p.caps.image, embedded_context: p.caps.embedded_context };
+        let mut blocks = Vec::new();
+        let mut last = *sent;
+        for e in unsent(ctx, history, *sent) {
+            if let EventPayload::UserMessage { content } = &e.payload {
+                blocks.extend(wire::core_to_acp(content, support));
+                last = e.seq;
+            }
+        }
+        if blocks.is_empty() {
+            return Ok(None);
+        }
+        ctx.commit_bindings(vec![], vec![(SENT_BINDING.to_owned(), last.to_string())]).await?;
+        *sent = last;
+        Ok(Some((json!({"sessionId": p.agent_session, "prompt": blocks}), last)))
+    }
+}
+
+/// The run's user messages after `sent`, up to its boundary.
+fn unsent<'a>(ctx: &RunContext, history: &'a [Event], sent: u64) -> impl Iterator<Item = &'a Event> {
+    let boundary = boundary(ctx);
+    history
+        .iter()
+        .filter(move |e| e.seq > sent && e.seq <= boundary && matches!(e.payload, EventPayload::UserMessage { .. }))
+}
+
+/// The last input this run answers.
+fn boundary(ctx: &RunContext) -> u64 {
+    ctx.claim.run.input_seq.unwrap_or(ctx.session.last_seq)
+}
+
+fn seq_binding(bindings: &std::collections::BTreeMap<String, String>, name: &str) -> u64 {
+    bindings.get(name).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+fn environment_error(e: EnvironmentError) -> BackendError {
+    let kind = match &e {
+        EnvironmentError::Vanished { .. } => ErrorKind::EnvironmentLost,
+        _ => ErrorKind::PlacementFailed,
+    };
+    BackendError::Failed { kind, message: e.to_string() }
+}
+
+/// The answer a client gave to a parked tool use, if any.
+fn confirmation(history: &[Event], id: &gateway_core::EventId) -> Option<bool> {
+    history.iter().rev().find_map(|e| match &e.payload {
+        EventPayload::ToolConfirmation { tool_use_id, allow, .. } if tool_use_id == id => Some(*allow),
+        _ => None,
+    })
+}
+
+/// An outstanding `session/prompt` taken out of its process for one run; put back on drop.
+struct Outstanding<'a> {
+    prompt: Option<Prompt>,
+    slot: &'a mut Option<Prompt>,
+}
+
+impl Drop for Outstanding<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.prompt.take() {
+            *self.slot = Some(p);
+        }
+    }
+}
+
+/// A stop reason as a turn outcome; an unknown one ends the turn normally (and is logged).
+fn outcome(result: &Value) -> TurnOutcome {
+    match result.get("stopReason").and_then(Value::as_str).unwrap_or("") {
+        "end_turn" => TurnOutcome::EndTurn,
+        "cancelled" => TurnOutcome::Interrupted,
+        "refusal" => TurnOutcome::Refusal,
+        "max_turn_requests" => {
+            TurnOutcome::RoundLimit { message: "the agent reached its limit of requests for one turn".into() }
+        }
+        "max_tokens" => {
+            info!("the agent stopped at its token limit; the turn ends");
+            TurnOutcome::EndTurn
+        }
+        other => {
+            warn!(stop_reason = %crate::rpc::clip(other, 80), "unknown stop reason; ending the turn normally");
+            TurnOutcome::EndTurn
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for AcpBackend {
+    async fn run(&self, ctx: &RunContext) -> Result<TurnOutcome, BackendError> {
+        let deadline = Instant::now() + self.config.turn_timeout;
+        // A process stopped while this run waited for its turn (swept, closed, evicted) is
+        // replaced once.
+        let mut attempts = 0;
+        let (p, mut guard) = loop {
+            let p = self.process_by(ctx, deadline).await?;
+            let guard = Arc::clone(&p.turn).lock_owned().await;
+            if p.alive() || attempts > 0 {
+                break (p, guard);
+            }
+            attempts += 1;
+            drop(guard);
+            processes().discard(&ctx.session.id, &p).await;
+        };
+        p.touch();
+        let history = ctx.history().await?;
+        let bindings = ctx.bindings().await?;
+        let mut sent = seq_binding(&bindings, SENT_BINDING);
+        let answered = seq_binding(&bindings, ANSWERED_BINDING);
+        let turn = &mut *guard;
+
+        // A parked permission answered by the client: reply and keep consuming that prompt.
+        let replies: Vec<(gateway_core::EventId, bool)> =
+            turn.parked.keys().filter_map(|id| confirmation(&history, id).map(|a| (id.clone(), a))).collect();
+        if !replies.is_empty() && turn.prompt.is_some() {
+            for (id, allow) in replies {
+                if let Some(parked) = turn.parked.remove(&id) {
+                    let outcome = match choose_option(&parked.options, allow) {
+                        Some(option) => json!({"outcome": "selected", "optionId": option}),
+                        None => cancelled_outcome(),
+                    };
+                    let _ = parked.reply.send(outcome);
+                }
+            }
+        } else if turn.prompt.is_some() && turn.parked.is_empty() && unsent(ctx, &history, sent).next().is_none() {
+            // This run's own prompt still runs in this process (an earlier claim of the run
+            // was abandoned or retried): keep consuming it.
+            info!("the agent is still answering this run's prompt; consuming it");
+        } else {
+            // Anything left from an earlier turn (interrupted while parked) is cancelled first.
+            self.settle_leftovers(ctx, &p, turn, deadline).await?;
+            if let Some(lost) = lost_permission(ctx, &history) {
+                return Err(failed(lost));
+            }
+            match self.next_prompt(ctx, &history, &p, &mut sent).await? {
+                Some((prompt, seq)) => send_prompt(&p, turn, prompt, seq),
+                None if ctx.claim.run.started && boundary(ctx) > answered => {
+                    warn!(sent, answered, "this run's prompt is gone with its agent process");
+                    return Err(failed(LOST_MID_TURN));
+                }
+                None => {
+                    info!("nothing new to send to the agent; the turn ends");
+                    return Ok(TurnOutcome::EndTurn);
+                }
+            }
+        }
+        let mut result = self.consume(ctx, &p, turn, deadline).await;
+        // Messages that came with a confirmation (or while the prompt ran) go as a follow-up
+        // prompt in the same run once the resumed one has ended.
+        while matches!(result, Ok(TurnOutcome::EndTurn | TurnOutcome::Refusal | TurnOutcome::RoundLimit { .. })) {
+            let Some((prompt, seq)) = self.next_prompt(ctx, &history, &p, &mut sent).await? else { break };
+            info!(seq, "sending the messages that arrived meanwhile as a follow-up prompt");
+            send_prompt(&p, turn, prompt, seq);
+            result = self.consume(ctx, &p, turn, deadline).await;
+        }
+        p.touch();
+        match &result {
+            Err(BackendError::Abandoned(_)) => processes().discard(&ctx.session.id, &p).await,
+            Err(_) if !p.alive() => processes().discard(&ctx.session.id, &p).await,
+            _ => {}
+        }
+        result
+    }
+}
+
+/// Sends a prompt; its answer is awaited by whichever run consumes the turn.
+fn send_prompt(p: &AgentProcess, turn: &mut Turn, prompt: Value, seq: u64) {
+    let peer = p.peer.clone();
+    let task = tokio::spawn(async move { peer.request("session/prompt", prompt).await });
+    turn.prompt = Some(Prompt { task, seq });
+}
+
+/// A run resuming a parked turn (its last input is a confirmation) whose agent process is
+/// gone (gateway restart, crash): the request the client answered no longer exists.
+fn lost_permission(ctx: &RunContext, history: &[Event]) -> Option<String> {
+    let boundary = boundary(ctx);
+    let last_input = history.iter().rfind(|e| e.seq <= boundary && e.kind().is_input())?;
+    matches!(last_input.payload, EventPayload::ToolConfirmation { .. }).then(|| {
+        "the ACP agent process that asked for this permission is gone (restarted or crashed); \
+         its request cannot be answered. Send the message again."
+            .to_owned()
+    })
+}
+
+impl AcpBackend {
+    /// Cancels a prompt an earlier turn left outstanding (its turn was interrupted while
+    /// parked): pending permissions answered `cancelled`, `session/cancel`, a bounded wait
+    /// during which whatever the agent still sends is drained (never left to block it).
+    async fn settle_leftovers(
+        &self,
+        ctx: &RunContext,
+        p: &AgentProcess,
+        turn: &mut Turn,
+        deadline: Instant,
+    ) -> Result<(), BackendError> {
+        for (_, parked) in turn.parked.drain() {
+            let _ = parked.reply.send(cancelled_outcome());
+        }
+        if let Some(Prompt { mut task, seq }) = turn.prompt.take() {
+            if !p.peer.try_notify("session/cancel", json!({"sessionId": p.agent_session})) {
+                warn!("could not send session/cancel (the agent is not reading); waiting for its answer anyway");
+            }
+            let until = deadline.min(Instant::now() + CANCEL_GRACE);
+            let mut open = true;
+            let answered = loop {
+                tokio::select! {
+                    answer = &mut task => break answer.is_ok_and(|a| a.is_ok()),
+                    ev = turn.events.recv(), if open => match ev {
+                        Some(AgentEvent::Permission { reply, .. }) => { let _ = reply.send(cancelled_outcome()); }
+                        Some(AgentEvent::Update(_)) => {}
+                        None => open = false,
+                    },
+                    _ = tokio::time::sleep_until(until) => {
+                        warn!("the agent did not answer a cancelled prompt in time");
+                        break false;
+                    }
+                }
+            };
+            if answered {
+                ctx.commit_bindings(vec![], vec![(ANSWERED_BINDING.to_owned(), seq.to_string())]).await?;
+            }
+        }
+        while turn.events.try_recv().is_ok() {}
+        turn.tools.clear();
+        Ok(())
+    }
+
+    /// Maps the agent's updates until its prompt answer, a permission request (park), a
+    /// cancel, a crash or the deadline. Nothing here waits on the agent reading its stdin.
+    async fn consume(
+        &self,
+        ctx: &RunContext,
+        p: &AgentProcess,
+        turn: &mut Turn,
+        deadline: Instant,
+    ) -> Result<TurnOutcome, BackendError> {
+        let Turn { events, prompt: slot, parked, tools } = turn;
+        // Whatever ends this run (even its future being dropped), an unanswered prompt goes
+        // back to the process: a parked turn's resuming run, or the next turn, finds it.
+        let mut prompt = Outstanding { prompt: slot.take(), slot };
+        let Some(seq) = prompt.prompt.as_ref().map(|p| p.seq) else {
+            return Err(failed("no prompt is outstanding"));
+        };
+        let mut mapper = Mapper::default();
+        let mut cancelled_at: Option<Instant> = None;
+        // The queue closes with the connection; the prompt's answer or the close decides then.
+        let mut events_open = true;
+        loop {
+            let grace = cancelled_at.map(|t| t + CANCEL_GRACE).unwrap_or(deadline + CANCEL_GRACE);
+            tokio::select! {
+                biased;
+                ev = events.recv(), if events_open => match ev {
+                    Some(AgentEvent::Update(u)) => mapper.update(ctx, tools, &u).await?,
+                    Some(AgentEvent::Permission { params, reply }) => {
+                        if cancelled_at.is_some() {
+                            let _ = reply.send(cancelled_outcome());
+                            continue;
+                        }
+                        let options = params.get("options").cloned().unwrap_or(Value::Null);
+                        let id = mapper.permission(ctx, tools, &params).await?;
+                        parked.insert(id.clone(), process::Parked { reply, options });
+                        info!(tool_use = %id, "the agent asks permission; the turn parks");
+                        return Ok(TurnOutcome::Parked {
+                            pending: vec![PendingAction { event_id: id, kind: PendingKind::Confirmation }],
+                        });
+                    }
+                    None => events_open = false,
+                },
+                Some(answer) = OptionFuture::from(prompt.prompt.as_mut().map(|p| &mut p.task)) => {
+                    prompt.prompt = None;
+                    // Updates sent before the answer are already queued: map them first.
+                    while let Ok(ev) = events.try_recv() {
+                        match ev {
+                            AgentEvent::Update(u) => mapper.update(ctx, tools, &u).await?,
+                            AgentEvent::Permission { reply, .. } => { let _ = reply.send(cancelled_outcome()); }
+                        }
+                    }
+                    let answer: Result<Value, RpcError> = answer.unwrap_or_else(|e| Err(RpcError::internal(e.to_string())));
+                    let reached = answer.is_ok() || p.alive();
+                    // The text so far and the fact that the agent answered, in one commit.
+                    let answered = if reached { vec![(ANSWERED_BINDING.to_owned(), seq.to_string())] } else { vec![] };
+                    mapper.flush_with(ctx, answered).await?;
+                    tools.clear();
+                    return match answer {
+                        _ if cancelled_at.is_some() => Ok(TurnOutcome::Interrupted),
+                        Ok(result) => Ok(outcome(&result)),
+                        Err(_) if !p.alive() && p.closing() => Ok(TurnOutcome::Interrupted),
+                        Err(_) if !p.alive() => Err(self.crashed(p)),
+                        Err(e) => Err(failed(format!("ACP agent {:?} answered the prompt with an error: {} (code {})", self.name, e.message, e.code))),
+                    };
+                }
+                _ = ctx.interrupted(), if cancelled_at.is_none() => {
+                    info!("interrupted; cancelling the agent's prompt");
+                    cancelled_at = Some(Instant::now());
+                    if !p.peer.try_notify("session/cancel", json!({"sessionId": p.agent_session})) {
+                        warn!("could not send session/cancel (the agent is not reading); it is stopped after the grace period");
+                    }
+                }
+                _ = tokio::time::sleep_until(grace), if cancelled_at.is_some() => {
+                    warn!("the agent did not answer a cancelled prompt in time; stopping it");
+                    mapper.flush(ctx).await?;
+                    processes().close(&ctx.session.id).await;
+                    return Ok(TurnOutcome::Interrupted);
+                }
+                _ = tokio::time::sleep_until(deadline), if cancelled_at.is_none() => {
+                    warn!(timeout = ?self.config.turn_timeout, "turn deadline passed; stopping the agent");
+                    mapper.flush(ctx).await?;
+                    processes().close(&ctx.session.id).await;
+                    return Err(failed(format!(
+                        "ACP agent {:?} did not finish the turn within {:?}; it was stopped",
+                        self.name, self.config.turn_timeout
+                    )));
+                }
+                _ = p.peer.closed() => {
+                    mapper.flush(ctx).await?;
+                    if cancelled_at.is_some() || p.closing() {
+                        info!("the agent process was stopped after a cancel; the turn is interrupted");
+                        return Ok(TurnOutcome::Interrupted);
+                    }
+                    return Err(self.crashed(p));
+                }
+                _ = ctx.abandoned() => return Err(BackendError::Abandoned("the run's claim was lost".into())),
+            }
+        }
+    }
+
+    fn crashed(&self, p: &AgentProcess) -> BackendError {
+        let status = p.exit_status().unwrap_or_else(|| "its output closed".into());
+        warn!(executor = %self.name, %status, "ACP agent process ended during the turn");
+        failed(format!("ACP agent {:?} exited during the turn ({status}); the next turn starts it again", self.name))
+    }
+}

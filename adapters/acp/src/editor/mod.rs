@@ -1,0 +1,225 @@
+//! The editor face: the gateway as an ACP agent (stdio for `gateway acp`, WebSocket at `/acp`).
+//!
+//! Every ACP session is a core session whose workspace is the editor's `cwd`; turns run on
+//! the Workers like any other, and what the editor sees is a projection of the committed log
+//! plus previews ([`project`]). Nothing protocol-specific is stored except what ACP needs to
+//! find again: the tools the user always allows (`acp.allow_always`) and the MCP servers an
+//! editor passed to an ACP-backed agent (`acp.mcp_servers`), as adapter documents.
+
+mod project;
+mod prompt;
+mod sessions;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use gateway_core::SessionId;
+use gateway_core::agent::BackendRef;
+use gateway_core::session::{ResourceKind, Session};
+use gateway_runtime::RuntimeError;
+use gateway_runtime::published::CONFIG_NAME_KEY;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::AcpContext;
+use crate::rpc::{Handler, Peer, Reply, RpcError, code};
+use crate::wire::{PROTOCOL_VERSION, PromptSupport};
+
+pub use project::{Projector, ToolCall};
+
+/// A session opened on this connection (by `new`, `load` or `resume`).
+#[derive(Debug)]
+pub(crate) struct Open {
+    pub id: SessionId,
+    pub cwd: String,
+    /// The running prompt's cancel token; `Some` while a prompt runs (one at a time).
+    pub prompt: Mutex<Option<CancellationToken>>,
+}
+
+impl Open {
+    fn new(id: SessionId, cwd: String) -> Arc<Self> {
+        Arc::new(Self { id, cwd, prompt: Mutex::new(None) })
+    }
+}
+
+/// One editor connection.
+pub struct Editor {
+    pub(crate) ctx: AcpContext,
+    /// The agent new sessions get (`gateway acp --agent`), else the published default.
+    pub(crate) agent: Option<String>,
+    sessions: Mutex<HashMap<String, Arc<Open>>>,
+}
+
+/// The connection's JSON-RPC handler.
+pub struct EditorHandler(pub Arc<Editor>);
+
+impl Editor {
+    pub fn new(ctx: AcpContext, agent: Option<String>) -> Arc<Self> {
+        Arc::new(Self { ctx, agent, sessions: Mutex::new(HashMap::new()) })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Open>>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn open(&self, id: &str) -> Result<Arc<Open>, RpcError> {
+        self.lock().get(id).cloned().ok_or_else(|| {
+            RpcError::not_found(format!(
+                "session {} is not open on this connection (session/new, session/load or session/resume it first)",
+                crate::rpc::clip(id, 80)
+            ))
+        })
+    }
+
+    /// Opens a session on this connection. One already open stays as it is (with its
+    /// running prompt, which a later cancel must still reach).
+    pub(crate) fn remember(&self, id: SessionId, cwd: String) -> Arc<Open> {
+        let key = id.to_string();
+        Arc::clone(self.lock().entry(key).or_insert_with(|| Open::new(id, cwd)))
+    }
+
+    fn forget(&self, id: &str) -> Option<Arc<Open>> {
+        self.lock().remove(id)
+    }
+
+    /// The name of the agent a new session gets.
+    pub(crate) fn default_agent(&self) -> Result<(String, gateway_core::AgentId), RpcError> {
+        let agents = &self.ctx.agents;
+        let found = match &self.agent {
+            Some(name) => agents.get(name).map(|id| (name.clone(), id.clone())),
+            None => agents.default_agent().map(|(n, id)| (n.to_owned(), id.clone())),
+        };
+        found.ok_or_else(|| RpcError::internal("no agent is published (configure [agents.NAME])"))
+    }
+
+    /// What the chosen agent can take in a prompt: images only where the native loop passes
+    /// them to the model; embedded resources always (they become text where needed).
+    pub(crate) fn support(session: &Session) -> PromptSupport {
+        PromptSupport { image: session.snapshot.agent.spec.backend == BackendRef::Native, embedded_context: true }
+    }
+
+    /// Cancels the running prompt of a session, if any. Another session is never touched.
+    fn cancel(&self, session_id: &str) {
+        let open = self.lock().get(session_id).cloned();
+        match open {
+            Some(open) => {
+                if let Some(token) = open.prompt.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                    info!(session = %open.id, "session/cancel");
+                    token.cancel();
+                }
+            }
+            None => warn!(session = %crate::rpc::clip(session_id, 80), "session/cancel for a session not open here"),
+        }
+    }
+
+    async fn initialize(&self, params: Value) -> Result<Value, RpcError> {
+        let asked = params.get("protocolVersion").and_then(Value::as_u64);
+        if asked.is_none() {
+            return Err(RpcError::invalid_params("`protocolVersion` (an integer) is required"));
+        }
+        let image = match self.default_agent() {
+            Ok((_, id)) => match self.ctx.coordinator.get_agent(&id, None).await {
+                Ok(a) => a.spec.backend == BackendRef::Native,
+                Err(e) => return Err(runtime_error(e)),
+            },
+            Err(e) => return Err(e),
+        };
+        Ok(json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "agentCapabilities": {
+                "loadSession": true,
+                "promptCapabilities": {"image": image, "audio": false, "embeddedContext": true},
+                "mcpCapabilities": {"http": false, "sse": false},
+                "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
+            },
+            "authMethods": [],
+            "agentInfo": {"name": "gateway", "title": "Gateway", "version": env!("CARGO_PKG_VERSION")},
+        }))
+    }
+}
+
+impl Handler for EditorHandler {
+    fn request(&self, peer: &Peer, method: &str, params: Value) -> Reply {
+        let ed = Arc::clone(&self.0);
+        let peer = peer.clone();
+        match method {
+            "initialize" => Box::pin(async move { ed.initialize(params).await }),
+            "session/new" => Box::pin(async move { sessions::new_session(&ed, params).await }),
+            "session/load" => Box::pin(async move { sessions::load(&ed, &peer, params, true).await }),
+            "session/resume" => Box::pin(async move { sessions::load(&ed, &peer, params, false).await }),
+            "session/list" => Box::pin(async move { sessions::list(&ed, params).await }),
+            "session/close" => {
+                // The cancel happens now, in order with what came before on the wire.
+                let id = params.get("sessionId").and_then(Value::as_str).unwrap_or("").to_owned();
+                if let Err(e) = ed.open(&id) {
+                    return Box::pin(async move { Err(e) });
+                }
+                ed.cancel(&id);
+                let open = ed.forget(&id);
+                Box::pin(async move { sessions::close(&ed, open, &id).await })
+            }
+            "session/set_config_option" => Box::pin(async move { sessions::set_config_option(&ed, params).await }),
+            "session/prompt" => {
+                // Registered before anything else is read, so a cancel right behind the prompt
+                // is never lost, and a second prompt for the session is refused.
+                match prompt::begin(&ed, &params) {
+                    Ok((open, cancel)) => Box::pin(prompt::run(ed, peer, open, cancel, params)),
+                    Err(e) => Box::pin(async move { Err(e) }),
+                }
+            }
+            other => {
+                let e = RpcError::method_not_found(other);
+                Box::pin(async move { Err(e) })
+            }
+        }
+    }
+
+    fn notification(&self, _peer: &Peer, method: &str, params: Value) {
+        match method {
+            "session/cancel" => self.0.cancel(params.get("sessionId").and_then(Value::as_str).unwrap_or("")),
+            other => tracing::debug!(method = %crate::rpc::clip(other, 80), "notification ignored"),
+        }
+    }
+
+    fn closed(&self) {
+        // Prompts stop waiting (they watch the connection); their turns finish in the core and
+        // stay loadable: an editor that reconnects sees them with `session/load`.
+        tracing::debug!(sessions = self.0.lock().len(), "editor connection closed");
+    }
+}
+
+/// The workspace directory of a session opened by an editor, if it has one.
+pub(crate) fn workspace_of(session: &Session) -> Option<&str> {
+    session.snapshot.resources.iter().find_map(|r| match &r.kind {
+        ResourceKind::Workspace { path } => Some(path.as_str()),
+        _ => None,
+    })
+}
+
+/// Where a session's sandbox shows the workspace to the processes inside, when that is not
+/// the editor's `cwd` (`/workspace` under the namespace provider): paths named there are
+/// shown to the editor under its `cwd`.
+pub(crate) fn inner_root(session: &Session) -> Option<std::path::PathBuf> {
+    (session.snapshot.requirements.provider() == Some(&gateway_core::environment::ProviderTier::namespace()))
+        .then(|| std::path::PathBuf::from(gateway_sandbox::namespace::argv::INNER_ROOT))
+}
+
+/// The config-file name of a session's agent.
+pub(crate) fn agent_name(session: &Session) -> Option<&str> {
+    session.snapshot.agent.spec.metadata.get(CONFIG_NAME_KEY).map(String::as_str)
+}
+
+/// A runtime error as an ACP error, once, here.
+pub(crate) fn runtime_error(e: RuntimeError) -> RpcError {
+    match e {
+        RuntimeError::NotFound { kind, id } => RpcError::not_found(format!("{kind} {id} not found")),
+        RuntimeError::Invalid(m) => RpcError::invalid_params(m),
+        e @ (RuntimeError::Placement(_) | RuntimeError::Rejected(_) | RuntimeError::Guard(_)) => {
+            RpcError::new(code::INVALID_REQUEST, e.to_string())
+        }
+        RuntimeError::StaleVersion { .. } => RpcError::new(code::INVALID_REQUEST, e.to_string()),
+        RuntimeError::Unavailable(m) => RpcError::internal(format!("service unavailable: {m}")),
+        RuntimeError::Internal(m) => RpcError::internal(m),
+    }
+}

@@ -1,0 +1,335 @@
+//! Committed events and previews as `session/update`s: the editor's view of a session.
+//!
+//! The same projection serves a live prompt and a `session/load` replay, so what an editor
+//! sees after reloading is what it saw live. Text already streamed as previews is never sent
+//! twice: the projector remembers, per message id, what it sent, and sends only the rest of
+//! the committed message. Paths are shown as the editor knows them: a path under the
+//! sandbox's view of the workspace (`/workspace` with the namespace provider) is shown under
+//! the editor's `cwd`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use gateway_core::EventId;
+use gateway_core::JsonObject;
+use gateway_core::content::ContentBlock;
+use gateway_core::event::{Event, EventKind, EventPayload, ToolOrigin, ToolPermission};
+use gateway_runtime::Preview;
+use serde_json::{Value, json};
+
+use crate::rpc::clip;
+use crate::wire::{self, tool_kind};
+
+/// Largest tool output text shown in one update.
+const MAX_TOOL_TEXT: usize = 64 * 1024;
+
+/// A tool call as the editor was shown it.
+#[derive(Debug, Clone)]
+pub struct ToolCall {
+    pub name: String,
+    pub input: JsonObject,
+    pub origin: ToolOrigin,
+}
+
+impl ToolCall {
+    /// What the editor shows as the call's title.
+    pub fn title(&self) -> String {
+        if self.origin == ToolOrigin::Backend {
+            return self.name.clone();
+        }
+        let s = |k: &str| self.input.get(k).and_then(Value::as_str).unwrap_or("");
+        let t = match self.name.as_str() {
+            "bash" => format!("Run `{}`", clip(s("command").lines().next().unwrap_or(""), 120)),
+            "read" => format!("Read {}", s("file_path")),
+            "write" => format!("Write {}", s("file_path")),
+            "edit" => format!("Edit {}", s("file_path")),
+            "glob" | "grep" => format!("Search {}", s("pattern")),
+            other => other.to_owned(),
+        };
+        clip(&t, 200).to_owned()
+    }
+
+    pub fn kind(&self) -> &'static str {
+        if self.origin == ToolOrigin::Backend { "other" } else { tool_kind(&self.name) }
+    }
+
+    /// The call's file as the editor knows it: relative paths against `cwd`, absolute ones
+    /// under the sandbox's `inner` root mapped back under `cwd`.
+    fn path(&self, cwd: &Path, inner: Option<&Path>) -> Option<String> {
+        let p = Path::new(self.input.get("file_path").and_then(Value::as_str)?);
+        let shown = match inner.and_then(|root| p.strip_prefix(root).ok()) {
+            Some(rest) if rest.as_os_str().is_empty() => cwd.to_path_buf(),
+            Some(rest) => cwd.join(rest),
+            None => cwd.join(p),
+        };
+        Some(shown.display().to_string())
+    }
+
+    /// `locations` and, for file changes, a diff `content`.
+    fn details(&self, cwd: &Path, inner: Option<&Path>) -> (Value, Option<Value>) {
+        if self.origin == ToolOrigin::Backend {
+            return (json!([]), None);
+        }
+        let Some(path) = self.path(cwd, inner) else { return (json!([]), None) };
+        let s = |k: &str| self.input.get(k).and_then(Value::as_str);
+        let diff = match self.name.as_str() {
+            "write" => s("content").map(|new| json!([{"type": "diff", "path": path, "newText": new}])),
+            "edit" => match (s("old_string"), s("new_string")) {
+                (Some(old), Some(new)) => Some(json!([{"type": "diff", "path": path, "oldText": old, "newText": new}])),
+                _ => None,
+            },
+            _ => None,
+        };
+        (json!([{"path": path}]), diff)
+    }
+
+    /// The `toolCall` of a permission request for this call.
+    pub fn permission_subject(&self, id: &EventId, cwd: &Path, inner: Option<&Path>) -> Value {
+        let (locations, diff) = self.details(cwd, inner);
+        let mut v = json!({
+            "toolCallId": id.to_string(),
+            "title": self.title(),
+            "kind": self.kind(),
+            "status": "pending",
+            "rawInput": Value::Object(self.input.clone()),
+            "locations": locations,
+        });
+        if let Some(d) = diff {
+            v["content"] = d;
+        }
+        v
+    }
+}
+
+/// Turns a session's events into updates for one editor.
+#[derive(Debug)]
+pub struct Projector {
+    cwd: PathBuf,
+    /// Where the sandbox shows the workspace to its processes, when that is not `cwd`.
+    inner_root: Option<PathBuf>,
+    tools: HashMap<EventId, ToolCall>,
+    /// Text streamed so far per message id, per content block index.
+    streamed: HashMap<EventId, Vec<String>>,
+    /// Whether user messages are shown (a replay shows them; a live prompt's own text is not
+    /// echoed back).
+    show_user: bool,
+}
+
+impl Projector {
+    pub fn new(cwd: impl Into<PathBuf>, show_user: bool) -> Self {
+        Self { cwd: cwd.into(), inner_root: None, tools: HashMap::new(), streamed: HashMap::new(), show_user }
+    }
+
+    /// Maps paths under the sandbox's view of the workspace back under `cwd`.
+    pub fn with_inner_root(mut self, inner_root: Option<PathBuf>) -> Self {
+        self.inner_root = inner_root;
+        self
+    }
+
+    pub fn cwd(&self) -> &Path {
+        &self.cwd
+    }
+
+    pub fn inner_root(&self) -> Option<&Path> {
+        self.inner_root.as_deref()
+    }
+
+    pub fn tool(&self, id: &EventId) -> Option<&ToolCall> {
+        self.tools.get(id)
+    }
+
+    /// The updates for a preview.
+    pub fn preview(&mut self, p: &Preview) -> Vec<Value> {
+        match p {
+            Preview::Start { event_id, kind } if *kind == EventKind::AgentMessage => {
+                self.streamed.entry(event_id.clone()).or_default();
+                vec![]
+            }
+            Preview::Start { .. } => vec![],
+            Preview::TextDelta { event_id, index, text } => {
+                let Some(parts) = self.streamed.get_mut(event_id) else { return vec![] };
+                if parts.len() <= *index {
+                    parts.resize(index + 1, String::new());
+                }
+                parts[*index].push_str(text);
+                vec![chunk("agent_message_chunk", text, event_id)]
+            }
+        }
+    }
+
+    /// The updates for a committed event.
+    pub fn event(&mut self, e: &Event) -> Vec<Value> {
+        match &e.payload {
+            EventPayload::UserMessage { content } if self.show_user => wire::core_to_acp(content, full())
+                .into_iter()
+                .map(|block| json!({"sessionUpdate": "user_message_chunk", "content": block, "messageId": e.id.to_string()}))
+                .collect(),
+            EventPayload::AgentMessage { content } => self.message(&e.id, content),
+            EventPayload::AgentThinking { text: Some(t) } if !t.is_empty() => vec![chunk("agent_thought_chunk", t, &e.id)],
+            EventPayload::ToolUse { name, input, origin, permission, .. } => {
+                let call = ToolCall { name: name.clone(), input: input.clone(), origin: origin.clone() };
+                let (locations, diff) = call.details(&self.cwd, self.inner_root.as_deref());
+                let status = match permission {
+                    ToolPermission::Deny => "failed",
+                    _ => "pending",
+                };
+                let mut u = json!({
+                    "sessionUpdate": "tool_call",
+                    "toolCallId": e.id.to_string(),
+                    "title": call.title(),
+                    "kind": call.kind(),
+                    "status": status,
+                    "rawInput": Value::Object(input.clone()),
+                    "locations": locations,
+                });
+                if let Some(d) = diff {
+                    u["content"] = d;
+                }
+                self.tools.insert(e.id.clone(), call);
+                vec![u]
+            }
+            EventPayload::ToolStarted { tool_use_id } => {
+                vec![json!({"sessionUpdate": "tool_call_update", "toolCallId": tool_use_id.to_string(), "status": "in_progress"})]
+            }
+            EventPayload::ToolResult { tool_use_id, content, is_error, .. }
+            | EventPayload::ClientToolResult { tool_use_id, content, is_error, .. } => {
+                let text = gateway_core::content::plain_text(content);
+                let mut shown = vec![json!({"type": "content", "content": wire::text_block(clip(&text, MAX_TOOL_TEXT))})];
+                if !is_error
+                    && let Some(call) = self.tools.get(tool_use_id)
+                    && let (_, Some(Value::Array(diff))) = call.details(&self.cwd, self.inner_root.as_deref())
+                {
+                    shown = diff.into_iter().chain(shown).collect();
+                }
+                vec![json!({
+                    "sessionUpdate": "tool_call_update",
+                    "toolCallId": tool_use_id.to_string(),
+                    "status": if *is_error { "failed" } else { "completed" },
+                    "content": shown,
+                    "rawOutput": {"text": clip(&text, MAX_TOOL_TEXT), "isError": is_error},
+                })]
+            }
+            _ => vec![],
+        }
+    }
+
+    /// A committed message: only what previews did not already show.
+    fn message(&mut self, id: &EventId, content: &[ContentBlock]) -> Vec<Value> {
+        let streamed = self.streamed.remove(id).unwrap_or_default();
+        let mut out = Vec::new();
+        let texts = content.iter().filter_map(|b| match b {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        });
+        for (i, text) in texts.enumerate() {
+            let sent = streamed.get(i).map(String::as_str).unwrap_or("");
+            let rest = match text.strip_prefix(sent) {
+                Some(rest) => rest,
+                None => {
+                    tracing::warn!(message = %id, "committed text differs from its previews; not repeating it");
+                    ""
+                }
+            };
+            if !rest.is_empty() {
+                out.push(chunk("agent_message_chunk", rest, id));
+            }
+        }
+        out
+    }
+}
+
+fn full() -> wire::PromptSupport {
+    wire::PromptSupport { image: true, embedded_context: true }
+}
+
+fn chunk(kind: &str, text: &str, id: &EventId) -> Value {
+    json!({"sessionUpdate": kind, "content": wire::text_block(text), "messageId": id.to_string()})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gateway_core::{SessionId, Timestamp};
+
+    fn ev(payload: EventPayload) -> Event {
+        Event {
+            id: EventId::new(),
+            session_id: SessionId::new(),
+            seq: 1,
+            created_at: Timestamp::now_local(),
+            run_id: None,
+            epoch: None,
+            payload,
+        }
+    }
+
+    #[test]
+    fn committed_text_after_previews_sends_only_the_rest() {
+        let mut p = Projector::new("/w", false);
+        let mut e = ev(EventPayload::AgentMessage { content: vec![ContentBlock::text("hello world")] });
+        let id = e.id.clone();
+        assert!(p.preview(&Preview::Start { event_id: id.clone(), kind: EventKind::AgentMessage }).is_empty());
+        let u = p.preview(&Preview::TextDelta { event_id: id.clone(), index: 0, text: "hello ".into() });
+        assert_eq!(u[0]["content"]["text"], "hello ");
+        let u = p.event(&e);
+        assert_eq!(u.len(), 1);
+        assert_eq!(u[0]["content"]["text"], "world");
+        assert_eq!(u[0]["messageId"], id.to_string());
+        // Fully streamed: nothing more. Not streamed at all: everything.
+        e.id = EventId::new();
+        assert_eq!(p.event(&e)[0]["content"]["text"], "hello world");
+        // A delta for a message whose start was not seen is not shown (the commit will be).
+        assert!(p.preview(&Preview::TextDelta { event_id: EventId::new(), index: 0, text: "x".into() }).is_empty());
+    }
+
+    #[test]
+    fn tool_calls_carry_kind_status_locations_and_diffs() {
+        let mut p = Projector::new("/w", true);
+        let input: JsonObject =
+            serde_json::from_value(json!({"file_path": "a.txt", "old_string": "x", "new_string": "y"})).expect("obj");
+        let call = ev(EventPayload::ToolUse {
+            name: "edit".into(),
+            input,
+            origin: ToolOrigin::Builtin,
+            permission: ToolPermission::Ask,
+            policy: None,
+        });
+        let u = &p.event(&call)[0];
+        assert_eq!(u["sessionUpdate"], "tool_call");
+        assert_eq!(u["kind"], "edit");
+        assert_eq!(u["status"], "pending");
+        assert_eq!(u["locations"][0]["path"], "/w/a.txt");
+        assert_eq!(u["content"][0], json!({"type": "diff", "path": "/w/a.txt", "oldText": "x", "newText": "y"}));
+        let started = p.event(&ev(EventPayload::ToolStarted { tool_use_id: call.id.clone() }));
+        assert_eq!(started[0]["status"], "in_progress");
+        let done = p.event(&ev(EventPayload::ToolResult {
+            tool_use_id: call.id.clone(),
+            origin: ToolOrigin::Builtin,
+            content: vec![ContentBlock::text("boom")],
+            is_error: true,
+        }));
+        assert_eq!(done[0]["status"], "failed");
+        assert_eq!(done[0]["content"][0]["content"]["text"], "boom");
+    }
+
+    #[test]
+    fn sandbox_paths_are_shown_under_the_editors_cwd() {
+        let read = |path: &str| {
+            let input: JsonObject = serde_json::from_value(json!({"file_path": path})).expect("obj");
+            ev(EventPayload::ToolUse {
+                name: "read".into(),
+                input,
+                origin: ToolOrigin::Builtin,
+                permission: ToolPermission::Allow,
+                policy: None,
+            })
+        };
+        let mut ns = Projector::new("/home/me/proj", false).with_inner_root(Some("/workspace".into()));
+        assert_eq!(ns.event(&read("/workspace/src/a.rs"))[0]["locations"][0]["path"], "/home/me/proj/src/a.rs");
+        assert_eq!(ns.event(&read("b.rs"))[0]["locations"][0]["path"], "/home/me/proj/b.rs");
+        assert_eq!(ns.event(&read("/workspace"))[0]["locations"][0]["path"], "/home/me/proj");
+        // Without a distinct inner root (the local provider), absolute paths are the host's.
+        let mut local = Projector::new("/home/me/proj", false);
+        assert_eq!(local.event(&read("/workspace/x"))[0]["locations"][0]["path"], "/workspace/x");
+    }
+}

@@ -1,0 +1,331 @@
+//! One `session/prompt`: the user's message is admitted, the turn streams as
+//! `session/update`s, `always_ask` tools become `session/request_permission`s, and the turn's
+//! end becomes the stop reason.
+//!
+//! The subscription is opened *before* the message is submitted, so no preview or event of
+//! the turn can be missed. The prompt's turn is the first whose `turn_started` names inputs
+//! through our message (`inputs_through`); the prompt ends at that run's `turn_ended`, and
+//! only that run's `session_error` is its failure. A turn another client started earlier,
+//! even one retried after our message, does not end this prompt. (A `turn_started` without
+//! `inputs_through`, from an older gateway, counts if it comes after the message.)
+//!
+//! After a cancel the answer is `cancelled` whatever happens next: the turn failing, the
+//! session ending, the stream breaking.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use gateway_core::event::{ErrorKind, EventPayload, NewEvent, StopReason};
+use gateway_core::session::{PendingKind, SessionStatus};
+use gateway_core::{EventId, RunId, SessionId};
+use gateway_runtime::{Delivery, SubscribeOptions};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::{Editor, Open, Projector, ToolCall, runtime_error};
+use crate::names::ALLOW_ALWAYS_NS;
+use crate::rpc::{Peer, RpcError, params};
+use crate::wire::{self, PermissionAnswer};
+
+#[derive(Deserialize)]
+struct PromptParams {
+    prompt: Value,
+}
+
+/// Clears the session's prompt slot when the prompt ends, however it ends.
+struct Slot(Arc<Open>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        *self.0.prompt.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+/// Registers the prompt (in the read loop): one prompt per session at a time.
+pub(super) fn begin(ed: &Editor, raw: &Value) -> Result<(Arc<Open>, CancellationToken), RpcError> {
+    let id = raw
+        .get("sessionId")
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::invalid_params("`sessionId` is required"))?;
+    let open = ed.open(id)?;
+    let mut slot = open.prompt.lock().unwrap_or_else(|p| p.into_inner());
+    if slot.is_some() {
+        return Err(RpcError::new(crate::rpc::code::INVALID_REQUEST, "a prompt is already running in this session"));
+    }
+    let token = CancellationToken::new();
+    *slot = Some(token.clone());
+    drop(slot);
+    Ok((open, token))
+}
+
+fn stop_reason(reason: &str) -> Value {
+    json!({"stopReason": reason})
+}
+
+pub(super) async fn run(
+    ed: Arc<Editor>,
+    peer: Peer,
+    open: Arc<Open>,
+    cancel: CancellationToken,
+    raw: Value,
+) -> Result<Value, RpcError> {
+    let _slot = Slot(Arc::clone(&open));
+    match drive(&ed, &peer, &open, &cancel, raw).await {
+        Err(e) if cancel.is_cancelled() => {
+            info!(session = %open.id, error = %e, "the prompt was cancelled; answering cancelled");
+            Ok(stop_reason("cancelled"))
+        }
+        other => other,
+    }
+}
+
+async fn drive(
+    ed: &Arc<Editor>,
+    peer: &Peer,
+    open: &Arc<Open>,
+    cancel: &CancellationToken,
+    raw: Value,
+) -> Result<Value, RpcError> {
+    let p: PromptParams = params(raw)?;
+    let coordinator = &ed.ctx.coordinator;
+    let id = open.id.clone();
+    let session = coordinator.get_session(&id).await.map_err(runtime_error)?;
+    let content = wire::prompt_to_core(&p.prompt, Editor::support(&session))?;
+    let options = SubscribeOptions { after_seq: session.last_seq, previews: true, poll: None };
+    let stream = coordinator.subscribe(&id, options).await.map_err(runtime_error)?;
+    tokio::pin!(stream);
+    let committed = coordinator
+        .submit(&id, vec![NewEvent::new(EventPayload::UserMessage { content })])
+        .await
+        .map_err(runtime_error)?;
+    let message_seq = committed.last().map(|e| e.seq).unwrap_or(session.last_seq);
+    // With another turn in flight, its end is not ours: wait for a turn started after the
+    // message. An idle session's next turn end is ours even if no turn starts (a run can be
+    // failed before it starts, e.g. when its environment's host is gone).
+    let busy = session.status != SessionStatus::Idle;
+    debug!(session = %id, seq = message_seq, "prompt admitted");
+
+    let projector = Projector::new(&open.cwd, false).with_inner_root(super::inner_root(&session));
+    let mut turn = Turn { ed, peer, id: &id, projector, cancel };
+    // Our turn, once its `turn_started` names our message; then only its run's events count.
+    let mut started = false;
+    let mut our_run: Option<RunId> = None;
+    let mut interrupted = false;
+    let mut last_error: Option<(ErrorKind, String)> = None;
+    loop {
+        let next = tokio::select! {
+            d = stream.next() => d,
+            _ = cancel.cancelled(), if !interrupted => {
+                interrupted = true;
+                if let Err(e) = coordinator.interrupt(&id).await {
+                    warn!(session = %id, error = %e, "interrupt failed");
+                }
+                continue;
+            }
+            _ = ed.ctx.shutdown.cancelled() => return Err(RpcError::internal("the gateway is shutting down")),
+            // The editor went away: stop watching; the turn itself goes on.
+            _ = peer.closed() => return Err(RpcError::closed()),
+        };
+        let delivery = match next {
+            None => return Err(RpcError::internal("the session's event stream ended")),
+            Some(Err(e)) => return Err(runtime_error(e)),
+            Some(Ok(d)) => d,
+        };
+        let event = match delivery {
+            Delivery::Preview(p) => {
+                let updates = turn.projector.preview(&p);
+                turn.send(updates).await;
+                continue;
+            }
+            Delivery::Event(e) => e,
+        };
+        let updates = turn.projector.event(&event);
+        turn.send(updates).await;
+        let after = event.seq > message_seq;
+        // Whether the event belongs to our turn's run (before it is known: today's rule).
+        let of_our_run = match &our_run {
+            Some(run) => event.run_id.as_ref() == Some(run),
+            None => started || !busy || cancel.is_cancelled(),
+        };
+        match &event.payload {
+            EventPayload::TurnStarted { inputs_through } if after && our_run.is_none() => match inputs_through {
+                Some(through) if *through >= message_seq => {
+                    started = true;
+                    our_run = event.run_id.clone();
+                }
+                Some(through) => debug!(session = %id, through, "a turn for earlier inputs started; not ours"),
+                None => started = true,
+            },
+            EventPayload::SessionError { kind, message, .. } if after && (our_run.is_none() || of_our_run) => {
+                last_error = Some((*kind, message.clone()))
+            }
+            EventPayload::SessionTerminated {} if after => {
+                return Err(RpcError::internal("the session was terminated and takes no more prompts"));
+            }
+            EventPayload::SessionDeleted {} => return Err(RpcError::not_found("the session was deleted")),
+            EventPayload::TurnEnded { stop } if after && of_our_run => {
+                let cancelled = cancel.is_cancelled();
+                let reason = match stop {
+                    StopReason::RequiresAction { event_ids } if !cancelled => {
+                        // The answers resume the turn in a new run, whose start names them.
+                        started = false;
+                        our_run = None;
+                        turn.answer(event_ids).await?;
+                        continue;
+                    }
+                    _ if cancelled => "cancelled",
+                    StopReason::EndTurn => "end_turn",
+                    StopReason::Interrupted | StopReason::RequiresAction { .. } => "cancelled",
+                    StopReason::RoundLimit => "max_turn_requests",
+                    StopReason::Refusal => "refusal",
+                    StopReason::Failed | StopReason::RetriesExhausted => return Err(turn_failed(last_error)),
+                };
+                info!(session = %id, stop = reason, "prompt finished");
+                return Ok(stop_reason(reason));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A failed turn as an error response naming its cause.
+fn turn_failed(error: Option<(ErrorKind, String)>) -> RpcError {
+    let (kind, message) = error.unwrap_or((ErrorKind::Unknown, "the turn failed".into()));
+    let kind = serde_json::to_value(kind).unwrap_or(Value::Null);
+    RpcError::internal(format!("the turn failed: {message}")).with_data(json!({"kind": kind, "message": message}))
+}
+
+struct Turn<'a> {
+    ed: &'a Editor,
+    peer: &'a Peer,
+    id: &'a SessionId,
+    projector: Projector,
+    cancel: &'a CancellationToken,
+}
+
+impl Turn<'_> {
+    async fn send(&self, updates: Vec<Value>) {
+        for update in updates {
+            self.peer.notify("session/update", json!({"sessionId": self.id.to_string(), "update": update})).await;
+        }
+    }
+
+    /// Answers a parked turn's tool confirmations: from the session's "always" rules, else by
+    /// asking the editor, one request per call. A cancelled request cancels the prompt.
+    async fn answer(&mut self, ids: &[EventId]) -> Result<(), RpcError> {
+        let coordinator = &self.ed.ctx.coordinator;
+        let session = coordinator.get_session(self.id).await.map_err(runtime_error)?;
+        if session.pending_actions.iter().any(|p| p.kind == PendingKind::ClientResult) {
+            return Err(RpcError::internal(
+                "the agent called a tool the client must run; editors cannot answer those (use the Managed Agents API)",
+            ));
+        }
+        let mut rules = Rules::load(self.ed, self.id).await;
+        let mut answers = Vec::new();
+        for id in ids {
+            let call = match self.projector.tool(id) {
+                Some(c) => c.clone(),
+                None => match coordinator.find_event(self.id, id).await.map_err(runtime_error)? {
+                    Some(gateway_core::event::Event {
+                        payload: EventPayload::ToolUse { name, input, origin, .. },
+                        ..
+                    }) => ToolCall { name, input, origin },
+                    _ => return Err(RpcError::internal(format!("the pending tool call {id} was not found"))),
+                },
+            };
+            let answer = match rules.get(&call.name) {
+                Some(allow) => {
+                    debug!(session = %self.id, tool = %call.name, allow, "answered by an 'always' rule");
+                    if allow { PermissionAnswer::AllowOnce } else { PermissionAnswer::RejectOnce }
+                }
+                None => self.ask(id, &call).await,
+            };
+            let allow = match answer {
+                PermissionAnswer::Cancelled => {
+                    self.cancel.cancel();
+                    return Ok(());
+                }
+                PermissionAnswer::AllowAlways => {
+                    rules.set(self.ed, self.id, &call.name, true).await;
+                    true
+                }
+                PermissionAnswer::RejectAlways => {
+                    rules.set(self.ed, self.id, &call.name, false).await;
+                    false
+                }
+                PermissionAnswer::AllowOnce => true,
+                PermissionAnswer::RejectOnce => false,
+            };
+            let deny_message = (!allow).then(|| "rejected in the editor".to_owned());
+            answers.push(NewEvent::new(EventPayload::ToolConfirmation {
+                tool_use_id: id.clone(),
+                allow,
+                deny_message,
+            }));
+        }
+        coordinator.submit(self.id, answers).await.map_err(runtime_error)?;
+        Ok(())
+    }
+
+    async fn ask(&self, id: &EventId, call: &ToolCall) -> PermissionAnswer {
+        let options = wire::permission_options(&call.name);
+        let request = json!({
+            "sessionId": self.id.to_string(),
+            "toolCall": call.permission_subject(id, self.projector.cwd(), self.projector.inner_root()),
+            "options": options,
+        });
+        let asked = tokio::select! {
+            r = self.peer.request("session/request_permission", request) => r,
+            _ = self.cancel.cancelled() => return PermissionAnswer::Cancelled,
+        };
+        match asked {
+            Ok(result) => wire::read_permission_outcome(&result, &options),
+            Err(e) => {
+                warn!(session = %self.id, error = %e, "the editor did not answer a permission request; rejecting the call");
+                if self.peer.is_closed() { PermissionAnswer::Cancelled } else { PermissionAnswer::RejectOnce }
+            }
+        }
+    }
+}
+
+/// The session's "always allow / always reject" answers, by tool name, kept as a document so
+/// they survive reconnects and restarts.
+struct Rules {
+    tools: BTreeMap<String, bool>,
+    version: Option<u64>,
+}
+
+impl Rules {
+    async fn load(ed: &Editor, id: &SessionId) -> Self {
+        match ed.ctx.coordinator.documents().get_document(ALLOW_ALWAYS_NS, id.as_str()).await {
+            Ok(Some(doc)) => Self {
+                tools: serde_json::from_value(doc.body.get("tools").cloned().unwrap_or(Value::Null))
+                    .unwrap_or_default(),
+                version: Some(doc.version),
+            },
+            Ok(None) => Self { tools: BTreeMap::new(), version: None },
+            Err(e) => {
+                warn!(session = %id, error = %e, "cannot read the 'always' answers; asking instead");
+                Self { tools: BTreeMap::new(), version: None }
+            }
+        }
+    }
+
+    fn get(&self, tool: &str) -> Option<bool> {
+        self.tools.get(tool).copied()
+    }
+
+    async fn set(&mut self, ed: &Editor, id: &SessionId, tool: &str, allow: bool) {
+        self.tools.insert(tool.to_owned(), allow);
+        let body = json!({"tools": self.tools});
+        match ed.ctx.coordinator.documents().put_document(ALLOW_ALWAYS_NS, id.as_str(), &body, self.version).await {
+            Ok(doc) => self.version = Some(doc.version),
+            Err(e) => {
+                warn!(session = %id, error = %e, "cannot keep an 'always' answer; it applies to this prompt only")
+            }
+        }
+    }
+}

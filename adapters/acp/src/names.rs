@@ -1,0 +1,18 @@
+//! What the ACP adapter keeps in the store, by name: adapter documents (per session, written
+//! by the editor face) and session bindings (facts the backend face must find again after a
+//! restart). One place, so both faces agree on them.
+
+/// Document namespace: the tools a user answered "always" for, per session (editor face).
+pub const ALLOW_ALWAYS_NS: &str = "acp.allow_always";
+/// Document namespace: the MCP servers an editor passed to an ACP-backed session; the backend
+/// face hands them to the agent's `session/new` / `load` / `resume`.
+pub const MCP_SERVERS_NS: &str = "acp.mcp_servers";
+
+/// Binding: the agent's own session id.
+pub const AGENT_SESSION_BINDING: &str = "acp.agent_session_id";
+/// Binding: the seq of the last user message sent to the agent in a prompt.
+pub const SENT_BINDING: &str = "acp.sent_seq";
+/// Binding: the seq of the last user message of a prompt the agent answered. Below
+/// [`SENT_BINDING`] while a prompt is outstanding; a run that finds its inputs sent but not
+/// answered, and no prompt to consume, lost the agent mid-turn.
+pub const ANSWERED_BINDING: &str = "acp.answered_seq";

@@ -1,0 +1,147 @@
+//! The backend face against a scripted in-memory ACP agent, through real Workers and a real
+//! store: what a client of the session sees in its event log.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Caps, Options, errors, eventually, rig, texts, turn_ended, until};
+use gateway_acp::backend::processes;
+use gateway_core::event::{EventPayload, NewEvent, StopReason};
+
+fn stop_of(e: &gateway_core::event::Event) -> Option<StopReason> {
+    match &e.payload {
+        EventPayload::TurnEnded { stop } => Some(stop.clone()),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_updates_is_committed_whole() {
+    let r = rig(Options::default()).await;
+    let s = r.session("fake").await;
+    let n = 30_000;
+    let stream = r.stream(&s, 0).await;
+    r.say(&s, &format!("flood {n}")).await;
+    let got = until(stream, 120, turn_ended).await;
+    assert_eq!(stop_of(got.last().unwrap()), Some(StopReason::EndTurn));
+    let expected: String = (0..n).map(|i| format!("{i},")).collect();
+    assert_eq!(texts(&got).concat().len(), expected.len(), "no update was dropped");
+    assert_eq!(texts(&got).concat(), expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_agent_was_lost_mid_turn_fails_explicitly() {
+    let mut r = rig(Options::default()).await;
+    let s = r.session("fake").await;
+    r.say(&s, "hang").await;
+    let seen = r.fake.seen.clone();
+    eventually(10, || seen.count("session/prompt") == 1).await;
+    // The gateway dies mid-turn, and its agent process with it.
+    r.crash_workers();
+    processes().close(&s.id).await;
+    let after = r.events(&s).await.last().unwrap().seq;
+    let stream = r.stream(&s, after).await;
+    r.start_workers();
+    let got = until(stream, 20, turn_ended).await;
+    assert_eq!(stop_of(got.last().unwrap()), Some(StopReason::Failed), "{got:?}");
+    let errs = errors(&got);
+    assert!(errs.iter().any(|m| m.contains("lost mid-turn") && m.contains("resend")), "{errs:?}");
+    assert_eq!(seen.count("session/prompt"), 1, "the lost prompt is not sent again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_sent_with_a_confirmation_follow_the_resumed_prompt_in_the_same_run() {
+    let r = rig(Options::default()).await;
+    let s = r.session("fake").await;
+    let stream = r.stream(&s, 0).await;
+    r.say(&s, "ask").await;
+    let parked = until(stream, 20, turn_ended).await;
+    let Some(StopReason::RequiresAction { event_ids }) = stop_of(parked.last().unwrap()) else {
+        panic!("the turn parks: {parked:?}");
+    };
+    let after = parked.last().unwrap().seq;
+    let stream = r.stream(&s, after).await;
+    let confirm = NewEvent::new(EventPayload::ToolConfirmation {
+        tool_use_id: event_ids[0].clone(),
+        allow: true,
+        deny_message: None,
+    });
+    r.coordinator.submit(&s.id, vec![confirm, common::user("echo afterwards")]).await.unwrap();
+    let got = until(stream, 20, turn_ended).await;
+    assert_eq!(stop_of(got.last().unwrap()), Some(StopReason::EndTurn));
+    assert_eq!(texts(&got), vec!["allowed", "afterwards"], "both prompts were answered in this run");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let all = r.events(&s).await;
+    assert_eq!(all.iter().filter(|e| turn_ended(e)).count(), 2, "no further run: nothing was left over");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminals_die_with_their_agent_process() {
+    let r = rig(Options::default()).await;
+    let s = r.session("fake").await;
+    let stream = r.stream(&s, 0).await;
+    r.say(&s, "terminal").await;
+    let seen = r.fake.seen.clone();
+    eventually(10, || !seen.terminals.lock().unwrap().is_empty()).await;
+    let id = seen.terminals.lock().unwrap()[0].clone();
+    let lease = r.environments.acquire(&r.coordinator.get_session(&s.id).await.unwrap()).await.unwrap();
+    let terminals = lease.acquired.hand.terminals();
+    assert!(terminals.output(&id).is_ok(), "the terminal runs");
+    r.fake.crash_all();
+    let got = until(stream, 20, turn_ended).await;
+    assert_eq!(stop_of(got.last().unwrap()), Some(StopReason::Failed));
+    eventually(10, || terminals.output(&id).is_err()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_stops_dead_processes() {
+    let r = rig(Options::default()).await;
+    let s = r.session("fake").await;
+    let stream = r.stream(&s, 0).await;
+    r.say(&s, "echo hi").await;
+    until(stream, 20, turn_ended).await;
+    assert_eq!(processes().len().await, 1);
+    r.fake.crash_all();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    processes().sweep(&r.coordinator).await;
+    assert!(processes().is_empty().await, "a dead process is stopped and forgotten");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_process_resumes_the_agents_session_when_offered() {
+    let r = rig(Options { caps: Caps { load: true, resume: true }, ..Default::default() }).await;
+    let s = r.session("fake").await;
+    let stream = r.stream(&s, 0).await;
+    r.say(&s, "echo one").await;
+    let first = until(stream, 20, turn_ended).await;
+    processes().close(&s.id).await;
+    let stream = r.stream(&s, first.last().unwrap().seq).await;
+    r.say(&s, "echo two").await;
+    let got = until(stream, 20, turn_ended).await;
+    assert_eq!(texts(&got), vec!["two"]);
+    let methods = r.fake.seen.methods();
+    assert!(
+        methods.contains(&"session/resume".to_owned()) && !methods.contains(&"session/load".to_owned()),
+        "{methods:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_replay_is_discarded_without_blocking_the_agent() {
+    let r = rig(Options { caps: Caps { load: true, resume: false }, ..Default::default() }).await;
+    let s = r.session("fake").await;
+    let stream = r.stream(&s, 0).await;
+    r.say(&s, "echo one").await;
+    let first = until(stream, 20, turn_ended).await;
+    processes().close(&s.id).await;
+    let stream = r.stream(&s, first.last().unwrap().seq).await;
+    r.say(&s, "echo two").await;
+    // The replay (more updates than the turn's queue holds) must neither block the load's
+    // answer nor reach the log.
+    let got = until(stream, 30, turn_ended).await;
+    assert_eq!(stop_of(got.last().unwrap()), Some(StopReason::EndTurn));
+    assert_eq!(texts(&got), vec!["two"]);
+    assert!(r.fake.seen.methods().contains(&"session/load".to_owned()));
+}

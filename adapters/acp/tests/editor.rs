@@ -1,0 +1,156 @@
+//! The editor face over in-memory lines, on a real core: sessions, prompts, cancels, close.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Options, connect, connect_as, eventually, rig, turn_ended, until};
+use gateway_core::SessionId;
+use gateway_core::event::{EventKind, EventPayload, StopReason};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_editors_open_workspaces_only_under_the_configured_roots() {
+    let r = rig(Options::default()).await;
+    let root = r.projects.path().join("allowed");
+    let inside = root.join("project");
+    std::fs::create_dir_all(&inside).unwrap();
+    let outside = r.project("elsewhere");
+    std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
+    let ws = connect(r.context(Some(vec![root.clone()])));
+    ws.initialize().await;
+    for refused in [outside.clone(), root.join("link").display().to_string(), format!("{}/project/..", root.display())]
+    {
+        if refused.ends_with("..") {
+            // `root/project/..` is the root itself: inside.
+            assert!(ws.new_session(&refused).await.is_ok());
+            continue;
+        }
+        let e = ws.new_session(&refused).await.unwrap_err();
+        assert_eq!(e.code, -32602, "{refused}: {e:?}");
+        assert!(e.message.contains("[acp] workspace_roots"), "{e:?}");
+    }
+    let sid = ws.new_session(&inside.display().to_string()).await.unwrap();
+    assert!(!sid.is_empty());
+
+    // A session made on stdio outside the roots cannot be opened over the network.
+    let stdio = connect(r.context(None));
+    stdio.initialize().await;
+    let elsewhere = stdio.new_session(&outside).await.unwrap();
+    for method in ["session/load", "session/resume"] {
+        let params = json!({"sessionId": elsewhere, "cwd": inside.display().to_string(), "mcpServers": []});
+        let e = ws.call(method, params).await.unwrap_err();
+        assert_eq!(e.code, -32602, "{method}: {e:?}");
+    }
+    let listed = ws.call("session/list", json!({})).await.unwrap();
+    let ids: Vec<&str> =
+        listed["sessions"].as_array().unwrap().iter().map(|s| s["sessionId"].as_str().unwrap()).collect();
+    assert!(ids.contains(&sid.as_str()) && !ids.contains(&elsewhere.as_str()), "{ids:?}");
+
+    // No roots configured: nothing can be opened.
+    let none = connect(r.context(Some(vec![])));
+    none.initialize().await;
+    let e = none.new_session(&inside.display().to_string()).await.unwrap_err();
+    assert!(e.code == -32602 && e.message.contains("workspace_roots"), "{e:?}");
+    // Stdio is unchanged: any absolute directory.
+    assert!(stdio.new_session(&inside.display().to_string()).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_earlier_turn_does_not_end_a_later_prompt() {
+    let r = rig(Options { retry_base: Duration::from_millis(1500), ..Default::default() }).await;
+    let ed = connect_as(r.context(None), Some("scripted"));
+    ed.initialize().await;
+    let sid = ed.new_session(&r.project("p")).await.unwrap();
+    let id = SessionId::parse(&sid).unwrap();
+    let session = r.coordinator.get_session(&id).await.unwrap();
+    // Another client's turn fails transiently; its retry waits.
+    let stream = r.stream(&session, 0).await;
+    r.coordinator.submit(&id, vec![common::user("fail")]).await.unwrap();
+    until(stream, 10, |e| e.kind() == EventKind::TurnRescheduled).await;
+    // Our prompt comes in meanwhile. The retried run starts (naming its earlier inputs) and
+    // ends after our message: that end is not ours.
+    let answer = ed.prompt(&sid, "sleep 300").await.unwrap().unwrap();
+    assert_eq!(answer["stopReason"], "end_turn");
+    let events = r.events(&session).await;
+    let ours = events.iter().rposition(|e| matches!(e.payload, EventPayload::UserMessage { .. })).unwrap();
+    let ends = events[ours..].iter().filter(|e| turn_ended(e)).count();
+    let starts: Vec<_> = events[ours..]
+        .iter()
+        .filter_map(|e| match e.payload {
+            EventPayload::TurnStarted { inputs_through } => Some(inputs_through),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(starts.len(), 2, "the retried turn and ours: {starts:?}");
+    assert_eq!(ends, 2, "the prompt answered only once its own turn had ended");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loading_an_open_session_keeps_its_running_prompt() {
+    let r = rig(Options::default()).await;
+    let ed = connect_as(r.context(None), Some("scripted"));
+    ed.initialize().await;
+    let cwd = r.project("p");
+    let sid = ed.new_session(&cwd).await.unwrap();
+    let running = ed.prompt(&sid, "sleep 5000");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ed.call("session/load", json!({"sessionId": sid, "cwd": cwd, "mcpServers": []})).await.unwrap();
+    let params = json!({"sessionId": sid, "prompt": [{"type": "text", "text": "again"}]});
+    let e = ed.call("session/prompt", params).await.unwrap_err();
+    assert_eq!(e.code, -32600, "the first prompt still runs: {e:?}");
+    ed.cancel(&sid).await;
+    let answer = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap().unwrap();
+    assert_eq!(answer["stopReason"], "cancelled", "the cancel reached the running prompt");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_cancel_every_ending_answers_cancelled() {
+    let r = rig(Options::default()).await;
+    let ctx = r.context(None);
+    let shutdown = ctx.shutdown.clone();
+    let ed = connect(ctx);
+    ed.initialize().await;
+    let sid = ed.new_session(&r.project("p")).await.unwrap();
+    // The agent ignores the cancel, so the turn is still running when the gateway stops.
+    let running = ed.prompt(&sid, "hang");
+    let seen = r.fake.seen.clone();
+    eventually(10, || seen.count("session/prompt") == 1).await;
+    ed.cancel(&sid).await;
+    eventually(10, || seen.count("session/cancel") == 1).await;
+    shutdown.cancel();
+    let answer = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap();
+    assert_eq!(answer.unwrap()["stopReason"], "cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_session_mid_turn_interrupts_it_cleanly() {
+    let r = rig(Options::default()).await;
+    let ed = connect(r.context(None));
+    ed.initialize().await;
+    let sid = ed.new_session(&r.project("p")).await.unwrap();
+    let running = ed.prompt(&sid, "slow");
+    eventually(10, || ed.text().contains("tick")).await;
+    ed.call("session/close", json!({"sessionId": sid})).await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(15), running).await.unwrap().unwrap().unwrap();
+    assert_eq!(answer["stopReason"], "cancelled");
+    let session = r.coordinator.get_session(&SessionId::parse(&sid).unwrap()).await.unwrap();
+    let events = r.events(&session).await;
+    let ended: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::TurnEnded { stop } => Some(stop.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ended, vec![StopReason::Interrupted], "the turn was interrupted, not failed");
+    assert!(common::errors(&events).is_empty(), "{:?}", common::errors(&events));
+    // Closed here: closing again, or prompting, needs it opened again.
+    let e = ed.call("session/close", json!({"sessionId": sid})).await.unwrap_err();
+    assert_eq!(e.code, -32002);
+    let other = connect(r.context(None));
+    other.initialize().await;
+    let e = other.call("session/close", json!({"sessionId": sid})).await.unwrap_err();
+    assert_eq!(e.code, -32002, "a session not open on this connection cannot be closed from it");
+}

@@ -1,0 +1,171 @@
+"""The editor face of `gateway acp`, driven by the Python ACP SDK (agent-client-protocol==0.12.1).
+
+Usage: editor_python.py GATEWAY_BIN CONFIG WORKDIR
+
+Starts `gateway acp --config CONFIG` in WORKDIR (its SQLite database lives there) and checks what
+an editor sees: initialize, session/new, a streamed prompt (no text twice), a permission round
+trip answered by option kind (with "always allow" remembered), a cancel mid-turn (stopReason
+`cancelled`) while a second session keeps working, session/load replaying the history, and
+session/list showing both sessions. Exits non-zero on the first failure.
+"""
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import acp
+from acp import schema
+
+GATEWAY, CONFIG, WORK = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+passed = 0
+
+
+def check(cond, what):
+    global passed
+    if not cond:
+        raise AssertionError(what)
+    passed += 1
+    print(f"ok - {what}", flush=True)
+
+
+class Editor:
+    def __init__(self):
+        self.updates = {}  # session id -> [update]
+        self.permissions = []  # (session id, tool call title, options)
+        self.answer_kind = "allow_once"
+        self.in_progress = asyncio.Event()
+
+    def on_connect(self, conn):
+        self.conn = conn
+
+    async def session_update(self, session_id, update, **kwargs):
+        self.updates.setdefault(session_id, []).append(update)
+        if getattr(update, "session_update", None) == "tool_call_update" and update.status == "in_progress":
+            self.in_progress.set()
+
+    async def request_permission(self, session_id, tool_call, options, **kwargs):
+        self.permissions.append((session_id, tool_call.title, options))
+        chosen = next(o for o in options if o.kind == self.answer_kind)
+        return schema.RequestPermissionResponse(
+            outcome=schema.AllowedOutcome(outcome="selected", option_id=chosen.option_id)
+        )
+
+    def text(self, sid, kind="agent_message_chunk"):
+        return "".join(
+            u.content.text for u in self.updates.get(sid, []) if u.session_update == kind and hasattr(u.content, "text")
+        )
+
+    def kinds(self, sid):
+        return [u.session_update for u in self.updates.get(sid, [])]
+
+
+def option(o):
+    """A config option (the SDK wraps the select/boolean union in a RootModel)."""
+    return getattr(o, "root", o)
+
+
+def text(t):
+    return schema.TextContentBlock(type="text", text=t)
+
+
+async def main():
+    ws1, ws2 = WORK / "ws-python-1", WORK / "ws-python-2"
+    ws1.mkdir(exist_ok=True)
+    ws2.mkdir(exist_ok=True)
+    editor = Editor()
+    env = dict(os.environ)
+    async with acp.spawn_agent_process(editor, GATEWAY, "acp", "--config", CONFIG, cwd=str(WORK), env=env) as (conn, proc):
+        init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION, client_info=schema.Implementation(name="py-editor", version="1"))
+        check(init.protocol_version == 1, "initialize answers protocol version 1")
+        caps = init.agent_capabilities
+        check(caps.load_session and caps.session_capabilities.list is not None, "loadSession and session/list advertised")
+
+        s1 = (await conn.new_session(cwd=str(ws1), mcp_servers=[])).session_id
+        s2 = (await conn.new_session(cwd=str(ws2), mcp_servers=[])).session_id
+        check(s1.startswith("sesn_") and s1 != s2, "session/new gives gateway session ids")
+        try:
+            await conn.new_session(cwd="relative/dir", mcp_servers=[])
+            check(False, "a relative cwd is refused")
+        except acp.RequestError as e:
+            check(e.code == -32602, "a relative cwd is refused with -32602")
+
+        r = await conn.prompt(session_id=s1, prompt=[text("hello there")])
+        check(r.stop_reason == "end_turn", "a plain prompt ends with end_turn")
+        check(editor.text(s1) == "echo: hello there", f"streamed text arrives once and whole: {editor.text(s1)!r}")
+
+        editor.answer_kind = "allow_always"
+        r = await conn.prompt(session_id=s1, prompt=[text('tool:write {"file_path": "perm.txt", "content": "granted"}')])
+        check(r.stop_reason == "end_turn", "the permission prompt ends with end_turn")
+        check(len(editor.permissions) == 1 and editor.permissions[0][0] == s1, "one permission request was made")
+        check((ws1 / "perm.txt").read_text() == "granted", "the approved write reached the editor's cwd")
+        kinds = editor.kinds(s1)
+        check("tool_call" in kinds and "tool_call_update" in kinds, "tool_call and tool_call_update were streamed")
+        done = [u for u in editor.updates[s1] if u.session_update == "tool_call_update" and u.status == "completed"]
+        check(len(done) == 1, "the tool call completed")
+
+        r = await conn.prompt(session_id=s1, prompt=[text('tool:write {"file_path": "again.txt", "content": "remembered"}')])
+        check(r.stop_reason == "end_turn" and len(editor.permissions) == 1, "allow_always is remembered for the session")
+        check((ws1 / "again.txt").read_text() == "remembered", "the remembered write happened")
+
+        # Cancel a long command in session 1 while session 2 keeps working.
+        editor.answer_kind = "allow_once"
+        editor.in_progress.clear()
+        long = asyncio.create_task(conn.prompt(session_id=s1, prompt=[text('tool:bash {"command": "sleep 30"}')]))
+        await asyncio.wait_for(editor.in_progress.wait(), 20)
+        other = asyncio.create_task(conn.prompt(session_id=s2, prompt=[text("second session works")]))
+        await conn.cancel(session_id=s1)
+        r1 = await asyncio.wait_for(long, 20)
+        check(r1.stop_reason == "cancelled", f"the cancelled prompt ends with stopReason cancelled ({r1.stop_reason})")
+        r2 = await asyncio.wait_for(other, 20)
+        check(r2.stop_reason == "end_turn" and editor.text(s2) == "echo: second session works", "the other session was unaffected")
+
+        r = await conn.prompt(session_id=s1, prompt=[text("after the cancel")])
+        check(r.stop_reason == "end_turn", "the session takes prompts after a cancel")
+
+        # session/load replays the durable history.
+        before = len(editor.updates[s1])
+        await conn.load_session(cwd=str(ws1), session_id=s1, mcp_servers=[])
+        replay = editor.updates[s1][before:]
+        user = "".join(u.content.text for u in replay if u.session_update == "user_message_chunk")
+        agent = "".join(u.content.text for u in replay if u.session_update == "agent_message_chunk")
+        check("hello there" in user and "after the cancel" in user, "load replays the user's messages")
+        check("echo: hello there" in agent and "done: wrote 7 bytes to perm.txt" in agent, f"load replays the agent's messages: {agent!r}")
+        check(any(u.session_update == "tool_call" for u in replay), "load replays tool calls")
+
+        # The agent is a config option when several agents are published (run-acp publishes
+        # `main`, whose bash asks, and `trusted`, whose bash does not).
+        ws3 = WORK / "ws-python-3"
+        ws3.mkdir(exist_ok=True)
+        created = await conn.new_session(cwd=str(ws3), mcp_servers=[])
+        s3 = created.session_id
+        opts = {option(o).id: option(o) for o in created.config_options or []}
+        check("agent" in opts and opts["agent"].current_value == "main", "session/new offers the agent as a config option")
+        changed = await conn.set_config_option(config_id="agent", session_id=s3, value="trusted")
+        now = [option(o) for o in changed.config_options]
+        check(now[0].current_value == "trusted", "set_config_option switches the agent before the first prompt")
+        asked = len(editor.permissions)
+        r = await conn.prompt(session_id=s3, prompt=[text('tool:bash {"command": "echo switched > switched.txt"}')])
+        check(r.stop_reason == "end_turn" and len(editor.permissions) == asked, "the switched agent runs bash without asking")
+        check((ws3 / "switched.txt").read_text() == "switched\n", "the switched agent worked in the session's cwd")
+        try:
+            await conn.set_config_option(config_id="agent", session_id=s3, value="main")
+            check(False, "the agent cannot change after the first prompt")
+        except acp.RequestError as e:
+            check(e.code == -32602, "the agent cannot change after the first prompt (-32602)")
+
+        listed = await conn.list_sessions()
+        ids = {s.session_id: s.cwd for s in listed.sessions}
+        check(ids.get(s1) == str(ws1) and ids.get(s2) == str(ws2), "session/list shows both sessions with their cwd")
+        only = await conn.list_sessions(cwd=str(ws2))
+        check([s.session_id for s in only.sessions] == [s2], "session/list filters by cwd")
+    print(f"{passed} passed, 0 failed")
+
+
+if __name__ == "__main__":
+    try:
+        asyncio.run(asyncio.wait_for(main(), 180))
+    except Exception as e:  # noqa: BLE001 - report and fail
+        print(f"FAILED: {type(e).__name__}: {e}", flush=True)
+        print(f"{passed} passed, 1 failed")
+        sys.exit(1)
