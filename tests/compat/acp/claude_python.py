@@ -15,17 +15,9 @@ from pathlib import Path
 
 import acp
 from acp import schema
+from tap import check, run
 
 GATEWAY, CONFIG, WORK = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-passed = 0
-
-
-def check(cond, what):
-    global passed
-    if not cond:
-        raise AssertionError(what)
-    passed += 1
-    print(f"ok - {what}", flush=True)
 
 
 class Editor:
@@ -63,13 +55,7 @@ async def main():
         calls = [u for u in editor.updates if u.session_update in ("tool_call", "tool_call_update")]
         check(any(getattr(u, "status", None) == "completed" for u in calls), "the tool call was reported completed")
         check((ws / "made-by-claude.txt").exists(), "the approved command ran in the session's workspace")
-    print(f"{passed} passed, 0 failed")
 
 
 if __name__ == "__main__":
-    try:
-        asyncio.run(asyncio.wait_for(main(), 240))
-    except Exception as e:  # noqa: BLE001 - report and fail
-        print(f"FAILED: {type(e).__name__}: {e}", flush=True)
-        print(f"{passed} passed, 1 failed")
-        sys.exit(1)
+    run(main, 240)

@@ -16,17 +16,9 @@ from pathlib import Path
 
 import acp
 from acp import schema
+from tap import check, run
 
 GATEWAY, CONFIG, WORK = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-passed = 0
-
-
-def check(cond, what):
-    global passed
-    if not cond:
-        raise AssertionError(what)
-    passed += 1
-    print(f"ok - {what}", flush=True)
 
 
 class Editor:
@@ -159,13 +151,7 @@ async def main():
         check(ids.get(s1) == str(ws1) and ids.get(s2) == str(ws2), "session/list shows both sessions with their cwd")
         only = await conn.list_sessions(cwd=str(ws2))
         check([s.session_id for s in only.sessions] == [s2], "session/list filters by cwd")
-    print(f"{passed} passed, 0 failed")
 
 
 if __name__ == "__main__":
-    try:
-        asyncio.run(asyncio.wait_for(main(), 180))
-    except Exception as e:  # noqa: BLE001 - report and fail
-        print(f"FAILED: {type(e).__name__}: {e}", flush=True)
-        print(f"{passed} passed, 1 failed")
-        sys.exit(1)
+    run(main, 180)

@@ -19,17 +19,9 @@ from pathlib import Path
 import acp
 from acp import schema
 from acp.ws import create_websocket_stream
+from tap import check, run
 
 GATEWAY, CONFIG, WORK, WS_URL = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
-passed = 0
-
-
-def check(cond, what):
-    global passed
-    if not cond:
-        raise AssertionError(what)
-    passed += 1
-    print(f"ok - {what}", flush=True)
 
 
 async def raw_stdio():
@@ -104,13 +96,7 @@ async def websocket():
 async def main():
     await raw_stdio()
     await websocket()
-    print(f"{passed} passed, 0 failed")
 
 
 if __name__ == "__main__":
-    try:
-        asyncio.run(asyncio.wait_for(main(), 120))
-    except Exception as e:  # noqa: BLE001 - report and fail
-        print(f"FAILED: {type(e).__name__}: {e}", flush=True)
-        print(f"{passed} passed, 1 failed")
-        sys.exit(1)
+    run(main, 120)

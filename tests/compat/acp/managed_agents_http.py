@@ -14,19 +14,11 @@ import json
 import sys
 import urllib.parse
 from pathlib import Path
+from tap import check, run
 
 BASE, DATA = sys.argv[1], Path(sys.argv[2])
 URL = urllib.parse.urlparse(BASE)
 HEADERS = {"content-type": "application/json", "anthropic-beta": "managed-agents-2026-04-01"}
-passed = 0
-
-
-def check(cond, what):
-    global passed
-    if not cond:
-        raise AssertionError(what)
-    passed += 1
-    print(f"ok - {what}", flush=True)
 
 
 def call(method, path, body=None):
@@ -103,13 +95,7 @@ def main():
     events = stream.until_idle()
     texts = "".join(b.get("text", "") for e in events if e["type"] == "agent.message" for b in e["content"])
     check(events[-1]["stop_reason"]["type"] == "end_turn" and texts == "agent says: bye", "a second turn reuses the agent process")
-    print(f"{passed} passed, 0 failed")
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as e:  # noqa: BLE001 - report and fail
-        print(f"FAILED: {type(e).__name__}: {e}", flush=True)
-        print(f"{passed} passed, 1 failed")
-        sys.exit(1)
+    run(main, None)
