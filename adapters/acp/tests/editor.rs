@@ -20,7 +20,10 @@ async fn network_editors_open_workspaces_only_under_the_configured_roots() {
     std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
     let ws = connect(r.context(Some(vec![root.clone()])));
     ws.initialize().await;
-    for refused in [outside.clone(), root.join("link").display().to_string(), format!("{}/project/..", root.display())]
+    // A missing path outside answers like an existing one: nothing is learnt about the host.
+    let missing = r.projects.path().join("no-such-dir").display().to_string();
+    for refused in
+        [outside.clone(), missing, root.join("link").display().to_string(), format!("{}/project/..", root.display())]
     {
         if refused.ends_with("..") {
             // `root/project/..` is the root itself: inside.

@@ -71,18 +71,19 @@ fn allowed_cwd(ed: &Editor, cwd: &str) -> Result<String, RpcError> {
     if !Path::new(cwd).is_absolute() {
         return Err(RpcError::invalid_params(format!("`cwd` must be an absolute path, not {cwd:?}")));
     }
-    if !Path::new(cwd).is_dir() {
-        return Err(RpcError::invalid_params(format!("`cwd` {cwd:?} is not a directory on the gateway's host")));
-    }
-    let Some(roots) = &ed.ctx.workspace_roots else { return Ok(cwd.to_owned()) };
-    let real = std::fs::canonicalize(cwd).ok();
-    match real {
-        Some(real) if under_roots(&real, roots) => Ok(real.display().to_string()),
-        _ if roots.is_empty() => Err(RpcError::invalid_params(
+    let not_a_dir = || RpcError::invalid_params(format!("`cwd` {cwd:?} is not a directory on the gateway's host"));
+    let Some(roots) = &ed.ctx.workspace_roots else {
+        return if Path::new(cwd).is_dir() { Ok(cwd.to_owned()) } else { Err(not_a_dir()) };
+    };
+    // The roots are checked first, so a network client learns nothing about paths outside.
+    match std::fs::canonicalize(cwd).ok().filter(|real| under_roots(real, roots)) {
+        Some(real) if real.is_dir() => Ok(real.display().to_string()),
+        Some(_) => Err(not_a_dir()),
+        None if roots.is_empty() => Err(RpcError::invalid_params(
             "this endpoint opens no workspace: the gateway's `[acp] workspace_roots` is empty (configure the \
              directories network editors may use)",
         )),
-        _ => Err(RpcError::invalid_params(format!(
+        None => Err(RpcError::invalid_params(format!(
             "`cwd` {cwd:?} is not under one of the gateway's `[acp] workspace_roots`"
         ))),
     }
