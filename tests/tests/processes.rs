@@ -302,6 +302,37 @@ async fn a_real_model_on_the_local_sandbox_refuses_to_start_without_consent() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Without keys, loopback clients are trusted, but not a web page the user visits: a
+/// browser's WebSocket to `/acp` carries an `Origin` and is refused before the upgrade.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_origins_cannot_open_the_acp_socket_on_loopback_trust() {
+    let dir = std::env::temp_dir().join(format!("gateway-origin-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let g = GatewayBuilder::new(TESTBED, "acp-origin").cwd(&dir).spawn();
+    g.ready(Duration::from_secs(30)).await;
+    let http = reqwest::Client::new();
+    let upgrade = |origin: Option<&str>| {
+        let r = http
+            .get(g.url("/acp"))
+            .header("connection", "upgrade")
+            .header("upgrade", "websocket")
+            .header("sec-websocket-version", "13")
+            .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==");
+        match origin {
+            Some(o) => r.header("origin", o),
+            None => r,
+        }
+    };
+    assert_eq!(upgrade(None).send().await.unwrap().status().as_u16(), 101, "an editor on loopback");
+    for origin in ["https://evil.example", "http://127.0.0.1:8080", "null"] {
+        let status = upgrade(Some(origin)).send().await.unwrap().status().as_u16();
+        assert_eq!(status, 403, "a page from {origin}");
+    }
+    drop(g);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Once a key exists, every network face of `gateway serve` wants one, loopback or not:
 /// Managed Agents, A2A (cards stay public) and the ACP WebSocket (refused before the upgrade).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,6 +4,7 @@
 //! `session/load` or `session/resume`). The Streamable HTTP profile is not offered.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use std::net::SocketAddr;
@@ -26,12 +27,24 @@ pub fn router(ctx: AcpContext) -> Router {
     Router::new().route("/acp", get(upgrade)).with_state(ctx)
 }
 
+/// How long a closing connection may take to flush its last frames to a client.
+const WRITER_GRACE: Duration = Duration::from_secs(2);
+
 /// Refuses a connection without a valid gateway key (`x-api-key` or bearer; loopback peers
 /// need none while no key exists), as every HTTP face does, before the upgrade.
+///
+/// A browser page can open a WebSocket to any address, loopback included, and CORS does not
+/// apply; it cannot set `x-api-key` or `Authorization`, but it always sends `Origin`. So an
+/// upgrade that carries an `Origin` and no key is refused (403) even where loopback trust
+/// would let it in: otherwise any web page the user visits could drive agents on their
+/// projects. Editors are not browsers and send no `Origin`.
 async fn authenticate(ctx: &AcpContext, headers: &HeaderMap, peer: Option<SocketAddr>) -> Result<(), Response> {
     let Some(auth) = &ctx.auth else { return Ok(()) };
     let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let key = gateway_runtime::auth::presented_key(value("x-api-key"), value(header::AUTHORIZATION.as_str()));
+    if key.is_none() && headers.contains_key(header::ORIGIN) {
+        return Err((StatusCode::FORBIDDEN, "browser origins are refused on /acp without an API key").into_response());
+    }
     let loopback = peer.is_some_and(|p| p.ip().is_loopback());
     match auth.authenticate(key, loopback).await {
         Ok(_) => Ok(()),
@@ -103,6 +116,10 @@ async fn serve(ctx: AcpContext, socket: WebSocket, connection: String) {
     }
     reader.abort();
     drop(peer);
-    let _ = writer.await;
+    // A client that stopped reading must not hold the task (and shutdown) forever.
+    let abort = writer.abort_handle();
+    if tokio::time::timeout(WRITER_GRACE, writer).await.is_err() {
+        abort.abort();
+    }
     tracing::info!(%connection, "ACP WebSocket connection closed");
 }

@@ -157,3 +157,54 @@ async fn closing_a_session_mid_turn_interrupts_it_cleanly() {
     let e = other.call("session/close", json!({"sessionId": sid})).await.unwrap_err();
     assert_eq!(e.code, -32002, "a session not open on this connection cannot be closed from it");
 }
+
+/// A turn parked while no editor was there to answer (the editor went away mid-turn) does not
+/// lock the session: a new prompt interrupts it, and so does a cancel with no prompt running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_parked_without_an_editor_does_not_lock_the_session() {
+    let r = rig(Options::default()).await;
+    let ed = connect_as(r.context(None), Some("scripted"));
+    ed.initialize().await;
+    let sid = ed.new_session(&r.project("p")).await.unwrap();
+    let id = SessionId::parse(&sid).unwrap();
+    let session = r.coordinator.get_session(&id).await.unwrap();
+    let parked = |r: &common::Rig| {
+        let (c, id) = (r.coordinator.clone(), id.clone());
+        async move { !c.get_session(&id).await.unwrap().pending_actions.is_empty() }
+    };
+
+    // Another client's turn parks on an approval nobody on this connection is asked for.
+    let stream = r.stream(&session, 0).await;
+    r.coordinator.submit(&id, vec![common::user("ask")]).await.unwrap();
+    until(stream, 10, turn_ended).await;
+    assert!(parked(&r).await);
+    let answer = tokio::time::timeout(Duration::from_secs(10), ed.prompt(&sid, "hello")).await.unwrap().unwrap();
+    assert_eq!(answer.unwrap()["stopReason"], "end_turn");
+    let events = r.events(&session).await;
+    let stops: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::TurnEnded { stop } => Some(stop.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        matches!(stops[..], [StopReason::RequiresAction { .. }, StopReason::Interrupted, StopReason::EndTurn]),
+        "{stops:?}"
+    );
+    assert!(common::texts(&events).contains(&"echo: hello".to_owned()));
+
+    // Parked again; a cancel with no prompt running releases it.
+    let stream = r.stream(&session, events.last().unwrap().seq).await;
+    r.coordinator.submit(&id, vec![common::user("ask")]).await.unwrap();
+    until(stream, 10, turn_ended).await;
+    assert!(parked(&r).await);
+    ed.cancel(&sid).await;
+    for _ in 0..100 {
+        if !parked(&r).await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!parked(&r).await, "the cancel interrupted the parked turn");
+}

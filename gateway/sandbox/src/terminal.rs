@@ -166,6 +166,7 @@ impl Terminals {
     /// Starts a command; its id at once (the command runs on).
     pub async fn create(&self, spec: TerminalSpec) -> Result<String, TerminalError> {
         let argv = self.argv(&spec)?;
+        let env = assignments(&spec.env)?;
         if self.open.lock().unwrap_or_else(|p| p.into_inner()).len() >= MAX_TERMINALS {
             return Err(TerminalError::TooMany);
         }
@@ -173,11 +174,29 @@ impl Terminals {
         let cap = limits.output_cap as u64;
         let limit = spec.output_byte_limit.unwrap_or(cap).min(cap) as usize;
         let (reader, writer) = io::pipe().map_err(|e| TerminalError::Spawn(e.to_string()))?;
-        let mut cmd = self.sandbox.command("env", &argv);
+        let mut cmd = match &env {
+            None => self.sandbox.command("env", &argv),
+            Some(_) => {
+                let wrapped: Vec<String> = [ENV_FROM_STDIN.to_owned(), "terminal".to_owned(), "env".to_owned()]
+                    .into_iter()
+                    .chain(argv)
+                    .collect();
+                let mut args = vec!["--noprofile".to_owned(), "--norc".to_owned(), "-c".to_owned()];
+                args.extend(wrapped);
+                self.sandbox.command("bash", &args)
+            }
+        };
         let spawn_err = |e: io::Error| TerminalError::Spawn(e.to_string());
-        cmd.stdin(Stdio::null()).stdout(writer.try_clone().map_err(spawn_err)?).stderr(writer);
+        let stdin = if env.is_some() { Stdio::piped() } else { Stdio::null() };
+        cmd.stdin(stdin).stdout(writer.try_clone().map_err(spawn_err)?).stderr(writer);
         let mut child = cmd.spawn().map_err(spawn_err)?;
         drop(cmd);
+        if let (Some(env), Some(mut stdin)) = (env, child.stdin.take()) {
+            // In a task: more than a pipe's worth must not block `create`.
+            tokio::spawn(async move {
+                let _ = tokio::io::AsyncWriteExt::write_all(&mut stdin, &env).await;
+            });
+        }
         let pid = child
             .id()
             .and_then(|p| i32::try_from(p).ok())
@@ -281,7 +300,8 @@ impl Terminals {
         }
     }
 
-    /// `env [-C dir] -- NAME=VALUE.. command args..`, validated.
+    /// `env [-C dir] -- command args..`, validated (the variables travel apart, see
+    /// [`assignments`]).
     fn argv(&self, spec: &TerminalSpec) -> Result<Vec<String>, TerminalError> {
         let size = spec.command.len()
             + spec.args.iter().map(String::len).sum::<usize>()
@@ -311,14 +331,8 @@ impl Terminals {
             argv.push("-C".to_owned());
             argv.push(self.sandbox.inner_root().join(rel).display().to_string());
         }
-        // Options end here; then assignments, then the command (which must not look like one).
+        // Options end here; then the command (which must not look like an assignment).
         argv.push("--".to_owned());
-        for (k, v) in &spec.env {
-            if k.is_empty() || k.contains('=') {
-                return Err(TerminalError::Invalid(format!("invalid environment variable name {k:?}")));
-            }
-            argv.push(format!("{k}={v}"));
-        }
         if spec.command.contains('=') {
             return Err(TerminalError::Invalid("`command` must not contain '='".into()));
         }
@@ -336,6 +350,37 @@ impl Drop for Terminals {
 
 fn signal_name(n: i32) -> String {
     Signal::try_from(n).map(|s| s.as_str().to_owned()).unwrap_or_else(|_| format!("signal {n}"))
+}
+
+/// Reads `NAME=VALUE` assignments, NUL-separated, from stdin, exports them and runs its
+/// arguments with stdin closed. An agent's terminal variables (often tokens) travel this way
+/// because every argv of the host is world-readable in `/proc/*/cmdline`, and with
+/// `namespace` the bubblewrap process keeps the sandboxed command's argv for its whole life.
+const ENV_FROM_STDIN: &str = r#"while IFS= read -r -d '' kv; do export "$kv" || exit 125; done; exec "$@" </dev/null"#;
+
+/// The variables as `ENV_FROM_STDIN` reads them; `None` when there are none. Names must be
+/// shell identifiers (what `export` takes).
+fn assignments(env: &[(String, String)]) -> Result<Option<Vec<u8>>, TerminalError> {
+    if env.is_empty() {
+        return Ok(None);
+    }
+    let mut out = Vec::new();
+    for (k, v) in env {
+        let mut chars = k.chars();
+        let valid = chars.next().is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+            && chars.all(|c| c == '_' || c.is_ascii_alphanumeric());
+        if !valid {
+            return Err(TerminalError::Invalid(format!(
+                "invalid environment variable name {:?}",
+                k.chars().take(100).collect::<String>()
+            )));
+        }
+        out.extend_from_slice(k.as_bytes());
+        out.push(b'=');
+        out.extend_from_slice(v.as_bytes());
+        out.push(0);
+    }
+    Ok(Some(out))
 }
 
 #[cfg(test)]

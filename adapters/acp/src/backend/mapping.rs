@@ -20,6 +20,11 @@ use tracing::{debug, info};
 
 use crate::rpc::clip;
 
+/// Text an agent streams into one message (or thought) is committed once it reaches this
+/// size and continues in a new one: an agent that never stops talking cannot grow the
+/// gateway's memory for the whole turn deadline, nor make one giant event.
+const TEXT_CAP: usize = 1 << 20;
+
 /// One agent tool call as the gateway tracks it.
 #[derive(Debug, Clone, Default)]
 pub struct ToolState {
@@ -142,13 +147,20 @@ impl Mapper {
                 });
                 ctx.preview(Preview::TextDelta { event_id: id.clone(), index: 0, text: text.clone() });
                 buf.push_str(&text);
+                if buf.len() >= TEXT_CAP {
+                    self.flush(ctx).await?;
+                }
             }
             "agent_thought_chunk" => {
                 if let Some(ContentBlock::Text { text }) = u.get("content").and_then(crate::wire::acp_to_core) {
                     if self.message.is_some() {
                         self.flush(ctx).await?;
                     }
-                    self.thought.get_or_insert_with(String::new).push_str(&text);
+                    let thought = self.thought.get_or_insert_with(String::new);
+                    thought.push_str(&text);
+                    if thought.len() >= TEXT_CAP {
+                        self.flush(ctx).await?;
+                    }
                 }
             }
             "tool_call" | "tool_call_update" => {

@@ -443,7 +443,9 @@ impl ProcessTable {
     }
 
     pub async fn insert(&self, session: SessionId, process: Arc<AgentProcess>) {
-        if let Some(old) = self.procs.lock().await.insert(session, process) {
+        // Killed after the table's lock is released: stopping takes up to the kill grace.
+        let old = self.procs.lock().await.insert(session, process);
+        if let Some(old) = old {
             old.kill().await;
         }
     }

@@ -100,6 +100,8 @@ impl Editor {
     }
 
     /// Cancels the running prompt of a session, if any. Another session is never touched.
+    /// With no prompt running, a turn of the session parked on answers nobody is asked for
+    /// (its editor went away) is interrupted, so the session takes prompts again.
     fn cancel(&self, session_id: &str) {
         let open = self.lock().get(session_id).cloned();
         match open {
@@ -107,7 +109,20 @@ impl Editor {
                 if let Some(token) = open.prompt.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
                     info!(session = %open.id, "session/cancel");
                     token.cancel();
+                    return;
                 }
+                let coordinator = self.ctx.coordinator.clone();
+                tokio::spawn(async move {
+                    match coordinator.get_session(&open.id).await {
+                        Ok(s) if !s.pending_actions.is_empty() => {
+                            info!(session = %open.id, "session/cancel of a parked turn");
+                            if let Err(e) = coordinator.interrupt(&open.id).await {
+                                warn!(session = %open.id, error = %e, "interrupt failed");
+                            }
+                        }
+                        _ => {}
+                    }
+                });
             }
             None => warn!(session = %crate::rpc::clip(session_id, 80), "session/cancel for a session not open here"),
         }

@@ -226,8 +226,12 @@ impl Projector {
             let rest = match text.strip_prefix(sent) {
                 Some(rest) => rest,
                 None => {
-                    tracing::warn!(message = %id, "committed text differs from its previews; not repeating it");
-                    ""
+                    // Previews were lost on the way (a slow editor): chunks cannot be taken
+                    // back, so send everything after what both agree on; nothing is lost.
+                    let agreed: usize =
+                        text.chars().zip(sent.chars()).take_while(|(a, b)| a == b).map(|(a, _)| a.len_utf8()).sum();
+                    tracing::warn!(message = %id, "committed text differs from its previews; sending it from where they diverged");
+                    &text[agreed..]
                 }
             };
             if !rest.is_empty() {
@@ -280,6 +284,20 @@ mod tests {
         assert_eq!(p.event(&e)[0]["content"]["text"], "hello world");
         // A delta for a message whose start was not seen is not shown (the commit will be).
         assert!(p.preview(&Preview::TextDelta { event_id: EventId::new(), index: 0, text: "x".into() }).is_empty());
+    }
+
+    #[test]
+    fn previews_lost_on_the_way_lose_no_committed_text() {
+        let mut p = Projector::new("/w", false);
+        let e = ev(EventPayload::AgentMessage { content: vec![ContentBlock::text("A B C D")] });
+        let id = e.id.clone();
+        p.preview(&Preview::Start { event_id: id.clone(), kind: EventKind::AgentMessage });
+        // "B " was dropped by a full preview buffer.
+        for delta in ["A ", "C "] {
+            p.preview(&Preview::TextDelta { event_id: id.clone(), index: 0, text: delta.into() });
+        }
+        let u = p.event(&e);
+        assert_eq!(u[0]["content"]["text"], "B C D", "everything after the last agreed character");
     }
 
     #[test]

@@ -93,19 +93,37 @@ async fn drive(
     let coordinator = &ed.ctx.coordinator;
     let id = open.id.clone();
     let session = coordinator.get_session(&id).await.map_err(runtime_error)?;
+    // On a network connection the workspace was checked when the session was opened; a
+    // symlink swapped since (by an agent of another session, say) must not carry this turn
+    // outside `[acp] workspace_roots`.
+    if ed.ctx.workspace_roots.is_some()
+        && let Some(ws) = super::workspace_of(&session)
+        && super::sessions::allowed_cwd(ed, ws)? != ws
+    {
+        return Err(RpcError::invalid_params(format!(
+            "the session's workspace {ws:?} no longer resolves to itself (a symlink changed); it cannot be used here"
+        )));
+    }
     let content = wire::prompt_to_core(&p.prompt, Editor::support(&session))?;
     let options = SubscribeOptions { after_seq: session.last_seq, previews: true, poll: None };
     let stream = coordinator.subscribe(&id, options).await.map_err(runtime_error)?;
     tokio::pin!(stream);
-    let committed = coordinator
-        .submit(&id, vec![NewEvent::new(EventPayload::UserMessage { content })])
-        .await
-        .map_err(runtime_error)?;
+    // A turn parked while no editor was connected to answer (it went away mid-turn) would
+    // refuse every new message: the new prompt interrupts it (the parked calls are not run).
+    let mut inputs = Vec::with_capacity(2);
+    if !session.pending_actions.is_empty() {
+        info!(session = %id, pending = session.pending_actions.len(), "a new prompt interrupts the parked turn");
+        inputs.push(NewEvent::new(EventPayload::UserInterrupt {}));
+    }
+    inputs.push(NewEvent::new(EventPayload::UserMessage { content }));
+    let committed = coordinator.submit(&id, inputs).await.map_err(runtime_error)?;
     let message_seq = committed.last().map(|e| e.seq).unwrap_or(session.last_seq);
     // With another turn in flight, its end is not ours: wait for a turn started after the
     // message. An idle session's next turn end is ours even if no turn starts (a run can be
-    // failed before it starts, e.g. when its environment's host is gone).
-    let busy = session.status != SessionStatus::Idle;
+    // failed before it starts, e.g. when its environment's host is gone). A turn of another
+    // client seen starting (before our message committed, or for earlier inputs) makes the
+    // session busy too.
+    let mut busy = session.status != SessionStatus::Idle;
     debug!(session = %id, seq = message_seq, "prompt admitted");
 
     let projector = Projector::new(&open.cwd, false).with_inner_root(super::inner_root(&session));
@@ -145,6 +163,12 @@ async fn drive(
         let updates = turn.projector.event(&event);
         turn.send(updates).await;
         let after = event.seq > message_seq;
+        if let EventPayload::TurnStarted { inputs_through } = &event.payload
+            && our_run.is_none()
+            && (!after || inputs_through.is_some_and(|t| t < message_seq))
+        {
+            busy = true;
+        }
         // Whether the event belongs to our turn's run (before it is known: today's rule).
         let of_our_run = match &our_run {
             Some(run) => event.run_id.as_ref() == Some(run),

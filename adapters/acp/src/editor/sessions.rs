@@ -67,7 +67,7 @@ fn session_id(raw: &str) -> Result<SessionId, RpcError> {
 /// of `[acp] workspace_roots`, compared after resolving symlinks and `..`. Returns the path
 /// to use: as given on stdio, resolved on network transports (so what was checked is what
 /// is mounted).
-fn allowed_cwd(ed: &Editor, cwd: &str) -> Result<String, RpcError> {
+pub(super) fn allowed_cwd(ed: &Editor, cwd: &str) -> Result<String, RpcError> {
     if !Path::new(cwd).is_absolute() {
         return Err(RpcError::invalid_params(format!("`cwd` must be an absolute path, not {cwd:?}")));
     }

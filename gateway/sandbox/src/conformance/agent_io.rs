@@ -143,3 +143,27 @@ pub async fn operator_variables_stay_out_of_argv(h: &dyn Harness) {
     assert!(super::processes_with(&secret).is_empty(), "the value is on a command line");
     let _ = child.kill().await;
 }
+
+/// The variables an agent gives a terminal reach its command and appear on no command line of
+/// the host (they are often tokens).
+pub async fn terminal_variables_stay_out_of_argv(h: &dyn Harness) {
+    let f = Fixture::new(h);
+    let t = f.hand.terminals();
+    let secret = super::unique("token");
+    let mut s = spec("sh", &["-c", "printf '%s|%s\\n' \"$GH_TOKEN\" \"$MULTI\"; exec sleep 5"]);
+    s.env = vec![("GH_TOKEN".into(), secret.clone()), ("MULTI".into(), "a b\nc".into())];
+    let id = t.create(s).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !t.output(&id).unwrap().output.contains('\n') || !t.output(&id).unwrap().output.contains("a b\nc") {
+        assert!(Instant::now() < deadline, "no output: {:?}", t.output(&id).unwrap());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(t.output(&id).unwrap().output, format!("{secret}|a b\nc\n"), "the command sees the variables");
+    assert!(super::processes_with(&secret).is_empty(), "the value is on a command line");
+    t.release(&id).unwrap();
+    for bad in ["1X", "A-B", "A B", ""] {
+        let mut s = spec("true", &[]);
+        s.env = vec![(bad.into(), "x".into())];
+        assert!(matches!(t.create(s).await, Err(TerminalError::Invalid(_))), "{bad:?}");
+    }
+}

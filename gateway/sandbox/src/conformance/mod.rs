@@ -68,7 +68,8 @@ macro_rules! conformance_suite {
             agent_io::terminals_run_report_output_and_exit,
             agent_io::terminal_output_is_limited_from_the_start,
             agent_io::killed_terminals_stop_with_their_children,
-            agent_io::operator_variables_stay_out_of_argv
+            agent_io::operator_variables_stay_out_of_argv,
+            agent_io::terminal_variables_stay_out_of_argv
         );
     };
     (@each $harness:expr; $($module:ident :: $name:ident),* $(,)?) => {
