@@ -302,33 +302,58 @@ async fn a_real_model_on_the_local_sandbox_refuses_to_start_without_consent() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Without keys, loopback clients are trusted, but not a web page the user visits: a
-/// browser's WebSocket to `/acp` carries an `Origin` and is refused before the upgrade.
+/// Without keys, loopback clients are trusted, but not a web page the user visits: its
+/// browser marks every request it lets a page send to `127.0.0.1` with `Origin` (and cannot
+/// attach a key), so no face serves it: Managed Agents, A2A, the ACP WebSocket.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn browser_origins_cannot_open_the_acp_socket_on_loopback_trust() {
+async fn web_pages_get_no_loopback_trust() {
     let dir = std::env::temp_dir().join(format!("gateway-origin-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let g = GatewayBuilder::new(TESTBED, "acp-origin").cwd(&dir).spawn();
+    let g = GatewayBuilder::new(TESTBED, "origin").cwd(&dir).spawn();
     g.ready(Duration::from_secs(30)).await;
     let http = reqwest::Client::new();
-    let upgrade = |origin: Option<&str>| {
-        let r = http
-            .get(g.url("/acp"))
-            .header("connection", "upgrade")
-            .header("upgrade", "websocket")
-            .header("sec-websocket-version", "13")
-            .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==");
-        match origin {
-            Some(o) => r.header("origin", o),
-            None => r,
-        }
+    let with = |r: reqwest::RequestBuilder, origin: Option<&str>| match origin {
+        Some(o) => r.header("origin", o),
+        None => r,
     };
-    assert_eq!(upgrade(None).send().await.unwrap().status().as_u16(), 101, "an editor on loopback");
-    for origin in ["https://evil.example", "http://127.0.0.1:8080", "null"] {
-        let status = upgrade(Some(origin)).send().await.unwrap().status().as_u16();
-        assert_eq!(status, 403, "a page from {origin}");
+    for origin in [None, Some("https://evil.example"), Some("http://127.0.0.1:8080"), Some("null")] {
+        let local = origin.is_none();
+        // A "simple" cross-site POST (text/plain) needs no preflight: its effect is the risk.
+        let body = r#"{"name": "planted", "model": "claude-sonnet-4-6"}"#;
+        let ma = with(http.post(g.url("/v1/agents")).header("content-type", "text/plain").body(body), origin)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
+        assert_eq!(ma == 401, !local, "Managed Agents from {origin:?}: {ma}");
+        let rpc = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "task_x"}});
+        let a2a = with(http.post(g.url("/a2a/default")).header("A2A-Version", "1.0").json(&rpc), origin)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
+        assert_eq!(a2a == 401, !local, "A2A from {origin:?}: {a2a}");
+        let acp = with(
+            http.get(g.url("/acp"))
+                .header("connection", "upgrade")
+                .header("upgrade", "websocket")
+                .header("sec-websocket-version", "13")
+                .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+            origin,
+        )
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+        assert_eq!(acp, if local { 101 } else { 401 }, "ACP WebSocket from {origin:?}");
     }
+    let listed: serde_json::Value = http.get(g.url("/v1/agents")).send().await.unwrap().json().await.unwrap();
+    let planted = listed["data"].as_array().unwrap().iter().filter(|a| a["name"] == "planted").count();
+    assert_eq!(planted, 1, "only the local client's agent was created: {listed}");
     drop(g);
     let _ = std::fs::remove_dir_all(&dir);
 }

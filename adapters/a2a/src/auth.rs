@@ -9,7 +9,7 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use gateway_runtime::auth::AuthError;
+use gateway_runtime::auth::{AuthError, Caller};
 
 use crate::A2aContext;
 use crate::error::A2aError;
@@ -22,8 +22,9 @@ fn presented_key(headers: &HeaderMap) -> Option<&str> {
 
 pub async fn layer(State(ctx): State<A2aContext>, req: Request, next: Next) -> Response {
     let loopback = req.extensions().get::<ConnectInfo<SocketAddr>>().is_some_and(|c| c.0.ip().is_loopback());
+    let caller = Caller::of(loopback, req.headers().contains_key(header::ORIGIN));
     let key = presented_key(req.headers()).map(str::to_owned);
-    let err = match ctx.auth.authenticate(key.as_deref(), loopback).await {
+    let err = match ctx.auth.authenticate(key.as_deref(), caller).await {
         Ok(_) => return next.run(req).await,
         Err(AuthError::Unavailable(e)) => A2aError::Unavailable(format!("cannot check credentials: {e}")),
         Err(e) => A2aError::Unauthenticated(e.to_string()),

@@ -15,7 +15,7 @@ use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::{SinkExt, StreamExt};
-use gateway_runtime::auth::AuthError;
+use gateway_runtime::auth::{AuthError, Caller};
 use tokio::sync::mpsc;
 
 use crate::AcpContext;
@@ -31,22 +31,14 @@ pub fn router(ctx: AcpContext) -> Router {
 const WRITER_GRACE: Duration = Duration::from_secs(2);
 
 /// Refuses a connection without a valid gateway key (`x-api-key` or bearer; loopback peers
-/// need none while no key exists), as every HTTP face does, before the upgrade.
-///
-/// A browser page can open a WebSocket to any address, loopback included, and CORS does not
-/// apply; it cannot set `x-api-key` or `Authorization`, but it always sends `Origin`. So an
-/// upgrade that carries an `Origin` and no key is refused (403) even where loopback trust
-/// would let it in: otherwise any web page the user visits could drive agents on their
-/// projects. Editors are not browsers and send no `Origin`.
+/// need none while no key exists, unless they are web pages: see [`Caller`]), as every HTTP
+/// face does, before the upgrade.
 async fn authenticate(ctx: &AcpContext, headers: &HeaderMap, peer: Option<SocketAddr>) -> Result<(), Response> {
     let Some(auth) = &ctx.auth else { return Ok(()) };
     let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let key = gateway_runtime::auth::presented_key(value("x-api-key"), value(header::AUTHORIZATION.as_str()));
-    if key.is_none() && headers.contains_key(header::ORIGIN) {
-        return Err((StatusCode::FORBIDDEN, "browser origins are refused on /acp without an API key").into_response());
-    }
-    let loopback = peer.is_some_and(|p| p.ip().is_loopback());
-    match auth.authenticate(key, loopback).await {
+    let caller = Caller::of(peer.is_some_and(|p| p.ip().is_loopback()), headers.contains_key(header::ORIGIN));
+    match auth.authenticate(key, caller).await {
         Ok(_) => Ok(()),
         Err(AuthError::Unavailable(e)) => {
             Err((StatusCode::SERVICE_UNAVAILABLE, format!("cannot check credentials: {e}")).into_response())

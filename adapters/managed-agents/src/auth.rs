@@ -7,7 +7,7 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use gateway_runtime::auth::AuthError;
+use gateway_runtime::auth::{AuthError, Caller};
 
 use crate::ManagedAgents;
 use crate::error::ApiError;
@@ -20,8 +20,9 @@ pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
 
 pub async fn layer(State(api): State<ManagedAgents>, req: Request, next: Next) -> Response {
     let loopback = req.extensions().get::<ConnectInfo<SocketAddr>>().is_some_and(|c| c.0.ip().is_loopback());
+    let caller = Caller::of(loopback, req.headers().contains_key(axum::http::header::ORIGIN));
     let key = presented_key(req.headers()).map(str::to_owned);
-    match api.auth.authenticate(key.as_deref(), loopback).await {
+    match api.auth.authenticate(key.as_deref(), caller).await {
         Ok(_) => next.run(req).await,
         Err(AuthError::Unavailable(e)) => {
             tracing::warn!(error = %e, "cannot check API keys");

@@ -3,7 +3,11 @@
 //! Adapters extract the presented key from their protocol's headers; this module decides.
 //! Keys are random secrets (`gwk_` + 32 base62 characters) stored only as SHA-256 hashes.
 //! With no live key configured, only loopback peers are served (whatever they present), so
-//! a zero-config gateway is usable locally and closed to the network.
+//! a zero-config gateway is usable locally and closed to the network. A web page is not a
+//! loopback client even when its browser runs on this host: any page the user visits can
+//! send requests (and open WebSockets) to `127.0.0.1`, and CORS stops only the reading of
+//! answers, not their effects. Browsers always mark such requests with `Origin` and cannot
+//! attach our key headers, so a request carrying `Origin` gets no loopback trust.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,6 +16,27 @@ use gateway_core::ApiKeyId;
 use gateway_store::Store;
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
+
+/// Where a request comes from, as far as trust without keys goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// A program on this host (loopback address, no `Origin`).
+    Local,
+    /// A web page, wherever its browser runs (an `Origin` header).
+    Browser,
+    /// Any other address.
+    Remote,
+}
+
+impl Caller {
+    pub fn of(loopback_address: bool, has_origin: bool) -> Self {
+        match (has_origin, loopback_address) {
+            (true, _) => Caller::Browser,
+            (false, true) => Caller::Local,
+            (false, false) => Caller::Remote,
+        }
+    }
+}
 
 /// Who a request was authenticated as.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +56,10 @@ pub enum AuthError {
         "this gateway has no API keys configured and serves loopback clients only; create one with `gateway keys create`"
     )]
     RemoteWithoutKeys,
+    #[error(
+        "this gateway has no API keys configured, and requests from web pages (with an Origin header) need one; create it with `gateway keys create`"
+    )]
+    BrowserWithoutKeys,
     #[error("the key store is unavailable: {0}")]
     Unavailable(String),
 }
@@ -86,12 +115,16 @@ impl Authenticator {
         Self { store, cache: Mutex::new(Cache { live_keys: None, known: Vec::new() }) }
     }
 
-    /// Decides a request: `presented` is the key the client sent (if any), `loopback`
-    /// whether the peer address is a loopback address.
-    pub async fn authenticate(&self, presented: Option<&str>, loopback: bool) -> Result<Principal, AuthError> {
+    /// Decides a request: `presented` is the key the client sent (if any), `caller` where it
+    /// comes from.
+    pub async fn authenticate(&self, presented: Option<&str>, caller: Caller) -> Result<Principal, AuthError> {
         let live = self.live_keys().await?;
         if live == 0 {
-            return if loopback { Ok(Principal::Loopback) } else { Err(AuthError::RemoteWithoutKeys) };
+            return match caller {
+                Caller::Local => Ok(Principal::Loopback),
+                Caller::Browser => Err(AuthError::BrowserWithoutKeys),
+                Caller::Remote => Err(AuthError::RemoteWithoutKeys),
+            };
         }
         let Some(secret) = presented.map(str::trim).filter(|s| !s.is_empty()) else {
             return Err(AuthError::Missing);

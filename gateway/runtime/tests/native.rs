@@ -506,22 +506,37 @@ async fn model_failures_are_rescheduled_then_end_with_a_typed_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_gate_remote_callers_and_loopback_without_keys() {
-    use gateway_runtime::auth::{AuthError, Authenticator, Principal, generate_key};
+    use gateway_runtime::auth::{AuthError, Authenticator, Caller, Principal, generate_key};
     let n = native().await;
     let auth = Authenticator::new(Arc::clone(&n.store));
-    assert_eq!(auth.authenticate(None, true).await, Ok(Principal::Loopback), "no keys: loopback is served");
-    assert_eq!(auth.authenticate(Some("anything"), true).await, Ok(Principal::Loopback));
-    assert_eq!(auth.authenticate(None, false).await, Err(AuthError::RemoteWithoutKeys));
+    assert_eq!(auth.authenticate(None, Caller::Local).await, Ok(Principal::Loopback), "no keys: loopback is served");
+    assert_eq!(auth.authenticate(Some("anything"), Caller::Local).await, Ok(Principal::Loopback));
+    assert_eq!(auth.authenticate(None, Caller::Remote).await, Err(AuthError::RemoteWithoutKeys));
+    assert_eq!(
+        auth.authenticate(None, Caller::Browser).await,
+        Err(AuthError::BrowserWithoutKeys),
+        "a web page is not local"
+    );
+    assert_eq!(Caller::of(true, true), Caller::Browser);
+    assert_eq!(Caller::of(true, false), Caller::Local);
 
     let key = generate_key();
     let stored = n.store.create_api_key("ci", &key.hash).await.unwrap();
     let auth = Authenticator::new(Arc::clone(&n.store)); // a fresh cache sees the new key
-    assert_eq!(auth.authenticate(Some(&key.secret), false).await, Ok(Principal::Key(stored.id.clone())));
-    assert_eq!(auth.authenticate(Some("gwk_wrong"), true).await, Err(AuthError::Invalid), "keys exist: loopback too");
-    assert_eq!(auth.authenticate(None, true).await, Err(AuthError::Missing));
+    assert_eq!(auth.authenticate(Some(&key.secret), Caller::Remote).await, Ok(Principal::Key(stored.id.clone())));
+    assert_eq!(
+        auth.authenticate(Some("gwk_wrong"), Caller::Local).await,
+        Err(AuthError::Invalid),
+        "keys exist: loopback too"
+    );
+    assert_eq!(auth.authenticate(None, Caller::Local).await, Err(AuthError::Missing));
     n.store.revoke_api_key(&stored.id).await.unwrap();
     let auth = Authenticator::new(Arc::clone(&n.store));
-    assert_eq!(auth.authenticate(Some(&key.secret), true).await, Ok(Principal::Loopback), "revoked: back to no keys");
+    assert_eq!(
+        auth.authenticate(Some(&key.secret), Caller::Local).await,
+        Ok(Principal::Loopback),
+        "revoked: back to no keys"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
