@@ -144,7 +144,7 @@ async fn feed_task(
     let mut known_state = rec.state;
     let mut ended = false;
     loop {
-        if w.proj.is_final() && w.proj.last_seq() >= w.opened_at {
+        if w.proj.is_final() {
             records::set_state(docs, task_id, w.proj.state(), w.proj.status_at().millis()).await?;
             info!(task = %task_id, state = w.proj.state().name(), "task finished; push feeder done");
             return records::delete(docs, FEED, task_id).await;

@@ -20,9 +20,13 @@ use crate::wire::PushConfig;
 /// Most configs one task may have.
 const MAX_CONFIGS: usize = 16;
 
+/// A value that can be sent as an HTTP header as it is: refused at registration rather than
+/// failing every delivery later.
 fn header_safe(what: &str, s: &str) -> Result<()> {
-    if s.len() > 4096 || s.chars().any(|c| c == '\r' || c == '\n' || c == '\0') {
-        return Err(A2aError::InvalidParams(format!("{what} must be at most 4096 characters without CR, LF or NUL")));
+    if s.len() > 4096 || axum::http::HeaderValue::from_str(s).is_err() {
+        return Err(A2aError::InvalidParams(format!(
+            "{what} must be at most 4096 characters of visible text (no control characters)"
+        )));
     }
     Ok(())
 }
@@ -159,6 +163,10 @@ mod tests {
         let mut c = cfg("https://example.com/h");
         c.token = Some("a\r\nX-Injected: 1".into());
         assert!(validate(&c, false).is_err(), "CR/LF in the token");
+        for undeliverable in ["a\u{1}b", "del\u{7f}"] {
+            c.token = Some(undeliverable.into());
+            assert!(validate(&c, false).is_err(), "{undeliverable:?} could never be sent as a header");
+        }
         c.token = None;
         c.authentication = Some(AuthInfo { scheme: "Bearer".into(), credentials: None });
         assert!(validate(&c, false).is_err(), "a scheme needs credentials");

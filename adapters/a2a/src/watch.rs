@@ -53,7 +53,8 @@ impl Watch {
             status_seq: 0,
         };
         let upto = w.opened_at.min(fold_upto.max(start_seq));
-        while w.proj.last_seq() < upto {
+        // A final task never changes again: the rest of a long session is not read for it.
+        while w.proj.last_seq() < upto && !w.proj.is_final() {
             if w.next().await.transpose()?.is_none() {
                 break;
             }

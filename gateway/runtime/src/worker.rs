@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use gateway_core::environment::ProviderTier;
-use gateway_core::event::{ErrorKind, EventPayload, NewEvent, RetryStatus, StopReason};
-use gateway_core::run::{Claim, WorkerOffer};
-use gateway_store::{LeaseTerms, RunOutcome, Settlement, Store, StoreError};
+use gateway_core::event::{ErrorKind, EventKind, EventPayload, NewEvent, RetryStatus, StopReason};
+use gateway_core::run::{Claim, Run, WorkerOffer};
+use gateway_store::{EventFilter, LeaseTerms, Order, PageRequest, RunOutcome, Settlement, Store, StoreError};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
@@ -193,6 +193,18 @@ async fn worker_loop(w: Arc<Shared>, offer: WorkerOffer) {
     }
 }
 
+/// Whether the session's latest turn boundary is a `turn_started` of this run (not yet
+/// rescheduled). A store error counts as "no": starting the turn again is the safe side.
+async fn turn_in_progress(store: &Arc<dyn Store>, run: &Run) -> bool {
+    let filter = EventFilter { kinds: vec![EventKind::TurnStarted, EventKind::TurnRescheduled], ..Default::default() };
+    match store.list_events(&run.session_id, &filter, &PageRequest::first(1, Order::Desc)).await {
+        Ok(page) => {
+            page.items.first().is_some_and(|e| e.kind() == EventKind::TurnStarted && e.run_id.as_ref() == Some(&run.id))
+        }
+        Err(_) => false,
+    }
+}
+
 fn ended(stop: StopReason) -> NewEvent {
     NewEvent::new(EventPayload::TurnEnded { stop })
 }
@@ -259,8 +271,10 @@ async fn execute(w: &Arc<Shared>, claim: Claim) {
         interrupted: CancellationToken::new(),
         abandoned: CancellationToken::new(),
     };
-    // A crash reclaim continues the turn its predecessor started; anything else starts one.
-    let continuing = run.started && run.crash_count > 0;
+    // A reclaim continues the turn its predecessor started, if the log says it did (a claim
+    // may have died before committing `turn_started`); anything else starts one. A duplicate
+    // `turn_started` would be harmless, a missing one is not (A2A tasks wait for it).
+    let continuing = run.started && run.crash_count > 0 && turn_in_progress(&w.store, run).await;
     if !continuing
         && let Err(e) =
             ctx.commit(vec![NewEvent::new(EventPayload::TurnStarted { inputs_through: run.input_seq })]).await

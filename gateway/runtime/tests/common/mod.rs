@@ -313,6 +313,35 @@ pub async fn crashes_past_the_budget_end_the_run_indeterminate(h: &dyn Harness) 
     pool.shutdown().await;
 }
 
+/// A claim that died before committing `turn_started` leaves no turn to continue: the
+/// reclaiming Worker starts it (A2A tasks and editors wait for that event).
+pub async fn a_claim_lost_before_its_turn_started_starts_it_on_reclaim(h: &dyn Harness) {
+    let r = rig(h.fresh().await);
+    let s = new_session(&r).await;
+    r.coordinator.submit(&s.id, vec![say("hello")]).await.unwrap();
+    let offer = gateway_core::run::WorkerOffer {
+        worker: "dead#0".into(),
+        host: "h".into(),
+        backends: vec![BackendRef::Native],
+        providers: vec![ProviderTier::local()],
+    };
+    let terms = LeaseTerms { lease: Duration::from_millis(200), host_ttl: Duration::from_secs(30) };
+    let lost = r.store.claim_run(&offer, terms).await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pool = workers(&r, config("successor", "h"));
+    let log = wait_for(10, || async {
+        let log = r.store.events_after(&s.id, 0, 100).await.unwrap();
+        log.iter().any(|e| stop_of(e).is_some()).then_some(log)
+    })
+    .await
+    .expect("the reclaimed run ends its turn");
+    let started: Vec<_> = log.iter().filter(|e| e.kind() == EventKind::TurnStarted).collect();
+    assert_eq!(started.len(), 1, "{:?}", log.iter().map(|e| e.kind()).collect::<Vec<_>>());
+    assert_eq!(started[0].run_id.as_ref(), Some(&lost.fence.run_id));
+    assert!(started[0].epoch.unwrap() > lost.fence.epoch, "started by the successor");
+    pool.shutdown().await;
+}
+
 pub async fn graceful_shutdown_releases_the_lease_for_a_successor(h: &dyn Harness) {
     let r = rig(h.fresh().await);
     let mut cfg = config("first", "h");
@@ -558,6 +587,7 @@ macro_rules! runtime_suite {
             an_interrupt_stops_a_running_turn,
             transient_failures_are_retried_then_exhausted,
             crashes_past_the_budget_end_the_run_indeterminate,
+            a_claim_lost_before_its_turn_started_starts_it_on_reclaim,
             graceful_shutdown_releases_the_lease_for_a_successor,
             previews_reach_only_subscribers_that_asked,
             previews_are_delivered_before_their_committed_event,

@@ -78,6 +78,7 @@ macro_rules! conformance_suite {
             runs::environment_transitions_outside_runs_compare_and_set,
             runs::runs_record_the_inputs_they_answer,
             runs::messages_during_a_retry_backoff_get_their_own_run,
+            runs::an_interrupt_outlives_a_retry_or_park_settlement,
             runs::commit_hints_wake_session_watchers,
             runs::hints_cross_store_handles,
             adapters::bindings_commit_with_their_events_under_the_fence,

@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use gateway_core::EventId;
 use gateway_core::agent::BackendRef;
 use gateway_core::environment::ProviderTier;
-use gateway_core::event::{EventPayload, NewEvent, ToolOrigin, ToolPermission};
+use gateway_core::event::{EventPayload, NewEvent, StopReason, ToolOrigin, ToolPermission};
 use gateway_core::run::RunState;
 use gateway_core::session::{EnvironmentState, PendingAction, PendingKind, SessionStatus};
 
@@ -323,6 +324,35 @@ pub async fn messages_during_a_retry_backoff_get_their_own_run(h: &dyn Harness) 
     let next = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().expect("the message's own run");
     assert_ne!(next.fence.run_id, c.fence.run_id);
     assert_eq!(next.run.input_seq, Some(3), "through the message (2) and the retried turn's reply (3)");
+}
+
+/// An interrupt admitted while a run works is not undone when that run then settles for a
+/// retry or a park: the turn ends interrupted.
+pub async fn an_interrupt_outlives_a_retry_or_park_settlement(h: &dyn Harness) {
+    for park in [false, true] {
+        let s = h.fresh().await;
+        let sess = session_with(&s, vec![msg("flaky")]).await;
+        let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
+        s.submit_inputs(&sess.id, vec![NewEvent::new(EventPayload::UserInterrupt {})]).await.unwrap();
+        let outcome = if park {
+            let pending = vec![PendingAction { event_id: EventId::new(), kind: PendingKind::Confirmation }];
+            RunOutcome::Parked { pending }
+        } else {
+            RunOutcome::Retry { after: Duration::from_millis(10) }
+        };
+        let events = s.settle(&c.fence, Settlement { events: vec![], outcome }).await.unwrap();
+        assert!(
+            matches!(
+                events.last().map(|e| &e.payload),
+                Some(EventPayload::TurnEnded { stop: StopReason::Interrupted })
+            ),
+            "park={park}: {events:?}"
+        );
+        let after = s.get_session(&sess.id).await.unwrap();
+        assert_eq!(after.status, SessionStatus::Idle, "park={park}");
+        assert!(after.pending_actions.is_empty(), "park={park}");
+        assert!(s.active_runs(&sess.id).await.unwrap().is_empty(), "park={park}: nothing left to retry");
+    }
 }
 
 pub async fn parked_sessions_are_not_claimed(h: &dyn Harness) {

@@ -51,6 +51,9 @@ pub trait Engine: Database {
     const LOCK_SESSION_AT_NOW: &'static str;
     /// Picks the claim candidate (see `runs.rs`).
     const CLAIM_CANDIDATE: &'static str;
+    /// The kind (`running`, `queued`, `retrying`) of each active run of session `$1`, the
+    /// rows locked where the engine locks rows (see `sessions.rs`, `run_presence`).
+    const RUN_PRESENCE: &'static str;
     const LIST_SESSIONS_ASC: &'static str;
     const LIST_SESSIONS_DESC: &'static str;
     const LIST_EVENTS_ASC: &'static str;

@@ -55,6 +55,10 @@ impl Engine for Postgres {
     const LIST_EVENTS_ASC: &'static str = list_events_sql!("(SELECT json_array_elements_text($2::json))", ">", "ASC");
     const LIST_EVENTS_DESC: &'static str = list_events_sql!("(SELECT json_array_elements_text($2::json))", "<", "DESC");
     const CLAIM_DELIVERIES: &'static str = claim_deliveries_sql!(" FOR UPDATE OF o SKIP LOCKED");
+    /// Locked: a claim holds its run row from choosing it to committing its input boundary
+    /// (`FOR UPDATE OF r`), so admission waits for it and then sees the run running.
+    const RUN_PRESENCE: &'static str = "SELECT CASE WHEN state = 'running' THEN 'running' WHEN started THEN 'retrying' ELSE 'queued' END \
+         FROM runs WHERE session_id = $1 AND state IN ('running', 'queued') FOR UPDATE";
     const NOTIFY: Option<&'static str> = Some("SELECT pg_notify($1, $2)");
 }
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use gateway_core::event::Event;
+use gateway_core::event::{Event, EventPayload, NewEvent, StopReason};
 use gateway_core::run::{Claim, Fence, Run, RunState, WorkerOffer};
 use gateway_core::session::{PendingAction, SessionStatus};
 use gateway_core::{RunId, SessionId};
@@ -28,7 +28,7 @@ pub(crate) use run_cols_r;
 /// The claim candidate: `$1` offered backends and `$2` offered providers (JSON arrays expanded
 /// by `$in1`/`$in2`), `$3` the worker's host, `$4` now, `$5` the oldest heartbeat of a live
 /// host. Due queued runs, or running runs whose lease expired; never a second running run of
-/// a session; runs of one session in creation order; none while the session waits for client
+/// a session; runs of one session in creation order (database clock, then id); none while the session waits for client
 /// answers. Placeable here, or (host gone) claimable anywhere to be failed.
 macro_rules! claim_candidate_sql {
     ($in1:literal, $in2:literal, $lock:literal) => {
@@ -39,7 +39,8 @@ macro_rules! claim_candidate_sql {
              WHERE ((r.state = 'queued' AND r.available_at <= $4) OR (r.state = 'running' AND r.lease_expires_at <= $4)) \
                AND s.deleted_at IS NULL AND s.pending = '[]' \
                AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.session_id = r.session_id AND o.id <> r.id AND o.state = 'running') \
-               AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.session_id = r.session_id AND o.state = 'queued' AND o.id < r.id) \
+               AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.session_id = r.session_id AND o.state = 'queued' \
+                               AND (o.created_at < r.created_at OR (o.created_at = r.created_at AND o.id < r.id))) \
                AND ((r.backend IN ",
             $in1,
             " AND (r.provider IS NULL OR r.provider IN ",
@@ -267,10 +268,28 @@ engine_impl! {
             Ok(events)
         }
 
-        async fn settle(&self, fence: &Fence, settlement: Settlement) -> Result<Vec<Event>> {
+        async fn settle(&self, fence: &Fence, mut settlement: Settlement) -> Result<Vec<Event>> {
             let mut tx = self.begin_write().await?;
             let (row, now) = Self::lock_session_at_now(&mut tx, &fence.session_id).await?;
             let session = row.into_session()?;
+            // An interrupt admitted after the Worker last looked (admission sets the intent
+            // under this same session lock, and ends no turn itself: "the Worker settles it")
+            // must not be undone by a retry or a park: the turn ends interrupted here.
+            if matches!(settlement.outcome, RunOutcome::Retry { .. } | RunOutcome::Parked { .. }) {
+                let (cancel,): (i64,) = sqlx::query_as(
+                    "SELECT CAST(CASE WHEN cancel_requested THEN 1 ELSE 0 END AS BIGINT) FROM runs WHERE id = $1",
+                )
+                .bind(fence.run_id.as_str())
+                .fetch_optional(&mut *tx)
+                .await?
+                .unwrap_or((0,));
+                if cancel == 1 {
+                    settlement = Settlement {
+                        events: vec![NewEvent::new(EventPayload::TurnEnded { stop: StopReason::Interrupted })],
+                        outcome: RunOutcome::Cancelled,
+                    };
+                }
+            }
             let state = final_state(&settlement.outcome);
             let available_at = match &settlement.outcome {
                 RunOutcome::Retry { after } => now + millis(*after),

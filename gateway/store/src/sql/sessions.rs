@@ -55,15 +55,12 @@ engine_impl! {
 
         /// Which runs of the session are unfinished: (running, queued).
         /// Whether the session has a running run, a fresh queued run, and a started run
-        /// queued for its retry (see [`SessionState`]).
+        /// queued for its retry (see [`SessionState`]). On PostgreSQL the rows are locked:
+        /// a claim in flight fixes its run's input boundary from the committed `last_seq`,
+        /// so admission must wait for it to see that run as running (and queue a run of its
+        /// own for these inputs) rather than count on it to read them.
         async fn run_presence(tx: &mut Transaction<'static, DB>, id: &SessionId) -> Result<(bool, bool, bool)> {
-            let kinds: Vec<(String,)> = sqlx::query_as(
-                "SELECT DISTINCT CASE WHEN state = 'running' THEN 'running' WHEN started THEN 'retrying' ELSE 'queued' END \
-                 FROM runs WHERE session_id = $1 AND state IN ('running', 'queued')",
-            )
-            .bind(id.as_str())
-            .fetch_all(&mut **tx)
-            .await?;
+            let kinds: Vec<(String,)> = sqlx::query_as(DB::RUN_PRESENCE).bind(id.as_str()).fetch_all(&mut **tx).await?;
             let has = |kind: &str| kinds.iter().any(|(k,)| k == kind);
             Ok((has("running"), has("queued"), has("retrying")))
         }

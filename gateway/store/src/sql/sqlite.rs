@@ -52,6 +52,9 @@ impl Engine for Sqlite {
     const LIST_EVENTS_ASC: &'static str = list_events_sql!("(SELECT value FROM json_each($2))", ">", "ASC");
     const LIST_EVENTS_DESC: &'static str = list_events_sql!("(SELECT value FROM json_each($2))", "<", "DESC");
     const CLAIM_DELIVERIES: &'static str = claim_deliveries_sql!("");
+    /// No row locks: `BEGIN IMMEDIATE` already serializes every writer.
+    const RUN_PRESENCE: &'static str = "SELECT CASE WHEN state = 'running' THEN 'running' WHEN started THEN 'retrying' ELSE 'queued' END \
+         FROM runs WHERE session_id = $1 AND state IN ('running', 'queued')";
     const NOTIFY: Option<&'static str> = None;
 }
 
