@@ -203,9 +203,12 @@ impl RemoteBackend {
         let mut remote = Remote::from_bindings(&b);
         let sent: u64 = b.get(K_SENT).and_then(|s| s.parse().ok()).unwrap_or(0);
         let history = ctx.history().await?;
+        // Only this run's inputs: a message queued behind it belongs to the next run, and
+        // counting it here would make a resumed run abandon the remote task it follows.
+        let boundary = ctx.claim.run.input_seq.unwrap_or(u64::MAX);
         let inputs: Vec<&Event> = history
             .iter()
-            .filter(|e| e.seq > sent)
+            .filter(|e| e.seq > sent && e.seq <= boundary)
             .filter(|e| matches!(e.payload, EventPayload::UserMessage { .. } | EventPayload::ClientToolResult { .. }))
             .collect();
         let deadline = Instant::now() + self.limits.turn_deadline;
@@ -260,7 +263,10 @@ impl RemoteBackend {
                     Ok(r) => r.map_err(from_call)?,
                     Err(stop) => return self.stop(ctx, &client, &mut remote, Some(seq), stop).await,
                 };
-                return self.follow(ctx, &client, &mut remote, Some(seq), events, deadline).await;
+                // The remote answered 2xx with a stream: it has the message. Recorded now, so
+                // no retry or later turn sends it again, however the stream goes on.
+                ctx.commit_bindings(vec![], vec![(K_SENT.to_owned(), seq.to_string())]).await?;
+                return self.follow(ctx, &client, &mut remote, None, events, deadline).await;
             }
             let send =
                 client.call("SendMessage", json!({"message": message, "configuration": {"returnImmediately": true}}));
@@ -334,21 +340,26 @@ impl RemoteBackend {
                     warn!(idle_secs = idle.as_secs(), "the remote stream went silent; polling the task instead");
                     return self.poll(ctx, client, remote, deadline).await;
                 }
+                // The remote has the message but named no task to follow: not retried (a retry
+                // would send it again), the turn fails saying so.
                 Err(_) => {
-                    return Err(BackendError::Transient {
-                        kind: ErrorKind::BackendFailed,
-                        message: format!(
-                            "the remote stream stayed silent for {} s before naming a task",
-                            idle.as_secs()
-                        ),
-                        retry_after: None,
-                    });
+                    return Err(failed(format!(
+                        "the remote accepted the message but its stream stayed silent for {} s before naming a task; \
+                         the message is not sent again",
+                        idle.as_secs()
+                    )));
                 }
                 Ok(Some(Err(CallError::Transport(m)))) | Ok(Some(Err(CallError::Invalid(m))))
                     if remote.task.is_some() =>
                 {
                     warn!(error = %m, "remote stream broke; polling the task instead");
                     return self.poll(ctx, client, remote, deadline).await;
+                }
+                Ok(Some(Err(e))) if remote.task.is_none() => {
+                    return Err(failed(format!(
+                        "the remote's stream broke before naming a task ({}); the message is not sent again",
+                        from_call(e)
+                    )));
                 }
                 Ok(Some(Err(e))) => return Err(from_call(e)),
                 Ok(None) if remote.task.is_some() => return self.poll(ctx, client, remote, deadline).await,

@@ -312,3 +312,24 @@ fn every_binding_is_written_each_time() {
     let back = Remote::from_bindings(&b);
     assert_eq!((back.task, back.state, back.context.as_deref()), (None, None, Some("c")));
 }
+
+/// A remote that accepted the message (its stream opened) but never names a task: the turn
+/// fails saying so, and the message is neither retried nor joined to the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_remote_accepted_is_never_sent_again() {
+    let (remote, url) = fake(true).await;
+    let kit = gateway(&url, None).await;
+    let sid = session(&kit).await;
+    let evs = turn(&kit, &sid, vec![user("hang")], 1).await;
+    assert_eq!(last_stop(&evs), StopReason::Failed, "not retried: a retry would send it again");
+    let evs = turn(&kit, &sid, vec![user("second")], 2).await;
+    assert_eq!(texts(&evs).last().map(String::as_str), Some("echo: second"));
+    let sends: Vec<Value> = remote
+        .calls()
+        .into_iter()
+        .filter(|c| c.method == "SendStreamingMessage")
+        .map(|c| c.params["message"]["parts"].clone())
+        .collect();
+    assert_eq!(sends, vec![json!([{"text": "hang"}]), json!([{"text": "second"}])]);
+    kit.shutdown().await;
+}
