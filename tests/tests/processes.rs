@@ -11,7 +11,7 @@ use gateway_core::event::{Event, EventKind, EventPayload, StopReason};
 use gateway_store::conformance::harness::{PgHarness, test_database_url};
 use gateway_store::conformance::{msg, session_with};
 use gateway_store::{EventLog, PgStore, Store, StoreOptions};
-use gateway_tests::{GatewayBuilder, eventually};
+use gateway_tests::{Gateway, GatewayBuilder, eventually};
 use nix::sys::signal::Signal;
 use std::sync::Arc;
 
@@ -302,6 +302,21 @@ async fn a_real_model_on_the_local_sandbox_refuses_to_start_without_consent() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A WebSocket upgrade request for `/acp` (answered 101 or refused before the upgrade).
+fn acp_upgrade(http: &reqwest::Client, g: &Gateway) -> reqwest::RequestBuilder {
+    http.get(g.url("/acp"))
+        .header("connection", "upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+}
+
+/// An A2A v1.0 JSON-RPC `GetTask` of the default agent.
+fn a2a_get_task(http: &reqwest::Client, g: &Gateway) -> reqwest::RequestBuilder {
+    let rpc = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "task_x"}});
+    http.post(g.url("/a2a/default")).header("A2A-Version", "1.0").json(&rpc)
+}
+
 /// Without keys, loopback clients are trusted, but not a web page the user visits: its
 /// browser marks every request it lets a page send to `127.0.0.1` with `Origin` (and cannot
 /// attach a key), so no face serves it: Managed Agents, A2A, the ACP WebSocket.
@@ -328,27 +343,9 @@ async fn web_pages_get_no_loopback_trust() {
             .status()
             .as_u16();
         assert_eq!(ma == 401, !local, "Managed Agents from {origin:?}: {ma}");
-        let rpc = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "task_x"}});
-        let a2a = with(http.post(g.url("/a2a/default")).header("A2A-Version", "1.0").json(&rpc), origin)
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16();
+        let a2a = with(a2a_get_task(&http, &g), origin).send().await.unwrap().status().as_u16();
         assert_eq!(a2a == 401, !local, "A2A from {origin:?}: {a2a}");
-        let acp = with(
-            http.get(g.url("/acp"))
-                .header("connection", "upgrade")
-                .header("upgrade", "websocket")
-                .header("sec-websocket-version", "13")
-                .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
-            origin,
-        )
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16();
+        let acp = with(acp_upgrade(&http, &g), origin).send().await.unwrap().status().as_u16();
         assert_eq!(acp, if local { 101 } else { 401 }, "ACP WebSocket from {origin:?}");
     }
     let listed: serde_json::Value = http.get(g.url("/v1/agents")).send().await.unwrap().json().await.unwrap();
@@ -388,23 +385,9 @@ async fn every_network_face_requires_a_key_once_one_exists() {
         let ok = key_sent == Some(key.as_str());
         let ma = with(http.get(g.url("/v1/agents")), key_sent).send().await.unwrap().status();
         assert_eq!(ma.as_u16(), if ok { 200 } else { 401 }, "Managed Agents with {key_sent:?}");
-        let rpc = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "task_x"}});
-        let a2a = with(http.post(g.url("/a2a/default")).header("A2A-Version", "1.0").json(&rpc), key_sent)
-            .send()
-            .await
-            .unwrap();
+        let a2a = with(a2a_get_task(&http, &g), key_sent).send().await.unwrap();
         assert_eq!(a2a.status().as_u16() == 401, !ok, "A2A with {key_sent:?}: {}", a2a.status());
-        let acp = with(
-            http.get(g.url("/acp"))
-                .header("connection", "upgrade")
-                .header("upgrade", "websocket")
-                .header("sec-websocket-version", "13")
-                .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
-            key_sent,
-        )
-        .send()
-        .await
-        .unwrap();
+        let acp = with(acp_upgrade(&http, &g), key_sent).send().await.unwrap();
         assert_eq!(acp.status().as_u16(), if ok { 101 } else { 401 }, "ACP WebSocket with {key_sent:?}");
         if !ok {
             assert!(acp.headers().contains_key("www-authenticate"));
