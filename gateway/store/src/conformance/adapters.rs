@@ -101,6 +101,9 @@ pub async fn the_outbox_leases_retries_and_keeps_topic_order(h: &dyn Harness) {
     assert_eq!(again.iter().map(|d| (d.body.as_str(), d.attempts)).collect::<Vec<_>>(), vec![("a1", 1)]);
     s.delivered(&a1).await.unwrap();
     assert_eq!(s.delivery_state(&a1).await.unwrap(), Some((DeliveryState::Delivered, 2)));
+    // w1's lease on a1 had expired; its late retry must not undo w2's delivery.
+    s.retry_delivery(&a1, Duration::from_millis(1), "late answer of a stale deliverer").await.unwrap();
+    assert_eq!(s.delivery_state(&a1).await.unwrap(), Some((DeliveryState::Delivered, 2)), "final stays final");
     let next = s.claim_deliveries("w2", 10, Duration::from_secs(30)).await.unwrap();
     assert_eq!(next.iter().map(|d| d.body.as_str()).collect::<Vec<_>>(), vec!["a2"]);
     s.fail_delivery(&next[0].id, "gave up").await.unwrap();

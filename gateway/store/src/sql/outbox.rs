@@ -123,13 +123,15 @@ engine_impl! {
 
 engine_impl! {
     impl SqlStore {
-        /// Ends an attempt: counts it, releases the lease, and sets the next state.
+        /// Ends an attempt: counts it, releases the lease, and sets the next state. A delivery
+        /// already final stays so: a deliverer whose lease expired while another delivered the
+        /// row must not put it back in the queue (its late answer is ignored).
         async fn settle_delivery(&self, id: &DeliveryId, state: &str, after: Option<Duration>, error: Option<&str>) -> Result<()> {
             let mut tx = self.begin_write().await?;
             let now = Self::now(&mut tx).await?;
             sqlx::query(
                 "UPDATE outbox SET state = $2, attempts = attempts + 1, lease_owner = NULL, lease_expires_at = NULL, \
-                 next_attempt_at = $3, last_error = COALESCE($4, last_error), updated_at = $5 WHERE id = $1",
+                 next_attempt_at = $3, last_error = COALESCE($4, last_error), updated_at = $5 WHERE id = $1 AND state = 'pending'",
             )
             .bind(id.as_str())
             .bind(state)
