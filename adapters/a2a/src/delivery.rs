@@ -67,11 +67,21 @@ pub async fn run(ctx: A2aContext) {
     let _ = deliverer.await;
 }
 
+/// Cursors read per feeder pass.
+const FEED_PAGE: usize = 1_000;
+
 async fn feed_loop(ctx: A2aContext, owner: String) {
     let watching: Arc<Mutex<HashSet<String>>> = Arc::default();
+    // Each pass reads one page of cursors after the previous pass's last key, wrapping at the
+    // end: every task is visited within a few passes however many are unfinished, and old
+    // tasks left waiting for input forever cannot crowd newer ones out.
+    let mut after: Option<String> = None;
     loop {
-        match records::list::<FeedCursor>(ctx.coordinator.documents(), FEED, "", 10_000).await {
+        let page =
+            records::list_after::<FeedCursor>(ctx.coordinator.documents(), FEED, "", after.as_deref(), FEED_PAGE).await;
+        match page {
             Ok(cursors) => {
+                after = if cursors.len() < FEED_PAGE { None } else { cursors.last().map(|(k, _, _)| k.clone()) };
                 for (task_id, mut cursor, version) in cursors {
                     let busy = watching.lock().unwrap_or_else(|p| p.into_inner()).contains(&task_id);
                     if busy || (cursor.owner != owner && !cursor.owner.is_empty() && cursor.lease_until > now()) {

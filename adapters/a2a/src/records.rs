@@ -135,8 +135,19 @@ pub async fn list<T: DeserializeOwned>(
     prefix: &str,
     cap: usize,
 ) -> Result<Vec<(String, T, u64)>, A2aError> {
+    list_after(docs, ns, prefix, None, cap).await
+}
+
+/// [`list`] from the first key after `after`.
+pub async fn list_after<T: DeserializeOwned>(
+    docs: &dyn Documents,
+    ns: &str,
+    prefix: &str,
+    after: Option<&str>,
+    cap: usize,
+) -> Result<Vec<(String, T, u64)>, A2aError> {
     let mut out = Vec::new();
-    let mut after: Option<String> = None;
+    let mut after: Option<String> = after.map(str::to_owned);
     while out.len() < cap {
         let batch = docs.list_documents(ns, prefix, after.as_deref(), 200).await.map_err(|e| store_err(e.into()))?;
         let done = batch.len() < 200;
