@@ -3,8 +3,6 @@
 
 use std::collections::BTreeMap as Map;
 
-use gateway_core::SessionId;
-use gateway_runtime::{AgentSelection, CreateSession};
 use serde_json::{Value, json};
 
 use super::*;
@@ -12,21 +10,9 @@ use crate::records::{TaskRecord, task_id_for};
 use crate::testkit::Kit;
 use crate::wire::{PushConfig, SendMessageRequest, TaskState};
 
-async fn idle_session(kit: &Kit) -> SessionId {
-    let req = CreateSession {
-        agent: AgentSelection { id: kit.agent("echo"), version: None, overrides: None },
-        environment_id: kit.ctx.agents.environment.clone().unwrap(),
-        title: None,
-        metadata: Default::default(),
-        resources: vec![],
-        initial_inputs: vec![],
-    };
-    kit.ctx.coordinator.create_session(req).await.unwrap().0.id
-}
-
 /// A record and cursor as a send writes them before committing its message.
 async fn uncommitted_task(kit: &Kit, created_at: i64) -> (String, FeedCursor, u64) {
-    let session_id = idle_session(kit).await;
+    let session_id = kit.session("echo").await;
     let id = task_id_for(&gateway_core::EventId::new());
     let rec = TaskRecord {
         id: id.clone(),

@@ -103,6 +103,19 @@ impl Kit {
         self.ctx.agents.get(name).cloned().unwrap()
     }
 
+    /// A new idle session of the published agent `name`, on the default environment.
+    pub async fn session(&self, name: &str) -> SessionId {
+        let req = gateway_runtime::CreateSession {
+            agent: gateway_runtime::AgentSelection { id: self.agent(name), version: None, overrides: None },
+            environment_id: self.ctx.agents.environment.clone().unwrap(),
+            title: None,
+            metadata: Default::default(),
+            resources: vec![],
+            initial_inputs: vec![],
+        };
+        self.ctx.coordinator.create_session(req).await.unwrap().0.id
+    }
+
     pub async fn shutdown(mut self) {
         self.ctx.shutdown.cancel();
         if let Some(pool) = self.pool.take() {

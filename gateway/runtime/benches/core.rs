@@ -16,7 +16,6 @@ use gateway_core::agent::BackendRef;
 use gateway_core::content::ContentBlock;
 use gateway_core::environment::ProviderTier;
 use gateway_core::event::{EventKind, EventPayload, NewEvent};
-use gateway_core::placement::{NetworkControl, Offer, ProviderOffer};
 use gateway_core::run::WorkerOffer;
 use gateway_runtime::testing::ScriptedBackend;
 use gateway_runtime::{
@@ -24,7 +23,7 @@ use gateway_runtime::{
     SubscribeOptions, WorkerConfig, WorkerPool,
 };
 use gateway_store::conformance::harness::{PgHarness, SqliteHarness};
-use gateway_store::conformance::{Harness, agent_spec, env_spec};
+use gateway_store::conformance::{Harness, agent_spec, env_spec, placement_offer};
 use gateway_store::{Commit, LeaseTerms, Store};
 
 fn say(t: &str) -> NewEvent {
@@ -35,22 +34,11 @@ fn out(t: &str) -> NewEvent {
     NewEvent::new(EventPayload::AgentMessage { content: vec![ContentBlock::text(t)] })
 }
 
-fn offer() -> Offer {
-    Offer {
-        providers: vec![ProviderOffer {
-            tier: ProviderTier::local(),
-            network: NetworkControl::None,
-            installs_packages: false,
-        }],
-        ..Default::default()
-    }
-}
-
 fn coordinator(store: &Arc<dyn Store>, previews: &PreviewBus) -> Coordinator {
     Coordinator::new(
         Arc::clone(store),
         previews.clone(),
-        offer(),
+        placement_offer(),
         CoordinatorOptions { subscription_poll: Duration::from_secs(1) },
     )
 }

@@ -122,6 +122,10 @@ pub trait Sandbox: Send + Sync {
     /// of the process the gateway spawns (bubblewrap itself for `namespace`, outside the
     /// sandbox), so they must come from the operator, never from a sandboxed party; what an
     /// agent asks for goes through `env NAME=VALUE` inside the sandbox instead.
-    fn command_with_env(&self, program: &str, args: &[String], env: &[(String, String)]) -> tokio::process::Command;
+    fn command_with_env(&self, program: &str, args: &[String], env: &[(String, String)]) -> tokio::process::Command {
+        let mut cmd = self.command(program, args);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
+        cmd
+    }
     fn policy(&self) -> &SandboxPolicy;
 }

@@ -118,12 +118,6 @@ impl Sandbox for LocalSandbox {
         cmd
     }
 
-    fn command_with_env(&self, program: &str, args: &[String], env: &[(String, String)]) -> tokio::process::Command {
-        let mut cmd = self.command(program, args);
-        cmd.envs(env.iter().map(|(k, v)| (k, v)));
-        cmd
-    }
-
     fn policy(&self) -> &SandboxPolicy {
         &self.policy
     }

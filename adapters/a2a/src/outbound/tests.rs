@@ -12,7 +12,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use gateway_core::SessionId;
 use gateway_core::event::{Event, EventPayload, NewEvent, StopReason, ToolOrigin};
-use gateway_runtime::{AgentSelection, CreateSession};
 use serde_json::Value;
 
 use super::*;
@@ -153,18 +152,6 @@ async fn gateway(url: &str, auth: Option<&str>) -> Kit {
     Kit::new(remotes, limits).await
 }
 
-async fn session(kit: &Kit) -> SessionId {
-    let req = CreateSession {
-        agent: AgentSelection { id: kit.agent("remote"), version: None, overrides: None },
-        environment_id: kit.ctx.agents.environment.clone().unwrap(),
-        title: None,
-        metadata: Default::default(),
-        resources: vec![],
-        initial_inputs: vec![],
-    };
-    kit.ctx.coordinator.create_session(req).await.unwrap().0.id
-}
-
 fn user(text: &str) -> NewEvent {
     NewEvent::new(EventPayload::UserMessage { content: vec![ContentBlock::text(text)] })
 }
@@ -210,7 +197,7 @@ fn asked(events: &[Event]) -> gateway_core::EventId {
 async fn an_answer_continues_the_remote_task_with_credentials_on_its_origin() {
     let (remote, url) = fake(false).await;
     let kit = gateway(&url, Some("Bearer s3cret")).await;
-    let sid = session(&kit).await;
+    let sid = kit.session("remote").await;
     let evs = turn(&kit, &sid, vec![user("ask")], 1).await;
     assert!(matches!(last_stop(&evs), StopReason::RequiresAction { .. }));
     let answer = NewEvent::new(EventPayload::ClientToolResult {
@@ -232,7 +219,7 @@ async fn an_answer_continues_the_remote_task_with_credentials_on_its_origin() {
 async fn an_interrupted_input_request_cancels_the_remote_task_instead_of_continuing_it() {
     let (remote, url) = fake(false).await;
     let kit = gateway(&url, None).await;
-    let sid = session(&kit).await;
+    let sid = kit.session("remote").await;
     let evs = turn(&kit, &sid, vec![user("ask")], 1).await;
     assert!(matches!(last_stop(&evs), StopReason::RequiresAction { .. }));
     // The client interrupts the parked turn instead of answering, then says something new.
@@ -252,7 +239,7 @@ async fn an_interrupted_input_request_cancels_the_remote_task_instead_of_continu
 async fn a_message_interrupted_before_any_remote_event_is_not_sent_again() {
     let (remote, url) = fake(true).await;
     let kit = gateway(&url, None).await;
-    let sid = session(&kit).await;
+    let sid = kit.session("remote").await;
     kit.ctx.coordinator.submit(&sid, vec![user("hang")]).await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while remote.calls().is_empty() {
@@ -274,7 +261,7 @@ async fn a_message_interrupted_before_any_remote_event_is_not_sent_again() {
 async fn a_silent_stream_falls_back_to_polling() {
     let (remote, url) = fake(true).await;
     let kit = gateway(&url, None).await;
-    let sid = session(&kit).await;
+    let sid = kit.session("remote").await;
     let evs = turn(&kit, &sid, vec![user("quiet")], 1).await;
     assert_eq!(last_stop(&evs), StopReason::EndTurn);
     assert_eq!(texts(&evs), vec!["late"]);
@@ -288,7 +275,7 @@ async fn credentials_are_never_sent_to_an_interface_on_another_origin() {
     // The card names the same server under another host name: another origin.
     *remote.interface.lock().unwrap() = url.replace("127.0.0.1", "localhost");
     let kit = gateway(&url, Some("Bearer s3cret")).await;
-    let sid = session(&kit).await;
+    let sid = kit.session("remote").await;
     let evs = turn(&kit, &sid, vec![user("hi")], 1).await;
     assert_eq!(last_stop(&evs), StopReason::Failed);
     let error = evs
@@ -319,7 +306,7 @@ fn every_binding_is_written_each_time() {
 async fn a_message_the_remote_accepted_is_never_sent_again() {
     let (remote, url) = fake(true).await;
     let kit = gateway(&url, None).await;
-    let sid = session(&kit).await;
+    let sid = kit.session("remote").await;
     let evs = turn(&kit, &sid, vec![user("hang")], 1).await;
     assert_eq!(last_stop(&evs), StopReason::Failed, "not retried: a retry would send it again");
     let evs = turn(&kit, &sid, vec![user("second")], 2).await;
