@@ -84,7 +84,8 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<R
     for (r, b) in gateway_acp::backends(&compose::acp_executors(config), Arc::clone(&environments)) {
         backends.register(r, b);
     }
-    for (r, b) in gateway_a2a::backends(&compose::a2a_remotes(config)) {
+    let remotes = compose::a2a_remotes(config);
+    for (r, b) in gateway_a2a::backends(&remotes) {
         backends.register(r, b);
     }
     if config.a2a.conformance_agent {
@@ -116,7 +117,6 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<R
             .with_environments(Arc::clone(&environments))
             .with_metrics(Arc::clone(&metrics));
     let published = crate::publish::publish(config, &coordinator).await?;
-    let remotes = compose::a2a_remotes(config);
     if !remotes.is_empty() {
         let store = Arc::clone(&store);
         tokio::spawn(async move { gateway_a2a::pin_remote_cards(store.as_ref(), &remotes).await });
@@ -154,8 +154,8 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
     let auth = Arc::new(Authenticator::new(Arc::clone(&rt.store)));
     match auth.live_keys().await {
         Ok(0) => warn!(
-            "no API keys configured: serving loopback clients only (any credentials accepted); \
-             create a key with `gateway keys create` to serve other hosts"
+            "no API keys configured: serving programs on this host only (any credentials accepted; \
+             web pages and other hosts are refused); create a key with `gateway keys create` to serve them"
         ),
         Ok(n) => info!(keys = n, "API keys required (x-api-key or Authorization: Bearer)"),
         Err(e) => warn!(error = %e, "cannot count API keys"),
