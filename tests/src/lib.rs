@@ -27,6 +27,7 @@ pub struct GatewayBuilder {
     env: HashMap<String, String>,
     cwd: Option<PathBuf>,
     args: Vec<String>,
+    umask: Option<u32>,
 }
 
 impl GatewayBuilder {
@@ -37,6 +38,7 @@ impl GatewayBuilder {
             env: HashMap::new(),
             cwd: None,
             args: vec!["serve".into()],
+            umask: None,
         }
     }
 
@@ -50,6 +52,13 @@ impl GatewayBuilder {
         self
     }
 
+    /// Starts the process with this umask (through `sh -c 'umask …; exec …'`, so the pid is
+    /// still the gateway's).
+    pub fn umask(mut self, mask: u32) -> Self {
+        self.umask = Some(mask);
+        self
+    }
+
     /// Starts the process; `GATEWAY_LISTEN` is set to a free port unless given.
     pub fn spawn(self) -> Gateway {
         let port = match self.env.get("GATEWAY_LISTEN") {
@@ -58,7 +67,14 @@ impl GatewayBuilder {
         };
         let log = std::env::temp_dir().join(format!("gateway-{}-{}-{port}.log", self.name, std::process::id()));
         let file = std::fs::File::create(&log).expect("log file");
-        let mut cmd = Command::new(&self.binary);
+        let mut cmd = match self.umask {
+            None => Command::new(&self.binary),
+            Some(mask) => {
+                let mut sh = Command::new("/bin/sh");
+                sh.arg("-c").arg(format!("umask {mask:03o} && exec \"$0\" \"$@\"")).arg(&self.binary);
+                sh
+            }
+        };
         cmd.args(&self.args)
             .env_remove("GATEWAY_CONFIG")
             .env("GATEWAY_LISTEN", format!("127.0.0.1:{port}"))

@@ -24,8 +24,13 @@ async fn schema_store() -> (String, Arc<PgStore>) {
     (url, Arc::new(store))
 }
 
+/// A gateway on a shared PostgreSQL database. Its local state (the secret key file, any
+/// workspaces) goes to one temporary `data_dir` per test process, so the gateways of a test
+/// share their key, as processes sharing a database must, and nothing lands in `tests/`.
 fn gateway(name: &str, url: &str, lease_secs: u64) -> GatewayBuilder {
+    let data_dir = std::env::temp_dir().join(format!("gateway-processes-{}", std::process::id()));
     GatewayBuilder::new(TESTBED, name)
+        .env("GATEWAY_DATA_DIR", data_dir.display())
         .env("GATEWAY_DATABASE_URL", url)
         .env("GATEWAY_WORKERS__LEASE_SECS", lease_secs)
         .env("GATEWAY_WORKERS__POLL_MS", 200)

@@ -1,32 +1,28 @@
 //! Authentication of the A2A bindings: the gateway's keys, presented as `x-api-key` or
-//! `Authorization: Bearer` (the card's two security schemes). Cards are public. A refused
-//! request gets 401 with a challenge, before any lookup (so unknown and hidden tasks look the
-//! same).
+//! `Authorization: Bearer` (the card's two security schemes), decided by the shared
+//! [`Authenticator`](gateway_runtime::auth::Authenticator) with its keyless rules (loopback
+//! peers, no web pages, only this gateway's host names). Cards are public. A refused request
+//! gets 401 with a challenge (421 for a foreign host), before any lookup (so unknown and
+//! hidden tasks look the same).
 
 use std::net::SocketAddr;
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use gateway_runtime::auth::{AuthError, Caller};
+use gateway_runtime::auth::AuthError;
 
 use crate::A2aContext;
 use crate::error::A2aError;
 use crate::version::Version;
 
-fn presented_key(headers: &HeaderMap) -> Option<&str> {
-    let value = |name| headers.get(name).and_then(|v: &axum::http::HeaderValue| v.to_str().ok());
-    gateway_runtime::auth::presented_key(value("x-api-key"), value(axum::http::header::AUTHORIZATION.as_str()))
-}
-
 pub async fn layer(State(ctx): State<A2aContext>, req: Request, next: Next) -> Response {
-    let loopback = req.extensions().get::<ConnectInfo<SocketAddr>>().is_some_and(|c| c.0.ip().is_loopback());
-    let caller = Caller::of(loopback, req.headers().contains_key(header::ORIGIN));
-    let key = presented_key(req.headers()).map(str::to_owned);
-    let err = match ctx.auth.authenticate(key.as_deref(), caller).await {
+    let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+    let err = match ctx.auth.authorize(peer, req.uri(), req.headers()).await {
         Ok(_) => return next.run(req).await,
         Err(AuthError::Unavailable(e)) => A2aError::Unavailable(format!("cannot check credentials: {e}")),
+        Err(e @ AuthError::ForeignHost { .. }) => A2aError::Misdirected(e.to_string()),
         Err(e) => A2aError::Unauthenticated(e.to_string()),
     };
     let (status, body) = err.rest(Version::V1);

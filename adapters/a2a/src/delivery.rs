@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gateway_core::Timestamp;
-use gateway_runtime::{NewDelivery, OutboxDelivery};
+use gateway_runtime::{NewDelivery, OutboxDelivery, SecretBox, SecretError};
 use tracing::{debug, info, warn};
 
 use crate::A2aContext;
@@ -211,6 +211,10 @@ async fn feed_task(
 
 /// One delivery of an update to one config: the v1.0 `StreamResponse`, or for configs
 /// registered over v0.3 the v0.3 Task (status changes only; none for other updates).
+///
+/// The config's credentials go into the outbox as they are stored, sealed: the token as the
+/// whole header value, the credentials after the authorization scheme. [`post`] opens them
+/// just before sending (see [`header_value`]), so the outbox table never holds them in clear.
 fn delivery(task_id: &str, c: &records::PushRecord, r: &Ready) -> Option<NewDelivery> {
     let body = if c.v03 { r.v03_task.clone()? } else { serde_json::to_string(&r.update).unwrap_or_default() };
     let mut headers = BTreeMap::new();
@@ -274,11 +278,25 @@ async fn deliver(ctx: &A2aContext, http: &reqwest::Client, d: OutboxDelivery) {
     }
 }
 
+/// A header value as sent: a sealed value opened, or `<scheme> <sealed>` with its sealed part
+/// opened; other values as they are. A value that cannot be opened fails the delivery (and
+/// is never sent sealed).
+fn header_value(secrets: &SecretBox, v: &str) -> Result<String, SecretError> {
+    if SecretBox::is_sealed(v) {
+        return secrets.open(v).map(|s| s.0);
+    }
+    match v.split_once(' ') {
+        Some((scheme, rest)) if SecretBox::is_sealed(rest) => Ok(format!("{scheme} {}", secrets.open(rest)?.0)),
+        _ => Ok(v.to_owned()),
+    }
+}
+
 async fn post(ctx: &A2aContext, http: &reqwest::Client, d: &OutboxDelivery) -> Result<(), String> {
     ssrf::check_url(&d.url, ctx.allow_private_push_targets).map_err(|e| e.to_string())?;
     let mut req = http.post(&d.url).body(d.body.clone());
     for (k, v) in &d.headers {
-        req = req.header(k.as_str(), v.as_str());
+        let v = header_value(&ctx.secrets, v).map_err(|e| format!("cannot send the {k} header: {e}"))?;
+        req = req.header(k.as_str(), v);
     }
     // Errors are reported without the request (its headers hold credentials).
     let resp = req.send().await.map_err(|e| format!("request failed: {}", e.without_url()))?;
@@ -292,6 +310,22 @@ mod store_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sealed_header_values_are_opened_only_to_be_sent() {
+        let secrets = SecretBox::generate();
+        let token = secrets.seal("tok");
+        let authorization = format!("Bearer {}", secrets.seal("push-secret"));
+        assert_eq!(header_value(&secrets, &token), Ok("tok".to_owned()));
+        assert_eq!(header_value(&secrets, &authorization), Ok("Bearer push-secret".to_owned()));
+        assert_eq!(header_value(&secrets, "application/json"), Ok("application/json".to_owned()));
+        assert_eq!(header_value(&secrets, "Bearer legacy-plain"), Ok("Bearer legacy-plain".to_owned()));
+        let other = SecretBox::generate();
+        for sealed in [&token, &authorization] {
+            let refused = header_value(&other, sealed).unwrap_err();
+            assert!(matches!(refused, SecretError::WrongKey { .. }), "another key fails, never sends ciphertext");
+        }
+    }
 
     #[test]
     fn backoff_doubles_and_is_capped() {

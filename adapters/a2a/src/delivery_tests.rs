@@ -110,3 +110,58 @@ async fn deliveries_keep_the_task_order_and_v03_receivers_get_status_changes_onl
     assert!(records::get::<FeedCursor>(kit.ctx.coordinator.documents(), FEED, &id).await.unwrap().is_none());
     kit.shutdown().await;
 }
+
+/// Push credentials are stored and queued sealed, and opened only to be answered to their
+/// client or sent to their receiver; another key cannot open them and nothing is sent sealed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_credentials_are_sealed_at_rest_and_opened_to_be_sent() {
+    let kit = Kit::new(Map::new(), Default::default()).await;
+    let req: SendMessageRequest = crate::wire::parse(json!({
+        "message": {"messageId": "sealed-1", "role": "ROLE_USER", "parts": [{"text": "x"}]},
+    }))
+    .unwrap();
+    let started = crate::service::send(&kit.ctx, "conformance", &req, false).await.unwrap();
+    let cfg = PushConfig {
+        id: Some("c1".into()),
+        task_id: None,
+        url: "http://127.0.0.1:9/hook".into(),
+        token: Some("tok-plain-7".into()),
+        authentication: Some(crate::wire::AuthInfo {
+            scheme: "Bearer".into(),
+            credentials: Some("cred-plain-7".into()),
+        }),
+    };
+    crate::push::create(&kit.ctx, &started.record, cfg.clone(), false).await.unwrap();
+    let docs = kit.ctx.coordinator.documents();
+    let stored = docs.get_document(records::PUSH, &started.record.id).await.unwrap().expect("stored").body.to_string();
+    assert!(!stored.contains("tok-plain-7") && !stored.contains("cred-plain-7"), "{stored}");
+    assert!(stored.contains(gateway_runtime::secrets::SEALED_PREFIX), "{stored}");
+
+    let read = crate::push::get(&kit.ctx, &started.record, "c1").await.unwrap();
+    assert_eq!((read.token, read.authentication), (cfg.token.clone(), cfg.authentication.clone()), "answered in clear");
+
+    let done = crate::service::settle(&kit.ctx, &started).await.unwrap();
+    assert_eq!(done.proj.state(), TaskState::Completed);
+    let id = started.record.id.clone();
+    let (cursor, version) = records::get::<FeedCursor>(docs, FEED, &id).await.unwrap().unwrap();
+    feed_task(&kit.ctx, &id, cursor, version).await.unwrap();
+    let claimed = kit.ctx.coordinator.outbox().claim_deliveries("test", 64, Duration::from_secs(60)).await.unwrap();
+    assert!(!claimed.is_empty());
+    for d in &claimed {
+        let queued = serde_json::to_string(&d.headers).unwrap();
+        assert!(!queued.contains("tok-plain-7") && !queued.contains("cred-plain-7"), "{queued}");
+        assert_eq!(header_value(&kit.ctx.secrets, &d.headers["x-a2a-notification-token"]).unwrap(), "tok-plain-7");
+        assert_eq!(header_value(&kit.ctx.secrets, &d.headers["authorization"]).unwrap(), "Bearer cred-plain-7");
+    }
+
+    // A process with another key: reads and deliveries fail, naming why, and send nothing.
+    let mut other = kit.ctx.clone();
+    other.secrets = gateway_runtime::SecretBox::generate();
+    let refused = crate::push::get(&other, &started.record, "c1").await.unwrap_err();
+    assert!(matches!(refused, crate::error::A2aError::SealedCredentials { .. }), "{refused:?}");
+    assert!(refused.to_string().contains("cannot be read"), "{refused}");
+    let http = reqwest::Client::new();
+    let failed = post(&other, &http, &claimed[0]).await.unwrap_err();
+    assert!(failed.contains("sealed with another key"), "{failed}");
+    kit.shutdown().await;
+}

@@ -39,6 +39,12 @@ pub enum A2aError {
     MethodNotFound(String),
     #[error("{0}")]
     Unauthenticated(String),
+    /// The request addressed a host name that is not this gateway's (keyless gateways only).
+    #[error("{0}")]
+    Misdirected(String),
+    /// A stored push config's credentials cannot be opened with this gateway's secret key.
+    #[error("the credentials of push config {config} cannot be read: {error}")]
+    SealedCredentials { config: String, error: gateway_runtime::SecretError },
     /// The store is unreachable; retry later.
     #[error("service unavailable: {0}")]
     Unavailable(String),
@@ -62,9 +68,12 @@ impl A2aError {
             A2aError::InvalidRequest(_) => -32600,
             A2aError::InvalidParams(_) => -32602,
             A2aError::MethodNotFound(_) => -32601,
-            A2aError::Unauthenticated(_) | A2aError::Unavailable(_) | A2aError::Internal(_) | A2aError::Conflict(_) => {
-                -32603
-            }
+            A2aError::Unauthenticated(_)
+            | A2aError::Misdirected(_)
+            | A2aError::SealedCredentials { .. }
+            | A2aError::Unavailable(_)
+            | A2aError::Internal(_)
+            | A2aError::Conflict(_) => -32603,
         }
     }
 
@@ -95,10 +104,12 @@ impl A2aError {
             | A2aError::InvalidRequest(_)
             | A2aError::InvalidParams(_) => (StatusCode::BAD_REQUEST, "INVALID_ARGUMENT"),
             A2aError::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "UNAUTHENTICATED"),
+            A2aError::Misdirected(_) => (StatusCode::MISDIRECTED_REQUEST, "PERMISSION_DENIED"),
             A2aError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE"),
-            A2aError::InvalidAgentResponse(_) | A2aError::Internal(_) | A2aError::Conflict(_) => {
-                (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL")
-            }
+            A2aError::InvalidAgentResponse(_)
+            | A2aError::Internal(_)
+            | A2aError::Conflict(_)
+            | A2aError::SealedCredentials { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL"),
         }
     }
 

@@ -41,7 +41,7 @@ use axum::middleware;
 use axum::routing::{any, get, post};
 use gateway_core::agent::BackendRef;
 use gateway_runtime::auth::Authenticator;
-use gateway_runtime::{Backend, Coordinator, PublishedAgents};
+use gateway_runtime::{Backend, Coordinator, PublishedAgents, SecretBox};
 use tokio_util::sync::CancellationToken;
 
 /// Largest request body the A2A routes accept.
@@ -55,6 +55,8 @@ pub struct A2aContext {
     pub auth: Arc<Authenticator>,
     /// The URL clients reach this gateway at (cards point here).
     pub public_url: String,
+    /// Seals push-notification credentials before they are stored (see `push`).
+    pub secrets: SecretBox,
     pub allow_private_push_targets: bool,
     pub shutdown: CancellationToken,
 }

@@ -1,13 +1,20 @@
 //! Push-notification configs: validated, stored in the version they were registered with
 //! (which decides the body shape delivered).
 //!
+//! A config's `token` and `authentication.credentials` are credentials for the receiver, so
+//! they are stored sealed (`gateway_runtime::secrets`): whoever reads the documents table
+//! (with every transcript beside it) does not get them. They are opened only to answer a
+//! client that reads its config back (the spec returns it whole) and, by the deliverer, just
+//! before a push is sent. Configs stored before sealing existed hold plaintext, which is
+//! served as it is.
+//!
 //! All configs of a task live in one document (`a2a.push/{task}`) changed only by
 //! compare-and-set of the whole set, so the per-task limit holds when clients create configs
 //! concurrently: of two creations racing for the last slot, the loser re-reads the set and is
 //! refused.
 
 use gateway_core::EventId;
-use gateway_runtime::Documents;
+use gateway_runtime::{Documents, SecretBox, SecretError};
 use serde::{Deserialize, Serialize};
 use tracing::info;
 
@@ -57,6 +64,35 @@ pub fn validate(cfg: &PushConfig, allow_private: bool) -> Result<()> {
     Ok(())
 }
 
+/// The config as stored: token and credentials sealed.
+fn sealed(secrets: &SecretBox, mut cfg: PushConfig) -> PushConfig {
+    cfg.token = cfg.token.map(|t| secrets.seal(&t));
+    if let Some(a) = &mut cfg.authentication {
+        a.credentials = a.credentials.as_deref().map(|c| secrets.seal(c));
+    }
+    cfg
+}
+
+/// A stored value in clear: sealed values opened, plaintext (stored before sealing) as is.
+fn reveal(secrets: &SecretBox, value: &str) -> Result<String, SecretError> {
+    if SecretBox::is_sealed(value) { secrets.open(value).map(|s| s.0) } else { Ok(value.to_owned()) }
+}
+
+/// The config as the client registered it.
+fn opened(secrets: &SecretBox, mut cfg: PushConfig) -> Result<PushConfig> {
+    let failed = |error| A2aError::SealedCredentials { config: cfg.id.clone().unwrap_or_default(), error };
+    let token = cfg.token.as_deref().map(|t| reveal(secrets, t)).transpose().map_err(failed)?;
+    let credentials = match cfg.authentication.as_ref().and_then(|a| a.credentials.as_deref()) {
+        Some(c) => Some(reveal(secrets, c).map_err(failed)?),
+        None => None,
+    };
+    cfg.token = token;
+    if let Some(a) = &mut cfg.authentication {
+        a.credentials = credentials;
+    }
+    Ok(cfg)
+}
+
 /// The configs of one task (one document).
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct PushSet {
@@ -99,7 +135,7 @@ pub async fn create(ctx: &A2aContext, task: &TaskRecord, mut cfg: PushConfig, v0
     let id = cfg.id.clone().unwrap_or_else(|| format!("pcfg_{}", &EventId::new().as_str()[EventId::PREFIX.len()..]));
     cfg.id = Some(id.clone());
     cfg.task_id = Some(task.id.clone());
-    let rec = PushRecord { config: cfg.clone(), v03 };
+    let rec = PushRecord { config: sealed(&ctx.secrets, cfg.clone()), v03 };
     update(ctx.coordinator.documents(), &task.id, |configs| {
         match configs.iter().position(|c| c.config.id.as_deref() == Some(id.as_str())) {
             Some(i) => configs[i] = rec.clone(),
@@ -116,19 +152,20 @@ pub async fn create(ctx: &A2aContext, task: &TaskRecord, mut cfg: PushConfig, v0
 }
 
 pub async fn get(ctx: &A2aContext, task: &TaskRecord, id: &str) -> Result<PushConfig> {
-    records(ctx.coordinator.documents(), &task.id)
+    let stored = records(ctx.coordinator.documents(), &task.id)
         .await?
         .into_iter()
         .find(|r| r.config.id.as_deref() == Some(id))
         .map(|r| r.config)
-        .ok_or_else(|| A2aError::TaskNotFound(format!("{} (push config {id})", task.id)))
+        .ok_or_else(|| A2aError::TaskNotFound(format!("{} (push config {id})", task.id)))?;
+    opened(&ctx.secrets, stored)
 }
 
 pub async fn list(ctx: &A2aContext, task: &TaskRecord) -> Result<Vec<PushConfig>> {
-    Ok(records(ctx.coordinator.documents(), &task.id).await?.into_iter().map(|r| r.config).collect())
+    records(ctx.coordinator.documents(), &task.id).await?.into_iter().map(|r| opened(&ctx.secrets, r.config)).collect()
 }
 
-/// A task's configs, in creation order.
+/// A task's configs as stored (credentials sealed), in creation order.
 pub async fn records(docs: &dyn Documents, task_id: &str) -> Result<Vec<PushRecord>> {
     Ok(records::get::<PushSet>(docs, PUSH, task_id).await?.map(|(s, _)| s.configs).unwrap_or_default())
 }

@@ -93,6 +93,7 @@ impl Kit {
             agents,
             auth: Arc::new(Authenticator::new(Arc::clone(&store))),
             public_url: "http://gateway.test".into(),
+            secrets: gateway_runtime::SecretBox::generate(),
             allow_private_push_targets: true,
             shutdown: CancellationToken::new(),
         };

@@ -76,6 +76,7 @@ async fn gateway() -> Gateway {
         },
         auth: Arc::new(Authenticator::new(Arc::clone(&store))),
         public_url: "http://gateway.test".into(),
+        secrets: gateway_runtime::SecretBox::generate(),
         allow_private_push_targets: false,
         shutdown: CancellationToken::new(),
     };

@@ -11,11 +11,11 @@ use std::net::SocketAddr;
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, State};
-use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::{SinkExt, StreamExt};
-use gateway_runtime::auth::{AuthError, Caller};
+use gateway_runtime::auth::AuthError;
 use tokio::sync::mpsc;
 
 use crate::AcpContext;
@@ -30,22 +30,29 @@ pub fn router(ctx: AcpContext) -> Router {
 /// How long a closing connection may take to flush its last frames to a client.
 const WRITER_GRACE: Duration = Duration::from_secs(2);
 
-/// Refuses a connection without a valid gateway key (`x-api-key` or bearer; loopback peers
-/// need none while no key exists, unless they are web pages: see [`Caller`]), as every HTTP
-/// face does, before the upgrade.
-async fn authenticate(ctx: &AcpContext, headers: &HeaderMap, peer: Option<SocketAddr>) -> Result<(), Response> {
+/// Refuses a connection without a valid gateway key (`x-api-key` or bearer), as every HTTP
+/// face does, before the upgrade: plain-text 401 with a challenge, or 421 for a request
+/// addressed to a host name that is not this gateway's. The keyless rules (loopback peers, no
+/// web pages, only this gateway's names) are the shared
+/// [`Authenticator`](gateway_runtime::auth::Authenticator)'s.
+async fn authenticate(
+    ctx: &AcpContext,
+    peer: Option<SocketAddr>,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Result<(), Response> {
     let Some(auth) = &ctx.auth else { return Ok(()) };
-    let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let key = gateway_runtime::auth::presented_key(value("x-api-key"), value(header::AUTHORIZATION.as_str()));
-    let caller = Caller::of(peer.is_some_and(|p| p.ip().is_loopback()), headers.contains_key(header::ORIGIN));
-    match auth.authenticate(key, caller).await {
+    match auth.authorize(peer, uri, headers).await {
         Ok(_) => Ok(()),
         Err(AuthError::Unavailable(e)) => {
             Err((StatusCode::SERVICE_UNAVAILABLE, format!("cannot check credentials: {e}")).into_response())
         }
         Err(e) => {
-            let mut r = (StatusCode::UNAUTHORIZED, e.to_string()).into_response();
-            r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"gateway\""));
+            let status = e.http_status();
+            let mut r = (status, e.to_string()).into_response();
+            if status == StatusCode::UNAUTHORIZED {
+                r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"gateway\""));
+            }
             Err(r)
         }
     }
@@ -54,11 +61,12 @@ async fn authenticate(ctx: &AcpContext, headers: &HeaderMap, peer: Option<Socket
 async fn upgrade(
     State(ctx): State<AcpContext>,
     extensions: Extensions,
+    uri: Uri,
     headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
     let peer = extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
-    if let Err(refused) = authenticate(&ctx, &headers, peer).await {
+    if let Err(refused) = authenticate(&ctx, peer, &uri, &headers).await {
         return refused;
     }
     // Random and unguessable like every gateway id; only used to correlate logs.

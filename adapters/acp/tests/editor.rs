@@ -60,6 +60,39 @@ async fn network_editors_open_workspaces_only_under_the_configured_roots() {
     assert!(stdio.new_session(&inside.display().to_string()).await.is_ok());
 }
 
+/// The attack of invariant 19: a network editor opens a session on a project under the
+/// roots, then the project is swapped for a symlink to `/`. Neither a prompt on the editor's
+/// connection nor a message through the core (what the Managed Agents API sends) runs the
+/// agent there: both turns fail closed, naming the workspace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workspace_swapped_after_session_new_fails_closed_on_every_face() {
+    let r = rig(Options::default()).await;
+    let root = std::fs::canonicalize(r.projects.path()).unwrap().join("allowed");
+    let project = root.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let ws = connect(r.context(Some(vec![root.clone()])));
+    ws.initialize().await;
+    let sid = ws.new_session(&project.display().to_string()).await.unwrap();
+    std::fs::rename(&project, root.join("project.orig")).unwrap();
+    std::os::unix::fs::symlink("/", &project).unwrap();
+
+    // Through the core, as the Managed Agents API submits it.
+    let session = r.coordinator.get_session(&SessionId::parse(&sid).unwrap()).await.unwrap();
+    let stream = r.stream(&session, session.last_seq).await;
+    r.say(&session, "hello").await;
+    let events = until(stream, 30, turn_ended).await;
+    let errors = common::errors(&events);
+    assert!(errors.iter().any(|m| m.contains(&project.display().to_string())), "{errors:?}");
+    assert!(matches!(&events.last().unwrap().payload, EventPayload::TurnEnded { stop: StopReason::Failed }));
+    assert_eq!(*r.fake.seen.connections.lock().unwrap(), 0, "no agent process was started in the swapped workspace");
+
+    // Through the editor's own connection.
+    let answer = ws.prompt(&sid, "hello").await.unwrap();
+    let e = answer.expect_err("the prompt fails");
+    assert!(e.message.contains(&project.display().to_string()), "{e:?}");
+    assert_eq!(*r.fake.seen.connections.lock().unwrap(), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_earlier_turn_does_not_end_a_later_prompt() {
     let r = rig(Options { retry_base: Duration::from_millis(1500), ..Default::default() }).await;

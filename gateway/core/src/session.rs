@@ -105,7 +105,40 @@ pub enum ResourceKind {
         authorization_token: Option<Secret>,
     },
     /// A directory of the client's machine used as the session's workspace (an editor's `cwd`).
-    Workspace { path: String },
+    Workspace {
+        /// The directory as checked at creation: absolute, canonical, no symlink in it.
+        path: String,
+        /// The allowed root it was checked against (network editors): every realization
+        /// resolves `path` beneath it, never outside.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        root: Option<String>,
+        /// Which directory was checked, recorded by the Coordinator when the session is
+        /// created. A realization or wake whose `path` no longer names this directory (it was
+        /// replaced, renamed over, or swapped for a symlink) fails closed. `None` only in
+        /// sessions stored before identities were recorded (ADR 0010).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        identity: Option<DirIdentity>,
+    },
+}
+
+impl ResourceKind {
+    /// A client workspace as an adapter asks for it; the Coordinator resolves it.
+    pub fn workspace(path: impl Into<String>, root: Option<String>) -> Self {
+        ResourceKind::Workspace { path: path.into(), root, identity: None }
+    }
+}
+
+/// The identity of a directory on this host: what a path named when it was checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct DirIdentity {
+    pub device: u64,
+    pub inode: u64,
+}
+
+impl fmt::Display for DirIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "device {} inode {}", self.device, self.inode)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,47 +1,33 @@
 //! Who may call the gateway's HTTP surfaces.
 //!
-//! Adapters extract the presented key from their protocol's headers; this module decides.
-//! Keys are random secrets (`gwk_` + 32 base62 characters) stored only as SHA-256 hashes.
-//! With no live key configured, only loopback peers are served (whatever they present), so
-//! a zero-config gateway is usable locally and closed to the network. A web page is not a
-//! loopback client even when its browser runs on this host: any page the user visits can
-//! send requests (and open WebSockets) to `127.0.0.1`, and CORS stops only the reading of
-//! answers, not their effects. Browsers always mark such requests with `Origin` and cannot
-//! attach our key headers, so a request carrying `Origin` gets no loopback trust.
+//! Every HTTP face hands its request's peer address, URI and headers to
+//! [`Authenticator::authorize`]; this module reads the presented key and decides. Keys are
+//! random secrets (`gwk_` + 32 base62 characters) stored only as SHA-256 hashes.
+//!
+//! With no live key configured, only programs on this host are served (whatever they
+//! present), so a zero-config gateway is usable locally and closed to the network. "On this
+//! host" means three things at once (see [`caller`]): the peer is on loopback, the request is
+//! not a web page's (no `Origin`, no cross-site `Sec-Fetch-Site`), and it addresses one of
+//! the gateway's own names (no DNS rebinding). Once a key exists, a valid key is required
+//! from everyone and those three facts no longer matter.
 
+mod caller;
+
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use caller::{Caller, OwnNames};
 use gateway_core::ApiKeyId;
 use gateway_store::Store;
+use http::{HeaderMap, Uri};
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
-
-/// Where a request comes from, as far as trust without keys goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Caller {
-    /// A program on this host (loopback address, no `Origin`).
-    Local,
-    /// A web page, wherever its browser runs (an `Origin` header).
-    Browser,
-    /// Any other address.
-    Remote,
-}
-
-impl Caller {
-    pub fn of(loopback_address: bool, has_origin: bool) -> Self {
-        match (has_origin, loopback_address) {
-            (true, _) => Caller::Browser,
-            (false, true) => Caller::Local,
-            (false, false) => Caller::Remote,
-        }
-    }
-}
 
 /// Who a request was authenticated as.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Principal {
-    /// No keys exist and the peer is on loopback.
+    /// No keys exist and the request is a local program's (see [`Caller`]).
     Loopback,
     Key(ApiKeyId),
 }
@@ -57,11 +43,30 @@ pub enum AuthError {
     )]
     RemoteWithoutKeys,
     #[error(
-        "this gateway has no API keys configured, and requests from web pages (with an Origin header) need one; create it with `gateway keys create`"
+        "this gateway has no API keys configured, and requests from web pages (with an Origin header, or Sec-Fetch-Site cross-site or same-site) need one; create it with `gateway keys create`"
     )]
     BrowserWithoutKeys,
+    /// The request addressed a name that is not this gateway's (DNS rebinding): HTTP 421.
+    #[error(
+        "Host header {host} is not this gateway's; without API keys only localhost, loopback addresses and the public_url host are served"
+    )]
+    ForeignHost { host: String },
     #[error("the key store is unavailable: {0}")]
     Unavailable(String),
+}
+
+impl AuthError {
+    /// The HTTP status every face answers this refusal with (each in its own body format):
+    /// 421 Misdirected Request for a foreign host, 503 when keys cannot be checked, else 401.
+    pub fn http_status(&self) -> http::StatusCode {
+        match self {
+            AuthError::ForeignHost { .. } => http::StatusCode::MISDIRECTED_REQUEST,
+            AuthError::Unavailable(_) => http::StatusCode::SERVICE_UNAVAILABLE,
+            AuthError::Missing | AuthError::Invalid | AuthError::RemoteWithoutKeys | AuthError::BrowserWithoutKeys => {
+                http::StatusCode::UNAUTHORIZED
+            }
+        }
+    }
 }
 
 /// How long positive answers are cached (revocation takes effect within this time).
@@ -76,6 +81,8 @@ struct Cache {
 pub struct Authenticator {
     store: Arc<dyn Store>,
     cache: Mutex<Cache>,
+    /// The names keyless requests must address.
+    names: OwnNames,
 }
 
 /// A new API key: the secret (shown once) and its hash (stored).
@@ -92,6 +99,12 @@ pub fn presented_key<'a>(x_api_key: Option<&'a str>, authorization: Option<&'a s
     }
     let (scheme, token) = authorization?.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
+}
+
+/// [`presented_key`] of a request's headers.
+pub fn presented_key_in(headers: &HeaderMap) -> Option<&str> {
+    let value = |name| headers.get(name).and_then(|v: &http::HeaderValue| v.to_str().ok());
+    presented_key(value("x-api-key"), value(http::header::AUTHORIZATION.as_str()))
 }
 
 /// Makes a new random key.
@@ -111,19 +124,63 @@ pub fn hash_key(secret: &str) -> String {
 }
 
 impl Authenticator {
+    /// An authenticator whose keyless names are loopback literals and `localhost` only; a
+    /// served gateway adds its `public_url` with [`Authenticator::with_names`].
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store, cache: Mutex::new(Cache { live_keys: None, known: Vec::new() }) }
+        Self { store, cache: Mutex::new(Cache { live_keys: None, known: Vec::new() }), names: OwnNames::default() }
+    }
+
+    /// The names keyless requests may address (see [`OwnNames`]).
+    pub fn with_names(mut self, names: OwnNames) -> Self {
+        self.names = names;
+        self
+    }
+
+    /// Where a request comes from, judged against this gateway's names.
+    pub fn caller(&self, peer: Option<SocketAddr>, uri: &Uri, headers: &HeaderMap) -> Caller {
+        Caller::of_request(peer, uri, headers, &self.names)
+    }
+
+    /// Decides a request of any HTTP face from its peer address, URI and headers: the one
+    /// entry point of the Managed Agents, A2A and `/acp` layers.
+    pub async fn authorize(
+        &self,
+        peer: Option<SocketAddr>,
+        uri: &Uri,
+        headers: &HeaderMap,
+    ) -> Result<Principal, AuthError> {
+        self.authenticate(presented_key_in(headers), &self.caller(peer, uri, headers)).await
+    }
+
+    /// For routes served without a key (`/metrics`): while no key exists, the request must
+    /// still address one of this gateway's names, so a rebound page cannot read them.
+    pub async fn check_addressed(
+        &self,
+        peer: Option<SocketAddr>,
+        uri: &Uri,
+        headers: &HeaderMap,
+    ) -> Result<(), AuthError> {
+        if self.live_keys().await? > 0 {
+            return Ok(());
+        }
+        match self.caller(peer, uri, headers).foreign_host {
+            Some(host) => Err(AuthError::ForeignHost { host }),
+            None => Ok(()),
+        }
     }
 
     /// Decides a request: `presented` is the key the client sent (if any), `caller` where it
-    /// comes from.
-    pub async fn authenticate(&self, presented: Option<&str>, caller: Caller) -> Result<Principal, AuthError> {
+    /// comes from. Without keys, a foreign host is refused first (whatever the peer: a LAN
+    /// browser can be rebound to this host's LAN address too), then web pages, then other
+    /// addresses.
+    pub async fn authenticate(&self, presented: Option<&str>, caller: &Caller) -> Result<Principal, AuthError> {
         let live = self.live_keys().await?;
         if live == 0 {
             return match caller {
-                Caller::Local => Ok(Principal::Loopback),
-                Caller::Browser => Err(AuthError::BrowserWithoutKeys),
-                Caller::Remote => Err(AuthError::RemoteWithoutKeys),
+                Caller { foreign_host: Some(host), .. } => Err(AuthError::ForeignHost { host: host.clone() }),
+                Caller { web_page: true, .. } => Err(AuthError::BrowserWithoutKeys),
+                Caller { loopback: false, .. } => Err(AuthError::RemoteWithoutKeys),
+                Caller { loopback: true, web_page: false, foreign_host: None } => Ok(Principal::Loopback),
             };
         }
         let Some(secret) = presented.map(str::trim).filter(|s| !s.is_empty()) else {

@@ -197,8 +197,13 @@ impl Coordinator {
         let inputs = local_inputs(&req.resources);
         let requirements = place(&agent.spec.backend, &environment.spec.config, &inputs, &self.offer)?;
         let now = gateway_core::Timestamp::now_local();
-        let resources =
-            req.resources.into_iter().map(|kind| Resource { id: ResourceId::new(), kind, created_at: now }).collect();
+        let mut resources = Vec::with_capacity(req.resources.len());
+        for kind in req.resources {
+            // A client workspace is opened and its identity recorded now, so that no later
+            // realization can be pointed at another directory (invariant 19).
+            let kind = crate::environment::check_resource(kind).map_err(|e| RuntimeError::Invalid(e.to_string()))?;
+            resources.push(Resource { id: ResourceId::new(), kind, created_at: now });
+        }
         let new = NewSession {
             environment_id: req.environment_id,
             snapshot: SessionSnapshot { agent, requirements, resources },

@@ -12,17 +12,28 @@
 //! through the same provider, over the same workspace; `released` at session delete, which
 //! removes the workspace and is final. An environment whose workspace vanished is never
 //! silently recreated: acquisition fails with `Vanished`.
+//!
+//! Workspaces are opened, never looked up (invariant 19): every realization and every wake
+//! opens the workspace directory once, without following a symlink anywhere on its path
+//! (beneath its allowed root, for a network editor's workspace), checks that a mounted
+//! workspace is still the directory recorded when the session was created (device and
+//! inode), and hands the sandbox that descriptor. Nothing after that uses the path, so a
+//! directory swapped for a symlink, or renamed over, between the check and the use fails the
+//! acquisition instead of mounting something else; every face gets this, because every
+//! turn comes through here.
 
 use std::collections::HashMap;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use gateway_core::SessionId;
 use gateway_core::environment::ProviderTier;
+use gateway_core::event::ErrorKind;
 use gateway_core::placement::{EnvironmentPlan, NetworkControl, ProviderOffer};
 use gateway_core::session::{EnvironmentState, ResourceKind, Session};
-use gateway_sandbox::{Hand, Limits, SandboxPolicy, SandboxProvider};
+use gateway_sandbox::{DirError, Hand, Limits, SandboxPolicy, SandboxProvider, WorkspaceDir};
 use gateway_store::{EnvironmentChange, Store};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -41,6 +52,38 @@ pub enum EnvironmentError {
     Vanished { session: SessionId, state: &'static str, path: String },
     #[error("cannot prepare the workspace {path}: {reason}")]
     Workspace { path: String, reason: String },
+    /// The workspace is not (or no longer) the directory that was checked: fail closed.
+    #[error("the workspace of session {session} cannot be used: {source}")]
+    WorkspaceRefused { session: SessionId, source: DirError },
+}
+
+impl EnvironmentError {
+    /// The neutral error kind a failed turn reports.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            EnvironmentError::Vanished { .. } => ErrorKind::EnvironmentLost,
+            _ => ErrorKind::PlacementFailed,
+        }
+    }
+}
+
+impl From<EnvironmentError> for crate::backend::BackendError {
+    fn from(e: EnvironmentError) -> Self {
+        crate::backend::BackendError::Failed { kind: e.kind(), message: e.to_string() }
+    }
+}
+
+/// A client workspace as it will be frozen into a new session: opened now without following
+/// symlinks (beneath its root, if it has one), and its identity recorded so that every
+/// later realization can tell it is still the same directory. Other resources pass as given.
+pub fn check_resource(kind: ResourceKind) -> Result<ResourceKind, DirError> {
+    match kind {
+        ResourceKind::Workspace { path, root, .. } => {
+            let dir = WorkspaceDir::open(Path::new(&path), root.as_deref().map(Path::new))?;
+            Ok(ResourceKind::Workspace { path, root, identity: Some(dir.identity()) })
+        }
+        other => Ok(other),
+    }
 }
 
 /// A session's Hand, and the lifecycle change the caller must commit with its next events.
@@ -126,14 +169,62 @@ impl Environments {
     }
 
     /// Where a session's workspace lives: the client's own directory for a mounted workspace
-    /// (an editor's `cwd`), else a directory of its own under the root.
+    /// (an editor's `cwd`), else a directory of its own under the root. For messages and
+    /// removal only: it is never opened by this path (see [`Environments::open_workspace`]).
     pub fn workspace_of(&self, session: &Session) -> (PathBuf, bool) {
         for r in &session.snapshot.resources {
-            if let ResourceKind::Workspace { path } = &r.kind {
+            if let ResourceKind::Workspace { path, .. } = &r.kind {
                 return (PathBuf::from(path), false);
             }
         }
         (self.config.root.join(session.id.as_str()), true)
+    }
+
+    /// Opens the session's workspace for a realization or a wake: a mounted workspace beneath
+    /// its root, without symlinks, and only if it is still the directory recorded at
+    /// creation; the session's own directory under the root, created (0700) only by the first
+    /// realization. A workspace that vanished after it was realized is `Vanished`.
+    fn open_workspace(&self, session: &Session) -> Result<WorkspaceDir, EnvironmentError> {
+        let was_realized =
+            matches!(session.environment_state, EnvironmentState::Realized | EnvironmentState::Hibernated);
+        let refused = |source| EnvironmentError::WorkspaceRefused { session: session.id.clone(), source };
+        let vanished = |path: &Path| EnvironmentError::Vanished {
+            session: session.id.clone(),
+            state: session.environment_state.as_str(),
+            path: path.display().to_string(),
+        };
+        let mounted = session.snapshot.resources.iter().find_map(|r| match &r.kind {
+            ResourceKind::Workspace { path, root, identity } => Some((path, root, identity)),
+            _ => None,
+        });
+        if let Some((path, root, identity)) = mounted {
+            let dir = match WorkspaceDir::open(Path::new(path), root.as_deref().map(Path::new)) {
+                Ok(dir) => dir,
+                Err(DirError::Missing { .. }) if was_realized => return Err(vanished(Path::new(path))),
+                Err(e) => return Err(refused(e)),
+            };
+            return match identity {
+                Some(expected) => dir.expect(*expected).map_err(refused),
+                // Recorded before identities were (ADR 0010): no symlink was followed.
+                None => Ok(dir),
+            };
+        }
+        let root = self.root_dir()?;
+        match root.child(session.id.as_str(), !was_realized) {
+            Ok(dir) => Ok(dir),
+            Err(DirError::Missing { .. }) => Err(vanished(&self.config.root.join(session.id.as_str()))),
+            Err(e) => Err(refused(e)),
+        }
+    }
+
+    /// The directory session workspaces live in, created private (0700) if missing. It is the
+    /// operator's own path, so symlinks in it are resolved once, here.
+    fn root_dir(&self) -> Result<WorkspaceDir, EnvironmentError> {
+        let root = &self.config.root;
+        let failed = |reason: String| EnvironmentError::Workspace { path: root.display().to_string(), reason };
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(root).map_err(|e| failed(e.to_string()))?;
+        let real = std::fs::canonicalize(root).map_err(|e| failed(e.to_string()))?;
+        WorkspaceDir::open(&real, None).map_err(|e| failed(e.to_string()))
     }
 
     /// The session's Hand, realizing (or waking) its environment if needed. The returned
@@ -170,38 +261,18 @@ impl Environments {
             // weaken it.
             tracing::debug!("provider cannot restrict the network; the environment allows it");
         }
-        let (workspace, owned) = self.workspace_of(session);
-        match session.environment_state {
-            EnvironmentState::Realized | EnvironmentState::Hibernated if !workspace.is_dir() => {
-                return Err(EnvironmentError::Vanished {
-                    session: session.id.clone(),
-                    state: session.environment_state.as_str(),
-                    path: workspace.display().to_string(),
-                });
-            }
-            _ => {}
-        }
-        if owned {
-            std::fs::create_dir_all(&workspace).map_err(|e| EnvironmentError::Workspace {
-                path: workspace.display().to_string(),
-                reason: e.to_string(),
-            })?;
-        } else if !workspace.is_dir() {
-            return Err(EnvironmentError::Workspace {
-                path: workspace.display().to_string(),
-                reason: "the mounted workspace directory does not exist".into(),
-            });
-        }
+        let workspace = self.open_workspace(session)?;
+        let shown = workspace.path().display().to_string();
         let policy = SandboxPolicy { network: sandbox.network, limits: self.config.limits.clone() };
-        let opened = provider.open(&workspace, &policy).map_err(|e| EnvironmentError::ProviderUnavailable {
+        let opened = provider.open(workspace, &policy).map_err(|e| EnvironmentError::ProviderUnavailable {
             provider: sandbox.provider.to_string(),
             reason: e.to_string(),
         })?;
-        let hand = Arc::new(Hand::new(opened).map_err(|e| EnvironmentError::Workspace {
-            path: workspace.display().to_string(),
-            reason: e.to_string(),
-        })?);
-        info!(session = %session.id, provider = %sandbox.provider, workspace = %workspace.display(), "environment realized");
+        let hand = Arc::new(
+            Hand::new(opened)
+                .map_err(|e| EnvironmentError::Workspace { path: shown.clone(), reason: e.to_string() })?,
+        );
+        info!(session = %session.id, provider = %sandbox.provider, workspace = %shown, "environment realized");
         slots.insert(session.id.clone(), Slot { hand: Arc::clone(&hand), last_used: Instant::now(), users: 1 });
         let change = (session.environment_state != EnvironmentState::Realized)
             .then(|| EnvironmentChange { state: EnvironmentState::Realized, host: Some(self.config.host.clone()) });
@@ -238,7 +309,7 @@ impl Environments {
     /// own workspace (never a client's mounted directory). Irreversible.
     pub async fn release(&self, session: &Session) {
         if let Some(slot) = self.slots.lock().await.remove(&session.id) {
-            slot.hand.hibernate().await;
+            slot.hand.release().await;
         }
         let (workspace, owned) = self.workspace_of(session);
         if owned {

@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod native;
 pub mod previews;
 pub mod published;
+pub mod secrets;
 pub mod subscription;
 pub mod worker;
 
@@ -27,6 +28,7 @@ pub use metrics::Metrics;
 pub use native::{NativeBackend, NativeConfig};
 pub use previews::{Preview, PreviewBus};
 pub use published::PublishedAgents;
+pub use secrets::{SecretBox, SecretError};
 pub use subscription::{Delivery, SubscribeOptions};
 pub use worker::{RetryPolicy, WorkerConfig, WorkerPool};
 

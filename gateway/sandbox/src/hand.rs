@@ -9,7 +9,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cap_std::fs::Dir;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
@@ -63,11 +62,13 @@ impl std::fmt::Debug for Hand {
 }
 
 impl Hand {
-    /// Opens the workspace directory (it must exist) for the file tools.
+    /// The file tools work through a `cap_std` directory on the sandbox's workspace handle.
     pub fn new(sandbox: Arc<dyn Sandbox>) -> Result<Self, SandboxError> {
-        let path = sandbox.workspace();
-        let dir = Dir::open_ambient_dir(path, cap_std::ambient_authority())
-            .map_err(|e| SandboxError::Workspace { path: path.display().to_string(), reason: e.to_string() })?;
+        let workspace = sandbox.workspace();
+        let dir = workspace.cap_dir().map_err(|e| SandboxError::Workspace {
+            path: workspace.path().display().to_string(),
+            reason: e.to_string(),
+        })?;
         let files = Arc::new(Workspace::new(dir, sandbox.inner_root().to_owned(), sandbox.policy().limits.output_cap));
         Ok(Self {
             terminals: Terminals::new(Arc::clone(&sandbox), Arc::clone(&files)),
@@ -78,8 +79,9 @@ impl Hand {
         })
     }
 
+    /// Where the workspace was opened (for messages).
     pub fn workspace(&self) -> &Path {
-        self.sandbox.workspace()
+        self.sandbox.workspace().path()
     }
 
     pub fn sandbox(&self) -> &Arc<dyn Sandbox> {
@@ -138,6 +140,14 @@ impl Hand {
         if let Some(shell) = self.shell.lock().await.take() {
             shell.kill().await;
         }
+    }
+
+    /// Stops everything, for good: what [`Hand::hibernate`] stops, and every process the
+    /// sandbox started that is still running, even one that left its process group (session
+    /// delete).
+    pub async fn release(&self) {
+        self.hibernate().await;
+        self.sandbox.terminate();
     }
 
     async fn bash(&self, input: &JsonObject, cancel: &CancellationToken) -> Result<ToolOutput, ToolOutput> {

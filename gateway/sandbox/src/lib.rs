@@ -12,10 +12,14 @@
 //! Every provider passes the one conformance suite in `conformance` (feature `conformance`);
 //! providers that are a security boundary also pass its isolation suite.
 //!
-//! Module map: [`local`] and [`namespace`] are the providers; [`hand`] dispatches tool calls to
-//! `shell` (the persistent bash) and `files` (the file tools, through a `cap_std` directory
-//! handle); `input` validates and bounds tool inputs; [`tools`] holds the definitions.
+//! Module map: [`local`] and [`namespace`] are the providers; [`dir`] opens a workspace once,
+//! to the handle every later use goes through; [`cgroup`] bounds and kills what a sandbox
+//! starts; [`hand`] dispatches tool calls to `shell` (the persistent bash) and `files` (the
+//! file tools, through a `cap_std` directory on the handle); `input` validates and bounds tool
+//! inputs; [`tools`] holds the definitions.
 
+pub mod cgroup;
+pub mod dir;
 mod files;
 pub mod hand;
 mod input;
@@ -28,6 +32,7 @@ pub mod tools;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+use std::io;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +40,7 @@ use std::time::Duration;
 use gateway_core::environment::ProviderTier;
 use gateway_core::placement::NetworkControl;
 
+pub use dir::{DirError, WorkspaceDir};
 pub use files::FileError;
 pub use hand::{Hand, ToolOutput};
 pub use local::LocalProvider;
@@ -51,6 +57,9 @@ pub enum SandboxError {
     /// The workspace is missing or unusable.
     #[error("workspace {path}: {reason}")]
     Workspace { path: String, reason: String },
+    /// The workspace directory could not be opened as checked.
+    #[error(transparent)]
+    Dir(#[from] DirError),
     #[error("sandbox I/O error: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -64,7 +73,8 @@ pub struct Limits {
     pub max_wall_clock: Duration,
     /// Bytes of output kept per command; the rest is dropped and the result says so.
     pub output_cap: usize,
-    /// Processes the sandbox may run at once (namespace provider).
+    /// Processes (and threads) the sandbox may run at once: its cgroup's `pids.max` where the
+    /// gateway can create cgroups, else `ulimit -u` (namespace provider; not binding for root).
     pub max_processes: u64,
     /// Largest file a process may write, in bytes (namespace provider).
     pub max_file_size: u64,
@@ -101,31 +111,45 @@ pub trait SandboxProvider: Send + Sync {
     /// Whether the provider works on this machine right now. Checked at start-up (to decide
     /// what the gateway offers) and again at every realization (placement fails closed).
     fn check(&self) -> Result<(), SandboxError>;
-    /// A sandbox over an existing workspace directory (the directory outlives the sandbox:
-    /// hibernation drops the sandbox, keeps the files).
-    fn open(&self, workspace: &Path, policy: &SandboxPolicy) -> Result<Arc<dyn Sandbox>, SandboxError>;
+    /// A sandbox over an opened workspace directory (the directory outlives the sandbox:
+    /// hibernation drops the sandbox, keeps the files). Everything the sandbox does reaches
+    /// the workspace through this handle, never through its path.
+    fn open(&self, workspace: WorkspaceDir, policy: &SandboxPolicy) -> Result<Arc<dyn Sandbox>, SandboxError>;
 }
 
 /// A sandbox bound to one workspace.
 pub trait Sandbox: Send + Sync {
-    /// The workspace directory on the host.
-    fn workspace(&self) -> &Path;
+    /// The workspace directory (its handle; `.path()` for messages).
+    fn workspace(&self) -> &WorkspaceDir;
     /// Where the workspace appears to processes inside the sandbox (`/workspace` in the
     /// namespace provider, the host path for `local`). Absolute tool paths are read against it.
     fn inner_root(&self) -> &Path;
     /// A command that runs `program args..` inside the sandbox, in the workspace, with a
-    /// cleared environment, in its own process group, killed when dropped.
-    fn command(&self, program: &str, args: &[String]) -> tokio::process::Command;
+    /// cleared environment, in its own process group (and the sandbox's cgroup, where there
+    /// is one), killed when dropped. Fails when the descriptors it needs cannot be made.
+    fn command(&self, program: &str, args: &[String]) -> io::Result<tokio::process::Command>;
     /// [`Sandbox::command`] plus environment variables for the program whose values must not
     /// appear in any argv (`/proc/*/cmdline` is readable by every user of the host): the
     /// credentials of an operator-configured agent command. They travel in the environment
     /// of the process the gateway spawns (bubblewrap itself for `namespace`, outside the
     /// sandbox), so they must come from the operator, never from a sandboxed party; what an
     /// agent asks for goes through `env NAME=VALUE` inside the sandbox instead.
-    fn command_with_env(&self, program: &str, args: &[String], env: &[(String, String)]) -> tokio::process::Command {
-        let mut cmd = self.command(program, args);
+    fn command_with_env(
+        &self,
+        program: &str,
+        args: &[String],
+        env: &[(String, String)],
+    ) -> io::Result<tokio::process::Command> {
+        let mut cmd = self.command(program, args)?;
         cmd.envs(env.iter().map(|(k, v)| (k, v)));
-        cmd
+        Ok(cmd)
     }
     fn policy(&self) -> &SandboxPolicy;
+    /// Kills every process this sandbox started that is still running, including those that
+    /// left their process group (`setsid`). Where the provider has no cgroup this reaches only
+    /// what the owners of those processes kill themselves (README: what `local` does not
+    /// protect).
+    fn terminate(&self);
+    /// Whether [`Sandbox::terminate`] reaches every descendant (a cgroup holds them).
+    fn contains_descendants(&self) -> bool;
 }

@@ -8,19 +8,25 @@
 //!   through a directory handle, not through the shell);
 //! - a cleared, minimal environment, so the gateway's own secrets in its environment do not
 //!   reach the model's commands;
-//! - a process group per shell, so time limits and cancellation kill everything it started;
+//! - a process group per shell, so time limits and cancellation kill what it started;
+//! - where the gateway can create cgroups (it runs as root, or has a delegated cgroup), a
+//!   cgroup per sandbox: a process limit, and [`Sandbox::terminate`] (session delete) kills
+//!   every descendant, even one that called `setsid()`. Without one, such a child survives
+//!   its session (the start-up log says so);
 //! - output caps.
 //!
 //! Use it for development and for trusted single-user setups; use `namespace` otherwise.
 
-use std::path::{Path, PathBuf};
+use std::io;
+use std::path::Path;
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use gateway_core::environment::ProviderTier;
 use gateway_core::placement::NetworkControl;
 
-use crate::{Sandbox, SandboxError, SandboxPolicy, SandboxProvider};
+use crate::cgroup::{Cgroup, CgroupRoot};
+use crate::{Sandbox, SandboxError, SandboxPolicy, SandboxProvider, WorkspaceDir};
 
 /// `PATH` given to sandboxed processes (both providers).
 pub(crate) const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -28,14 +34,33 @@ pub(crate) const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 pub(crate) const SANDBOX_LANG: &str = "C.UTF-8";
 /// `TERM` given to sandboxed processes: no tty, no colours, no cursor movement.
 pub(crate) const SANDBOX_TERM: &str = "dumb";
+/// A bash prologue that closes every descriptor but the standard three. Rust opens its own
+/// descriptors close-on-exec, but one the gateway *inherited* (from a shell, a supervisor, a
+/// test runner) reaches every child unless closed; a sandboxed program gets its three
+/// streams and nothing else (a directory descriptor from outside would be a way out).
+pub(crate) const CLOSE_INHERITED_FDS: &str =
+    "for d in /proc/self/fd/*; do d=${d##*/}; case $d in 0|1|2) ;; *) eval \"exec $d>&-\" 2>/dev/null;; esac; done; ";
 
 /// Runs processes on the host. See the module documentation: not a security boundary.
-#[derive(Debug, Default, Clone)]
-pub struct LocalProvider;
+#[derive(Debug)]
+pub struct LocalProvider {
+    cgroups: OnceLock<Result<Arc<CgroupRoot>, String>>,
+}
+
+impl Default for LocalProvider {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl LocalProvider {
     pub fn new() -> Self {
-        Self
+        Self { cgroups: OnceLock::new() }
+    }
+
+    /// Where this provider's cgroups go, or why it has none (probed once).
+    pub fn cgroups(&self) -> Result<&Arc<CgroupRoot>, &str> {
+        self.cgroups.get_or_init(|| CgroupRoot::probe().map(Arc::new)).as_ref().map_err(String::as_str)
     }
 }
 
@@ -65,17 +90,14 @@ impl SandboxProvider for LocalProvider {
         }
     }
 
-    /// Creates the workspace directory if it is missing.
-    fn open(&self, workspace: &Path, policy: &SandboxPolicy) -> Result<Arc<dyn Sandbox>, SandboxError> {
-        std::fs::create_dir_all(workspace).map_err(|e| workspace_error(workspace, e))?;
-        let workspace = std::fs::canonicalize(workspace).map_err(|e| workspace_error(workspace, e))?;
-        if !workspace.is_dir() {
-            return Err(SandboxError::Workspace {
-                path: workspace.display().to_string(),
-                reason: "not a directory".into(),
-            });
-        }
-        Ok(Arc::new(LocalSandbox { workspace, policy: policy.clone() }))
+    fn open(&self, workspace: WorkspaceDir, policy: &SandboxPolicy) -> Result<Arc<dyn Sandbox>, SandboxError> {
+        let cgroup = match self.cgroups() {
+            Ok(root) => Some(CgroupRoot::create(root, policy.limits.max_processes).map_err(|e| {
+                unavailable(format!("cannot create the sandbox's cgroup under {}: {e}", root.dir().display()))
+            })?),
+            Err(_) => None,
+        };
+        Ok(Arc::new(LocalSandbox { workspace, policy: policy.clone(), cgroup }))
     }
 }
 
@@ -83,43 +105,59 @@ fn unavailable(reason: String) -> SandboxError {
     SandboxError::Unavailable { provider: "local".into(), reason }
 }
 
-pub(crate) fn workspace_error(path: &Path, e: std::io::Error) -> SandboxError {
-    SandboxError::Workspace { path: path.display().to_string(), reason: e.to_string() }
-}
-
 /// A host directory; processes run in it with a minimal environment.
 #[derive(Debug)]
 pub struct LocalSandbox {
-    workspace: PathBuf,
+    workspace: WorkspaceDir,
     policy: SandboxPolicy,
+    cgroup: Option<Cgroup>,
 }
 
 impl Sandbox for LocalSandbox {
-    fn workspace(&self) -> &Path {
+    fn workspace(&self) -> &WorkspaceDir {
         &self.workspace
     }
 
     /// The host path: processes see the workspace where it really is.
     fn inner_root(&self) -> &Path {
-        &self.workspace
+        self.workspace.path()
     }
 
-    fn command(&self, program: &str, args: &[String]) -> tokio::process::Command {
-        let mut cmd = tokio::process::Command::new(program);
-        cmd.args(args)
-            .current_dir(&self.workspace)
+    /// The working directory is the handle (`/proc/self/fd/N`, resolved by the child before
+    /// it execs), not the path, so a path swapped since the environment was realized is never
+    /// where a command starts.
+    ///
+    /// A bash prologue closes inherited descriptors and joins the sandbox's cgroup (when there
+    /// is one) before it execs the program.
+    fn command(&self, program: &str, args: &[String]) -> io::Result<tokio::process::Command> {
+        let join = self.cgroup.as_ref().map(Cgroup::join_script).unwrap_or_default();
+        let script = format!("{CLOSE_INHERITED_FDS}{join}exec \"$@\"");
+        let mut cmd = tokio::process::Command::new("bash");
+        cmd.args(["--noprofile", "--norc", "-c", &script, "sandbox", program])
+            .args(args)
+            .current_dir(self.workspace.proc_path())
             .env_clear()
             .env("PATH", SANDBOX_PATH)
-            .env("HOME", &self.workspace)
+            .env("HOME", self.workspace.path())
             .env("LANG", SANDBOX_LANG)
             .env("TERM", SANDBOX_TERM)
             .process_group(0)
             .kill_on_drop(true);
-        cmd
+        Ok(cmd)
     }
 
     fn policy(&self) -> &SandboxPolicy {
         &self.policy
+    }
+
+    fn terminate(&self) {
+        if let Some(cg) = &self.cgroup {
+            cg.kill_all();
+        }
+    }
+
+    fn contains_descendants(&self) -> bool {
+        self.cgroup.is_some()
     }
 }
 
@@ -135,23 +173,18 @@ mod tests {
     }
 
     #[test]
-    fn open_creates_a_missing_workspace_and_command_runs_there() {
+    fn commands_start_in_the_handle_not_the_path() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let ws = tmp.path().join("a/b");
+        let path = std::fs::canonicalize(tmp.path()).expect("canonical");
         let policy = SandboxPolicy { network: false, limits: Default::default() };
-        let sb = LocalProvider::new().open(&ws, &policy).expect("open");
-        assert!(ws.is_dir());
-        assert_eq!(sb.inner_root(), sb.workspace());
-        let cmd = sb.command("pwd", &[]);
-        assert_eq!(cmd.as_std().get_current_dir(), Some(sb.workspace()));
+        let sb = LocalProvider::new().open(WorkspaceDir::open(&path, None).expect("dir"), &policy).expect("open");
+        assert_eq!(sb.inner_root(), path);
+        let cmd = sb.command("pwd", &["-P".into()]).expect("command");
+        let argv: Vec<_> = cmd.as_std().get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(&argv[argv.len() - 3..], ["sandbox", "pwd", "-P"]);
+        let cwd = cmd.as_std().get_current_dir().expect("a working directory").display().to_string();
+        assert!(cwd.starts_with("/proc/self/fd/"), "{cwd}");
         let envs: Vec<_> = cmd.as_std().get_envs().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
         assert_eq!(envs.len(), 4, "{envs:?}");
-    }
-
-    #[test]
-    fn open_refuses_a_file_as_workspace() {
-        let tmp = tempfile::NamedTempFile::new().expect("tempfile");
-        let policy = SandboxPolicy { network: false, limits: Default::default() };
-        assert!(matches!(LocalProvider::new().open(tmp.path(), &policy), Err(SandboxError::Workspace { .. })));
     }
 }

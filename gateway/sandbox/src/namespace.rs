@@ -1,31 +1,39 @@
 //! The `namespace` provider: every process runs in a bubblewrap sandbox.
 //!
-//! All namespaces are unshared (user, mount, pid, ipc, uts, cgroup, and the network unless
-//! the policy allows it), capabilities are dropped, processes run as uid/gid 65534, the system
-//! (`/usr` and a curated part of `/etc`) and the sandbox's own root are read-only, `/tmp` and
-//! `/dev/shm` are private tmpfs mounts and the only writable host directory is the workspace,
-//! mounted at `/workspace`. Resource limits are
-//! applied by a shell prologue inside the sandbox (see [`argv::limits_script`]).
+//! All namespaces are unshared (user, mount, pid, ipc, uts, cgroup, network), capabilities
+//! are dropped, processes run as uid/gid 65534, the system (`/usr` and a curated part of
+//! `/etc`) and the sandbox's own root are read-only, `/tmp` and `/dev/shm` are private tmpfs
+//! mounts and the only writable host directory is the workspace, bound at `/workspace` from
+//! the directory handle checked at realization (`--bind-fd`, never a path). A sandbox that may
+//! use the network gets its own network namespace connected by slirp4netns, which cannot
+//! reach the host's loopback ([`net`]). Processes are limited by the sandbox's `pids` cgroup
+//! where the gateway can create one ([`crate::cgroup`]), and by a shell prologue inside the
+//! sandbox (see [`argv::limits_script`]).
 //!
 //! The gateway does not need privileges for this: bubblewrap uses unprivileged user
-//! namespaces. [`NamespaceProvider::check`] fails when they are unavailable, so placement
-//! fails closed instead of silently running unconfined.
+//! namespaces. [`NamespaceProvider::check`] fails when they are unavailable, and when the
+//! gateway runs as root without a cgroup to bound processes (uid 0 ignores `ulimit -u`), so
+//! placement fails closed instead of silently running unconfined.
 
 pub mod argv;
+pub mod net;
 
 use std::ffi::OsString;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use command_fds::{CommandFdExt, FdMapping};
 use gateway_core::environment::ProviderTier;
 use gateway_core::placement::NetworkControl;
 
-use crate::local::{SANDBOX_PATH, workspace_error};
-use crate::{Sandbox, SandboxError, SandboxPolicy, SandboxProvider};
-use argv::{HostLayout, INNER_ROOT, Spec};
+use crate::cgroup::{Cgroup, CgroupRoot};
+use crate::local::SANDBOX_PATH;
+use crate::{Sandbox, SandboxError, SandboxPolicy, SandboxProvider, WorkspaceDir};
+use argv::{HostLayout, INNER_ROOT, Spec, WORKSPACE_FD};
+use net::NetPipes;
 
 /// How long a successful [`NamespaceProvider::check`] is trusted before it runs again.
 const CHECK_CACHE: Duration = Duration::from_secs(30);
@@ -37,8 +45,21 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct NamespaceProvider {
     /// `bwrap` as configured: a path, or a name looked up on the gateway's `PATH`.
     bwrap: PathBuf,
+    /// `slirp4netns`, likewise: needed only by sandboxes that may use the network.
+    slirp: PathBuf,
     last_ok: Mutex<Option<Instant>>,
     disable_userns: OnceLock<bool>,
+    cgroups: OnceLock<Result<Arc<CgroupRoot>, String>>,
+    /// The `resolv.conf` networked sandboxes see (shared with them: it lives as long as the
+    /// last one).
+    resolv: OnceLock<Result<Arc<ResolvConf>, String>>,
+}
+
+/// A private directory holding the `resolv.conf` of networked sandboxes.
+#[derive(Debug)]
+struct ResolvConf {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
 }
 
 impl Default for NamespaceProvider {
@@ -52,7 +73,65 @@ impl NamespaceProvider {
     /// Uses the given bubblewrap executable: a path, or a name looked up on the gateway's
     /// `PATH` (when the provider is checked or a sandbox opened, not now).
     pub fn new(bwrap: impl Into<PathBuf>) -> Self {
-        Self { bwrap: bwrap.into(), last_ok: Mutex::new(None), disable_userns: OnceLock::new() }
+        Self {
+            bwrap: bwrap.into(),
+            slirp: PathBuf::from("slirp4netns"),
+            last_ok: Mutex::new(None),
+            disable_userns: OnceLock::new(),
+            cgroups: OnceLock::new(),
+            resolv: OnceLock::new(),
+        }
+    }
+
+    /// Uses this `slirp4netns` (a path, or a name on the gateway's `PATH`) for networked
+    /// sandboxes.
+    pub fn with_slirp4netns(mut self, slirp: impl Into<PathBuf>) -> Self {
+        self.slirp = slirp.into();
+        self
+    }
+
+    /// Where this provider's cgroups go, or why it has none (probed once).
+    pub fn cgroups(&self) -> Result<&Arc<CgroupRoot>, &str> {
+        self.cgroups.get_or_init(|| CgroupRoot::probe().map(Arc::new)).as_ref().map_err(String::as_str)
+    }
+
+    /// The slirp4netns networked sandboxes need, or why there is none.
+    pub fn networking(&self) -> Result<PathBuf, SandboxError> {
+        find_program(&self.slirp).ok_or_else(|| {
+            Self::unavailable(format!(
+                "slirp4netns ({}) is needed for sandboxes that may use the network and was not found; \
+                 sandboxes never share the host's network",
+                self.slirp.display()
+            ))
+        })
+    }
+
+    /// Refuses to run as root without a cgroup: uid 0 is exempt from `RLIMIT_NPROC`, so
+    /// nothing else would bound the processes a sandbox starts.
+    fn process_limit(&self) -> Result<(), SandboxError> {
+        match self.cgroups() {
+            Ok(_) => Ok(()),
+            Err(why) if nix::unistd::geteuid().is_root() => Err(Self::unavailable(format!(
+                "the gateway runs as root, which `ulimit -u` does not limit, and it cannot create a pids cgroup \
+                 to bound a sandbox's processes ({why}); run the gateway as an unprivileged user or give it a \
+                 delegated cgroup"
+            ))),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// The `resolv.conf` of networked sandboxes: slirp4netns's resolver only.
+    fn resolv_conf(&self) -> Result<Arc<ResolvConf>, SandboxError> {
+        let made = self.resolv.get_or_init(|| {
+            let dir = tempfile::Builder::new().prefix("gateway-sandbox-").tempdir().map_err(|e| e.to_string())?;
+            let path = dir.path().join("resolv.conf");
+            let mut f = std::fs::File::create(&path).map_err(|e| e.to_string())?;
+            writeln!(f, "nameserver {}", net::SANDBOX_DNS).map_err(|e| e.to_string())?;
+            Ok(Arc::new(ResolvConf { _dir: dir, path }))
+        });
+        made.as_ref()
+            .map(Arc::clone)
+            .map_err(|e| Self::unavailable(format!("cannot write the sandbox's resolv.conf: {e}")))
     }
 
     fn unavailable(reason: impl Into<String>) -> SandboxError {
@@ -81,9 +160,19 @@ impl NamespaceProvider {
         })
     }
 
-    fn sandbox(&self, workspace: PathBuf, policy: &SandboxPolicy) -> Result<NamespaceSandbox, SandboxError> {
+    fn sandbox(&self, workspace: WorkspaceDir, policy: &SandboxPolicy) -> Result<NamespaceSandbox, SandboxError> {
         let bwrap = self.resolve_bwrap()?;
         let disable_userns = self.disable_userns(&bwrap);
+        let network = match policy.network {
+            false => None,
+            true => Some(Network { slirp: self.networking()?, resolv: self.resolv_conf()? }),
+        };
+        let cgroup = match self.cgroups() {
+            Ok(root) => Some(CgroupRoot::create(root, policy.limits.max_processes).map_err(|e| {
+                Self::unavailable(format!("cannot create the sandbox's cgroup under {}: {e}", root.dir().display()))
+            })?),
+            Err(_) => None,
+        };
         Ok(NamespaceSandbox {
             bwrap,
             workspace,
@@ -91,23 +180,31 @@ impl NamespaceProvider {
             policy: policy.clone(),
             layout: HostLayout::probe(),
             disable_userns,
+            network,
+            cgroup,
+            attachments: Mutex::new(Vec::new()),
         })
     }
 
     /// Runs a sandboxed `true` over a scratch workspace.
     fn probe(&self) -> Result<(), SandboxError> {
+        self.process_limit()?;
         let scratch = tempfile::tempdir().map_err(|e| Self::unavailable(format!("no scratch directory: {e}")))?;
         let policy = SandboxPolicy { network: false, limits: Default::default() };
-        let sandbox = self.sandbox(scratch.path().to_owned(), &policy)?;
-        let mut child = std::process::Command::new(&sandbox.bwrap)
-            .args(sandbox.argv("true", &[]))
+        let path = std::fs::canonicalize(scratch.path()).map_err(|e| Self::unavailable(e.to_string()))?;
+        let sandbox = self.sandbox(WorkspaceDir::open(&path, None)?, &policy)?;
+        let fd = sandbox.workspace.duplicate().map_err(|e| Self::unavailable(e.to_string()))?;
+        let mut cmd = std::process::Command::new(&sandbox.bwrap);
+        cmd.args(sandbox.argv("true", &[]))
             .env_clear()
             .envs(argv::sandbox_env())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| Self::unavailable(format!("cannot run {}: {e}", sandbox.bwrap.display())))?;
+            .stderr(Stdio::piped());
+        cmd.fd_mappings(vec![FdMapping { parent_fd: fd, child_fd: WORKSPACE_FD }])
+            .map_err(|e| Self::unavailable(e.to_string()))?;
+        let mut child =
+            cmd.spawn().map_err(|e| Self::unavailable(format!("cannot run {}: {e}", sandbox.bwrap.display())))?;
         let deadline = Instant::now() + CHECK_TIMEOUT;
         let status = loop {
             match child.try_wait() {
@@ -156,37 +253,40 @@ impl SandboxProvider for NamespaceProvider {
         Ok(())
     }
 
-    /// Creates the workspace directory if it is missing.
-    fn open(&self, workspace: &Path, policy: &SandboxPolicy) -> Result<Arc<dyn Sandbox>, SandboxError> {
-        std::fs::create_dir_all(workspace).map_err(|e| workspace_error(workspace, e))?;
-        let workspace = std::fs::canonicalize(workspace).map_err(|e| workspace_error(workspace, e))?;
-        if !workspace.is_dir() {
-            return Err(SandboxError::Workspace {
-                path: workspace.display().to_string(),
-                reason: "not a directory".into(),
-            });
-        }
+    fn open(&self, workspace: WorkspaceDir, policy: &SandboxPolicy) -> Result<Arc<dyn Sandbox>, SandboxError> {
+        self.process_limit()?;
         Ok(Arc::new(self.sandbox(workspace, policy)?))
     }
+}
+
+/// How a networked sandbox reaches the outside.
+#[derive(Debug)]
+struct Network {
+    slirp: PathBuf,
+    resolv: Arc<ResolvConf>,
 }
 
 /// A workspace seen through bubblewrap.
 #[derive(Debug)]
 pub struct NamespaceSandbox {
     bwrap: PathBuf,
-    workspace: PathBuf,
+    workspace: WorkspaceDir,
     inner_root: PathBuf,
     policy: SandboxPolicy,
     layout: HostLayout,
     disable_userns: bool,
+    network: Option<Network>,
+    cgroup: Option<Cgroup>,
+    /// The tasks attaching networking to this sandbox's processes; aborted (and their
+    /// slirp4netns killed) with the sandbox.
+    attachments: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl NamespaceSandbox {
     /// The bubblewrap arguments that run `program args..` in this sandbox.
     pub fn argv(&self, program: &str, args: &[String]) -> Vec<OsString> {
         let spec = Spec {
-            workspace: &self.workspace,
-            network: self.policy.network,
+            network: self.network.as_ref().map(|n| n.resolv.path.as_path()),
             limits: &self.policy.limits,
             layout: &self.layout,
             disable_userns: self.disable_userns,
@@ -195,8 +295,16 @@ impl NamespaceSandbox {
     }
 }
 
+impl Drop for NamespaceSandbox {
+    fn drop(&mut self) {
+        for task in self.attachments.get_mut().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            task.abort();
+        }
+    }
+}
+
 impl Sandbox for NamespaceSandbox {
-    fn workspace(&self) -> &Path {
+    fn workspace(&self) -> &WorkspaceDir {
         &self.workspace
     }
 
@@ -205,20 +313,45 @@ impl Sandbox for NamespaceSandbox {
     }
 
     /// bubblewrap runs with exactly the sandbox's environment (the gateway's is cleared), and
-    /// the sandboxed program inherits it: nothing of it is on a command line.
-    fn command(&self, program: &str, args: &[String]) -> tokio::process::Command {
-        let mut cmd = tokio::process::Command::new(&self.bwrap);
-        cmd.args(self.argv(program, args))
-            .current_dir("/")
-            .env_clear()
-            .envs(argv::sandbox_env())
-            .process_group(0)
-            .kill_on_drop(true);
-        cmd
+    /// the sandboxed program inherits it: nothing of it is on a command line. It gets the
+    /// workspace as a descriptor, and (networked) the pipes its network attachment needs;
+    /// it closes them before the program runs.
+    fn command(&self, program: &str, args: &[String]) -> std::io::Result<tokio::process::Command> {
+        let mut fds = vec![FdMapping { parent_fd: self.workspace.duplicate()?, child_fd: WORKSPACE_FD }];
+        let pipes = match &self.network {
+            Some(_) => Some(NetPipes::new(argv::STATUS_FD, argv::BLOCK_FD)?),
+            None => None,
+        };
+        let argv = self.argv(program, args);
+        let (exe, argv) = match &self.cgroup {
+            Some(cg) => cg.wrap(self.bwrap.as_os_str(), argv),
+            None => (self.bwrap.clone().into_os_string(), argv),
+        };
+        let mut cmd = tokio::process::Command::new(exe);
+        cmd.args(argv).current_dir("/").env_clear().envs(argv::sandbox_env()).process_group(0).kill_on_drop(true);
+        if let (Some(net), Some(mut pipes)) = (&self.network, pipes) {
+            fds.append(&mut pipes.child_ends);
+            let task = pipes.attach(net.slirp.clone());
+            let mut attachments = self.attachments.lock().unwrap_or_else(|p| p.into_inner());
+            attachments.retain(|t| !t.is_finished());
+            attachments.push(task);
+        }
+        cmd.fd_mappings(fds).map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(cmd)
     }
 
     fn policy(&self) -> &SandboxPolicy {
         &self.policy
+    }
+
+    fn terminate(&self) {
+        if let Some(cg) = &self.cgroup {
+            cg.kill_all();
+        }
+    }
+
+    fn contains_descendants(&self) -> bool {
+        self.cgroup.is_some()
     }
 }
 
@@ -249,7 +382,8 @@ mod tests {
         assert!(matches!(p.check(), Err(SandboxError::Unavailable { .. })));
         let tmp = tempfile::tempdir().expect("tempdir");
         let policy = SandboxPolicy { network: false, limits: Default::default() };
-        assert!(matches!(p.open(tmp.path(), &policy), Err(SandboxError::Unavailable { .. })));
+        let dir = WorkspaceDir::open(&std::fs::canonicalize(tmp.path()).expect("canonical"), None).expect("dir");
+        assert!(matches!(p.open(dir, &policy), Err(SandboxError::Unavailable { .. })));
     }
 
     #[test]

@@ -71,7 +71,7 @@ impl Shell {
     /// Starts `bash` in the sandbox. Must be called from a Tokio runtime.
     pub fn spawn(sandbox: &dyn Sandbox) -> io::Result<Self> {
         let (reader, writer) = io::pipe()?;
-        let mut cmd = sandbox.command("bash", &["--noprofile".into(), "--norc".into()]);
+        let mut cmd = sandbox.command("bash", &["--noprofile".into(), "--norc".into()])?;
         cmd.stdin(Stdio::piped()).stdout(writer.try_clone()?).stderr(writer);
         let mut child = cmd.spawn()?;
         // The command holds our copies of the write end: drop it so EOF can be seen.

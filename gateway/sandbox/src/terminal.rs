@@ -174,6 +174,7 @@ impl Terminals {
         let cap = limits.output_cap as u64;
         let limit = spec.output_byte_limit.unwrap_or(cap).min(cap) as usize;
         let (reader, writer) = io::pipe().map_err(|e| TerminalError::Spawn(e.to_string()))?;
+        let spawn_err = |e: io::Error| TerminalError::Spawn(e.to_string());
         let mut cmd = match &env {
             None => self.sandbox.command("env", &argv),
             Some(_) => {
@@ -185,8 +186,8 @@ impl Terminals {
                 args.extend(wrapped);
                 self.sandbox.command("bash", &args)
             }
-        };
-        let spawn_err = |e: io::Error| TerminalError::Spawn(e.to_string());
+        }
+        .map_err(spawn_err)?;
         let stdin = if env.is_some() { Stdio::piped() } else { Stdio::null() };
         cmd.stdin(stdin).stdout(writer.try_clone().map_err(spawn_err)?).stderr(writer);
         let mut child = cmd.spawn().map_err(spawn_err)?;

@@ -10,6 +10,7 @@ use gateway_core::environment::ProviderTier;
 use gateway_models::ModelClient;
 use gateway_models::anthropic::{AnthropicClient, AnthropicConfig, Credential};
 use gateway_models::fake::FakeModel;
+use gateway_runtime::secrets::{KeyOrigin, SecretBox};
 use gateway_runtime::{Environments, EnvironmentsConfig};
 use gateway_sandbox::local::LocalProvider;
 use gateway_sandbox::namespace::NamespaceProvider;
@@ -43,12 +44,29 @@ pub fn model_client(config: &Config) -> anyhow::Result<Arc<dyn ModelClient>> {
 
 /// The providers this host may offer: `local` only when it is the configured sandbox (it is
 /// not a security boundary), `namespace` always (when bubblewrap works here).
+///
+/// What a provider cannot do here is said once, at start-up: `local` without a cgroup cannot
+/// stop a `setsid` child at session delete; `namespace` without slirp4netns fails the turns of
+/// sessions whose environment allows networking.
 pub fn providers(config: &Config) -> Vec<Arc<dyn SandboxProvider>> {
     let mut out: Vec<Arc<dyn SandboxProvider>> = Vec::new();
     if config.sandbox == "local" {
-        out.push(Arc::new(LocalProvider::new()));
+        let local = LocalProvider::new();
+        if let Err(why) = local.cgroups() {
+            warn!(
+                reason = why,
+                "the local sandbox cannot hold its processes in a cgroup here: a process a command detaches with \
+                 setsid() survives its session's delete, and nothing bounds how many a session starts \
+                 (run as root or with a delegated cgroup, or use the namespace sandbox)"
+            );
+        }
+        out.push(Arc::new(local));
     }
-    out.push(Arc::new(NamespaceProvider::new(PathBuf::from(&config.environments.bwrap))));
+    let namespace = NamespaceProvider::new(PathBuf::from(&config.environments.bwrap));
+    if let Err(e) = namespace.networking() {
+        warn!(error = %e, "namespace sandboxes of environments that allow networking will fail their turns");
+    }
+    out.push(Arc::new(namespace));
     out
 }
 
@@ -63,7 +81,7 @@ pub fn environments(config: &Config) -> Arc<Environments> {
     Environments::new(
         EnvironmentsConfig {
             host: config.host_id(),
-            root: PathBuf::from(&config.data_dir).join("workspaces"),
+            root: crate::state::workspaces_root(config),
             limits,
             idle: Duration::from_secs(e.idle_secs.max(1)),
         },
@@ -96,6 +114,26 @@ pub fn startup_guard(config: &Config, offered: &[ProviderTier]) -> anyhow::Resul
         info!(providers = ?offered.iter().map(|p| p.as_str()).collect::<Vec<_>>(), "sandbox providers offered");
     }
     Ok(())
+}
+
+/// The box that seals secrets at rest: the key from `GATEWAY_SECRET_KEY`, else from the key
+/// file (created at first start), checked against the key that sealed this database's
+/// values so that processes sharing a database never seal with different keys.
+pub async fn secret_box(config: &Config, docs: &dyn gateway_runtime::Documents) -> anyhow::Result<SecretBox> {
+    let path = config.secret_key_path();
+    let (secrets, origin) =
+        SecretBox::load(Config::secret_key_from_env().as_deref(), &path).context("loading the secret key")?;
+    match &origin {
+        KeyOrigin::Environment => info!(key_id = secrets.key_id(), "secret key from GATEWAY_SECRET_KEY"),
+        KeyOrigin::File(p) => info!(key_id = secrets.key_id(), path = %p.display(), "secret key from its file"),
+        KeyOrigin::Created(p) => warn!(
+            key_id = secrets.key_id(),
+            path = %p.display(),
+            "created a new secret key; back it up: secrets sealed with it cannot be read without it"
+        ),
+    }
+    secrets.verify_for(docs).await.context("checking the secret key")?;
+    Ok(secrets)
 }
 
 /// `[executors.acp.*]` as the ACP adapter takes them.

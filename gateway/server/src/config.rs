@@ -24,8 +24,13 @@ pub struct Config {
     /// Lets a real model run with the `local` provider, which is not a security boundary.
     #[serde(deserialize_with = "flag")]
     pub allow_unsafe_local_sandbox: bool,
-    /// Where the gateway keeps local state other than the database (session workspaces).
+    /// Where the gateway keeps local state other than the database (session workspaces, the
+    /// secret key file). Created private (0700).
     pub data_dir: String,
+    /// The file holding the key that seals secrets at rest (base64 of 32 bytes); default
+    /// `<data_dir>/secret.key`, created at first start. `GATEWAY_SECRET_KEY` (the key
+    /// itself, base64) wins over it; it is read from the environment only, never from a file.
+    pub secret_key_file: Option<String>,
     /// Names this process in leases and logs; default `<hostname>-<pid>`.
     pub instance_name: Option<String>,
     /// The host identity Session Environments are pinned to; default the hostname.
@@ -57,6 +62,7 @@ impl Default for Config {
             public_url: None,
             allow_unsafe_local_sandbox: false,
             data_dir: "data".into(),
+            secret_key_file: None,
             instance_name: None,
             host_id: None,
             wakeups: true,
@@ -284,7 +290,8 @@ pub enum ConfigError {
 }
 
 /// Environment variables that start with `GATEWAY_` but are not configuration keys.
-const NOT_CONFIG: [&str; 3] = ["TEST_DATABASE_URL", "LOG", "CONFIG"];
+/// `SECRET_KEY` is a credential: read by [`Config::secret_key_from_env`], never from a file.
+const NOT_CONFIG: [&str; 4] = ["TEST_DATABASE_URL", "LOG", "CONFIG", "SECRET_KEY"];
 
 impl Config {
     /// Defaults, then the file (if any), then `GATEWAY_*` variables.
@@ -352,6 +359,19 @@ impl Config {
 
     pub fn instance_name(&self) -> String {
         self.instance_name.clone().unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()))
+    }
+
+    /// Where the secret key file is (or will be created).
+    pub fn secret_key_path(&self) -> PathBuf {
+        match &self.secret_key_file {
+            Some(f) => PathBuf::from(f),
+            None => Path::new(&self.data_dir).join("secret.key"),
+        }
+    }
+
+    /// `GATEWAY_SECRET_KEY`, if set: the key that seals secrets at rest, base64.
+    pub fn secret_key_from_env() -> Option<String> {
+        std::env::var("GATEWAY_SECRET_KEY").ok().filter(|k| !k.trim().is_empty())
     }
 
     pub fn public_url(&self) -> String {
@@ -439,6 +459,16 @@ mod tests {
             assert_eq!(c.workers.count, 7);
             assert_eq!(c.database_url, "postgres://u:p@h/db");
             assert_eq!(c.sandbox, "local");
+            assert_eq!(c.secret_key_path(), Path::new("data/secret.key"), "default: under data_dir");
+            jail.set_env("GATEWAY_SECRET_KEY_FILE", "/run/secrets/gateway.key");
+            jail.set_env("GATEWAY_SECRET_KEY", "a2V5");
+            let c = Config::load(Some(Path::new("g.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!(c.secret_key_path(), Path::new("/run/secrets/gateway.key"));
+            assert_eq!(
+                Config::secret_key_from_env().as_deref(),
+                Some("a2V5"),
+                "the key itself only from the environment"
+            );
             jail.set_env("GATEWAY_ALLOW_UNSAFE_LOCAL_SANDBOX", "1");
             assert!(Config::load(None).map_err(|e| e.to_string())?.allow_unsafe_local_sandbox);
             jail.set_env("GATEWAY_MODEL", "gpt");

@@ -7,6 +7,7 @@ pub mod config;
 pub mod http;
 pub mod publish;
 pub mod serve;
+pub mod state;
 pub mod telemetry;
 
 pub use serve::Extensions;

@@ -9,7 +9,7 @@ use gateway_core::agent::BackendRef;
 use gateway_core::environment::ProviderTier;
 use gateway_core::placement::Offer;
 use gateway_managed_agents::ManagedAgents;
-use gateway_runtime::auth::Authenticator;
+use gateway_runtime::auth::{Authenticator, OwnNames};
 use gateway_runtime::{
     Backend, BackendRegistry, Coordinator, CoordinatorOptions, NativeBackend, NativeConfig, PreviewBus, RetryPolicy,
     WorkerConfig, WorkerPool,
@@ -67,6 +67,7 @@ impl Runtime {
 
 /// Opens the store, registers the backends, publishes configured agents and starts Workers.
 pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<Runtime> {
+    crate::state::prepare(config)?;
     let environments = compose::environments(config);
     let provider_offers = environments.offers();
     compose::startup_guard(config, &provider_offers.iter().map(|p| p.tier.clone()).collect::<Vec<_>>())?;
@@ -151,11 +152,22 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<R
 pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
     let rt = start_runtime(&config, ext).await?;
     let shutdown = rt.shutdown.clone();
-    let auth = Arc::new(Authenticator::new(Arc::clone(&rt.store)));
+    // Without keys, requests must address one of this gateway's names (no DNS rebinding).
+    let names = OwnNames::with_public_url(&config.public_url());
+    let auth = Arc::new(Authenticator::new(Arc::clone(&rt.store)).with_names(names));
+    let secrets = match compose::secret_box(&config, rt.coordinator.documents()).await {
+        Ok(s) => s,
+        Err(e) => {
+            rt.stop().await;
+            return Err(e);
+        }
+    };
     match auth.live_keys().await {
         Ok(0) => warn!(
+            public_url = %config.public_url(),
             "no API keys configured: serving programs on this host only (any credentials accepted; \
-             web pages and other hosts are refused); create a key with `gateway keys create` to serve them"
+             web pages, other hosts, and requests addressed to names other than localhost, loopback \
+             addresses and the public_url host are refused); create a key with `gateway keys create` to serve them"
         ),
         Ok(n) => info!(keys = n, "API keys required (x-api-key or Authorization: Bearer)"),
         Err(e) => warn!(error = %e, "cannot count API keys"),
@@ -172,6 +184,7 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
         agents: rt.published.clone(),
         auth: Arc::clone(&auth),
         public_url: config.public_url(),
+        secrets,
         allow_private_push_targets: config.a2a.allow_private_push_targets,
         shutdown: shutdown.clone(),
     };
@@ -183,7 +196,8 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
         workspace_roots: Some(config.acp.workspace_roots.iter().map(std::path::PathBuf::from).collect()),
         shutdown: shutdown.clone(),
     });
-    let app = router(AppState { coordinator: rt.coordinator.clone() }, managed_agents, a2a, acp);
+    let app =
+        router(AppState { coordinator: rt.coordinator.clone(), auth: Arc::clone(&auth) }, managed_agents, a2a, acp);
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?

@@ -24,7 +24,6 @@ use async_trait::async_trait;
 use futures::future::OptionFuture;
 use gateway_core::event::{ErrorKind, Event, EventPayload};
 use gateway_core::session::{PendingAction, PendingKind};
-use gateway_runtime::environment::EnvironmentError;
 use gateway_runtime::{Backend, BackendError, Environments, RunContext, TurnOutcome};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -86,7 +85,7 @@ impl AcpBackend {
             return Ok(p);
         }
         let room = processes().reserve().await.map_err(failed)?;
-        let lease = self.environments.acquire(&ctx.session).await.map_err(environment_error)?;
+        let lease = self.environments.acquire(&ctx.session).await?;
         let mut lease = lease;
         if let Some(change) = lease.acquired.change.take() {
             ctx.commit_environment(vec![], change).await?;
@@ -165,14 +164,6 @@ fn boundary(ctx: &RunContext) -> u64 {
 
 fn seq_binding(bindings: &std::collections::BTreeMap<String, String>, name: &str) -> u64 {
     bindings.get(name).and_then(|s| s.parse().ok()).unwrap_or(0)
-}
-
-fn environment_error(e: EnvironmentError) -> BackendError {
-    let kind = match &e {
-        EnvironmentError::Vanished { .. } => ErrorKind::EnvironmentLost,
-        _ => ErrorKind::PlacementFailed,
-    };
-    BackendError::Failed { kind, message: e.to_string() }
 }
 
 /// The answer a client gave to a parked tool use, if any.

@@ -113,7 +113,10 @@ pub struct SandboxConnector;
 impl Connector for SandboxConnector {
     fn connect(&self, hand: &Hand, executor: &str, config: &crate::ExecutorConfig) -> Result<Connection, String> {
         let env: Vec<(String, String)> = config.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        let mut cmd = hand.sandbox().command_with_env(&config.command, &config.args, &env);
+        let mut cmd = hand
+            .sandbox()
+            .command_with_env(&config.command, &config.args, &env)
+            .map_err(|e| format!("cannot prepare ACP agent {executor:?} ({}): {e}", config.command))?;
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child =
             cmd.spawn().map_err(|e| format!("cannot start ACP agent {executor:?} ({}): {e}", config.command))?;

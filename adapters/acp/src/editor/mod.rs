@@ -207,7 +207,7 @@ impl Handler for EditorHandler {
 /// The workspace directory of a session opened by an editor, if it has one.
 pub(crate) fn workspace_of(session: &Session) -> Option<&str> {
     session.snapshot.resources.iter().find_map(|r| match &r.kind {
-        ResourceKind::Workspace { path } => Some(path.as_str()),
+        ResourceKind::Workspace { path, .. } => Some(path.as_str()),
         _ => None,
     })
 }

@@ -93,17 +93,9 @@ async fn drive(
     let coordinator = &ed.ctx.coordinator;
     let id = open.id.clone();
     let session = coordinator.get_session(&id).await.map_err(runtime_error)?;
-    // On a network connection the workspace was checked when the session was opened; a
-    // symlink swapped since (by an agent of another session, say) must not carry this turn
-    // outside `[acp] workspace_roots`.
-    if ed.ctx.workspace_roots.is_some()
-        && let Some(ws) = super::workspace_of(&session)
-        && super::sessions::allowed_cwd(ed, ws)? != ws
-    {
-        return Err(RpcError::invalid_params(format!(
-            "the session's workspace {ws:?} no longer resolves to itself (a symlink changed); it cannot be used here"
-        )));
-    }
+    // The workspace is not re-checked here: every realization and wake of the session's
+    // environment opens it without symlinks and checks it is the directory recorded at
+    // creation, whichever face the turn came from (invariant 19).
     let content = wire::prompt_to_core(&p.prompt, Editor::support(&session))?;
     let options = SubscribeOptions { after_seq: session.last_seq, previews: true, poll: None };
     let stream = coordinator.subscribe(&id, options).await.map_err(runtime_error)?;

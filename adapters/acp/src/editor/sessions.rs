@@ -64,20 +64,25 @@ fn session_id(raw: &str) -> Result<SessionId, RpcError> {
 
 /// Where a session's workspace may be on this connection: any directory on stdio (the
 /// editor started the gateway with its user's rights); on network transports only under one
-/// of `[acp] workspace_roots`, compared after resolving symlinks and `..`. Returns the path
-/// to use: as given on stdio, resolved on network transports (so what was checked is what
-/// is mounted).
-pub(super) fn allowed_cwd(ed: &Editor, cwd: &str) -> Result<String, RpcError> {
+/// of `[acp] workspace_roots`, compared after resolving symlinks and `..`. Returns the
+/// resolved path (what was checked is what is mounted: the Coordinator opens it without
+/// following symlinks and records which directory it is) and, on network transports, the
+/// root it lies under (every realization opens it beneath that root).
+pub(super) fn allowed_cwd(ed: &Editor, cwd: &str) -> Result<(String, Option<String>), RpcError> {
     if !Path::new(cwd).is_absolute() {
         return Err(RpcError::invalid_params(format!("`cwd` must be an absolute path, not {cwd:?}")));
     }
     let not_a_dir = || RpcError::invalid_params(format!("`cwd` {cwd:?} is not a directory on the gateway's host"));
     let Some(roots) = &ed.ctx.workspace_roots else {
-        return if Path::new(cwd).is_dir() { Ok(cwd.to_owned()) } else { Err(not_a_dir()) };
+        return match std::fs::canonicalize(cwd) {
+            Ok(real) if real.is_dir() => Ok((real.display().to_string(), None)),
+            _ => Err(not_a_dir()),
+        };
     };
     // The roots are checked first, so a network client learns nothing about paths outside.
-    match std::fs::canonicalize(cwd).ok().filter(|real| under_roots(real, roots)) {
-        Some(real) if real.is_dir() => Ok(real.display().to_string()),
+    let real = std::fs::canonicalize(cwd).ok();
+    match real.as_deref().and_then(|real| root_of(real, roots).map(|root| (real, root))) {
+        Some((real, root)) if real.is_dir() => Ok((real.display().to_string(), Some(root.display().to_string()))),
         Some(_) => Err(not_a_dir()),
         None if roots.is_empty() => Err(RpcError::invalid_params(
             "this endpoint opens no workspace: the gateway's `[acp] workspace_roots` is empty (configure the \
@@ -89,14 +94,20 @@ pub(super) fn allowed_cwd(ed: &Editor, cwd: &str) -> Result<String, RpcError> {
     }
 }
 
+/// The first of the roots (themselves resolved) that a resolved path lies in.
+fn root_of(real: &Path, roots: &[PathBuf]) -> Option<PathBuf> {
+    roots.iter().filter_map(|r| std::fs::canonicalize(r).ok()).find(|root| real.starts_with(root))
+}
+
 /// Whether a resolved path lies in one of the roots (themselves resolved).
 fn under_roots(real: &Path, roots: &[PathBuf]) -> bool {
-    roots.iter().filter_map(|r| std::fs::canonicalize(r).ok()).any(|root| real.starts_with(root))
+    root_of(real, roots).is_some()
 }
 
 pub(super) async fn new_session(ed: &Editor, raw: Value) -> Result<Value, RpcError> {
     let mut p: NewParams = params(raw)?;
-    p.cwd = allowed_cwd(ed, &p.cwd)?;
+    let (cwd, root) = allowed_cwd(ed, &p.cwd)?;
+    p.cwd = cwd;
     let (name, agent_id) = ed.default_agent()?;
     let agent = ed.ctx.coordinator.get_agent(&agent_id, None).await.map_err(runtime_error)?;
     let backend = agent.spec.backend.clone();
@@ -112,7 +123,7 @@ pub(super) async fn new_session(ed: &Editor, raw: Value) -> Result<Value, RpcErr
         environment_id,
         title: None,
         metadata: Default::default(),
-        resources: vec![ResourceKind::Workspace { path: p.cwd.clone() }],
+        resources: vec![ResourceKind::workspace(p.cwd.clone(), root)],
         initial_inputs: vec![],
     };
     let (session, _) = ed.ctx.coordinator.create_session(request).await.map_err(runtime_error)?;
@@ -227,7 +238,12 @@ pub(super) async fn list(ed: &Editor, raw: Value) -> Result<Value, RpcError> {
         .iter()
         .filter_map(|s| {
             let cwd = workspace_of(s)?;
-            if p.cwd.as_deref().is_some_and(|want| want != cwd) {
+            // Workspaces are recorded resolved; so is the filter.
+            let want = p
+                .cwd
+                .as_deref()
+                .map(|w| std::fs::canonicalize(w).map(|r| r.display().to_string()).unwrap_or_else(|_| w.to_owned()));
+            if want.is_some_and(|want| want != cwd) {
                 return None;
             }
             // A network editor sees only sessions it could open.

@@ -174,7 +174,7 @@ impl Rig {
             environment_id,
             title: None,
             metadata: Default::default(),
-            resources: vec![ResourceKind::Workspace { path: self.project(&format!("ws-{agent}")) }],
+            resources: vec![ResourceKind::workspace(self.project(&format!("ws-{agent}")), None)],
             initial_inputs: vec![],
         };
         self.coordinator.create_session(req).await.unwrap().0

@@ -24,7 +24,7 @@ use gateway_sandbox::ToolOutput;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{Backend, BackendError, RunContext, TurnOutcome};
-use crate::environment::{EnvironmentError, Environments, Lease};
+use crate::environment::{Environments, Lease};
 use crate::previews::Preview;
 
 #[derive(Debug, Clone)]
@@ -105,14 +105,6 @@ fn model_error(e: ModelError) -> BackendError {
     }
 }
 
-fn environment_error(e: EnvironmentError) -> BackendError {
-    let kind = match &e {
-        EnvironmentError::Vanished { .. } => ErrorKind::EnvironmentLost,
-        _ => ErrorKind::PlacementFailed,
-    };
-    BackendError::Failed { kind, message: e.to_string() }
-}
-
 /// One run of one turn: what the run may see, and the Hand once acquired.
 struct Turn<'a> {
     backend: &'a NativeBackend,
@@ -148,7 +140,7 @@ impl<'a> Turn<'a> {
                 message: "no sandbox provider is configured on this host".into(),
             });
         };
-        let mut lease = envs.acquire(&self.ctx.session).await.map_err(environment_error)?;
+        let mut lease = envs.acquire(&self.ctx.session).await?;
         let hand = Arc::clone(&lease.acquired.hand);
         match lease.acquired.change.take() {
             Some(change) => {

@@ -506,7 +506,7 @@ pub async fn placement_refusals_name_their_rule(h: &dyn Harness) {
         environment_id: env.id.clone(),
         title: None,
         metadata: Metadata::new(),
-        resources: vec![gateway_core::session::ResourceKind::Workspace { path: "/tmp".into() }],
+        resources: vec![gateway_core::session::ResourceKind::workspace("/tmp", None)],
         initial_inputs: vec![],
     };
     match r.coordinator.create_session(with_mount).await {

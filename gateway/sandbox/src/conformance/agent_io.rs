@@ -130,7 +130,7 @@ pub async fn operator_variables_stay_out_of_argv(h: &dyn Harness) {
     let secret = super::unique("secret");
     let env = vec![("AGENT_TOKEN".to_owned(), secret.clone())];
     let script = "printf '%s\\n' \"$AGENT_TOKEN\"; exec sleep 5";
-    let mut cmd = f.sandbox.command_with_env("sh", &["-c".to_owned(), script.to_owned()], &env);
+    let mut cmd = f.sandbox.command_with_env("sh", &["-c".to_owned(), script.to_owned()], &env).unwrap();
     cmd.stdout(std::process::Stdio::piped()).stdin(std::process::Stdio::null());
     let mut child = cmd.spawn().unwrap();
     let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap());

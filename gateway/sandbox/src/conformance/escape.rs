@@ -30,7 +30,7 @@ impl Outside {
 
     /// The secret as a path relative to the workspace (`../<outside>/secret.txt`).
     fn relative_from(&self, f: &Fixture) -> String {
-        let ws = std::fs::canonicalize(f.sandbox.workspace()).unwrap();
+        let ws = std::fs::canonicalize(f.sandbox.workspace().path()).unwrap();
         let out = std::fs::canonicalize(self.dir.path()).unwrap();
         let up = ws.components().count() - 1;
         format!("{}{}/secret.txt", "../".repeat(up), out.strip_prefix("/").unwrap().display())
@@ -142,7 +142,7 @@ pub async fn a_symlink_swapped_during_reads_never_leaks(h: &dyn Harness) {
     f.put("benign.txt", "benign content");
     f.put("real/passwd", "benign passwd");
     f.put("real/secret.txt", "benign secret");
-    let ws = f.sandbox.workspace().to_owned();
+    let ws = f.sandbox.workspace().path().to_owned();
     let stop = Arc::new(AtomicBool::new(false));
     let swapper = {
         let stop = Arc::clone(&stop);
@@ -197,8 +197,8 @@ pub async fn workspaces_cannot_see_each_other(h: &dyn Harness) {
     b.put("secret.txt", SECRET);
     let b_host = b.host("secret.txt").display().to_string();
     all_tools_refuse(&a, &b_host).await;
-    all_tools_refuse(&a, &b.sandbox.workspace().display().to_string()).await;
-    let ws_a = std::fs::canonicalize(a.sandbox.workspace()).unwrap();
+    all_tools_refuse(&a, &b.sandbox.workspace().path().display().to_string()).await;
+    let ws_a = std::fs::canonicalize(a.sandbox.workspace().path()).unwrap();
     let up = "../".repeat(ws_a.components().count() - 1);
     let b_rel = format!("{up}{}", b.host("secret.txt").strip_prefix("/").unwrap().display());
     all_tools_refuse(&a, &b_rel).await;

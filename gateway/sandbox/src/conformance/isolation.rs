@@ -63,19 +63,69 @@ pub async fn tmp_is_private(h: &dyn Harness) {
     assert!(!std::path::Path::new("/tmp").join(&inner_name).exists(), "the sandbox wrote into the host's /tmp");
 }
 
-pub async fn the_network_is_cut_unless_allowed(h: &dyn Harness) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+/// A sandbox never reaches the host's loopback, where a gateway without keys trusts every
+/// caller; one that may use the network reaches the host's other addresses like any remote
+/// peer would (and is seen from a non-loopback address).
+pub async fn a_networked_sandbox_never_reaches_the_hosts_loopback(h: &dyn Harness) {
+    let listener = TcpListener::bind("0.0.0.0:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let probe = format!(
-        "timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}' 2>/dev/null && echo CONNECTED || echo unreachable"
-    );
+    let outside = outbound_address().expect("this test needs a non-loopback address with a default route");
+    let probe = |host: &str| {
+        format!("timeout 5 bash -c 'exec 3<>/dev/tcp/{host}/{port}' 2>/dev/null && echo CONNECTED || echo unreachable")
+    };
     let closed = Fixture::new(h);
-    assert_eq!(closed.sh(&probe).await, "unreachable\n", "the host's loopback is reachable without network");
+    assert_eq!(closed.sh(&probe("127.0.0.1")).await, "unreachable\n", "the host's loopback without network");
+    assert_eq!(closed.sh(&probe(&outside)).await, "unreachable\n", "the host's address without network");
     let mut open_policy = policy();
     open_policy.network = true;
     let open = Fixture::with_policy(h, open_policy);
-    assert_eq!(open.sh(&probe).await, "CONNECTED\n", "network: true should reach the host");
-    drop(listener);
+    for host in ["127.0.0.1", "10.0.2.2", "localhost"] {
+        assert_eq!(open.sh(&probe(host)).await, "unreachable\n", "a networked sandbox reached the host via {host}");
+    }
+    assert_eq!(open.sh(&probe(&outside)).await, "CONNECTED\n", "network: true reaches the host's other address");
+    listener.set_nonblocking(true).unwrap();
+    let peer = listener.accept().map(|(_, peer)| peer).expect("the connection was accepted");
+    assert!(!peer.ip().is_loopback(), "the sandbox's connection came from {peer}, a loopback address");
+    let dev = open.sh("cat /proc/net/dev").await;
+    assert!(!dev.lines().any(|l| l.trim_start().starts_with("eth0:")), "the host's interfaces are not shared: {dev}");
+}
+
+/// The address this host uses to reach the outside (no packet is sent).
+fn outbound_address() -> Option<String> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("192.0.2.254:9").or_else(|_| s.connect("1.1.1.1:53")).ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then(|| ip.to_string())
+}
+
+/// Nothing of the gateway's reaches a sandboxed process but its three standard streams (the
+/// workspace descriptor bubblewrap binds, for one, would lead out of the sandbox).
+pub async fn no_descriptor_leaks_into_the_sandbox(h: &dyn Harness) {
+    let f = Fixture::new(h);
+    // What a command sees: its three streams, and the descriptor `ls` opens to list them.
+    let listing = "ls -1 /proc/self/fd";
+    assert_eq!(f.sh(listing).await, "0\n1\n2\n3\n", "a command inherited more than its standard streams");
+    let mut p = policy();
+    p.network = true;
+    let networked = Fixture::with_policy(h, p);
+    assert_eq!(networked.sh(listing).await, "0\n1\n2\n3\n");
+}
+
+/// A fork bomb stops at the sandbox's process limit, also when the gateway runs as root
+/// (uid 0 ignores `ulimit -u`; the sandbox's cgroup does not).
+pub async fn a_fork_bomb_stops_at_the_process_limit(h: &dyn Harness) {
+    let mut p = policy();
+    p.limits.max_processes = 64;
+    let f = Fixture::with_policy(h, p);
+    // perl, because bash retries a failed fork for half a minute. It prints how many of 400
+    // children it could start, then stops them.
+    let out = f
+        .sh("perl -e 'my @k; for (1..400) { my $p = fork; last unless defined $p; \
+             if (!$p) { sleep 30; exit } push @k, $p } print scalar(@k), \"\\n\"; kill 9, @k'")
+        .await;
+    let started: u64 = out.trim().parse().unwrap_or_else(|_| panic!("not a count: {out:?}"));
+    assert!(started < 64, "{started} of 400 children started in a sandbox limited to 64 processes");
+    assert!(started >= 32, "the limit should still allow many processes: {started}");
 }
 
 pub async fn host_files_and_other_workspaces_are_invisible(h: &dyn Harness) {

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{Fixture, Harness, call, policy};
+use super::{Fixture, Harness, call, open_dir, policy};
 use crate::Hand;
 
 pub async fn files_survive_hibernate_and_a_new_hand(h: &dyn Harness) {
@@ -19,9 +19,9 @@ pub async fn files_survive_hibernate_and_a_new_hand(h: &dyn Harness) {
     assert_eq!(f.sh("cat b.txt; echo ${STATE:-gone}").await, "from the shell\ngone\n", "a fresh shell, same files");
 
     // A new sandbox and Hand over the same directory, as after a gateway restart.
-    let sandbox = h.provider().open(f.sandbox.workspace(), &policy()).unwrap();
+    let sandbox = h.provider().open(open_dir(f.sandbox.workspace().path()), &policy()).unwrap();
     let hand = Hand::new(Arc::clone(&sandbox)).unwrap();
-    assert_eq!(hand.workspace(), f.sandbox.workspace());
+    assert_eq!(hand.workspace(), f.sandbox.workspace().path());
     let read = call(&hand, "read", json!({"file_path": "b.txt"})).await;
     assert_eq!(read.text, "     1\tfrom the shell\n");
     let cat = call(&hand, "bash", json!({"command": "cat notes/a.txt"})).await;
@@ -58,6 +58,28 @@ pub async fn dropping_a_hand_kills_its_shell(h: &dyn Harness) {
     let Fixture { dir, sandbox, hand } = f;
     drop(hand);
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert!(!sandbox.workspace().join("late.txt").exists(), "a background job survived its Hand");
+    assert!(!sandbox.workspace().path().join("late.txt").exists(), "a background job survived its Hand");
     drop(dir);
+}
+
+/// Session delete (`Hand::release`) stops every process the sandbox started, also one that
+/// called `setsid()` to leave the shell's process group.
+pub async fn release_kills_children_that_left_their_process_group(h: &dyn Harness) {
+    let f = Fixture::new(h);
+    assert!(
+        f.sandbox.contains_descendants(),
+        "the provider must hold a sandbox's processes in a cgroup here (the gateway runs as root or has a \
+         delegated cgroup); README: what `local` does not protect"
+    );
+    let marker = super::unique("gw-setsid");
+    f.sh(&format!("setsid bash -c 'exec -a {marker} sleep 60' </dev/null >/dev/null 2>&1 &")).await;
+    assert!(
+        super::eventually(Duration::from_secs(5), || !super::processes_with(&marker).is_empty()).await,
+        "the detached child never started"
+    );
+    f.hand.release().await;
+    assert!(
+        super::eventually(Duration::from_secs(5), || super::processes_with(&marker).is_empty()).await,
+        "a setsid child outlived release"
+    );
 }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Hand, Limits, Sandbox, SandboxPolicy, SandboxProvider, ToolOutput};
+use crate::{Hand, Limits, Sandbox, SandboxPolicy, SandboxProvider, ToolOutput, WorkspaceDir};
 
 /// Names the provider under test.
 pub trait Harness: Send + Sync {
@@ -55,6 +55,7 @@ macro_rules! conformance_suite {
             lifecycle::hibernate_kills_background_work,
             lifecycle::hibernate_interrupts_a_running_command,
             lifecycle::dropping_a_hand_kills_its_shell,
+            lifecycle::release_kills_children_that_left_their_process_group,
             bash::bash_runs_in_the_workspace_with_merged_output,
             bash::shell_state_persists_until_restart,
             bash::exit_statuses_are_reported,
@@ -64,6 +65,7 @@ macro_rules! conformance_suite {
             bash::output_is_capped_and_the_shell_stays_in_sync,
             bash::cancel_kills_the_command,
             bash::commands_cannot_forge_their_completion,
+            isolation::no_descriptor_leaks_into_the_sandbox,
             agent_io::text_files_are_read_and_written_inside_the_workspace,
             agent_io::terminals_run_report_output_and_exit,
             agent_io::terminal_output_is_limited_from_the_start,
@@ -92,7 +94,8 @@ macro_rules! isolation_suite {
             isolation::the_only_network_interface_is_loopback,
             isolation::the_system_is_read_only,
             isolation::tmp_is_private,
-            isolation::the_network_is_cut_unless_allowed,
+            isolation::a_networked_sandbox_never_reaches_the_hosts_loopback,
+            isolation::a_fork_bomb_stops_at_the_process_limit,
             isolation::host_files_and_other_workspaces_are_invisible,
             isolation::resource_limits_apply,
             isolation::the_hostname_is_the_sandbox
@@ -114,14 +117,14 @@ impl Fixture {
 
     pub fn with_policy(harness: &dyn Harness, policy: SandboxPolicy) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let sandbox = harness.provider().open(dir.path(), &policy).expect("the provider opens a sandbox");
+        let sandbox = harness.provider().open(open_dir(dir.path()), &policy).expect("the provider opens a sandbox");
         let hand = Hand::new(Arc::clone(&sandbox)).expect("a Hand on the sandbox");
         Self { dir, sandbox, hand }
     }
 
     /// The workspace on the host.
     pub fn host(&self, rel: &str) -> PathBuf {
-        self.sandbox.workspace().join(rel)
+        self.sandbox.workspace().path().join(rel)
     }
 
     /// Where processes and absolute tool paths see `rel`.
@@ -173,6 +176,12 @@ pub fn policy() -> SandboxPolicy {
             ..Default::default()
         },
     }
+}
+
+/// An existing directory opened as a workspace (canonicalized first: temp paths may run
+/// through symlinks, which a workspace path may not).
+pub fn open_dir(path: &Path) -> WorkspaceDir {
+    WorkspaceDir::open(&std::fs::canonicalize(path).unwrap(), None).expect("the workspace opens")
 }
 
 pub async fn call(hand: &Hand, tool: &str, input: Value) -> ToolOutput {

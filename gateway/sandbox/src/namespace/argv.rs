@@ -5,10 +5,16 @@ use std::ffi::OsString;
 use std::path::Path;
 
 use crate::Limits;
-use crate::local::{SANDBOX_LANG, SANDBOX_PATH, SANDBOX_TERM};
+use crate::local::{CLOSE_INHERITED_FDS, SANDBOX_LANG, SANDBOX_PATH, SANDBOX_TERM};
 
 /// Where the workspace is mounted inside the sandbox.
 pub const INNER_ROOT: &str = "/workspace";
+/// The descriptor bubblewrap finds the workspace directory on (`--bind-fd`).
+pub const WORKSPACE_FD: i32 = 3;
+/// The descriptors of a networked sandbox: bubblewrap's status reports and the pipe the
+/// sandboxed program waits on until its network is up (see `net`).
+pub const STATUS_FD: i32 = 4;
+pub const BLOCK_FD: i32 = 5;
 /// The unprivileged identity processes run as (`nobody`/`nogroup` on Debian).
 pub const SANDBOX_UID: u32 = 65534;
 
@@ -19,7 +25,7 @@ const SYSTEM_LINKS: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"
 /// The `/etc` entries ordinary programs need: the dynamic linker's cache and configuration,
 /// Debian's `alternatives` (e.g. `awk` is a symlink through it), TLS roots, name-service
 /// configuration and the user database (so uid 65534 has a name). Bound read-only when they
-/// exist. `resolv.conf` is added only when the network is allowed. No secrets (`shadow`, ssh
+/// exist. A networked sandbox gets its own `resolv.conf` (slirp4netns's resolver). No secrets (`shadow`, ssh
 /// keys) are in this list.
 const ETC_ENTRIES: &[&str] = &[
     "ld.so.cache",
@@ -47,7 +53,8 @@ const ETC_ENTRIES: &[&str] = &[
 pub struct HostLayout {
     /// `(name, Some(target))` for a symlink, `(name, None)` for a directory to bind.
     pub system: Vec<(String, Option<OsString>)>,
-    /// `/etc` entries that exist (resolv.conf included when present).
+    /// `/etc` entries that exist (`resolv.conf` is never taken from the host: a networked
+    /// sandbox gets one naming its own resolver).
     pub etc: Vec<String>,
 }
 
@@ -70,7 +77,6 @@ impl HostLayout {
             .collect();
         let etc = ETC_ENTRIES
             .iter()
-            .chain(std::iter::once(&"resolv.conf"))
             .filter(|name| Path::new("/etc").join(name).exists())
             .map(|name| name.to_string())
             .collect();
@@ -87,8 +93,10 @@ pub fn sandbox_env() -> [(&'static str, &'static str); 4] {
 /// Everything that decides the command line.
 #[derive(Debug, Clone)]
 pub struct Spec<'a> {
-    pub workspace: &'a Path,
-    pub network: bool,
+    /// The sandbox's network: `None` for none but its own loopback; else the `resolv.conf`
+    /// to mount (naming slirp4netns's resolver), with bubblewrap reporting on [`STATUS_FD`]
+    /// and holding the program on [`BLOCK_FD`] until the network is attached.
+    pub network: Option<&'a Path>,
     pub limits: &'a Limits,
     pub layout: &'a HostLayout,
     /// bubblewrap >= 0.8 can forbid nested user namespaces (less kernel attack surface).
@@ -98,9 +106,13 @@ pub struct Spec<'a> {
 /// The arguments after `bwrap` that run `program args..` confined.
 pub fn bwrap_args(spec: &Spec<'_>, program: &str, args: &[String]) -> Vec<OsString> {
     let mut a = Args::default();
+    // Every namespace is new, the network's too: a sandbox never shares the host's network
+    // (where it would reach the gateway on 127.0.0.1); with network allowed, slirp4netns
+    // connects its own namespace to the outside.
     a.push(["--unshare-all", "--unshare-user"]);
-    if spec.network {
-        a.push(["--share-net"]);
+    if spec.network.is_some() {
+        let (status, block) = (STATUS_FD.to_string(), BLOCK_FD.to_string());
+        a.push(["--json-status-fd", &status, "--block-fd", &block]);
     }
     if spec.disable_userns {
         a.push(["--disable-userns"]);
@@ -117,17 +129,19 @@ pub fn bwrap_args(spec: &Spec<'_>, program: &str, args: &[String]) -> Vec<OsStri
         }
     }
     for name in &spec.layout.etc {
-        if name == "resolv.conf" && !spec.network {
-            continue;
-        }
         let path = format!("/etc/{name}");
         a.push(["--ro-bind", &path, &path]);
+    }
+    if let Some(resolv) = spec.network {
+        a.push_os(["--ro-bind".into(), resolv.as_os_str().to_owned(), "/etc/resolv.conf".into()]);
     }
     // A minimal /dev (null, zero, urandom, tty, pts) that is itself read-only, with a private
     // writable /dev/shm for programs that need shared memory.
     a.push(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]);
     a.push(["--tmpfs", "/tmp"]);
-    a.push_os(["--bind".into(), spec.workspace.as_os_str().to_owned(), INNER_ROOT.into()]);
+    // The workspace is the directory handle checked when the environment was realized, never
+    // a path looked up again (a path can be swapped for a symlink in between).
+    a.push(["--bind-fd", &WORKSPACE_FD.to_string(), INNER_ROOT]);
     // bubblewrap builds the root as a tmpfs; once every mount point exists, make it read-only
     // so nothing outside /workspace, /tmp and /dev/shm can be written.
     a.push(["--remount-ro", "/"]);
@@ -161,9 +175,14 @@ impl Args {
 ///
 /// Note that `RLIMIT_NPROC` (`ulimit -u`) is counted per real user and is **not enforced for
 /// root**: when the gateway runs as root, the sandbox's uid 65534 maps back to root outside
-/// the user namespace and the process limit does not bind. File size and address space do.
+/// the user namespace and the process limit does not bind. The sandbox's `pids` cgroup does
+/// (see `cgroup`); the namespace provider refuses to run as root without one.
 pub fn limits_script(limits: &Limits) -> String {
-    let mut script = String::from(
+    // First close every descriptor but the standard three: whatever the gateway inherited
+    // and did not mark close-on-exec must not reach the sandbox (a directory descriptor from
+    // outside is a way out of it).
+    let mut script = String::from(CLOSE_INHERITED_FDS);
+    script.push_str(
         "lim() { h=$(ulimit -H \"$1\") || exit 125; \
          if [ \"$h\" = unlimited ] || [ \"$h\" -gt \"$2\" ]; then \
          ulimit \"$1\" \"$2\" || { echo \"sandbox: cannot apply limit $1 $2\" >&2; exit 125; }; fi; }; ",
@@ -187,15 +206,15 @@ mod tests {
     fn layout() -> HostLayout {
         HostLayout {
             system: vec![("bin".into(), Some("usr/bin".into())), ("lib".into(), None)],
-            etc: vec!["passwd".into(), "resolv.conf".into()],
+            etc: vec!["passwd".into()],
         }
     }
 
     fn args(network: bool) -> Vec<String> {
         let limits = Limits::default();
         let layout = layout();
-        let spec =
-            Spec { workspace: Path::new("/w s"), network, limits: &limits, layout: &layout, disable_userns: true };
+        let resolv = Path::new("/run/gw/resolv.conf");
+        let spec = Spec { network: network.then_some(resolv), limits: &limits, layout: &layout, disable_userns: true };
         bwrap_args(&spec, "echo", &["a b".into()]).into_iter().map(|s| s.to_string_lossy().into_owned()).collect()
     }
 
@@ -204,14 +223,17 @@ mod tests {
     }
 
     #[test]
-    fn network_is_cut_unless_allowed() {
+    fn the_host_network_is_never_shared() {
         let closed = args(false);
         assert!(has(&closed, &["--unshare-all"]));
         assert!(!closed.iter().any(|a| a == "--share-net"));
-        assert!(!has(&closed, &["--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf"]));
+        assert!(!closed.iter().any(|a| a.contains("resolv.conf")));
+        assert!(!closed.iter().any(|a| a == "--block-fd"));
         let open = args(true);
-        assert!(open.iter().any(|a| a == "--share-net"));
-        assert!(has(&open, &["--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf"]));
+        assert!(has(&open, &["--unshare-all"]));
+        assert!(!open.iter().any(|a| a == "--share-net"), "networked sandboxes get their own namespace");
+        assert!(has(&open, &["--json-status-fd", "4", "--block-fd", "5"]));
+        assert!(has(&open, &["--ro-bind", "/run/gw/resolv.conf", "/etc/resolv.conf"]));
     }
 
     #[test]
@@ -220,7 +242,8 @@ mod tests {
         assert!(has(&a, &["--symlink", "usr/bin", "/bin"]));
         assert!(has(&a, &["--ro-bind", "/lib", "/lib"]));
         assert!(has(&a, &["--ro-bind", "/usr", "/usr"]));
-        assert!(has(&a, &["--bind", "/w s", "/workspace"]));
+        assert!(has(&a, &["--bind-fd", "3", "/workspace"]));
+        assert!(!a.iter().any(|x| x == "--bind"), "no workspace path is looked up by bubblewrap");
         assert!(has(&a, &["--uid", "65534", "--gid", "65534"]));
         assert!(has(&a, &["--cap-drop", "ALL"]));
         assert!(has(&a, &["--tmpfs", "/tmp"]));

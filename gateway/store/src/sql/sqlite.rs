@@ -2,7 +2,14 @@
 //! disk before the client hears "accepted", a single writer connection (writers are
 //! serialized anyway; one connection avoids busy retries inside this process), and a pool of
 //! readers that WAL lets run beside it.
+//!
+//! The database holds every transcript, so its files are private to the gateway's user
+//! whatever the umask: the file is created 0600 before SQLite opens it (SQLite gives the
+//! `-wal` and `-shm` files the database file's mode), a missing parent directory is created
+//! 0700, and files of an earlier version left readable by others are tightened.
 
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,9 +75,8 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
-        if let Some(dir) = base.get_filename().parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| StoreError::Unavailable(format!("cannot create {}: {e}", dir.display())))?;
+        if on_disk(url) {
+            private_files(base.get_filename())?;
         }
         let write = SqlitePoolOptions::new()
             .max_connections(1)
@@ -89,6 +95,49 @@ impl SqliteStore {
             background: tokio_util::sync::CancellationToken::new(),
         })
     }
+}
+
+/// Whether a `sqlite:` URL names a file (not `:memory:` nor `mode=memory`, nor read-only).
+fn on_disk(url: &str) -> bool {
+    let (database, query) = url.split_once('?').unwrap_or((url, ""));
+    let memory_or_ro =
+        query.split('&').any(|p| matches!(p, "mode=memory" | "mode=ro" | "immutable=true" | "immutable=1"));
+    !database.ends_with(":memory:") && !memory_or_ro
+}
+
+/// Creates the database file 0600 (and a missing parent 0700) unless it exists; tightens an
+/// existing database file and its `-wal` / `-shm` to 0600.
+fn private_files(db: &Path) -> Result<()> {
+    let unavailable =
+        |what: &Path, e: std::io::Error| StoreError::Unavailable(format!("cannot create {}: {e}", what.display()));
+    if let Some(dir) = db.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| unavailable(dir, e))?;
+    }
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(db) {
+        Ok(_) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(unavailable(db, e)),
+    }
+    let mut names = vec![db.to_path_buf()];
+    for suffix in ["-wal", "-shm"] {
+        let mut name = db.as_os_str().to_owned();
+        name.push(suffix);
+        names.push(PathBuf::from(name));
+    }
+    for path in names {
+        let Ok(meta) = std::fs::metadata(&path) else { continue };
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 == 0 {
+            continue;
+        }
+        match std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)) {
+            Ok(()) => {
+                tracing::warn!(path = %path.display(), was = format!("{mode:o}"), "made a database file private (0600)")
+            }
+            Err(e) => tracing::warn!(path = %path.display(), error = %e, "a database file is readable by other users"),
+        }
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -115,5 +164,47 @@ impl Store for SqliteStore {
 
     fn engine(&self) -> &'static str {
         <Sqlite as Engine>::NAME
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).map(|m| m.permissions().mode() & 0o777).unwrap_or(0)
+    }
+
+    #[tokio::test]
+    async fn database_files_are_private_whatever_the_umask() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let db = tmp.path().join("state/gateway.db");
+        let store =
+            SqliteStore::connect(&format!("sqlite://{}", db.display()), &StoreOptions::default()).await.expect("open");
+        store.migrate().await.expect("migrate");
+        assert_eq!(mode(db.parent().expect("dir")), 0o700);
+        for suffix in ["", "-wal", "-shm"] {
+            let f = PathBuf::from(format!("{}{suffix}", db.display()));
+            assert!(f.exists(), "{} exists (WAL mode)", f.display());
+            assert_eq!(mode(&f), 0o600, "{}", f.display());
+        }
+        store.close().await;
+
+        // A database of an earlier version, left readable by everyone, is tightened.
+        std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let store = SqliteStore::connect(&format!("sqlite://{}", db.display()), &StoreOptions::default())
+            .await
+            .expect("reopen");
+        assert_eq!(mode(&db), 0o600);
+        store.close().await;
+    }
+
+    #[test]
+    fn only_file_urls_get_a_file() {
+        assert!(on_disk("sqlite://data/gateway.db"));
+        assert!(on_disk("sqlite:gateway.db?mode=rwc"));
+        assert!(!on_disk("sqlite::memory:"));
+        assert!(!on_disk("sqlite://x.db?mode=memory"));
+        assert!(!on_disk("sqlite://x.db?mode=ro"));
     }
 }

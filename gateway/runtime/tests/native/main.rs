@@ -2,171 +2,24 @@
 //! client against the loopback stub) + Session Environments on the local provider.
 #![allow(clippy::unwrap_used)]
 
+#[path = "../common/mod.rs"]
 mod common;
+mod harness;
+mod workspaces;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::{events, kinds, say, stop_of, texts, turn_ended, until};
-use futures::Stream;
-use gateway_core::Metadata;
-use gateway_core::agent::{AgentSpec, BackendRef, NamedToolConfig, PermissionPolicy, ToolConfig, ToolSpec};
-use gateway_core::environment::{CloudConfig, EnvironmentConfig, Networking, Packages, ProviderTier, Provisioning};
-use gateway_core::event::{ErrorKind, Event, EventKind, EventPayload, NewEvent, RetryStatus, StopReason};
-use gateway_core::placement::{NetworkControl, Offer, ProviderOffer};
-use gateway_core::session::{EnvironmentState, ResourceKind, Session};
-use gateway_models::ModelClient;
+use gateway_core::agent::{PermissionPolicy, ToolSpec};
+use gateway_core::environment::Provisioning;
+use gateway_core::event::{ErrorKind, EventKind, EventPayload, NewEvent, RetryStatus, StopReason};
+use gateway_core::session::{EnvironmentState, ResourceKind};
 use gateway_models::fake::FakeModel;
-use gateway_runtime::{
-    AgentSelection, BackendRegistry, Coordinator, CoordinatorOptions, CreateSession, Delivery, Environments,
-    EnvironmentsConfig, NativeBackend, NativeConfig, PreviewBus, RuntimeError, SubscribeOptions, WorkerPool,
-};
+use gateway_runtime::{Delivery, RuntimeError};
+use gateway_sandbox::SandboxProvider;
 use gateway_sandbox::local::LocalProvider;
-use gateway_sandbox::{Limits, SandboxProvider};
-use gateway_store::Store;
-use gateway_store::conformance::harness::SqliteHarness;
-use gateway_store::conformance::{Harness, agent_spec, env_spec};
-
-struct Native {
-    store: Arc<dyn Store>,
-    coordinator: Coordinator,
-    envs: Arc<Environments>,
-    previews: PreviewBus,
-    root: tempfile::TempDir,
-    model: Arc<dyn ModelClient>,
-    _harness: SqliteHarness,
-}
-
-fn offer(extra: &[&str]) -> Offer {
-    let mut providers =
-        vec![ProviderOffer { tier: ProviderTier::local(), network: NetworkControl::None, installs_packages: false }];
-    for tier in extra {
-        providers.push(ProviderOffer {
-            tier: ProviderTier((*tier).into()),
-            network: NetworkControl::AllOrNothing,
-            installs_packages: false,
-        });
-    }
-    Offer { providers, ..Default::default() }
-}
-
-async fn native_with(model: Arc<dyn ModelClient>, offered: Offer, idle: Duration) -> Native {
-    native_on(model, offered, idle, vec![Arc::new(LocalProvider::new())]).await
-}
-
-async fn native_on(
-    model: Arc<dyn ModelClient>,
-    offered: Offer,
-    idle: Duration,
-    providers: Vec<Arc<dyn SandboxProvider>>,
-) -> Native {
-    let harness = SqliteHarness::new(true);
-    let store = harness.fresh().await;
-    let root = tempfile::tempdir().unwrap();
-    let envs = Environments::new(
-        EnvironmentsConfig { host: "h".into(), root: root.path().to_owned(), limits: Limits::default(), idle },
-        providers,
-    );
-    let previews = PreviewBus::default();
-    let coordinator = Coordinator::new(
-        Arc::clone(&store),
-        previews.clone(),
-        offered,
-        CoordinatorOptions { subscription_poll: Duration::from_millis(100) },
-    )
-    .with_environments(Arc::clone(&envs));
-    Native { store, coordinator, envs, previews, root, model, _harness: harness }
-}
-
-async fn native() -> Native {
-    native_with(Arc::new(FakeModel::new()), offer(&[]), Duration::from_secs(300)).await
-}
-
-impl Native {
-    fn workers(&self, max_retries: u32) -> WorkerPool {
-        let mut backends = BackendRegistry::new();
-        let backend =
-            NativeBackend::new(Arc::clone(&self.model), Some(Arc::clone(&self.envs)), NativeConfig::default());
-        backends.register(BackendRef::Native, Arc::new(backend));
-        let mut cfg = common::config("n", "h");
-        cfg.retry.max_retries = max_retries;
-        cfg.lease = Duration::from_secs(2);
-        cfg.providers = self.coordinator.offer().providers.iter().map(|p| p.tier.clone()).collect();
-        WorkerPool::start(Arc::clone(&self.store), backends, self.previews.clone(), cfg)
-    }
-
-    async fn session(
-        &self,
-        agent: AgentSpec,
-        env: EnvironmentConfig,
-        resources: Vec<ResourceKind>,
-    ) -> Result<Session, RuntimeError> {
-        let agent = self.coordinator.create_agent(agent).await.unwrap();
-        let mut e = env_spec("env");
-        e.config = env;
-        let env = self.coordinator.create_environment(e).await.unwrap();
-        let req = CreateSession {
-            agent: AgentSelection { id: agent.id, version: None, overrides: None },
-            environment_id: env.id,
-            title: None,
-            metadata: Metadata::new(),
-            resources,
-            initial_inputs: vec![],
-        };
-        self.coordinator.create_session(req).await.map(|(s, _)| s)
-    }
-
-    async fn stream(&self, s: &Session, previews: bool) -> impl Stream<Item = Result<Delivery, RuntimeError>> {
-        let after_seq = self.coordinator.get_session(&s.id).await.unwrap().last_seq;
-        self.coordinator.subscribe(&s.id, SubscribeOptions { after_seq, previews, poll: None }).await.unwrap()
-    }
-
-    /// Sends `text` and returns the deliveries of the turn it starts, up to its end.
-    async fn turn(&self, s: &Session, text: &str) -> Vec<Event> {
-        let stream = self.stream(s, false).await;
-        self.coordinator.submit(&s.id, vec![say(text)]).await.unwrap();
-        events(&until(stream, 30, turn_ended).await)
-    }
-
-    async fn state(&self, s: &Session) -> EnvironmentState {
-        self.coordinator.get_session(&s.id).await.unwrap().environment_state
-    }
-}
-
-fn toolset(policy: PermissionPolicy) -> AgentSpec {
-    let mut a = agent_spec("tools");
-    a.tools = vec![ToolSpec::Builtin {
-        version: "agent_toolset_20260401".into(),
-        default_config: ToolConfig { enabled: true, permission_policy: PermissionPolicy::AlwaysAllow },
-        configs: vec![NamedToolConfig {
-            name: "bash".into(),
-            enabled: true,
-            permission_policy: policy,
-            extras: Default::default(),
-        }],
-    }];
-    a
-}
-
-fn cloud(provisioning: Provisioning, provider: &str) -> EnvironmentConfig {
-    EnvironmentConfig::Cloud(Box::new(CloudConfig {
-        networking: Networking::Unrestricted,
-        packages: Packages::default(),
-        provisioning,
-        provider: ProviderTier(provider.into()),
-    }))
-}
-
-fn tool_results(es: &[Event]) -> Vec<(String, bool)> {
-    es.iter()
-        .filter_map(|e| match &e.payload {
-            EventPayload::ToolResult { content, is_error, .. } => {
-                Some((gateway_core::content::plain_text(content), *is_error))
-            }
-            _ => None,
-        })
-        .collect()
-}
+use harness::{cloud, native, native_on, native_with, offer, tool_results, toolset};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_session_that_never_calls_a_tool_never_gets_an_environment() {
@@ -253,7 +106,7 @@ async fn eager_provisioning_and_mounts_realize_before_the_first_model_step() {
         .session(
             toolset(PermissionPolicy::AlwaysAllow),
             cloud(Provisioning::OnToolUse, "local"),
-            vec![ResourceKind::Workspace { path: project.path().display().to_string() }],
+            vec![ResourceKind::workspace(std::fs::canonicalize(project.path()).unwrap().display().to_string(), None)],
         )
         .await
         .unwrap();
@@ -509,31 +362,39 @@ async fn keys_gate_remote_callers_and_loopback_without_keys() {
     use gateway_runtime::auth::{AuthError, Authenticator, Caller, Principal, generate_key};
     let n = native().await;
     let auth = Authenticator::new(Arc::clone(&n.store));
-    assert_eq!(auth.authenticate(None, Caller::Local).await, Ok(Principal::Loopback), "no keys: loopback is served");
-    assert_eq!(auth.authenticate(Some("anything"), Caller::Local).await, Ok(Principal::Loopback));
-    assert_eq!(auth.authenticate(None, Caller::Remote).await, Err(AuthError::RemoteWithoutKeys));
+    assert_eq!(auth.authenticate(None, &Caller::LOCAL).await, Ok(Principal::Loopback), "no keys: loopback is served");
+    assert_eq!(auth.authenticate(Some("anything"), &Caller::LOCAL).await, Ok(Principal::Loopback));
+    assert_eq!(auth.authenticate(None, &Caller::REMOTE).await, Err(AuthError::RemoteWithoutKeys));
     assert_eq!(
-        auth.authenticate(None, Caller::Browser).await,
+        auth.authenticate(None, &Caller::WEB_PAGE).await,
         Err(AuthError::BrowserWithoutKeys),
         "a web page is not local"
     );
-    assert_eq!(Caller::of(true, true), Caller::Browser);
-    assert_eq!(Caller::of(true, false), Caller::Local);
+    let rebound = Caller { foreign_host: Some("rebind.example".into()), ..Caller::LOCAL };
+    let refused = auth.authenticate(None, &rebound).await.unwrap_err();
+    assert_eq!(refused, AuthError::ForeignHost { host: "rebind.example".into() }, "a rebound name is not local");
+    assert_eq!(refused.http_status().as_u16(), 421);
+    assert!(refused.to_string().contains("Host header rebind.example is not this gateway's"), "{refused}");
 
     let key = generate_key();
     let stored = n.store.create_api_key("ci", &key.hash).await.unwrap();
     let auth = Authenticator::new(Arc::clone(&n.store)); // a fresh cache sees the new key
-    assert_eq!(auth.authenticate(Some(&key.secret), Caller::Remote).await, Ok(Principal::Key(stored.id.clone())));
+    assert_eq!(auth.authenticate(Some(&key.secret), &Caller::REMOTE).await, Ok(Principal::Key(stored.id.clone())));
     assert_eq!(
-        auth.authenticate(Some("gwk_wrong"), Caller::Local).await,
+        auth.authenticate(Some(&key.secret), &rebound).await,
+        Ok(Principal::Key(stored.id.clone())),
+        "with keys, a valid key is served whatever name it addressed"
+    );
+    assert_eq!(
+        auth.authenticate(Some("gwk_wrong"), &Caller::LOCAL).await,
         Err(AuthError::Invalid),
         "keys exist: loopback too"
     );
-    assert_eq!(auth.authenticate(None, Caller::Local).await, Err(AuthError::Missing));
+    assert_eq!(auth.authenticate(None, &Caller::LOCAL).await, Err(AuthError::Missing));
     n.store.revoke_api_key(&stored.id).await.unwrap();
     let auth = Authenticator::new(Arc::clone(&n.store));
     assert_eq!(
-        auth.authenticate(Some(&key.secret), Caller::Local).await,
+        auth.authenticate(Some(&key.secret), &Caller::LOCAL).await,
         Ok(Principal::Loopback),
         "revoked: back to no keys"
     );
