@@ -34,7 +34,7 @@ fn gateway(name: &str, url: &str, lease_secs: u64) -> GatewayBuilder {
         .env("GATEWAY_DATABASE_URL", url)
         .env("GATEWAY_WORKERS__LEASE_SECS", lease_secs)
         .env("GATEWAY_WORKERS__POLL_MS", 200)
-        .env("GATEWAY_WORKERS__COUNT", 4)
+        .env("GATEWAY_WORKERS__MAX_TURNS", 64)
         .env("GATEWAY_WORKERS__SHUTDOWN_GRACE_SECS", 1)
 }
 
@@ -87,7 +87,7 @@ async fn fifty_runs_survive_a_sigkill_and_complete_exactly_once() {
     // Wait until process a holds a run in the middle of its turn, then kill it outright.
     let (victim, a_epoch): (String, i64) = eventually(30, "process a mid-turn", || async {
         sqlx::query_as(
-            "SELECT r.id, r.lease_epoch FROM runs r WHERE r.state = 'running' AND r.lease_owner LIKE 'a#%' \
+            "SELECT r.id, r.lease_epoch FROM runs r WHERE r.state = 'running' AND r.lease_owner = 'a' \
              AND EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.id AND e.kind = 'agent_message')",
         )
         .fetch_optional(store.pool())
@@ -157,7 +157,8 @@ async fn a_stopped_lease_holder_cannot_commit_after_takeover() {
         .flatten()
     })
     .await;
-    let (holder, other) = if owner.starts_with("a#") { (&a, &b) } else { (&b, &a) };
+    // The lease owner is the process's instance name (one dispatcher per process: ADR 0012).
+    let (holder, other) = if owner == "a" { (&a, &b) } else { (&b, &a) };
     holder.signal(Signal::SIGSTOP);
     let stopped_at = log_of(&store, &session).await.len() as u64;
 
@@ -199,6 +200,9 @@ async fn sigterm_releases_running_turns_to_another_process() {
     eventually(30, "two steps", || async { (steps(&log_of(&store, &session).await).len() >= 2).then_some(()) }).await;
     a.signal(Signal::SIGTERM);
     assert_eq!(a.exit_code(Duration::from_secs(20)).await, Some(0), "graceful exit; log:\n{}", a.log());
+    let log = a.log();
+    let joined = log.find("every background task has stopped").unwrap_or_else(|| panic!("tasks joined; log:\n{log}"));
+    assert!(log[..joined].contains("workers stopped"), "the Workers stopped before the store closed; log:\n{log}");
     let (state, owner): (String, Option<String>) =
         sqlx::query_as("SELECT state, lease_owner FROM runs").fetch_one(store.pool()).await.unwrap();
     assert_eq!((state.as_str(), owner), ("queued", None), "the lease was released, not left to expire (60 s)");

@@ -14,11 +14,11 @@ use gateway_core::agent::BackendRef;
 use gateway_core::content::{ContentBlock, plain_text};
 use gateway_core::event::{Event, EventKind, EventPayload, NewEvent, ToolOrigin, ToolPermission};
 use gateway_core::session::{PendingAction, PendingKind};
-use gateway_runtime::{Backend, BackendError, Documents, RunContext, TurnOutcome};
+use gateway_runtime::{Backend, BackendError, RunContext, TurnOutcome};
 use serde_json::json;
 
-use crate::projection::hint;
-use crate::records::{self, TaskRecord, task_id_for};
+use crate::tasks::projection::hint;
+use crate::tasks::records::{self, TaskRecord, task_id_for};
 
 pub struct ConformanceBackend;
 
@@ -95,16 +95,19 @@ async fn pause(ctx: &RunContext, ms: u64) -> bool {
 #[async_trait]
 impl Backend for ConformanceBackend {
     async fn run(&self, ctx: &RunContext) -> Result<TurnOutcome, BackendError> {
-        let history = ctx.history().await?;
-        let Some(i) = history.iter().rposition(|e| e.kind() == EventKind::UserMessage) else {
+        // The run's inputs (`gateway_core::turn`): its message, and the answers to it when
+        // the turn resumes after asking for input.
+        let view = ctx.view().await?;
+        let inputs: Vec<&Event> = view.inputs().collect();
+        let Some(i) = inputs.iter().rposition(|e| e.kind() == EventKind::UserMessage) else {
             return Ok(TurnOutcome::EndTurn);
         };
-        let start: &Event = &history[i];
+        let start: &Event = inputs[i];
         let text = match &start.payload {
             EventPayload::UserMessage { content } => plain_text(content),
             _ => String::new(),
         };
-        let answered = history[i + 1..].iter().find_map(|e| match &e.payload {
+        let answered = inputs[i + 1..].iter().rev().find_map(|e| match &e.payload {
             EventPayload::ClientToolResult { content, .. } => Some(plain_text(content)),
             _ => None,
         });
@@ -112,7 +115,7 @@ impl Backend for ConformanceBackend {
             ctx.commit(vec![status(&format!("Input received: {answer}"))]).await?;
             return Ok(TurnOutcome::EndTurn);
         }
-        let docs: &dyn Documents = ctx.store().as_ref();
+        let docs = ctx.documents();
         let message_id = records::get::<TaskRecord>(docs, records::TASKS, &task_id_for(&start.id))
             .await
             .ok()

@@ -8,12 +8,13 @@
 //! (so PushNotificationNotSupported never applies) and no extended card (so
 //! GetExtendedAgentCard is UnsupportedOperation, never ExtendedAgentCardNotConfigured).
 
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::Response;
 use gateway_core::admission::AdmissionError;
-use gateway_runtime::RuntimeError;
+use gateway_runtime::{Busy, RuntimeError};
 use serde_json::{Value, json};
 
-use crate::version::Version;
+use crate::server::version::Version;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum A2aError {
@@ -53,6 +54,10 @@ pub enum A2aError {
     /// A stored document changed concurrently (compare-and-set lost); callers retry.
     #[error("concurrent update: {0}")]
     Conflict(String),
+    /// Overload: refused before anything was admitted; HTTP 503 with `Retry-After` on both
+    /// bindings (ADR 0012: A2A names no busy error of its own).
+    #[error("{0}")]
+    Busy(Busy),
 }
 
 impl A2aError {
@@ -73,7 +78,8 @@ impl A2aError {
             | A2aError::SealedCredentials { .. }
             | A2aError::Unavailable(_)
             | A2aError::Internal(_)
-            | A2aError::Conflict(_) => -32603,
+            | A2aError::Conflict(_)
+            | A2aError::Busy(_) => -32603,
         }
     }
 
@@ -105,7 +111,7 @@ impl A2aError {
             | A2aError::InvalidParams(_) => (StatusCode::BAD_REQUEST, "INVALID_ARGUMENT"),
             A2aError::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "UNAUTHENTICATED"),
             A2aError::Misdirected(_) => (StatusCode::MISDIRECTED_REQUEST, "PERMISSION_DENIED"),
-            A2aError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE"),
+            A2aError::Unavailable(_) | A2aError::Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE"),
             A2aError::InvalidAgentResponse(_)
             | A2aError::Internal(_)
             | A2aError::Conflict(_)
@@ -134,11 +140,33 @@ impl A2aError {
         })
     }
 
+    /// The v1.0 `details`: the ErrorInfo of A2A errors, a `RetryInfo` on an overload.
+    fn details(&self) -> Vec<Value> {
+        let mut details: Vec<Value> = self.error_info().into_iter().collect();
+        if let A2aError::Busy(busy) = self {
+            details.push(json!({
+                "@type": "type.googleapis.com/google.rpc.RetryInfo",
+                "retryDelay": format!("{}s", busy.retry_after.as_secs().max(1)),
+            }));
+        }
+        details
+    }
+
+    /// The HTTP parts of the overload answer, on a rendered error of either binding: status
+    /// 503 (a JSON-RPC error is otherwise sent with 200) and `Retry-After`.
+    pub fn with_retry_hint(&self, mut r: Response) -> Response {
+        if let A2aError::Busy(busy) = self {
+            *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(busy.retry_after.as_secs().max(1)));
+        }
+        r
+    }
+
     /// The JSON-RPC `error` object. v0.3 has no ErrorInfo (`data` omitted).
     pub fn jsonrpc(&self, version: Version) -> Value {
         let mut e = json!({"code": self.code(), "message": self.public_message()});
         if version == Version::V1 {
-            let mut details: Vec<Value> = self.error_info().into_iter().collect();
+            let mut details = self.details();
             if let A2aError::InvalidParams(m) | A2aError::InvalidRequest(m) = self {
                 details.push(json!({
                     "@type": "type.googleapis.com/google.rpc.BadRequest",
@@ -160,7 +188,7 @@ impl A2aError {
                 "code": status.as_u16(),
                 "status": grpc,
                 "message": self.public_message(),
-                "details": self.error_info().into_iter().collect::<Vec<_>>(),
+                "details": self.details(),
             }}),
             Version::V03 => json!({"code": self.code(), "message": self.public_message()}),
         };
@@ -184,6 +212,7 @@ impl From<RuntimeError> for A2aError {
             RuntimeError::Guard(g) => A2aError::UnsupportedOperation(g.to_string()),
             RuntimeError::StaleVersion { .. } => A2aError::Internal(e.to_string()),
             RuntimeError::Unavailable(m) => A2aError::Unavailable(m),
+            RuntimeError::Busy(b) => A2aError::Busy(b),
             RuntimeError::Internal(m) => A2aError::Internal(m),
         }
     }

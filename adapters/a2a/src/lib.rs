@@ -5,33 +5,29 @@
 //!   from the durable outbox, and an optional built-in conformance agent.
 //! - Outbound backend: a published agent `a2a:<remote>` runs its turns on a remote A2A agent.
 //!
-//! Module map: `wire` (v1.0 types) and `v03` (v0.3 rewrites); `jsonrpc`, `rest`, `sse` (the
-//! bindings); `ops` and `service` (the operations); `projection` and `watch` (events -> tasks);
-//! `records` (documents); `push`, `delivery`, `ssrf` (push notifications); `card`;
-//! `conformance`; `outbound` (the remote backend).
+//! Module map: `wire` (v1.0 types) and `v03` (v0.3 rewrites at the edges); `server` (cards,
+//! the JSON-RPC and HTTP+JSON bindings, SSE, versions, auth, the operations they dispatch to);
+//! `tasks` (the service, the projection of events onto tasks, watches, the adapter's
+//! documents); `push` (configs, the feeder and deliverer, the SSRF guard); `outbound` (the
+//! remote backend); `conformance` (the built-in TCK agent); `content` (parts <-> blocks).
 
-mod auth;
-mod card;
+#[cfg(test)]
+mod backend_suite;
 mod conformance;
 mod content;
-mod delivery;
 pub mod error;
-mod jsonrpc;
-mod ops;
 mod outbound;
-mod projection;
 mod push;
-mod records;
-mod rest;
-mod service;
-mod sse;
-mod ssrf;
+mod server;
+mod tasks;
 #[cfg(test)]
 mod testkit;
 mod v03;
-pub mod version;
-mod watch;
 pub mod wire;
+
+use push::delivery;
+pub use server::version;
+use server::{auth, card, jsonrpc, rest};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -58,8 +54,14 @@ pub struct A2aContext {
     /// Seals push-notification credentials before they are stored (see `push`).
     pub secrets: SecretBox,
     pub allow_private_push_targets: bool,
+    /// The longest a blocking `SendMessage` waits before answering with the task as it stands.
+    pub blocking_timeout: std::time::Duration,
     pub shutdown: CancellationToken,
 }
+
+/// `a2a.blocking_timeout_secs`: below the common client timeouts (30 s and more), so a slow
+/// turn answers `working` instead of a timeout.
+pub const DEFAULT_BLOCKING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(25);
 
 /// `[remotes.a2a.NAME]`: a remote A2A agent.
 #[derive(Clone, Default)]
@@ -84,7 +86,8 @@ pub fn router(ctx: A2aContext) -> axum::Router {
         .route("/a2a/{agent}", post(jsonrpc::handle))
         .route("/a2a/{agent}/", post(jsonrpc::handle))
         .route("/a2a/{agent}/{*rest}", any(rest::handle))
-        .layer(middleware::from_fn_with_state(ctx.clone(), auth::layer));
+        .layer(middleware::from_fn_with_state(ctx.clone(), auth::layer))
+        .layer(middleware::from_fn_with_state(ctx.clone(), auth::admit));
     axum::Router::new()
         .route("/.well-known/agent-card.json", get(card::root_card))
         .route("/.well-known/agent.json", get(card::root_card))

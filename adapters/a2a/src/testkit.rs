@@ -1,5 +1,6 @@
-//! A gateway in a test: a fresh SQLite store, a Coordinator, Workers running the scripted
-//! backend (as `native`), the conformance agent and any remotes, and the A2A context.
+//! A gateway in a test: the shipped assembly (`TestGateway`) on a fresh SQLite store, Workers
+//! running the scripted backend (as `native`), the conformance agent and any remotes, and the
+//! A2A context; a scripted remote A2A agent ([`remote`]).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -7,52 +8,37 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gateway_core::agent::BackendRef;
-use gateway_core::environment::ProviderTier;
 use gateway_core::event::{Event, EventKind};
-use gateway_core::placement::{NetworkControl, Offer, ProviderOffer};
 use gateway_core::{AgentId, SessionId};
+use gateway_runtime::PublishedAgents;
 use gateway_runtime::auth::Authenticator;
-use gateway_runtime::testing::ScriptedBackend;
-use gateway_runtime::{
-    BackendRegistry, Coordinator, CoordinatorOptions, PreviewBus, PublishedAgents, RetryPolicy, WorkerConfig,
-    WorkerPool,
-};
+use gateway_runtime::testing::TestGateway;
 use gateway_store::Store;
-use gateway_store::conformance::harness::SqliteHarness;
-use gateway_store::conformance::{Harness, agent_spec, env_spec};
-use tokio_util::sync::CancellationToken;
+use gateway_store::conformance::{agent_spec, env_spec};
 
 use crate::{A2aContext, RemoteConfig, RemoteLimits};
+
+pub mod remote;
 
 pub struct Kit {
     pub store: Arc<dyn Store>,
     pub ctx: A2aContext,
-    pool: Option<WorkerPool>,
-    _harness: SqliteHarness,
+    gateway: TestGateway,
 }
 
 impl Kit {
     /// A gateway publishing `echo` (scripted), `conformance` and one agent per remote.
     pub async fn new(remotes: BTreeMap<String, RemoteConfig>, limits: RemoteLimits) -> Kit {
-        let harness = SqliteHarness::new(true);
-        let store = harness.fresh().await;
-        let previews = PreviewBus::default();
-        let mut offer = Offer {
-            providers: vec![ProviderOffer {
-                tier: ProviderTier::local(),
-                network: NetworkControl::None,
-                installs_packages: false,
-            }],
-            ..Default::default()
-        };
-        offer.builtins.insert(crate::conformance::BUILTIN_NAME.into());
-        offer.a2a_remotes.extend(remotes.keys().cloned());
-        let coordinator = Coordinator::new(
-            Arc::clone(&store),
-            previews.clone(),
-            offer,
-            CoordinatorOptions { subscription_poll: Duration::from_millis(50) },
-        );
+        let gateway = TestGateway::builder()
+            .scripted()
+            .backends([crate::conformance_backend()])
+            .backends(crate::backends_with(&remotes, limits))
+            .local_sandbox()
+            .subscription_poll(Duration::from_millis(50))
+            .workers(TestGateway::quick_workers())
+            .build()
+            .await;
+        let coordinator = gateway.coordinator.clone();
         let env = coordinator.create_environment(env_spec("a2a")).await.unwrap();
         let mut agents = PublishedAgents { environment: Some(env.id), ..Default::default() };
         let mut publish = async |name: &str, backend: BackendRef| {
@@ -66,28 +52,7 @@ impl Kit {
         for name in remotes.keys() {
             publish(name, BackendRef::A2a { remote: name.clone() }).await;
         }
-        let mut backends = BackendRegistry::new();
-        backends.register(BackendRef::Native, Arc::new(ScriptedBackend));
-        let (r, b) = crate::conformance_backend();
-        backends.register(r, b);
-        for (r, b) in crate::backends_with(&remotes, limits) {
-            backends.register(r, b);
-        }
-        let pool = WorkerPool::start(
-            Arc::clone(&store),
-            backends,
-            previews,
-            WorkerConfig {
-                instance: "test".into(),
-                workers: 2,
-                lease: Duration::from_secs(5),
-                poll: Duration::from_millis(50),
-                retry: RetryPolicy { max_retries: 1, base: Duration::from_millis(20), max: Duration::from_millis(50) },
-                shutdown_grace: Duration::from_millis(200),
-                providers: vec![ProviderTier::local()],
-                ..Default::default()
-            },
-        );
+        let store = Arc::clone(&gateway.store);
         let ctx = A2aContext {
             coordinator,
             agents,
@@ -95,9 +60,10 @@ impl Kit {
             public_url: "http://gateway.test".into(),
             secrets: gateway_runtime::SecretBox::generate(),
             allow_private_push_targets: true,
-            shutdown: CancellationToken::new(),
+            blocking_timeout: crate::DEFAULT_BLOCKING_TIMEOUT,
+            shutdown: gateway.shutdown.clone(),
         };
-        Kit { store, ctx, pool: Some(pool), _harness: harness }
+        Kit { store, ctx, gateway }
     }
 
     pub fn agent(&self, name: &str) -> AgentId {
@@ -117,11 +83,9 @@ impl Kit {
         self.ctx.coordinator.create_session(req).await.unwrap().0.id
     }
 
-    pub async fn shutdown(mut self) {
-        self.ctx.shutdown.cancel();
-        if let Some(pool) = self.pool.take() {
-            pool.shutdown().await;
-        }
+    /// Stops the gateway as the binary does (signal, Workers, tasks, store).
+    pub async fn shutdown(self) {
+        self.gateway.stop().await;
     }
 
     /// The session's events once `done` holds for them (panics after `secs`).

@@ -1,5 +1,6 @@
 //! The A2A router in process: real HTTP requests (`tower::ServiceExt::oneshot`) against the
-//! real router, a real SQLite store, the Coordinator and Workers running the scripted backend.
+//! real router, on the shipped assembly (`TestGateway`: a SQLite store, the Coordinator and
+//! Workers running the scripted backend).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
@@ -8,65 +9,50 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use gateway_a2a::A2aContext;
-use gateway_core::agent::BackendRef;
-use gateway_core::environment::ProviderTier;
-use gateway_core::placement::{NetworkControl, Offer, ProviderOffer};
 use gateway_runtime::auth::{Authenticator, generate_key};
-use gateway_runtime::testing::ScriptedBackend;
-use gateway_runtime::{
-    BackendRegistry, Coordinator, CoordinatorOptions, PreviewBus, PublishedAgents, WorkerConfig, WorkerPool,
-};
-use gateway_store::conformance::harness::SqliteHarness;
-use gateway_store::conformance::{Harness, agent_spec, env_spec};
+use gateway_runtime::testing::TestGateway;
+use gateway_runtime::{AdmissionLimits, PublishedAgents, WorkerConfig};
+use gateway_store::conformance::{agent_spec, env_spec};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 struct Gateway {
     router: axum::Router,
     key: String,
-    pool: WorkerPool,
-    _harness: SqliteHarness,
+    gw: TestGateway,
 }
 
 /// A gateway publishing agent `echo` (the scripted backend as `native`), with one API key.
 async fn gateway() -> Gateway {
-    let harness = SqliteHarness::new(true);
-    let store = harness.fresh().await;
-    let previews = PreviewBus::default();
-    let offer = Offer {
-        providers: vec![ProviderOffer {
-            tier: ProviderTier::local(),
-            network: NetworkControl::None,
-            installs_packages: false,
-        }],
+    let workers = WorkerConfig {
+        max_turns: 2,
+        claim_batch: 16,
+        poll: Duration::from_millis(50),
+        shutdown_grace: Duration::from_millis(200),
         ..Default::default()
     };
-    let coordinator = Coordinator::new(
-        Arc::clone(&store),
-        previews.clone(),
-        offer,
-        CoordinatorOptions { subscription_poll: Duration::from_millis(50) },
-    );
+    gateway_with(Some(workers), AdmissionLimits::default(), gateway_a2a::DEFAULT_BLOCKING_TIMEOUT).await
+}
+
+/// [`gateway`] with other bounds; without Workers, runs stay queued.
+async fn gateway_with(workers: Option<WorkerConfig>, limits: AdmissionLimits, blocking_timeout: Duration) -> Gateway {
+    let builder = TestGateway::builder()
+        .scripted()
+        .local_sandbox()
+        .subscription_poll(Duration::from_millis(50))
+        .instance("router-test")
+        .admission(limits);
+    let gw = match workers {
+        Some(w) => builder.workers(w),
+        None => builder.no_workers(),
+    }
+    .build()
+    .await;
+    let (store, coordinator) = (Arc::clone(&gw.store), gw.coordinator.clone());
     let env = coordinator.create_environment(env_spec("a2a")).await.unwrap();
     let agent = coordinator.create_agent(agent_spec("echo")).await.unwrap();
     let key = generate_key();
     store.create_api_key("test", &key.hash).await.unwrap();
-    let mut backends = BackendRegistry::new();
-    backends.register(BackendRef::Native, Arc::new(ScriptedBackend));
-    let pool = WorkerPool::start(
-        Arc::clone(&store),
-        backends,
-        previews,
-        WorkerConfig {
-            instance: "router-test".into(),
-            workers: 2,
-            poll: Duration::from_millis(50),
-            shutdown_grace: Duration::from_millis(200),
-            providers: vec![ProviderTier::local()],
-            ..Default::default()
-        },
-    );
     let ctx = A2aContext {
         coordinator,
         agents: PublishedAgents {
@@ -78,9 +64,10 @@ async fn gateway() -> Gateway {
         public_url: "http://gateway.test".into(),
         secrets: gateway_runtime::SecretBox::generate(),
         allow_private_push_targets: false,
-        shutdown: CancellationToken::new(),
+        blocking_timeout,
+        shutdown: gw.shutdown.clone(),
     };
-    Gateway { router: gateway_a2a::router(ctx), key: key.secret, pool, _harness: harness }
+    Gateway { router: gateway_a2a::router(ctx), key: key.secret, gw }
 }
 
 impl Gateway {
@@ -94,6 +81,12 @@ impl Gateway {
 
     /// A v1.0 JSON-RPC call with the gateway's key.
     async fn rpc(&self, method: &str, params: Value) -> Value {
+        let (status, _, body) = self.rpc_raw(method, params).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body
+    }
+
+    async fn rpc_raw(&self, method: &str, params: Value) -> (StatusCode, axum::http::HeaderMap, Value) {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
         let req = Request::post("/a2a/echo")
             .header("content-type", "application/json")
@@ -101,9 +94,7 @@ impl Gateway {
             .header("x-api-key", &self.key)
             .body(Body::from(body.to_string()))
             .unwrap();
-        let (status, _, body) = self.call(req).await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-        body
+        self.call(req).await
     }
 }
 
@@ -146,7 +137,7 @@ async fn a_blocking_send_completes_and_get_task_returns_it() {
     // The card declares no extended card: UnsupportedOperation.
     let card = gw.rpc("GetExtendedAgentCard", json!({})).await;
     assert_eq!(card["error"]["data"][0]["reason"], "UNSUPPORTED_OPERATION", "{card}");
-    gw.pool.shutdown().await;
+    gw.gw.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,5 +165,87 @@ async fn requests_without_a_valid_key_are_refused_before_any_lookup() {
     let (status, _, card) = gw.call(req).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(card["supportedInterfaces"][0]["url"], "http://gateway.test/a2a/echo");
-    gw.pool.shutdown().await;
+    gw.gw.stop().await;
+}
+
+fn send(text: &str) -> Value {
+    json!({"message": {"messageId": format!("m-{text}"), "role": "ROLE_USER", "parts": [{"text": text}]}})
+}
+
+/// The `google.rpc.RetryInfo` of an overload answer's v1.0 details.
+fn retry_delay(details: &Value) -> Option<&str> {
+    details.as_array()?.iter().find(|d| d["@type"] == "type.googleapis.com/google.rpc.RetryInfo")?["retryDelay"]
+        .as_str()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_send_past_its_deadline_answers_with_the_task_as_it_stands() {
+    let gw = gateway_with(None, AdmissionLimits::default(), Duration::from_millis(300)).await;
+    let asked = std::time::Instant::now();
+    let sent = gw.rpc("SendMessage", send("slow")).await;
+    assert!(asked.elapsed() < Duration::from_secs(5), "the deadline holds: {:?}", asked.elapsed());
+    let state = sent["result"]["task"]["status"]["state"].as_str().unwrap_or_default().to_owned();
+    assert!(matches!(state.as_str(), "TASK_STATE_SUBMITTED" | "TASK_STATE_WORKING"), "not final yet: {sent}");
+    gw.gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_queued_runs_bound_both_bindings_answer_503_with_a_retry_hint() {
+    let limits = AdmissionLimits { max_queued_runs: 1, retry_after: Duration::from_secs(2), ..Default::default() };
+    let gw = gateway_with(None, limits, Duration::from_millis(100)).await;
+    gw.rpc("SendMessage", send("first")).await;
+    tokio::time::sleep(gateway_runtime::load::SAMPLE_EVERY + Duration::from_millis(50)).await;
+
+    let (status, headers, body) = gw.rpc_raw("SendMessage", send("second")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(headers["retry-after"], "2");
+    assert_eq!(body["id"], 1, "the JSON-RPC envelope answers the request: {body}");
+    assert_eq!(body["error"]["code"], -32603);
+    assert!(body["error"]["message"].as_str().unwrap().contains("busy"), "{body}");
+    assert_eq!(retry_delay(&body["error"]["data"]), Some("2s"), "{body}");
+
+    let req = Request::post("/a2a/echo/message:send")
+        .header("content-type", "application/json")
+        .header("a2a-version", "1.0")
+        .header("x-api-key", &gw.key)
+        .body(Body::from(send("third").to_string()))
+        .unwrap();
+    let (status, headers, body) = gw.call(req).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(headers["retry-after"], "2");
+    assert_eq!(body["error"]["status"], "UNAVAILABLE", "a google.rpc.Status: {body}");
+    assert_eq!(retry_delay(&body["error"]["details"]), Some("2s"), "{body}");
+
+    let listed = gw.rpc("ListTasks", json!({})).await;
+    assert_eq!(listed["result"]["tasks"].as_array().map(Vec::len), Some(1), "only the admitted task exists: {listed}");
+    gw.gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_past_the_in_flight_bound_is_refused_while_a_blocking_send_waits() {
+    let limits = AdmissionLimits { max_requests: 1, ..Default::default() };
+    let gw = Arc::new(gateway_with(None, limits, Duration::from_secs(2)).await);
+    let waiting = tokio::spawn({
+        let gw = Arc::clone(&gw);
+        async move { gw.rpc("SendMessage", send("held")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await; // the send holds the place first
+    let refused = async {
+        loop {
+            let (status, headers, body) = gw.rpc_raw("ListTasks", json!({})).await;
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                return (headers, body);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let (headers, body) = tokio::time::timeout(Duration::from_secs(2), refused).await.expect("refused while one waits");
+    assert_eq!(headers["retry-after"], "1");
+    assert_eq!(body["id"], Value::Null, "refused before the body was read: {body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("requests are in flight"), "{body}");
+    let held = waiting.await.unwrap();
+    assert!(held["result"]["task"]["id"].is_string(), "the accepted send still answers: {held}");
+    let listed = gw.rpc("ListTasks", json!({})).await;
+    assert!(listed["result"]["tasks"].is_array(), "admitted again once the place is free: {listed}");
+    Arc::try_unwrap(gw).ok().expect("the only reference").gw.stop().await;
 }

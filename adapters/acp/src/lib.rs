@@ -23,7 +23,9 @@ use std::time::Duration;
 use gateway_core::agent::BackendRef;
 use gateway_runtime::{Backend, Coordinator, Environments, PublishedAgents};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
+use crate::backend::ProcessTable;
 use crate::rpc::framing::{self, MAX_MESSAGE_BYTES};
 use crate::rpc::{Peer, PeerOptions};
 
@@ -39,6 +41,11 @@ pub struct AcpContext {
     /// started the process with the user's rights), the configured roots on network
     /// transports (empty: no session may be opened there).
     pub workspace_roots: Option<Vec<std::path::PathBuf>>,
+    /// The agent processes of the backend face: `session/close` stops the session's.
+    pub processes: Arc<ProcessTable>,
+    /// Editor connections and their request handlers run here (the runtime's tracker), so the
+    /// process waits for them before it closes the store.
+    pub tasks: TaskTracker,
     pub shutdown: CancellationToken,
 }
 
@@ -64,8 +71,10 @@ impl std::fmt::Debug for ExecutorConfig {
     }
 }
 
-/// `gateway acp`: serves one editor over stdin/stdout until stdin closes. `agent` names the
-/// published agent new sessions use (default: the configured default agent).
+/// `gateway acp`: serves one editor over stdin/stdout until stdin closes or the gateway shuts
+/// down (`ctx.shutdown`: the connection is closed, its running prompts answer that the gateway
+/// is shutting down). `agent` names the published agent new sessions use (default: the
+/// configured default agent).
 pub async fn serve_stdio(ctx: AcpContext, agent: Option<String>) -> anyhow::Result<()> {
     if let Some(name) = &agent
         && ctx.agents.get(name).is_none()
@@ -73,17 +82,26 @@ pub async fn serve_stdio(ctx: AcpContext, agent: Option<String>) -> anyhow::Resu
         let known: Vec<&str> = ctx.agents.agents.iter().map(|(n, _)| n.as_str()).collect();
         anyhow::bail!("--agent {name:?} is not a published agent (published: {})", known.join(", "));
     }
+    let (shutdown, tasks) = (ctx.shutdown.clone(), ctx.tasks.clone());
     let editor = editor::Editor::new(ctx, agent);
     let incoming = framing::spawn_reader(tokio::io::stdin(), MAX_MESSAGE_BYTES);
     let handler = Arc::new(editor::EditorHandler(editor));
-    let (peer, frames, reader) = Peer::start("editor", incoming, handler, PeerOptions::default());
+    let (peer, frames, reader) = Peer::start_tracked("editor", incoming, handler, PeerOptions::default(), &tasks);
     let writer = framing::spawn_writer(tokio::io::stdout(), frames);
     tracing::info!("serving ACP on stdio");
-    let _ = reader.await;
+    let closed_by_editor = tokio::select! {
+        _ = reader => true,
+        _ = shutdown.cancelled() => {
+            peer.close();
+            false
+        }
+    };
     drop(peer);
     // Frames already queued still go out; then stdout is released.
     let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
-    tracing::info!("the editor closed stdin");
+    if closed_by_editor {
+        tracing::info!("the editor closed stdin");
+    }
     Ok(())
 }
 
@@ -92,36 +110,29 @@ pub fn router(ctx: AcpContext) -> axum::Router {
     ws::router(ctx)
 }
 
-/// How long shutdown lets running turns keep their agent processes.
-const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
-
-/// Stops this process's ACP agent processes (after their running turns, at most 10 s). Agents
-/// that do not exit when their stdin closes would otherwise outlive the gateway. The process
-/// calls it once, after its Workers have stopped (`gateway serve` and `gateway acp` alike).
-pub async fn shutdown() {
-    backend::processes().close_all(SHUTDOWN_WAIT).await;
-}
-
 /// Stops idle ACP agent processes and those of deleted sessions, every 30 s until `stop`.
-pub async fn maintain(coordinator: Coordinator, stop: CancellationToken) {
+pub async fn maintain(coordinator: Coordinator, processes: Arc<ProcessTable>, stop: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(30));
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tick.tick() => backend::processes().sweep(&coordinator).await,
+            _ = tick.tick() => processes.sweep(&coordinator).await,
         }
     }
 }
 
-/// One backend per configured executor, registered as `acp:<name>`.
+/// One backend per configured executor, registered as `acp:<name>`, all keeping their agent
+/// processes in `processes` (stopped by [`Backend::stop`] once the process's Workers stopped).
 pub fn backends(
     executors: &BTreeMap<String, ExecutorConfig>,
-    environments: Arc<Environments>,
+    environments: &Arc<Environments>,
+    processes: &Arc<ProcessTable>,
 ) -> Vec<(BackendRef, Arc<dyn Backend>)> {
     executors
         .iter()
         .map(|(name, config)| {
-            let backend = backend::AcpBackend::new(name.clone(), config.clone(), Arc::clone(&environments));
+            let backend =
+                backend::AcpBackend::new(name.clone(), config.clone(), Arc::clone(environments), Arc::clone(processes));
             (BackendRef::Acp { executor: name.clone() }, Arc::new(backend) as Arc<dyn Backend>)
         })
         .collect()

@@ -73,10 +73,12 @@ async fn upgrade(
     let connection =
         format!("acpc_{}", &gateway_core::ResourceId::new().as_str()[gateway_core::ResourceId::PREFIX.len()..]);
     let span_id = connection.clone();
-    let mut response = ws
-        .max_message_size(MAX_MESSAGE_BYTES)
-        .max_frame_size(MAX_MESSAGE_BYTES)
-        .on_upgrade(move |socket| serve(ctx, socket, span_id));
+    let mut response =
+        ws.max_message_size(MAX_MESSAGE_BYTES).max_frame_size(MAX_MESSAGE_BYTES).on_upgrade(move |socket| {
+            // Tracked: the process waits for its editor connections before it closes the store.
+            let tasks = ctx.tasks.clone();
+            tasks.track_future(serve(ctx, socket, span_id))
+        });
     if let Ok(v) = HeaderValue::from_str(&connection) {
         response.headers_mut().insert("acp-connection-id", v);
     }
@@ -100,8 +102,10 @@ async fn serve(ctx: AcpContext, socket: WebSocket, connection: String) {
             }
         }
     });
+    let tasks = ctx.tasks.clone();
     let handler = Arc::new(EditorHandler(Editor::new(ctx, None)));
-    let (peer, mut frames, loop_task) = Peer::start("editor-ws", incoming, handler, PeerOptions::default());
+    let (peer, mut frames, loop_task) =
+        Peer::start_tracked("editor-ws", incoming, handler, PeerOptions::default(), &tasks);
     let writer = tokio::spawn(async move {
         while let Some(frame) = frames.recv().await {
             if sink.send(Message::Text(frame.text().into())).await.is_err() {

@@ -7,7 +7,6 @@ mod common;
 use std::time::Duration;
 
 use common::{Caps, Options, errors, eventually, rig, texts, turn_ended, until};
-use gateway_acp::backend::processes;
 use gateway_core::event::{EventPayload, NewEvent, StopReason};
 
 fn stop_of(e: &gateway_core::event::Event) -> Option<StopReason> {
@@ -40,7 +39,7 @@ async fn a_run_whose_agent_was_lost_mid_turn_fails_explicitly() {
     eventually(10, || seen.count("session/prompt") == 1).await;
     // The gateway dies mid-turn, and its agent process with it.
     r.crash_workers();
-    processes().close(&s.id).await;
+    r.processes.close(&s.id).await;
     let after = r.events(&s).await.last().unwrap().seq;
     let stream = r.stream(&s, after).await;
     r.start_workers();
@@ -102,11 +101,24 @@ async fn the_sweep_stops_dead_processes() {
     let stream = r.stream(&s, 0).await;
     r.say(&s, "echo hi").await;
     until(stream, 20, turn_ended).await;
-    assert_eq!(processes().len().await, 1);
+    assert_eq!(r.processes.len().await, 1);
     r.fake.crash_all();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    processes().sweep(&r.coordinator).await;
-    assert!(processes().is_empty().await, "a dead process is stopped and forgotten");
+    r.processes.sweep(&r.coordinator).await;
+    assert!(r.processes.is_empty().await, "a dead process is stopped and forgotten");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_the_gateway_stops_its_agent_processes() {
+    let r = rig(Options::default()).await;
+    let s = r.session("fake").await;
+    let stream = r.stream(&s, 0).await;
+    r.say(&s, "echo hi").await;
+    until(stream, 20, turn_ended).await;
+    let processes = std::sync::Arc::clone(&r.processes);
+    assert_eq!(processes.len().await, 1);
+    r.stop().await;
+    assert!(processes.is_empty().await, "the agent process stops with the gateway, it does not outlive it");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,7 +128,7 @@ async fn a_new_process_resumes_the_agents_session_when_offered() {
     let stream = r.stream(&s, 0).await;
     r.say(&s, "echo one").await;
     let first = until(stream, 20, turn_ended).await;
-    processes().close(&s.id).await;
+    r.processes.close(&s.id).await;
     let stream = r.stream(&s, first.last().unwrap().seq).await;
     r.say(&s, "echo two").await;
     let got = until(stream, 20, turn_ended).await;
@@ -135,7 +147,7 @@ async fn a_load_replay_is_discarded_without_blocking_the_agent() {
     let stream = r.stream(&s, 0).await;
     r.say(&s, "echo one").await;
     let first = until(stream, 20, turn_ended).await;
-    processes().close(&s.id).await;
+    r.processes.close(&s.id).await;
     let stream = r.stream(&s, first.last().unwrap().seq).await;
     r.say(&s, "echo two").await;
     // The replay (more updates than the turn's queue holds) must neither block the load's

@@ -119,8 +119,13 @@ async fn a_retried_earlier_turn_does_not_end_a_later_prompt() {
             _ => None,
         })
         .collect();
-    assert_eq!(starts.len(), 2, "the retried turn and ours: {starts:?}");
-    assert_eq!(ends, 2, "the prompt answered only once its own turn had ended");
+    let our_seq = events[ours].seq;
+    assert_eq!(starts.iter().filter(|b| **b >= our_seq).count(), 1, "one turn answers our message: {starts:?}");
+    assert!(starts.iter().any(|b| *b < our_seq), "the earlier turn was retried after our message: {starts:?}");
+    assert_eq!(
+        ends, 2,
+        "the earlier turn ended (its retries exhausted) and so did ours: the prompt waited for its own"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,4 +245,29 @@ async fn a_turn_parked_without_an_editor_does_not_lock_the_session() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(!parked(&r).await, "the cancel interrupted the parked turn");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_past_the_queued_runs_bound_gets_an_error_naming_the_cause() {
+    let admission = gateway_runtime::AdmissionLimits { max_queued_runs: 1, ..Default::default() };
+    let mut r = rig(Options { admission, ..Default::default() }).await;
+    // Another client's message waits for a Worker (there is none now).
+    r.crash_workers();
+    let busy = r.session("scripted").await;
+    r.coordinator.submit(&busy.id, vec![common::user("queued")]).await.unwrap();
+    tokio::time::sleep(gateway_runtime::load::SAMPLE_EVERY + Duration::from_millis(50)).await;
+
+    let ed = connect_as(r.context(None), Some("scripted"));
+    ed.initialize().await;
+    let sid = ed.new_session(&r.project("p")).await.unwrap();
+    let params = json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hello"}]});
+    let e = ed.call("session/prompt", params).await.unwrap_err();
+    assert_eq!(e.code, -32603, "{e:?}");
+    assert!(e.message.contains("busy"), "{e:?}");
+    let data = e.data.clone().expect("the error says why and when to retry");
+    assert_eq!(data["cause"], "queued_runs");
+    assert_eq!(data["retry_after_ms"], 1000);
+    let session = r.coordinator.get_session(&SessionId::parse(&sid).unwrap()).await.unwrap();
+    assert!(r.events(&session).await.is_empty(), "nothing of the refused prompt is stored");
+    r.coordinator.interrupt(&busy.id).await.unwrap();
 }

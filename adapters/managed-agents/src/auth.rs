@@ -33,3 +33,13 @@ fn refusal(e: &AuthError) -> ApiError {
         _ => ApiError::unauthorized(e.to_string()),
     }
 }
+
+/// Takes one of the process's request places before anything else (authentication, body) is
+/// read, and holds it until the response head: a stream returns it once it is open. Beyond
+/// the bound the answer is 529 `overloaded_error` with `retry-after`, at once.
+pub async fn admit(State(api): State<ManagedAgents>, req: Request, next: Next) -> Response {
+    match api.coordinator.load().try_request() {
+        Ok(_permit) => next.run(req).await,
+        Err(busy) => ApiError::busy(&busy).into_response(),
+    }
+}

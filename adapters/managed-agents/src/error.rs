@@ -8,8 +8,10 @@
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gateway_core::admission::AdmissionError;
-use gateway_runtime::RuntimeError;
+use std::time::Duration;
+
 use gateway_runtime::error::Guard;
+use gateway_runtime::{Busy, RuntimeError};
 use serde_json::{Value, json};
 
 #[derive(Debug, Clone)]
@@ -20,11 +22,13 @@ pub struct ApiError {
     pub error_code: Option<&'static str>,
     /// `x-should-retry: false` for deterministic conflicts and failures.
     pub no_retry: bool,
+    /// `retry-after` / `retry-after-ms` on an overload refusal (the SDK honours both).
+    pub retry_after: Option<Duration>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
-        Self { status, kind, message: message.into(), error_code: None, no_retry: false }
+        Self { status, kind, message: message.into(), error_code: None, no_retry: false, retry_after: None }
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -51,6 +55,14 @@ impl ApiError {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large", format!("request body exceeds {limit} bytes"))
     }
 
+    /// The overload refusal: 529 `overloaded_error`, which the SDK retries after the hint.
+    pub fn busy(busy: &Busy) -> Self {
+        Self {
+            retry_after: Some(busy.retry_after),
+            ..Self::new(StatusCode::from_u16(529).expect("529 is a status code"), "overloaded_error", busy.to_string())
+        }
+    }
+
     pub fn code(mut self, code: &'static str) -> Self {
         self.error_code = Some(code);
         self
@@ -72,6 +84,11 @@ impl IntoResponse for ApiError {
         let mut r = self.status.into_response();
         if self.no_retry {
             r.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
+        }
+        if let Some(after) = self.retry_after {
+            let headers = r.headers_mut();
+            headers.insert("retry-after", HeaderValue::from(after.as_secs().max(1)));
+            headers.insert("retry-after-ms", HeaderValue::from(after.as_millis().max(1) as u64));
         }
         r.extensions_mut().insert(self);
         r
@@ -105,7 +122,7 @@ impl From<RuntimeError> for ApiError {
                 Guard::AgentArchived(_) => ApiError::invalid(message).code("agent_archived"),
                 Guard::SessionArchived(_) => ApiError::invalid(message).code("session_archived"),
                 Guard::EnvironmentTransition { .. } | Guard::SessionStarted(_) => ApiError::invalid(message),
-                Guard::DocumentConflict { .. } => ApiError::conflict(message, "conflict"),
+                Guard::DocumentConflict { .. } | Guard::SessionExists(_) => ApiError::conflict(message, "conflict"),
             },
             RuntimeError::Rejected(a) => match a {
                 AdmissionError::Archived => ApiError::invalid(message).code("session_archived"),
@@ -114,6 +131,7 @@ impl From<RuntimeError> for ApiError {
                 AdmissionError::NotPending(_) => ApiError::invalid(message).code("tool_use_not_pending"),
                 AdmissionError::Empty | AdmissionError::NotAnInput(_) => ApiError::invalid(message),
             },
+            RuntimeError::Busy(busy) => ApiError::busy(&busy),
             RuntimeError::Unavailable(m) => {
                 tracing::warn!(error = %m, "store unavailable");
                 ApiError::new(

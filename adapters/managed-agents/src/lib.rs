@@ -69,6 +69,7 @@ pub fn router(api: ManagedAgents) -> Router {
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .layer(middleware::from_fn_with_state(api.clone(), auth::layer))
+        .layer(middleware::from_fn_with_state(api.clone(), auth::admit))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(api);
     routes.layer(middleware::from_fn(request_id::layer))

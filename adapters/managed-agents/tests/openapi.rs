@@ -22,22 +22,14 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use gateway_core::agent::BackendRef;
 use gateway_core::environment::ProviderTier;
-use gateway_core::placement::Offer;
 use gateway_managed_agents::{BODY_LIMIT, ManagedAgents, ROUTES, openapi};
 use gateway_models::fake::FakeModel;
 use gateway_runtime::auth::{Authenticator, generate_key};
-use gateway_runtime::{
-    BackendRegistry, Coordinator, CoordinatorOptions, Environments, EnvironmentsConfig, NativeBackend, NativeConfig,
-    PreviewBus, RetryPolicy, WorkerConfig, WorkerPool,
-};
-use gateway_sandbox::Limits;
-use gateway_sandbox::local::LocalProvider;
-use gateway_store::conformance::Harness;
-use gateway_store::conformance::harness::SqliteHarness;
+use gateway_runtime::testing::TestGateway;
+use gateway_runtime::{EnvironmentsConfig, NativeBackend, NativeConfig, RetryPolicy, WorkerConfig};
 use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 const HTTP_METHODS: [&str; 8] = ["get", "put", "post", "delete", "options", "head", "patch", "trace"];
 
@@ -349,89 +341,57 @@ fn pretty(v: &Value) -> String {
 struct Gateway {
     base: String,
     key: String,
-    shutdown: CancellationToken,
-    pool: Option<WorkerPool>,
-    _root: tempfile::TempDir,
-    _harness: SqliteHarness,
+    gw: TestGateway,
 }
 
 async fn start() -> Gateway {
-    let harness = SqliteHarness::new(true);
-    let store = harness.fresh().await;
-    let root = tempfile::tempdir().unwrap();
-    let envs = Environments::new(
-        EnvironmentsConfig {
-            host: "openapi-host".into(),
-            root: root.path().to_owned(),
-            limits: Limits::default(),
-            idle: Duration::from_secs(300),
-        },
-        vec![Arc::new(LocalProvider::new())],
-    );
-    let offer = Offer { providers: envs.offers(), ..Default::default() };
-    assert!(!offer.providers.is_empty(), "the local sandbox provider works here");
-    let previews = PreviewBus::default();
-    let coordinator = Coordinator::new(
-        Arc::clone(&store),
-        previews.clone(),
-        offer.clone(),
-        CoordinatorOptions { subscription_poll: Duration::from_millis(100) },
-    )
-    .with_environments(Arc::clone(&envs));
-    let mut backends = BackendRegistry::new();
     // A small delay between streamed chunks lets previews reach the stream before the commit.
     let model = Arc::new(FakeModel::with_chunk_delay(Duration::from_millis(10)));
-    let native = NativeBackend::new(model, Some(Arc::clone(&envs)), NativeConfig::default());
-    backends.register(BackendRef::Native, Arc::new(native));
-    let pool = WorkerPool::start(
-        Arc::clone(&store),
-        backends,
-        previews,
-        WorkerConfig {
-            instance: "openapi".into(),
-            host: "openapi-host".into(),
-            workers: 2,
-            lease: Duration::from_secs(10),
-            poll: Duration::from_millis(100),
-            retry: RetryPolicy { max_retries: 1, base: Duration::from_millis(20), max: Duration::from_millis(50) },
-            shutdown_grace: Duration::from_millis(200),
-            providers: offer.providers.iter().map(|p| p.tier.clone()).collect(),
-            ..WorkerConfig::default()
-        },
-    );
+    let workers = WorkerConfig {
+        max_turns: 2,
+        claim_batch: 16,
+        lease: Duration::from_secs(10),
+        poll: Duration::from_millis(100),
+        retry: RetryPolicy { max_retries: 1, base: Duration::from_millis(20), max: Duration::from_millis(50) },
+        shutdown_grace: Duration::from_millis(200),
+        ..WorkerConfig::default()
+    };
+    let gw = TestGateway::builder()
+        .backend_with(BackendRef::Native, move |envs| {
+            Arc::new(NativeBackend::new(model, Some(Arc::clone(envs)), NativeConfig::default()))
+        })
+        .local_sandbox()
+        .environments(EnvironmentsConfig { idle: Duration::from_secs(300), ..Default::default() })
+        .host("openapi-host")
+        .instance("openapi")
+        .subscription_poll(Duration::from_millis(100))
+        .workers(workers)
+        .build()
+        .await;
+    assert!(!gw.coordinator.offer().providers.is_empty(), "the local sandbox provider works here");
     // A configured key: requests must present it (x-api-key or Bearer), so 401 is reachable.
     let key = generate_key();
-    store.create_api_key("openapi-test", &key.hash).await.unwrap();
-    let shutdown = CancellationToken::new();
+    gw.store.create_api_key("openapi-test", &key.hash).await.unwrap();
     let api = ManagedAgents {
-        coordinator,
-        auth: Arc::new(Authenticator::new(Arc::clone(&store))),
+        coordinator: gw.coordinator.clone(),
+        auth: Arc::new(Authenticator::new(Arc::clone(&gw.store))),
         default_provider: ProviderTier::local(),
         keep_alive: Duration::from_secs(15),
-        shutdown: shutdown.clone(),
+        shutdown: gw.shutdown.clone(),
     };
     let app = gateway_managed_agents::router(api);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let serve = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-    tokio::spawn(async move { serve.await });
-    Gateway {
-        base: format!("http://{addr}"),
-        key: key.secret,
-        shutdown,
-        pool: Some(pool),
-        _root: root,
-        _harness: harness,
-    }
+        .with_graceful_shutdown(gw.shutdown.clone().cancelled_owned());
+    // On the gateway's tracker, as the binary runs it: stopping waits for the server.
+    gw.tasks.spawn(async move { serve.await });
+    Gateway { base: format!("http://{addr}"), key: key.secret, gw }
 }
 
 impl Gateway {
-    async fn stop(mut self) {
-        self.shutdown.cancel();
-        if let Some(pool) = self.pool.take() {
-            pool.shutdown().await;
-        }
+    async fn stop(self) {
+        self.gw.stop().await;
     }
 }
 

@@ -1,7 +1,7 @@
 //! Neutral events: the committed facts of a session's thread.
 //!
 //! The event log is the single source of truth. Every protocol view (Managed Agents events,
-//! ACP `session/update`s, A2A tasks and their history) is a projection of these payloads, so
+//! ACP session updates, A2A tasks and their history) is a projection of these payloads, so
 //! they carry what all three need and use none of their names.
 
 use serde::{Deserialize, Serialize};
@@ -119,11 +119,10 @@ pub enum EventPayload {
 
     // -- turn lifecycle --
     TurnStarted {
-        /// The last seq of the inputs this turn answers (the run's input boundary): inputs
-        /// committed after it belong to a later turn. Lets adapters tell which turn answers
-        /// which message even when a retried earlier turn starts after a newer message.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        inputs_through: Option<u64>,
+        /// The run's input boundary: the last seq of the inputs it answers (see `turn`).
+        /// Inputs committed after it belong to a later turn. Events stored before the field
+        /// existed were given `seq - 1` by migration 0004.
+        inputs_through: u64,
     },
     TurnRescheduled {},
     TurnEnded {
@@ -346,7 +345,7 @@ mod tests {
                 is_error: false,
                 origin: ToolOrigin::Custom,
             },
-            EventPayload::TurnStarted { inputs_through: Some(3) },
+            EventPayload::TurnStarted { inputs_through: 3 },
             EventPayload::TurnRescheduled {},
             EventPayload::TurnEnded { stop: StopReason::RequiresAction { event_ids: vec![EventId::new()] } },
             EventPayload::SessionError {
@@ -386,10 +385,9 @@ mod tests {
     }
 
     #[test]
-    fn turn_started_events_stored_before_inputs_through_still_read() {
-        let old: EventPayload = serde_json::from_value(serde_json::json!({"type": "turn_started"})).unwrap();
-        assert_eq!(old, EventPayload::TurnStarted { inputs_through: None });
-        let none = serde_json::to_value(EventPayload::TurnStarted { inputs_through: None }).unwrap();
-        assert_eq!(none, serde_json::json!({"type": "turn_started"}));
+    fn a_turn_start_always_names_its_boundary() {
+        let json = serde_json::to_value(EventPayload::TurnStarted { inputs_through: 7 }).unwrap();
+        assert_eq!(json, serde_json::json!({"type": "turn_started", "inputs_through": 7}));
+        assert!(serde_json::from_value::<EventPayload>(serde_json::json!({"type": "turn_started"})).is_err());
     }
 }

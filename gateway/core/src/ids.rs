@@ -41,6 +41,15 @@ fn encode(mut n: u128) -> String {
     out.iter().map(|&b| b as char).collect()
 }
 
+/// The Unix milliseconds in the time prefix of an encoded suffix (0 if it does not decode).
+fn minted_millis(suffix: &str) -> i64 {
+    let n = suffix.bytes().try_fold(0u128, |n, b| {
+        let digit = ALPHABET.iter().position(|&a| a == b)? as u128;
+        n.checked_mul(62)?.checked_add(digit)
+    });
+    n.map(|n| (n >> 80) as i64).unwrap_or(0)
+}
+
 fn valid_suffix(s: &str) -> bool {
     s.len() == ENCODED_LEN && s.bytes().all(|b| b.is_ascii_alphanumeric())
 }
@@ -72,6 +81,13 @@ macro_rules! define_id {
 
             pub fn as_str(&self) -> &str {
                 &self.0
+            }
+
+            /// When the id was minted (its time prefix, Unix milliseconds of the minting
+            /// process's clock): an ordering key for ids, never a time to compare across
+            /// processes or to lease by.
+            pub fn minted_millis(&self) -> i64 {
+                minted_millis(&self.0[$prefix.len()..])
             }
         }
 
@@ -148,6 +164,17 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(2));
         let b = EventId::new();
         assert!(a < b, "{a} should sort before {b}");
+    }
+
+    #[test]
+    fn ids_carry_the_millisecond_they_were_minted() {
+        let before =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap();
+        let id = EventId::new();
+        let after =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap();
+        assert!((before..=after).contains(&id.minted_millis()), "{} not in {before}..={after}", id.minted_millis());
+        assert_eq!(minted_millis(&encode(42u128 << 80)), 42);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 pub mod admission;
 pub mod agent;
 pub mod content;
+pub mod durations;
 pub mod environment;
 pub mod event;
 pub mod ids;
@@ -13,6 +14,7 @@ pub mod placement;
 pub mod run;
 pub mod session;
 pub mod time;
+pub mod turn;
 
 pub use ids::*;
 pub use time::Timestamp;

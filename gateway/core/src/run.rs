@@ -102,6 +102,8 @@ pub struct Fence {
 pub struct Claim {
     pub fence: Fence,
     pub run: Run,
+    /// The run's input boundary, fixed by its first claim (see `turn`).
+    pub inputs_through: u64,
     /// The session environment lives on a host that is gone; the run must fail with
     /// `EnvironmentLost` instead of getting a fresh environment here.
     pub environment_lost: bool,

@@ -20,7 +20,10 @@ impl Timestamp {
         self.0
     }
 
-    /// The local clock; only for values that are not compared across processes.
+    /// The local clock; only for values that are not compared across processes. Leases and
+    /// stored times use the database clock instead, so clippy refuses calls to this
+    /// (`clippy.toml`, `disallowed-methods`) unless gateway-core or gateway-store allows one
+    /// where it is made, with a comment saying why.
     pub fn now_local() -> Self {
         Self((OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64)
     }

@@ -5,10 +5,12 @@
 //! say something, call a tool, or loop, just by what they type:
 //!
 //! - **After a tool result.** If the last message is a user message holding a `tool_result`
-//!   block (the model's tool call was answered), the reply is the text
-//!   `done: <the first 200 characters of that result's text>` (the result's text parts
-//!   concatenated; characters, not bytes), with stop reason `end_turn`. Exception: when the
-//!   last user text (below) is a `repeat:` command, the tool is called again.
+//!   block (the model's tool call was answered) and no text of the user's own (a message sent
+//!   while the call ran, or after an interrupt, is newer than the result: the script answers
+//!   that text instead), the reply is the text `done: <the first 200 characters of that
+//!   result's text>` (the result's text parts concatenated; characters, not bytes), with stop
+//!   reason `end_turn`. Exception: when the last user text (below) is a `repeat:` command, the
+//!   tool is called again.
 //! - **Otherwise** the script reads the *last user text*: the last text block of the most
 //!   recent user message that has any text. (Not all its text blocks: the native loop merges
 //!   consecutive user inputs into one message, and the fake answers the latest of them.)
@@ -160,9 +162,13 @@ fn tool_use(id: String, name: &str, input: JsonObject) -> (Vec<Block>, StopReaso
 }
 
 /// The text of the first tool result in the last message, if that message is a user message
-/// answering a tool call.
+/// answering a tool call and holds no text of the user's (system reminders aside).
 fn answered_tool_result(messages: &[Message]) -> Option<String> {
     let last = messages.last().filter(|m| m.role == Role::User)?;
+    let user_text = last.content.iter().any(|b| matches!(b, Block::Text { text } if !is_reminder(text)));
+    if user_text {
+        return None;
+    }
     last.content.iter().find_map(|block| match block {
         Block::ToolResult { content, .. } => Some(
             content
@@ -206,9 +212,13 @@ fn last_user_command(messages: &[Message]) -> (&str, Option<Command<'_>>) {
         })
         .find(|texts| !texts.is_empty())
         .unwrap_or_default();
-    let is_reminder = |text: &&str| text.trim_start().starts_with("<system-reminder>");
     let text = texts.iter().rev().find(|text| !is_reminder(text)).or(texts.last()).copied().unwrap_or_default();
     (text, parse_command(text))
+}
+
+/// Claude Code's `<system-reminder>` blocks sit beside the user's words; they are not them.
+fn is_reminder(text: &str) -> bool {
+    text.trim_start().starts_with("<system-reminder>")
 }
 
 fn parse_command(text: &str) -> Option<Command<'_>> {
@@ -287,6 +297,41 @@ mod tests {
         }
         let (content, _) = script(&user_texts(&[reminder]));
         assert_eq!(content, vec![Block::Text { text: format!("echo: {reminder}") }]);
+    }
+
+    #[test]
+    fn the_newest_user_text_wins_over_a_tool_result_beside_it() {
+        // An interrupted call's result and the message sent after the interrupt share the
+        // user message that follows the call: the message is what is answered.
+        let call = Message {
+            role: Role::Assistant,
+            content: vec![Block::ToolUse { id: "t1".into(), name: "bash".into(), input: JsonObject::new() }],
+        };
+        let result = Block::ToolResult {
+            tool_use_id: "t1".into(),
+            content: vec![ToolResultContent::Text { text: "[cancelled: killed]".into() }],
+            is_error: true,
+        };
+        let answered = |extra: Vec<Block>| {
+            let mut content = vec![result.clone()];
+            content.extend(extra);
+            vec![
+                Message { role: Role::User, content: vec![Block::Text { text: "tool:bash {}".into() }] },
+                call.clone(),
+                Message { role: Role::User, content },
+            ]
+        };
+        let (content, _) = script(&answered(vec![Block::Text { text: "what now?".into() }]));
+        assert_eq!(content, vec![Block::Text { text: "echo: what now?".into() }]);
+        let (content, _) = script(&answered(vec![]));
+        assert_eq!(content, vec![Block::Text { text: "done: [cancelled: killed]".into() }]);
+        let reminder = Block::Text { text: "<system-reminder>x</system-reminder>".into() };
+        let (content, _) = script(&answered(vec![reminder]));
+        assert_eq!(
+            content,
+            vec![Block::Text { text: "done: [cancelled: killed]".into() }],
+            "a reminder is not the user"
+        );
     }
 
     #[test]

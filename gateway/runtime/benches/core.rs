@@ -17,11 +17,8 @@ use gateway_core::content::ContentBlock;
 use gateway_core::environment::ProviderTier;
 use gateway_core::event::{EventKind, EventPayload, NewEvent};
 use gateway_core::run::WorkerOffer;
-use gateway_runtime::testing::ScriptedBackend;
-use gateway_runtime::{
-    AgentSelection, BackendRegistry, Coordinator, CoordinatorOptions, CreateSession, Delivery, PreviewBus,
-    SubscribeOptions, WorkerConfig, WorkerPool,
-};
+use gateway_runtime::testing::TestGateway;
+use gateway_runtime::{AgentSelection, Coordinator, CreateSession, Delivery, SubscribeOptions, WorkerConfig};
 use gateway_store::conformance::harness::{PgHarness, SqliteHarness};
 use gateway_store::conformance::{Harness, agent_spec, env_spec, placement_offer};
 use gateway_store::{Commit, LeaseTerms, Store};
@@ -34,13 +31,19 @@ fn out(t: &str) -> NewEvent {
     NewEvent::new(EventPayload::AgentMessage { content: vec![ContentBlock::text(t)] })
 }
 
-fn coordinator(store: &Arc<dyn Store>, previews: &PreviewBus) -> Coordinator {
-    Coordinator::new(
-        Arc::clone(store),
-        previews.clone(),
-        placement_offer(),
-        CoordinatorOptions { subscription_poll: Duration::from_secs(1) },
-    )
+/// The shipped assembly on `store` with the scripted echo backend; Workers only if asked.
+async fn gateway(store: &Arc<dyn Store>, workers: Option<WorkerConfig>) -> TestGateway {
+    let builder = TestGateway::builder()
+        .store(Arc::clone(store))
+        .scripted()
+        .offer(placement_offer())
+        .subscription_poll(Duration::from_secs(1));
+    match workers {
+        Some(w) => builder.workers(w),
+        None => builder.no_workers(),
+    }
+    .build()
+    .await
 }
 
 async fn session(c: &Coordinator) -> gateway_core::session::Session {
@@ -110,9 +113,9 @@ impl Raw {
 
 /// A claimed run to commit into.
 async fn fence(store: &Arc<dyn Store>) -> gateway_core::run::Fence {
-    let previews = PreviewBus::default();
-    let c = coordinator(store, &previews);
-    let s = session(&c).await;
+    let gw = gateway(store, None).await;
+    let c = &gw.coordinator;
+    let s = session(c).await;
     c.submit(&s.id, vec![say("go")]).await.unwrap();
     let worker = WorkerOffer {
         worker: "bench".into(),
@@ -142,12 +145,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Whole turns per second through the Coordinator and 4 Workers (scripted echo backend).
 async fn turn_rate(store: &Arc<dyn Store>, sessions: usize, turns_each: usize) -> f64 {
-    let previews = PreviewBus::default();
-    let c = coordinator(store, &previews);
-    let mut backends = BackendRegistry::new();
-    backends.register(BackendRef::Native, Arc::new(ScriptedBackend));
-    let cfg = WorkerConfig { workers: 4, poll: Duration::from_millis(200), ..WorkerConfig::default() };
-    let pool = WorkerPool::start(Arc::clone(store), backends, previews.clone(), cfg);
+    let cfg = WorkerConfig { max_turns: 4, poll: Duration::from_millis(200), ..WorkerConfig::default() };
+    let mut gw = gateway(store, Some(cfg)).await;
+    let c = gw.coordinator.clone();
     let mut ids = Vec::new();
     for _ in 0..sessions {
         ids.push(session(&c).await.id);
@@ -175,15 +175,16 @@ async fn turn_rate(store: &Arc<dyn Store>, sessions: usize, turns_each: usize) -
         t.await.unwrap();
     }
     let rate = (sessions * turns_each) as f64 / started.elapsed().as_secs_f64();
-    pool.shutdown().await;
+    // The store is the caller's: only the Workers stop.
+    gw.stop_workers().await;
     rate
 }
 
 /// Commit-to-delivery latency with `fanout` subscribers on one session: (p50, p99) in µs.
 async fn fanout_latency(store: &Arc<dyn Store>, fanout: usize, events: usize) -> (u128, u128) {
-    let previews = PreviewBus::default();
-    let c = coordinator(store, &previews);
-    let s = session(&c).await;
+    let gw = gateway(store, None).await;
+    let c = &gw.coordinator;
+    let s = session(c).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Instant)>();
     let mut subs = Vec::new();
     for _ in 0..fanout {
@@ -236,9 +237,9 @@ async fn memory_per_subscription(store: &Arc<dyn Store>, n: usize) -> u64 {
             .map(|kb| kb * 1024)
             .unwrap_or(0)
     }
-    let previews = PreviewBus::default();
-    let c = coordinator(store, &previews);
-    let s = session(&c).await;
+    let gw = gateway(store, None).await;
+    let c = &gw.coordinator;
+    let s = session(c).await;
     let before = rss();
     // Each subscription driven by a task of its own, as an open stream connection is.
     let mut held = Vec::new();

@@ -15,6 +15,7 @@ use gateway_core::agent::BackendRef;
 use gateway_core::event::{ErrorKind, Event, NewEvent};
 use gateway_core::run::Claim;
 use gateway_core::session::{PendingAction, Session};
+use gateway_core::turn::RunView;
 use gateway_store::{Commit, EnvironmentChange, Store, StoreError};
 use tokio_util::sync::CancellationToken;
 
@@ -74,6 +75,12 @@ pub trait Backend: Send + Sync {
     /// claim calls it again with the events committed so far in the session's history, and a
     /// tool use without a result there must not be executed again (invariant 5).
     async fn run(&self, ctx: &RunContext) -> Result<TurnOutcome, BackendError>;
+
+    /// Stops what the backend keeps across turns (the ACP backend's agent processes). The
+    /// process calls it once its Workers have stopped, before it closes the store; it may be
+    /// called once per registration of the same backend, so it must be idempotent. Most
+    /// backends keep nothing.
+    async fn stop(&self) {}
 }
 
 /// The backends a process can run, by published backend.
@@ -93,6 +100,13 @@ impl BackendRegistry {
 
     pub fn get(&self, backend: &BackendRef) -> Option<&Arc<dyn Backend>> {
         self.backends.get(backend)
+    }
+
+    /// Stops every registered backend ([`Backend::stop`]), one after another.
+    pub async fn stop_all(&self) {
+        for backend in self.backends.values() {
+            backend.stop().await;
+        }
     }
 
     /// What a Worker of this process offers to claim.
@@ -116,6 +130,8 @@ pub struct RunContext {
     pub(crate) abandoned: CancellationToken,
     /// The seq of the last event this run committed (or saw at claim): where its previews go.
     pub(crate) last_seq: std::sync::atomic::AtomicU64,
+    /// Events staged to ride with the next commit, or with the settlement (see `stage`).
+    pub(crate) staged: std::sync::Mutex<Vec<NewEvent>>,
 }
 
 impl RunContext {
@@ -131,6 +147,13 @@ impl RunContext {
                 return Ok(out);
             }
         }
+    }
+
+    /// The log as this run sees it: everything up to its input boundary, and its own
+    /// commits; its current turn and the inputs it answers (`gateway_core::turn`). The one
+    /// way a backend learns what to answer.
+    pub async fn view(&self) -> Result<RunView, BackendError> {
+        Ok(RunView::new(&self.claim.fence.run_id, self.claim.inputs_through, self.history().await?))
     }
 
     /// Commits events under this run's fence. Fails with `Abandoned` if the lease is lost.
@@ -162,9 +185,29 @@ impl RunContext {
         Ok(self.store.bindings(&self.session.id).await?)
     }
 
-    async fn commit_with(&self, commit: Commit) -> Result<Vec<Event>, BackendError> {
+    /// Stages events that need no commit of their own: they are committed, before its own
+    /// events, by the run's next commit, or by its settlement when it has none (so a model
+    /// request's span and its final answer cost one commit with the turn's end). Staged events
+    /// are lost with the run if its claim is lost before then: only events whose loss a resumed
+    /// run repairs may be staged (the model request is asked again), never a tool's journal
+    /// entry (invariant 5) nor anything a client was told about.
+    pub fn stage(&self, events: impl IntoIterator<Item = NewEvent>) {
+        self.staged.lock().unwrap_or_else(|p| p.into_inner()).extend(events);
+    }
+
+    /// What is staged and not yet committed (for the settlement).
+    pub(crate) fn take_staged(&self) -> Vec<NewEvent> {
+        std::mem::take(&mut *self.staged.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    async fn commit_with(&self, mut commit: Commit) -> Result<Vec<Event>, BackendError> {
         if self.abandoned.is_cancelled() {
             return Err(BackendError::Abandoned("lease lost before commit".into()));
+        }
+        let mut staged = self.take_staged();
+        if !staged.is_empty() {
+            staged.append(&mut commit.events);
+            commit.events = staged;
         }
         let committed = self.store.commit(&self.claim.fence, commit).await?;
         if let Some(last) = committed.last() {
@@ -194,8 +237,10 @@ impl RunContext {
         self.abandoned.cancelled().await
     }
 
-    /// The store, for backends that keep their own durable facts (e.g. a remote task id).
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+    /// The adapters' documents, read-only: a backend writes only through its fenced commits
+    /// (`commit_bindings` for facts it must find again), so nothing it does outlives a lost
+    /// lease.
+    pub fn documents(&self) -> &dyn gateway_store::ReadDocuments {
+        self.store.as_ref()
     }
 }

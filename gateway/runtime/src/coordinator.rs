@@ -14,13 +14,15 @@ use gateway_core::environment::{Environment, EnvironmentSpec};
 use gateway_core::event::{Event, EventPayload, NewEvent};
 use gateway_core::placement::{LocalInputs, Offer, place};
 use gateway_core::session::{Resource, ResourceKind, Session, SessionSnapshot};
-use gateway_core::{AgentId, EnvironmentId, EventId, Metadata, ResourceId, SessionId};
+use gateway_core::{AgentId, EnvironmentId, EventId, Metadata, ResourceId, SessionId, Timestamp};
 use gateway_store::{
-    AgentFilter, EnvironmentFilter, EventFilter, NewSession, Page, PageRequest, SessionFilter, SessionPatch, Store,
+    AdmissionWrites, AgentFilter, EnvironmentFilter, EventFilter, NewSession, Page, PageRequest, SessionFilter,
+    SessionPatch, Store,
 };
 
 use crate::environment::Environments;
 use crate::error::{Result, RuntimeError};
+use crate::load::{AdmissionLimits, Load};
 use crate::metrics::Metrics;
 use crate::previews::PreviewBus;
 use crate::subscription::{self, Delivery, SubscribeOptions};
@@ -49,11 +51,13 @@ pub struct CreateSession {
 pub struct CoordinatorOptions {
     /// How often subscriptions read the store when no wake-up arrives.
     pub subscription_poll: Duration,
+    /// The bounds beyond which work is refused as busy.
+    pub admission: AdmissionLimits,
 }
 
 impl Default for CoordinatorOptions {
     fn default() -> Self {
-        Self { subscription_poll: Duration::from_millis(500) }
+        Self { subscription_poll: Duration::from_millis(500), admission: AdmissionLimits::default() }
     }
 }
 
@@ -65,28 +69,39 @@ pub struct Coordinator {
     options: CoordinatorOptions,
     environments: Option<Arc<Environments>>,
     metrics: Arc<Metrics>,
+    load: Arc<Load>,
 }
 
 impl Coordinator {
-    pub fn new(store: Arc<dyn Store>, previews: PreviewBus, offer: Offer, options: CoordinatorOptions) -> Self {
-        Self {
-            store,
-            previews,
-            offer: Arc::new(offer),
-            options,
-            environments: None,
-            metrics: Arc::new(Metrics::default()),
-        }
-    }
-
-    /// Counts open subscriptions in `metrics` (shared with the Workers for `/metrics`).
-    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
-        self.metrics = metrics;
-        self
+    /// `metrics` counts open subscriptions and refusals (shared with the Workers for
+    /// `/metrics`).
+    pub fn new(
+        store: Arc<dyn Store>,
+        previews: PreviewBus,
+        offer: Offer,
+        options: CoordinatorOptions,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let load = Arc::new(Load::new(options.admission.clone(), Arc::clone(&metrics)));
+        Self { store, previews, offer: Arc::new(offer), options, environments: None, metrics, load }
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// The admission bounds: each face takes a request permit here before it reads a body.
+    pub fn load(&self) -> &Load {
+        &self.load
+    }
+
+    /// Refuses inputs that would start a turn while too many turns wait to start; answers and
+    /// interrupts finish accepted work, so they always pass.
+    async fn check_load(&self, inputs: &[NewEvent]) -> Result<()> {
+        if inputs.iter().any(|e| matches!(e.payload, EventPayload::UserMessage { .. })) {
+            self.load.check_queue(self.store.as_ref()).await?;
+        }
+        Ok(())
     }
 
     /// Lets session deletes release environments held on this host at once (other hosts
@@ -104,6 +119,12 @@ impl Coordinator {
     /// Health: whether the store answers.
     pub async fn ready(&self) -> Result<()> {
         Ok(self.store.ping().await?)
+    }
+
+    /// Waits until every write begun so far is durable (see `Store::sync`): after a write is
+    /// refused for a conflict, what it conflicted with is then visible to reads.
+    pub async fn sync(&self) -> Result<()> {
+        Ok(self.store.sync().await?)
     }
 
     // ---- agents ----
@@ -188,6 +209,20 @@ impl Coordinator {
     /// (rejecting what cannot be honoured, naming the rule), freezes the snapshot, and admits
     /// the initial inputs, all before answering.
     pub async fn create_session(&self, req: CreateSession) -> Result<(Session, Vec<Event>)> {
+        self.create_session_with(req, SessionId::new(), AdmissionWrites::default()).await
+    }
+
+    /// [`create_session`](Self::create_session) with the id the session gets (so `writes` can
+    /// name it) and adapter state committed in the same transaction as the session and its
+    /// initial inputs (DESIGN §3): a conflicting document (`Guard::DocumentConflict`) or a
+    /// refused input leaves none of it behind.
+    pub async fn create_session_with(
+        &self,
+        req: CreateSession,
+        id: SessionId,
+        writes: AdmissionWrites,
+    ) -> Result<(Session, Vec<Event>)> {
+        self.check_load(&req.initial_inputs).await?;
         let mut agent = self.store.get_agent(&req.agent.id, req.agent.version).await?;
         if let Some(o) = &req.agent.overrides {
             o.apply(&mut agent.spec);
@@ -196,20 +231,22 @@ impl Coordinator {
         let environment = self.store.get_environment(&req.environment_id).await?;
         let inputs = local_inputs(&req.resources);
         let requirements = place(&agent.spec.backend, &environment.spec.config, &inputs, &self.offer)?;
-        let now = gateway_core::Timestamp::now_local();
         let mut resources = Vec::with_capacity(req.resources.len());
         for kind in req.resources {
             // A client workspace is opened and its identity recorded now, so that no later
             // realization can be pointed at another directory (invariant 19).
             let kind = crate::environment::check_resource(kind).map_err(|e| RuntimeError::Invalid(e.to_string()))?;
-            resources.push(Resource { id: ResourceId::new(), kind, created_at: now });
+            // The store stamps the creation time from the database clock.
+            resources.push(Resource { id: ResourceId::new(), kind, created_at: Timestamp(0) });
         }
         let new = NewSession {
+            id,
             environment_id: req.environment_id,
             snapshot: SessionSnapshot { agent, requirements, resources },
             title: req.title,
             metadata: req.metadata,
             initial_inputs: req.initial_inputs,
+            writes,
         };
         Ok(self.store.create_session(new).await?)
     }
@@ -277,7 +314,20 @@ impl Coordinator {
 
     /// Admits client inputs. Returns only after they are committed (invariant 4).
     pub async fn submit(&self, session: &SessionId, inputs: Vec<NewEvent>) -> Result<Vec<Event>> {
-        Ok(self.store.submit_inputs(session, inputs).await?)
+        self.submit_with(session, inputs, AdmissionWrites::default()).await
+    }
+
+    /// [`submit`](Self::submit) with adapter state (documents, bindings) that explains the
+    /// inputs, committed in the same transaction (DESIGN §3): if the inputs are refused or a
+    /// document conflicts, nothing is written and the adapter has nothing to undo.
+    pub async fn submit_with(
+        &self,
+        session: &SessionId,
+        inputs: Vec<NewEvent>,
+        writes: AdmissionWrites,
+    ) -> Result<Vec<Event>> {
+        self.check_load(&inputs).await?;
+        Ok(self.store.submit_inputs(session, inputs, writes).await?)
     }
 
     /// Interrupts whatever the session is doing.

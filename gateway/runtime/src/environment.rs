@@ -33,8 +33,11 @@ use gateway_core::environment::ProviderTier;
 use gateway_core::event::ErrorKind;
 use gateway_core::placement::{EnvironmentPlan, NetworkControl, ProviderOffer};
 use gateway_core::session::{EnvironmentState, ResourceKind, Session};
-use gateway_sandbox::{DirError, Hand, Limits, SandboxPolicy, SandboxProvider, WorkspaceDir};
+use gateway_sandbox::{
+    DirError, Hand, Limits, LocalProvider, NamespaceProvider, SandboxPolicy, SandboxProvider, WorkspaceDir,
+};
 use gateway_store::{EnvironmentChange, Store};
+use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -99,22 +102,78 @@ struct Slot {
     users: usize,
 }
 
-#[derive(Debug, Clone)]
+/// `[environments]`: how this host's Session Environments behave. Deserializable with the
+/// documented keys (`idle_secs`, the command [`Limits`], `bwrap`); missing keys keep these
+/// defaults. Where they live and which host they are pinned to are facts of the process,
+/// given to [`Environments::new`] beside this.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct EnvironmentsConfig {
-    /// The host identity environments are pinned to.
-    pub host: String,
-    /// Where session workspaces live (`<root>/<session id>`).
-    pub root: PathBuf,
-    pub limits: Limits,
-    /// A Hand idle this long is hibernated.
+    /// A Hand idle this long is hibernated (its shell stopped, its files kept).
+    #[serde(rename = "idle_secs", with = "gateway_core::durations::secs")]
     pub idle: Duration,
+    /// What each command may use.
+    #[serde(flatten)]
+    pub limits: Limits,
+    /// The bubblewrap program of the `namespace` provider ([`host_providers`]).
+    pub bwrap: PathBuf,
+    /// Built-in tool calls (bash, file tools) running at once in this process, all sessions
+    /// together; more wait for a place. Default: twice the cores.
+    pub max_commands: usize,
+}
+
+impl Default for EnvironmentsConfig {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Self {
+            idle: Duration::from_secs(300),
+            limits: Limits::default(),
+            bwrap: PathBuf::from("bwrap"),
+            max_commands: 2 * cores,
+        }
+    }
+}
+
+/// The providers a host may offer: `local` only when it is the default tier (it is not a
+/// security boundary), `namespace` always (offered only where bubblewrap works, see
+/// [`Environments::offers`]).
+///
+/// What a provider cannot do here is said once, at start-up: `local` without a cgroup cannot
+/// stop a `setsid` child at session delete; `namespace` without slirp4netns fails the turns of
+/// sessions whose environment allows networking.
+pub fn host_providers(default: &ProviderTier, config: &EnvironmentsConfig) -> Vec<Arc<dyn SandboxProvider>> {
+    let mut out: Vec<Arc<dyn SandboxProvider>> = Vec::new();
+    if *default == ProviderTier::local() {
+        let local = LocalProvider::new();
+        if let Err(why) = local.cgroups() {
+            warn!(
+                reason = why,
+                "the local sandbox cannot hold its processes in a cgroup here: a process a command detaches with \
+                 setsid() survives its session's delete, and nothing bounds how many a session starts \
+                 (run as root or with a delegated cgroup, or use the namespace sandbox)"
+            );
+        }
+        out.push(Arc::new(local));
+    }
+    let namespace = NamespaceProvider::new(config.bwrap.clone());
+    if let Err(e) = namespace.networking() {
+        warn!(error = %e, "namespace sandboxes of environments that allow networking will fail their turns");
+    }
+    out.push(Arc::new(namespace));
+    out
 }
 
 /// The Session Environments of this host.
 pub struct Environments {
+    /// The host identity environments are pinned to.
+    host: String,
+    /// Where session workspaces live (`<root>/<session id>`).
+    root: PathBuf,
     config: EnvironmentsConfig,
     providers: HashMap<ProviderTier, Arc<dyn SandboxProvider>>,
     slots: Mutex<HashMap<SessionId, Slot>>,
+    /// `max_commands`, shared by every Hand.
+    commands: Arc<tokio::sync::Semaphore>,
 }
 
 /// Releases its acquisition when dropped, so a caller can never keep a slot busy forever.
@@ -138,16 +197,26 @@ impl Drop for Lease {
 }
 
 impl Environments {
-    pub fn new(config: EnvironmentsConfig, providers: Vec<Arc<dyn SandboxProvider>>) -> Arc<Self> {
+    /// The environments of `host`, with session workspaces under `root`, made by `providers`.
+    pub fn new(
+        host: impl Into<String>,
+        root: impl Into<PathBuf>,
+        config: EnvironmentsConfig,
+        providers: Vec<Arc<dyn SandboxProvider>>,
+    ) -> Arc<Self> {
+        let commands = Arc::new(tokio::sync::Semaphore::new(config.max_commands.max(1)));
         Arc::new(Self {
+            host: host.into(),
+            root: root.into(),
             config,
             providers: providers.into_iter().map(|p| (p.tier(), p)).collect(),
             slots: Mutex::new(HashMap::new()),
+            commands,
         })
     }
 
     pub fn host(&self) -> &str {
-        &self.config.host
+        &self.host
     }
 
     /// The providers that work on this host right now, for placement.
@@ -177,7 +246,7 @@ impl Environments {
                 return (PathBuf::from(path), false);
             }
         }
-        (self.config.root.join(session.id.as_str()), true)
+        (self.root.join(session.id.as_str()), true)
     }
 
     /// Opens the session's workspace for a realization or a wake: a mounted workspace beneath
@@ -212,7 +281,7 @@ impl Environments {
         let root = self.root_dir()?;
         match root.child(session.id.as_str(), !was_realized) {
             Ok(dir) => Ok(dir),
-            Err(DirError::Missing { .. }) => Err(vanished(&self.config.root.join(session.id.as_str()))),
+            Err(DirError::Missing { .. }) => Err(vanished(&self.root.join(session.id.as_str()))),
             Err(e) => Err(refused(e)),
         }
     }
@@ -220,7 +289,7 @@ impl Environments {
     /// The directory session workspaces live in, created private (0700) if missing. It is the
     /// operator's own path, so symlinks in it are resolved once, here.
     fn root_dir(&self) -> Result<WorkspaceDir, EnvironmentError> {
-        let root = &self.config.root;
+        let root = &self.root;
         let failed = |reason: String| EnvironmentError::Workspace { path: root.display().to_string(), reason };
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(root).map_err(|e| failed(e.to_string()))?;
         let real = std::fs::canonicalize(root).map_err(|e| failed(e.to_string()))?;
@@ -243,7 +312,7 @@ impl Environments {
             slot.users += 1;
             slot.last_used = Instant::now();
             let change = (session.environment_state != EnvironmentState::Realized)
-                .then(|| EnvironmentChange { state: EnvironmentState::Realized, host: Some(self.config.host.clone()) });
+                .then(|| EnvironmentChange { state: EnvironmentState::Realized, host: Some(self.host.clone()) });
             let acquired = Acquired { hand: Arc::clone(&slot.hand), change };
             return Ok(Lease { envs: Arc::clone(self), session: session.id.clone(), acquired });
         }
@@ -270,12 +339,13 @@ impl Environments {
         })?;
         let hand = Arc::new(
             Hand::new(opened)
-                .map_err(|e| EnvironmentError::Workspace { path: shown.clone(), reason: e.to_string() })?,
+                .map_err(|e| EnvironmentError::Workspace { path: shown.clone(), reason: e.to_string() })?
+                .with_command_slots(Arc::clone(&self.commands)),
         );
         info!(session = %session.id, provider = %sandbox.provider, workspace = %shown, "environment realized");
         slots.insert(session.id.clone(), Slot { hand: Arc::clone(&hand), last_used: Instant::now(), users: 1 });
         let change = (session.environment_state != EnvironmentState::Realized)
-            .then(|| EnvironmentChange { state: EnvironmentState::Realized, host: Some(self.config.host.clone()) });
+            .then(|| EnvironmentChange { state: EnvironmentState::Realized, host: Some(self.host.clone()) });
         Ok(Lease { envs: Arc::clone(self), session: session.id.clone(), acquired: Acquired { hand, change } })
     }
 
@@ -320,7 +390,7 @@ impl Environments {
     /// Removes workspaces under the root whose session no longer exists (deleted while this
     /// host was down, or on another host's request).
     pub async fn sweep_released(&self, store: &Arc<dyn Store>) {
-        let Ok(entries) = std::fs::read_dir(&self.config.root) else {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
             return;
         };
         for entry in entries.flatten() {

@@ -6,6 +6,8 @@ use gateway_core::placement::PlacementError;
 pub use gateway_store::Guard;
 use gateway_store::StoreError;
 
+use crate::load::Busy;
+
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     #[error("{kind} {id} not found")]
@@ -24,6 +26,9 @@ pub enum RuntimeError {
     /// The inputs were refused by the admission rules.
     #[error(transparent)]
     Rejected(AdmissionError),
+    /// An admission bound is reached: refused at once, retry after the hint.
+    #[error(transparent)]
+    Busy(#[from] Busy),
     /// The store is unreachable; the operation may be retried.
     #[error("service unavailable: {0}")]
     Unavailable(String),

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use gateway_store::RunOutcome;
 
+use crate::load::BusyCause;
+
 #[derive(Debug, Default)]
 pub struct Metrics {
     pub runs_claimed: AtomicU64,
@@ -16,7 +18,10 @@ pub struct Metrics {
     pub runs_released: AtomicU64,
     pub turns_running: AtomicI64,
     pub subscriptions_open: AtomicI64,
+    /// Runs waiting to be claimed, as last sampled by the admission bound.
+    pub runs_queued: AtomicI64,
     settled: [AtomicU64; 7],
+    refused: [AtomicU64; 2],
 }
 
 const OUTCOMES: [&str; 7] = ["completed", "parked", "cancelled", "failed", "terminated", "indeterminate", "retry"];
@@ -33,9 +38,16 @@ fn outcome_index(o: &RunOutcome) -> usize {
     }
 }
 
+const BUSY_CAUSES: [BusyCause; 2] = [BusyCause::Requests, BusyCause::QueuedRuns];
+
 impl Metrics {
     pub fn settled(&self, outcome: &RunOutcome) {
         self.settled[outcome_index(outcome)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn refused(&self, cause: BusyCause) {
+        let i = BUSY_CAUSES.iter().position(|c| *c == cause).unwrap_or(0);
+        self.refused[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The Prometheus text exposition of every series.
@@ -82,6 +94,24 @@ impl Metrics {
                 self.settled[i].load(Ordering::Relaxed)
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP gateway_admissions_refused_total Work refused as busy, by the bound reached.\n# TYPE gateway_admissions_refused_total counter"
+        );
+        for (i, cause) in BUSY_CAUSES.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "gateway_admissions_refused_total{{cause=\"{}\"}} {}",
+                cause.as_str(),
+                self.refused[i].load(Ordering::Relaxed)
+            );
+        }
+        gauge(
+            &mut out,
+            "gateway_runs_queued",
+            "Runs waiting to be claimed (every process), as last sampled by admission.",
+            self.runs_queued.load(Ordering::Relaxed),
+        );
         gauge(
             &mut out,
             "gateway_turns_running",

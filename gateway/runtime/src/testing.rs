@@ -1,7 +1,8 @@
-//! A deterministic scripted backend for tests (feature `testing`). Shipped configuration
-//! never registers it; only test code and the test-bed binary do.
+//! A deterministic scripted backend, the test gateway ([`TestGateway`]) and the Backend
+//! conformance suite ([`backends`]) for tests (feature `testing`). Shipped configuration never
+//! registers them; only test code and the test-bed binary do.
 //!
-//! The script is the text of the last user message of the session:
+//! The script is the newest user text among the run's inputs (`RunContext::view`):
 //! - `steps N MS`: commits `step i/N` for i = 1..N, one commit each, MS apart. Resumable: after
 //!   a crash it continues after the last step committed in this turn.
 //! - `sleep MS`: waits (interruptibly), then says `slept`.
@@ -13,34 +14,22 @@
 
 use async_trait::async_trait;
 use gateway_core::content::{ContentBlock, plain_text};
-use gateway_core::event::{ErrorKind, Event, EventKind, EventPayload, NewEvent, ToolOrigin, ToolPermission};
+use gateway_core::event::{ErrorKind, EventKind, EventPayload, NewEvent, ToolOrigin, ToolPermission};
 use gateway_core::session::{PendingAction, PendingKind};
 use std::time::Duration;
 
 use crate::backend::{Backend, BackendError, RunContext, TurnOutcome};
 use crate::previews::Preview;
 
+pub mod backends;
+mod gateway;
+pub use backends::{BackendUnderTest, Turn};
+pub use gateway::{TestGateway, TestGatewayBuilder};
+
 pub struct ScriptedBackend;
 
 fn say(text: impl Into<String>) -> NewEvent {
     NewEvent::new(EventPayload::AgentMessage { content: vec![ContentBlock::text(text)] })
-}
-
-/// Events of the current turn: everything after the last user message.
-fn turn(history: &[Event]) -> (&str, Vec<&Event>) {
-    let last_user = history.iter().rposition(|e| e.kind() == EventKind::UserMessage);
-    let text = last_user
-        .and_then(|i| match &history[i].payload {
-            EventPayload::UserMessage { content } => content.first(),
-            _ => None,
-        })
-        .and_then(|b| match b {
-            ContentBlock::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .unwrap_or("");
-    let since = last_user.map(|i| history[i + 1..].iter().collect()).unwrap_or_default();
-    (text, since)
 }
 
 async fn pause(ctx: &RunContext, ms: u64) -> bool {
@@ -53,8 +42,10 @@ async fn pause(ctx: &RunContext, ms: u64) -> bool {
 #[async_trait]
 impl Backend for ScriptedBackend {
     async fn run(&self, ctx: &RunContext) -> Result<TurnOutcome, BackendError> {
-        let history = ctx.history().await?;
-        let (script, this_turn) = turn(&history);
+        let view = ctx.view().await?;
+        let script = view.last_user_text().unwrap_or_default();
+        let script = script.as_str();
+        let this_turn = view.turn();
         let mut words = script.split_whitespace();
         match words.next().unwrap_or("") {
             "steps" => {

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::files::{self, FileError, Workspace};
@@ -53,6 +53,10 @@ pub struct Hand {
     /// Cancelled (and replaced) by `hibernate()`, so a running command does not hold the
     /// shell, and the hibernation, for up to its whole time limit.
     interrupt: std::sync::Mutex<CancellationToken>,
+    /// The process's places for tool calls that run (shared by every Hand; none: unbounded).
+    /// Turns are cheap waiting tasks, thousands at once; commands really use a core, so they
+    /// wait here for one instead of all running at once.
+    slots: Option<Arc<Semaphore>>,
 }
 
 impl std::fmt::Debug for Hand {
@@ -76,7 +80,14 @@ impl Hand {
             files,
             shell: Mutex::new(None),
             interrupt: std::sync::Mutex::new(CancellationToken::new()),
+            slots: None,
         })
+    }
+
+    /// Tool calls of this Hand take one of `slots` while they run.
+    pub fn with_command_slots(mut self, slots: Arc<Semaphore>) -> Self {
+        self.slots = Some(slots);
+        self
     }
 
     /// Where the workspace was opened (for messages).
@@ -90,6 +101,13 @@ impl Hand {
 
     /// Runs built-in tool `tool` with `input`. Bad input is an `is_error` output, never a panic.
     pub async fn run(&self, tool: &str, input: &JsonObject, cancel: &CancellationToken) -> ToolOutput {
+        let _slot = match &self.slots {
+            Some(slots) => tokio::select! {
+                slot = Arc::clone(slots).acquire_owned() => slot.ok(),
+                _ = cancel.cancelled() => return ToolOutput::error("cancelled before the command started"),
+            },
+            None => None,
+        };
         let result = match tool {
             "bash" => self.bash(input, cancel).await,
             "read" | "write" | "edit" | "glob" | "grep" => self.file_tool(tool, input, cancel).await,
@@ -161,7 +179,7 @@ impl Hand {
             return Err(ToolOutput::error("`command` is required (or `restart: true` to restart the shell)"));
         }
         let limits = &self.sandbox.policy().limits;
-        let limit = timeout_ms.map(Duration::from_millis).unwrap_or(limits.wall_clock).min(limits.max_wall_clock);
+        let limit = timeout_ms.map(Duration::from_millis).unwrap_or(limits.wall_clock).min(limits.longest());
 
         let interrupt = self.interrupt.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let stopped = || async {

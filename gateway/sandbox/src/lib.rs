@@ -39,6 +39,7 @@ use std::time::Duration;
 
 use gateway_core::environment::ProviderTier;
 use gateway_core::placement::NetworkControl;
+use serde::{Deserialize, Serialize};
 
 pub use dir::{DirError, WorkspaceDir};
 pub use files::FileError;
@@ -65,21 +66,40 @@ pub enum SandboxError {
 }
 
 /// Resource limits applied to what runs in a sandbox.
-#[derive(Debug, Clone)]
+///
+/// Deserializable with the keys of the gateway's `[environments]` table (`command_timeout_secs`,
+/// `max_command_timeout_secs`, `output_cap_bytes`); missing keys keep these defaults. The
+/// process, file and memory limits are not configuration keys (yet): they keep their defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Limits {
     /// Default wall-clock limit of one command (a tool input may ask for less or more, up to
-    /// `max_wall_clock`).
+    /// [`Limits::longest`]).
+    #[serde(rename = "command_timeout_secs", with = "gateway_core::durations::secs")]
     pub wall_clock: Duration,
+    #[serde(rename = "max_command_timeout_secs", with = "gateway_core::durations::secs")]
     pub max_wall_clock: Duration,
     /// Bytes of output kept per command; the rest is dropped and the result says so.
+    #[serde(rename = "output_cap_bytes")]
     pub output_cap: usize,
     /// Processes (and threads) the sandbox may run at once: its cgroup's `pids.max` where the
     /// gateway can create cgroups, else `ulimit -u` (namespace provider; not binding for root).
+    #[serde(skip)]
     pub max_processes: u64,
     /// Largest file a process may write, in bytes (namespace provider).
+    #[serde(skip)]
     pub max_file_size: u64,
     /// Address space per process, in bytes (namespace provider).
+    #[serde(skip)]
     pub max_memory: u64,
+}
+
+impl Limits {
+    /// The longest any one command or terminal may run: `max_wall_clock`, but never less than
+    /// the default `wall_clock` (an operator who raised only the default meant it to apply).
+    pub fn longest(&self) -> Duration {
+        self.max_wall_clock.max(self.wall_clock)
+    }
 }
 
 impl Default for Limits {

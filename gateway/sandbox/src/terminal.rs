@@ -206,7 +206,7 @@ impl Terminals {
         let mut pipe = pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(spawn_err)?;
         let output = Arc::new(Mutex::new(Buffer { limit, ..Default::default() }));
         let (exit_tx, exit_rx) = watch::channel(None);
-        let wall_clock = limits.max_wall_clock;
+        let wall_clock = limits.longest();
         let sink = Arc::clone(&output);
         let task = tokio::spawn(async move {
             let read = async {

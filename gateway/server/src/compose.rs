@@ -1,23 +1,24 @@
-//! Building the runtime's parts from configuration: the model client, the sandbox providers,
-//! the Session Environments, the native backend, and the start-up guard.
+//! Building the runtime's parts from configuration: the model client, the Session
+//! Environments, the backends, and the start-up guard. The parts' settings and defaults are
+//! their crates' own; what is decided here is which implementation each configured name
+//! means, and where credentials come from (the environment, never the file).
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
+use gateway_acp::backend::ProcessTable;
+use gateway_core::agent::BackendRef;
 use gateway_core::environment::ProviderTier;
 use gateway_models::ModelClient;
-use gateway_models::anthropic::{AnthropicClient, AnthropicConfig, Credential};
+use gateway_models::anthropic::{AnthropicClient, Credential};
 use gateway_models::fake::FakeModel;
+use gateway_runtime::environment::host_providers;
 use gateway_runtime::secrets::{KeyOrigin, SecretBox};
-use gateway_runtime::{Environments, EnvironmentsConfig};
-use gateway_sandbox::local::LocalProvider;
-use gateway_sandbox::namespace::NamespaceProvider;
-use gateway_sandbox::{Limits, SandboxProvider};
+use gateway_runtime::{BackendRegistry, Environments, NativeBackend};
 use tracing::{info, warn};
 
 use crate::config::Config;
+use crate::serve::Extensions;
 
 /// The model client `config.model` names. Credentials come from the environment only.
 pub fn model_client(config: &Config) -> anyhow::Result<Arc<dyn ModelClient>> {
@@ -29,64 +30,51 @@ pub fn model_client(config: &Config) -> anyhow::Result<Arc<dyn ModelClient>> {
                 (_, Ok(token)) if !token.is_empty() => Credential::Bearer(token),
                 _ => bail!("model \"anthropic\" needs ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN in the environment"),
             };
-            let base_url = std::env::var("ANTHROPIC_BASE_URL")
-                .ok()
-                .filter(|u| !u.is_empty())
-                .unwrap_or_else(|| config.anthropic.base_url.clone());
-            let mut c = AnthropicConfig::new(base_url, credential);
-            c.max_retries = config.anthropic.max_retries;
-            c.request_timeout = Duration::from_secs(config.anthropic.request_timeout_secs);
-            Ok(Arc::new(AnthropicClient::new(c).context("building the Anthropic client")?))
+            let mut settings = config.anthropic.clone();
+            if let Some(base_url) = std::env::var("ANTHROPIC_BASE_URL").ok().filter(|u| !u.is_empty()) {
+                settings.base_url = base_url;
+            }
+            let client = AnthropicClient::new(settings.config(credential)).context("building the Anthropic client")?;
+            Ok(Arc::new(client))
         }
         other => bail!("unknown model {other:?}"),
     }
 }
 
-/// The providers this host may offer: `local` only when it is the configured sandbox (it is
-/// not a security boundary), `namespace` always (when bubblewrap works here).
-///
-/// What a provider cannot do here is said once, at start-up: `local` without a cgroup cannot
-/// stop a `setsid` child at session delete; `namespace` without slirp4netns fails the turns of
-/// sessions whose environment allows networking.
-pub fn providers(config: &Config) -> Vec<Arc<dyn SandboxProvider>> {
-    let mut out: Vec<Arc<dyn SandboxProvider>> = Vec::new();
-    if config.sandbox == "local" {
-        let local = LocalProvider::new();
-        if let Err(why) = local.cgroups() {
-            warn!(
-                reason = why,
-                "the local sandbox cannot hold its processes in a cgroup here: a process a command detaches with \
-                 setsid() survives its session's delete, and nothing bounds how many a session starts \
-                 (run as root or with a delegated cgroup, or use the namespace sandbox)"
-            );
-        }
-        out.push(Arc::new(local));
-    }
-    let namespace = NamespaceProvider::new(PathBuf::from(&config.environments.bwrap));
-    if let Err(e) = namespace.networking() {
-        warn!(error = %e, "namespace sandboxes of environments that allow networking will fail their turns");
-    }
-    out.push(Arc::new(namespace));
-    out
+/// This host's Session Environments: `[environments]`, pinned to `host_id`, workspaces under
+/// `<data_dir>/workspaces`, with the providers the configured `sandbox` allows.
+pub fn environments(config: &Config) -> Arc<Environments> {
+    let providers = host_providers(&ProviderTier(config.sandbox.clone()), &config.environments);
+    Environments::new(config.host_id(), crate::state::workspaces_root(config), config.environments.clone(), providers)
 }
 
-pub fn environments(config: &Config) -> Arc<Environments> {
-    let e = &config.environments;
-    let limits = Limits {
-        wall_clock: Duration::from_secs(e.command_timeout_secs),
-        max_wall_clock: Duration::from_secs(e.max_command_timeout_secs.max(e.command_timeout_secs)),
-        output_cap: e.output_cap_bytes,
-        ..Limits::default()
-    };
-    Environments::new(
-        EnvironmentsConfig {
-            host: config.host_id(),
-            root: crate::state::workspaces_root(config),
-            limits,
-            idle: Duration::from_secs(e.idle_secs.max(1)),
-        },
-        providers(config),
-    )
+/// Every backend this process runs: native, one per ACP executor (keeping their agent
+/// processes in `processes`), one per A2A remote, the conformance agent if enabled, and what
+/// the build adds.
+pub fn backends(
+    config: &Config,
+    environments: &Arc<Environments>,
+    processes: &Arc<ProcessTable>,
+    model: Arc<dyn ModelClient>,
+    ext: Extensions,
+) -> BackendRegistry {
+    let mut backends = BackendRegistry::new();
+    let native = NativeBackend::new(model, Some(Arc::clone(environments)), config.native.clone());
+    backends.register(BackendRef::Native, Arc::new(native));
+    for (r, b) in gateway_acp::backends(&acp_executors(config), environments, processes) {
+        backends.register(r, b);
+    }
+    for (r, b) in gateway_a2a::backends(&a2a_remotes(config)) {
+        backends.register(r, b);
+    }
+    if config.a2a.conformance_agent {
+        let (r, b) = gateway_a2a::conformance_backend();
+        backends.register(r, b);
+    }
+    for (r, b) in ext.backends {
+        backends.register(r, b);
+    }
+    backends
 }
 
 /// Refuses configurations that would run a real model's tool calls without a security
@@ -147,7 +135,7 @@ pub fn acp_executors(config: &Config) -> std::collections::BTreeMap<String, gate
                 command: e.command.clone(),
                 args: e.args.clone(),
                 env: e.env.clone(),
-                turn_timeout: Duration::from_secs(config.acp.turn_timeout_secs),
+                turn_timeout: std::time::Duration::from_secs(config.acp.turn_timeout_secs),
             };
             (name.clone(), executor)
         })

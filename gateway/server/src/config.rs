@@ -1,11 +1,13 @@
 //! Configuration: a TOML file, every key overridable by `GATEWAY_*` environment variables
-//! (nested keys with `__`, e.g. `GATEWAY_WORKERS__COUNT=8`). See the README for the reference.
+//! (nested keys with `__`, e.g. `GATEWAY_WORKERS__MAX_TURNS=8`). See the README for the reference.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
+use gateway_models::anthropic::AnthropicSettings;
+use gateway_runtime::{AdmissionLimits, EnvironmentsConfig, NativeConfig, WorkerConfig};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -37,10 +39,14 @@ pub struct Config {
     pub host_id: Option<String>,
     /// Send and use wake-up hints (polling stays authoritative either way).
     pub wakeups: bool,
-    pub workers: WorkersConfig,
+    /// `[workers]`, `[environments]`, `[native]`, `[anthropic]`: the components' own
+    /// configuration types, with their own defaults; this file only reads them.
+    pub workers: WorkerConfig,
+    /// `[admission]`: the load-shedding bounds (requests in flight, queued runs).
+    pub admission: AdmissionLimits,
     pub environments: EnvironmentsConfig,
     pub native: NativeConfig,
-    pub anthropic: AnthropicConfig,
+    pub anthropic: AnthropicSettings,
     pub log: LogConfig,
     /// Agents published from this file, by name.
     pub agents: BTreeMap<String, AgentConfig>,
@@ -66,10 +72,11 @@ impl Default for Config {
             instance_name: None,
             host_id: None,
             wakeups: true,
-            workers: WorkersConfig::default(),
+            workers: WorkerConfig::default(),
+            admission: AdmissionLimits::default(),
             environments: EnvironmentsConfig::default(),
             native: NativeConfig::default(),
-            anthropic: AnthropicConfig::default(),
+            anthropic: AnthropicSettings::default(),
             log: LogConfig::default(),
             agents: BTreeMap::new(),
             default_agent: None,
@@ -78,93 +85,6 @@ impl Default for Config {
             acp: AcpConfig::default(),
             a2a: A2aConfig::default(),
         }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
-pub struct WorkersConfig {
-    /// Workers (concurrent runs) in this process.
-    pub count: usize,
-    pub lease_secs: u64,
-    pub poll_ms: u64,
-    pub host_ttl_secs: u64,
-    pub crash_budget: u32,
-    pub max_retries: u32,
-    pub shutdown_grace_secs: u64,
-}
-
-impl Default for WorkersConfig {
-    fn default() -> Self {
-        Self {
-            count: 4,
-            lease_secs: 30,
-            poll_ms: 1000,
-            host_ttl_secs: 90,
-            crash_budget: 3,
-            max_retries: 3,
-            shutdown_grace_secs: 10,
-        }
-    }
-}
-
-/// Session Environments: workspaces and sandboxes.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
-pub struct EnvironmentsConfig {
-    /// A session's Hand idle this long is hibernated (its shell stopped, its files kept).
-    pub idle_secs: u64,
-    /// Default wall-clock limit of one `bash` command.
-    pub command_timeout_secs: u64,
-    /// Largest wall-clock limit a tool call may ask for.
-    pub max_command_timeout_secs: u64,
-    /// Bytes of tool output kept per call.
-    pub output_cap_bytes: usize,
-    /// The bubblewrap program of the `namespace` provider.
-    pub bwrap: String,
-}
-
-impl Default for EnvironmentsConfig {
-    fn default() -> Self {
-        Self {
-            idle_secs: 300,
-            command_timeout_secs: 120,
-            max_command_timeout_secs: 600,
-            output_cap_bytes: 100_000,
-            bwrap: "bwrap".into(),
-        }
-    }
-}
-
-/// The native backend's model loop.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
-pub struct NativeConfig {
-    /// Model/tool rounds per turn before the turn ends with an error.
-    pub max_rounds: u32,
-    pub max_tokens: u32,
-}
-
-impl Default for NativeConfig {
-    fn default() -> Self {
-        Self { max_rounds: 20, max_tokens: 8192 }
-    }
-}
-
-/// The `anthropic` model client. Credentials come from `ANTHROPIC_API_KEY` (sent as
-/// `x-api-key`) or `ANTHROPIC_AUTH_TOKEN` (sent as a bearer token), never from this file.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
-pub struct AnthropicConfig {
-    /// Overridden by `ANTHROPIC_BASE_URL`.
-    pub base_url: String,
-    pub max_retries: u32,
-    pub request_timeout_secs: u64,
-}
-
-impl Default for AnthropicConfig {
-    fn default() -> Self {
-        Self { base_url: "https://api.anthropic.com".into(), max_retries: 2, request_timeout_secs: 600 }
     }
 }
 
@@ -220,7 +140,7 @@ impl Default for AcpConfig {
 }
 
 /// `[a2a]`: the A2A server.
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct A2aConfig {
     /// Allow push-notification targets on loopback or private addresses (tests only).
@@ -229,6 +149,20 @@ pub struct A2aConfig {
     /// Publish the built-in conformance agent (the A2A TCK's scenarios) as `conformance`.
     #[serde(deserialize_with = "flag")]
     pub conformance_agent: bool,
+    /// The longest a blocking `SendMessage` waits for its task to settle; past it the task is
+    /// returned as it stands (`working`) and the client polls or subscribes.
+    #[serde(rename = "blocking_timeout_secs", with = "gateway_core::durations::secs")]
+    pub blocking_timeout: std::time::Duration,
+}
+
+impl Default for A2aConfig {
+    fn default() -> Self {
+        Self {
+            allow_private_push_targets: false,
+            conformance_agent: false,
+            blocking_timeout: gateway_a2a::DEFAULT_BLOCKING_TIMEOUT,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -347,8 +281,10 @@ impl Config {
                 self.log.format
             )));
         }
-        if self.workers.count == 0 || self.workers.lease_secs == 0 {
-            return Err(ConfigError::Invalid("workers.count and workers.lease_secs must be positive".into()));
+        if self.workers.max_turns == 0 || self.workers.claim_batch == 0 || self.workers.lease.is_zero() {
+            return Err(ConfigError::Invalid(
+                "workers.max_turns, workers.claim_batch and workers.lease_secs must be positive".into(),
+            ));
         }
         Ok(())
     }
@@ -446,17 +382,92 @@ mod tests {
         assert_eq!(redact_url("sqlite://data/gateway.db"), "sqlite://data/gateway.db");
     }
 
+    /// The defaults README documents, as the components define them (no copy here).
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's own test harness signature
+    fn the_components_defaults_are_the_documented_ones() {
+        figment::Jail::expect_with(|_| {
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            let w = &c.workers;
+            assert_eq!(
+                (w.max_turns, w.claim_batch, w.lease, w.poll, w.host_ttl),
+                (4096, 64, secs(30), ms(1000), secs(90))
+            );
+            assert_eq!((w.crash_budget, w.retry.max_retries, w.shutdown_grace), (3, 3, secs(10)));
+            let e = &c.environments;
+            assert_eq!((e.idle, e.limits.wall_clock, e.limits.max_wall_clock), (secs(300), secs(120), secs(600)));
+            assert_eq!((e.limits.output_cap, e.bwrap.as_path()), (100_000, Path::new("bwrap")));
+            assert_eq!((c.native.max_rounds, c.native.max_tokens), (20, 8192));
+            let a = &c.anthropic;
+            assert_eq!(
+                (a.base_url.as_str(), a.max_retries, a.request_timeout_secs),
+                ("https://api.anthropic.com", 2, 600)
+            );
+            Ok(())
+        });
+    }
+
+    /// Every documented key of `[workers]`, `[environments]`, `[native]` and `[anthropic]`
+    /// reaches its component, from the file and from `GATEWAY_*` (flattened keys too).
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's own test harness signature
+    fn every_documented_component_key_reaches_its_component() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "g.toml",
+                "[workers]\nmax_turns = 2\nclaim_batch = 3\nlease_secs = 11\npoll_ms = 250\nhost_ttl_secs = 45\ncrash_budget = 5\n\
+                 max_retries = 7\nshutdown_grace_secs = 3\n\
+                 [environments]\nidle_secs = 60\ncommand_timeout_secs = 30\nmax_command_timeout_secs = 90\n\
+                 output_cap_bytes = 5000\nbwrap = \"/opt/bwrap\"\n\
+                 [native]\nmax_rounds = 4\nmax_tokens = 100\n\
+                 [anthropic]\nbase_url = \"http://stub\"\nmax_retries = 0\nrequest_timeout_secs = 9\n",
+            )?;
+            let c = Config::load(Some(Path::new("g.toml"))).map_err(|e| e.to_string())?;
+            let w = &c.workers;
+            assert_eq!((w.max_turns, w.claim_batch, w.lease, w.poll, w.host_ttl), (2, 3, secs(11), ms(250), secs(45)));
+            assert_eq!((w.crash_budget, w.retry.max_retries, w.shutdown_grace), (5, 7, secs(3)));
+            let e = &c.environments;
+            assert_eq!((e.idle, e.limits.wall_clock, e.limits.max_wall_clock), (secs(60), secs(30), secs(90)));
+            assert_eq!((e.limits.output_cap, e.bwrap.as_path()), (5000, Path::new("/opt/bwrap")));
+            let limit_defaults = EnvironmentsConfig::default().limits;
+            assert_eq!(e.limits.max_processes, limit_defaults.max_processes, "not a key: its default");
+            assert_eq!((c.native.max_rounds, c.native.max_tokens), (4, 100));
+            let a = &c.anthropic;
+            assert_eq!((a.base_url.as_str(), a.max_retries, a.request_timeout_secs), ("http://stub", 0, 9));
+
+            jail.set_env("GATEWAY_WORKERS__MAX_RETRIES", "8");
+            jail.set_env("GATEWAY_WORKERS__POLL_MS", "300");
+            jail.set_env("GATEWAY_ENVIRONMENTS__OUTPUT_CAP_BYTES", "6000");
+            jail.set_env("GATEWAY_ENVIRONMENTS__COMMAND_TIMEOUT_SECS", "31");
+            jail.set_env("GATEWAY_NATIVE__MAX_TOKENS", "101");
+            jail.set_env("GATEWAY_ANTHROPIC__REQUEST_TIMEOUT_SECS", "10");
+            let c = Config::load(Some(Path::new("g.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!((c.workers.retry.max_retries, c.workers.poll, c.workers.lease), (8, ms(300), secs(11)));
+            assert_eq!((c.environments.limits.output_cap, c.environments.limits.wall_clock), (6000, secs(31)));
+            assert_eq!((c.native.max_tokens, c.anthropic.request_timeout_secs), (101, 10));
+            Ok(())
+        });
+    }
+
+    fn secs(n: u64) -> std::time::Duration {
+        std::time::Duration::from_secs(n)
+    }
+
+    fn ms(n: u64) -> std::time::Duration {
+        std::time::Duration::from_millis(n)
+    }
+
     #[test]
     #[allow(clippy::result_large_err)] // figment's own test harness signature
     fn environment_overrides_file_and_defaults() {
         figment::Jail::expect_with(|jail| {
-            jail.create_file("g.toml", "listen = \"0.0.0.0:9000\"\nmodel = \"fake\"\n[workers]\ncount = 2\n")?;
-            jail.set_env("GATEWAY_WORKERS__COUNT", "7");
+            jail.create_file("g.toml", "listen = \"0.0.0.0:9000\"\nmodel = \"fake\"\n[workers]\nmax_turns = 2\n")?;
+            jail.set_env("GATEWAY_WORKERS__MAX_TURNS", "7");
             jail.set_env("GATEWAY_DATABASE_URL", "postgres://u:p@h/db");
             jail.set_env("GATEWAY_TEST_DATABASE_URL", "ignored");
             let c = Config::load(Some(Path::new("g.toml"))).map_err(|e| e.to_string())?;
             assert_eq!(c.listen, "0.0.0.0:9000");
-            assert_eq!(c.workers.count, 7);
+            assert_eq!(c.workers.max_turns, 7);
             assert_eq!(c.database_url, "postgres://u:p@h/db");
             assert_eq!(c.sandbox, "local");
             assert_eq!(c.secret_key_path(), Path::new("data/secret.key"), "default: under data_dir");

@@ -1,19 +1,23 @@
-//! `gateway serve` and `gateway migrate`: the composition root.
+//! `gateway serve`, `gateway acp` and `gateway migrate`: the composition root.
+//!
+//! Both serving commands run the one runtime assembly ([`Runtime::assemble`]) and stop it the
+//! one way ([`Runtime::stop`]): every background task started here (card pinning, ACP
+//! maintenance, push deliveries, the signal watcher, the HTTP server) is spawned on the
+//! runtime's task tracker and watches its shutdown signal, so the store closes only after
+//! all of them ended.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use axum::serve::ListenerExt;
+use gateway_acp::backend::ProcessTable;
 use gateway_core::agent::BackendRef;
 use gateway_core::environment::ProviderTier;
-use gateway_core::placement::Offer;
 use gateway_managed_agents::ManagedAgents;
+use gateway_runtime::assembly::offer_of;
 use gateway_runtime::auth::{Authenticator, OwnNames};
-use gateway_runtime::{
-    Backend, BackendRegistry, Coordinator, CoordinatorOptions, NativeBackend, NativeConfig, PreviewBus, RetryPolicy,
-    WorkerConfig, WorkerPool,
-};
+use gateway_runtime::{Backend, CoordinatorOptions, PublishedAgents, Runtime, RuntimeConfig};
 use gateway_store::{Store, StoreOptions};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -21,6 +25,9 @@ use tracing::{info, warn};
 use crate::compose;
 use crate::config::{Config, redact_url};
 use crate::http::{AppState, router};
+
+/// How long open HTTP connections get to close after the shutdown signal.
+const CONNECTIONS_GRACE: Duration = Duration::from_secs(5);
 
 /// What a build of the binary adds beyond configuration: the test-bed binary registers a
 /// scripted backend here; the shipped binary adds nothing.
@@ -45,112 +52,60 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The running core of a gateway process: what `serve` and `acp` share.
-pub struct Runtime {
-    pub store: Arc<dyn Store>,
-    pub coordinator: Coordinator,
-    pub environments: Arc<gateway_runtime::Environments>,
-    pub published: gateway_runtime::PublishedAgents,
-    pub pool: WorkerPool,
-    pub shutdown: CancellationToken,
+/// What `serve` and `acp` share: the assembled runtime, the agents published from the file,
+/// and the ACP agent processes (shared by the backends of every executor and the editor face).
+pub struct Started {
+    pub runtime: Runtime,
+    pub published: PublishedAgents,
+    pub processes: Arc<ProcessTable>,
 }
 
-impl Runtime {
-    /// Stops claiming, finishes or releases running turns, closes the store.
-    pub async fn stop(self) {
-        self.shutdown.cancel();
-        self.pool.shutdown().await;
-        gateway_acp::shutdown().await;
-        self.store.close().await;
-    }
-}
-
-/// Opens the store, registers the backends, publishes configured agents and starts Workers.
-pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<Runtime> {
+/// Checks the sandbox guard, opens the store, assembles the runtime (its Workers start),
+/// publishes configured agents and starts the background tasks that need no HTTP server.
+pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<Started> {
     crate::state::prepare(config)?;
     let environments = compose::environments(config);
     let provider_offers = environments.offers();
     compose::startup_guard(config, &provider_offers.iter().map(|p| p.tier.clone()).collect::<Vec<_>>())?;
     let model = compose::model_client(config)?;
     let store = open_store(config).await?;
-    let previews = PreviewBus::default();
 
-    let mut backends = BackendRegistry::new();
-    let native = NativeBackend::new(
-        model,
-        Some(Arc::clone(&environments)),
-        NativeConfig { max_rounds: config.native.max_rounds, max_tokens: config.native.max_tokens },
-    );
-    backends.register(BackendRef::Native, Arc::new(native));
-    for (r, b) in gateway_acp::backends(&compose::acp_executors(config), Arc::clone(&environments)) {
-        backends.register(r, b);
-    }
-    let remotes = compose::a2a_remotes(config);
-    for (r, b) in gateway_a2a::backends(&remotes) {
-        backends.register(r, b);
-    }
-    if config.a2a.conformance_agent {
-        let (r, b) = gateway_a2a::conformance_backend();
-        backends.register(r, b);
-    }
-    for (r, b) in ext.backends {
-        backends.register(r, b);
-    }
-    let offered = backends.offered();
-    let mut offer = Offer { providers: provider_offers, ..Default::default() };
-    for b in &offered {
-        match b {
-            BackendRef::Native => {}
-            BackendRef::Acp { executor } => {
-                offer.acp_executors.insert(executor.clone());
-            }
-            BackendRef::A2a { remote } => {
-                offer.a2a_remotes.insert(remote.clone());
-            }
-            BackendRef::Builtin { name } => {
-                offer.builtins.insert(name.clone());
-            }
+    let processes = Arc::new(ProcessTable::default());
+    let backends = compose::backends(config, &environments, &processes, model, ext);
+    let runtime_config = RuntimeConfig {
+        instance: config.instance_name(),
+        workers: Some(config.workers.clone()),
+        coordinator: CoordinatorOptions { admission: config.admission.clone(), ..CoordinatorOptions::default() },
+        offer: offer_of(provider_offers, &backends),
+    };
+    let runtime = Runtime::assemble(store, runtime_config, environments, backends);
+    let published = match crate::publish::publish(config, &runtime.coordinator).await {
+        Ok(p) => p,
+        Err(e) => {
+            runtime.stop().await;
+            return Err(e);
         }
-    }
-    let metrics = Arc::new(gateway_runtime::Metrics::default());
-    let coordinator =
-        Coordinator::new(Arc::clone(&store), previews.clone(), offer.clone(), CoordinatorOptions::default())
-            .with_environments(Arc::clone(&environments))
-            .with_metrics(Arc::clone(&metrics));
-    let published = crate::publish::publish(config, &coordinator).await?;
+    };
+    let remotes = compose::a2a_remotes(config);
     if !remotes.is_empty() {
-        let store = Arc::clone(&store);
-        tokio::spawn(async move { gateway_a2a::pin_remote_cards(store.as_ref(), &remotes).await });
+        let (store, stop) = (Arc::clone(&runtime.store), runtime.shutdown.clone());
+        runtime.tasks.spawn(async move {
+            tokio::select! {
+                _ = gateway_a2a::pin_remote_cards(store.as_ref(), &remotes) => {}
+                _ = stop.cancelled() => {}
+            }
+        });
     }
-    let w = &config.workers;
-    let pool = WorkerPool::start(
-        Arc::clone(&store),
-        backends,
-        previews,
-        WorkerConfig {
-            instance: config.instance_name(),
-            host: config.host_id(),
-            workers: w.count,
-            lease: Duration::from_secs(w.lease_secs),
-            host_ttl: Duration::from_secs(w.host_ttl_secs),
-            poll: Duration::from_millis(w.poll_ms),
-            crash_budget: w.crash_budget,
-            retry: RetryPolicy { max_retries: w.max_retries, ..Default::default() },
-            shutdown_grace: Duration::from_secs(w.shutdown_grace_secs),
-            providers: offer.providers.iter().map(|p| p.tier.clone()).collect(),
-            metrics,
-        },
-    );
-    let shutdown = CancellationToken::new();
-    tokio::spawn(Arc::clone(&environments).maintain(Arc::clone(&store), shutdown.child_token()));
     if !config.executors.acp.is_empty() {
-        tokio::spawn(gateway_acp::maintain(coordinator.clone(), shutdown.child_token()));
+        let maintain =
+            gateway_acp::maintain(runtime.coordinator.clone(), Arc::clone(&processes), runtime.shutdown.child_token());
+        runtime.tasks.spawn(maintain);
     }
-    Ok(Runtime { store, coordinator, environments, published, pool, shutdown })
+    Ok(Started { runtime, published, processes })
 }
 
 pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
-    let rt = start_runtime(&config, ext).await?;
+    let Started { runtime: rt, published, processes } = start_runtime(&config, ext).await?;
     let shutdown = rt.shutdown.clone();
     // Without keys, requests must address one of this gateway's names (no DNS rebinding).
     let names = OwnNames::with_public_url(&config.public_url());
@@ -181,32 +136,42 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
     };
     let a2a = gateway_a2a::A2aContext {
         coordinator: rt.coordinator.clone(),
-        agents: rt.published.clone(),
+        agents: published.clone(),
         auth: Arc::clone(&auth),
         public_url: config.public_url(),
         secrets,
         allow_private_push_targets: config.a2a.allow_private_push_targets,
+        blocking_timeout: config.a2a.blocking_timeout,
         shutdown: shutdown.clone(),
     };
-    tokio::spawn(gateway_a2a::run_push_deliveries(a2a.clone()));
     let acp = config.acp.websocket.then(|| gateway_acp::AcpContext {
         coordinator: rt.coordinator.clone(),
-        agents: rt.published.clone(),
+        agents: published.clone(),
         auth: Some(Arc::clone(&auth)),
         workspace_roots: Some(config.acp.workspace_roots.iter().map(std::path::PathBuf::from).collect()),
+        processes,
+        tasks: rt.tasks.clone(),
         shutdown: shutdown.clone(),
     });
-    let app =
-        router(AppState { coordinator: rt.coordinator.clone(), auth: Arc::clone(&auth) }, managed_agents, a2a, acp);
-    let listener = tokio::net::TcpListener::bind(&config.listen)
-        .await
-        .with_context(|| format!("binding {}", config.listen))?
-        .tap_io(|tcp| {
-            // Small SSE frames must not wait for Nagle plus delayed ACK.
-            if let Err(e) = tcp.set_nodelay(true) {
-                warn!(error = %e, "could not set TCP_NODELAY");
-            }
-        });
+    let app = router(
+        AppState { coordinator: rt.coordinator.clone(), auth: Arc::clone(&auth) },
+        managed_agents,
+        a2a.clone(),
+        acp,
+    );
+    let listener = match tokio::net::TcpListener::bind(&config.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            rt.stop().await;
+            return Err(e).with_context(|| format!("binding {}", config.listen));
+        }
+    };
+    let listener = listener.tap_io(|tcp| {
+        // Small SSE frames must not wait for Nagle plus delayed ACK.
+        if let Err(e) = tcp.set_nodelay(true) {
+            warn!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
     info!(
         listen = %config.listen,
         database = %redact_url(&config.database_url),
@@ -218,47 +183,59 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
         "gateway serving"
     );
 
-    tokio::spawn(watch_signals(shutdown.clone()));
-    let http = axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
+    rt.tasks.spawn(gateway_a2a::run_push_deliveries(a2a));
+    rt.tasks.spawn(watch_signals(shutdown.clone()));
+    let server = axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
         .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-    let http = tokio::spawn(async move { http.await });
+    rt.tasks.spawn(serve_http(server.into_future(), shutdown.clone()));
 
     shutdown.cancelled().await;
     info!("shutting down: no new claims, finishing or releasing running turns");
-    let Runtime { store, pool, .. } = rt;
-    pool.shutdown().await;
-    gateway_acp::shutdown().await;
-    match tokio::time::timeout(Duration::from_secs(5), http).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => warn!(error = %e, "HTTP server ended with an error"),
-        Ok(Err(e)) => warn!(error = %e, "HTTP server task failed"),
-        Err(_) => warn!("open connections did not close within 5s; exiting anyway"),
-    }
-    store.close().await;
+    rt.stop().await;
     info!("stopped");
     Ok(())
 }
 
+/// Serves HTTP until the shutdown signal, then lets open connections finish (SSE streams and
+/// WebSockets end with the signal too). A connection still open [`CONNECTIONS_GRACE`] after
+/// the signal (a client still sending a request body) is not waited for: the process exits
+/// without it, after the store has refused its remaining queries.
+async fn serve_http(server: impl Future<Output = std::io::Result<()>>, shutdown: CancellationToken) {
+    let grace_over = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(CONNECTIONS_GRACE).await;
+    };
+    tokio::select! {
+        ended = server => {
+            if let Err(e) = ended {
+                warn!(error = %e, "HTTP server ended with an error");
+            }
+        }
+        _ = grace_over => warn!("open connections did not close within {CONNECTIONS_GRACE:?}; exiting without them"),
+    }
+}
+
 /// `gateway acp`: one editor on stdin/stdout; the process runs its own Workers.
 pub async fn acp(config: Config, ext: Extensions, agent: Option<String>) -> anyhow::Result<()> {
-    let rt = start_runtime(&config, ext).await?;
+    let Started { runtime: rt, published, processes } = start_runtime(&config, ext).await?;
     let ctx = gateway_acp::AcpContext {
         coordinator: rt.coordinator.clone(),
-        agents: rt.published.clone(),
+        agents: published,
         auth: None,
         workspace_roots: None,
+        processes,
+        tasks: rt.tasks.clone(),
         shutdown: rt.shutdown.clone(),
     };
-    tokio::spawn(watch_signals(rt.shutdown.clone()));
-    let result = tokio::select! {
-        r = gateway_acp::serve_stdio(ctx, agent) => r,
-        _ = rt.shutdown.cancelled() => Ok(()),
-    };
+    rt.tasks.spawn(watch_signals(rt.shutdown.clone()));
+    // Returns when the editor closes stdin, or at the shutdown signal.
+    let result = gateway_acp::serve_stdio(ctx, agent).await;
     rt.stop().await;
     result
 }
 
-/// SIGTERM or SIGINT starts a graceful shutdown.
+/// SIGTERM or SIGINT starts a graceful shutdown; the watcher ends with the shutdown, whatever
+/// started it.
 async fn watch_signals(token: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
@@ -268,6 +245,7 @@ async fn watch_signals(token: CancellationToken) {
     tokio::select! {
         _ = term.recv() => info!("SIGTERM received"),
         _ = int.recv() => info!("SIGINT received"),
+        _ = token.cancelled() => return,
     }
     token.cancel();
 }

@@ -56,6 +56,9 @@ pub enum Guard {
     SessionArchived(String),
     #[error("environment of session {session} cannot go from {from} to {to}")]
     EnvironmentTransition { session: String, from: &'static str, to: &'static str },
+    /// A new session was given the id of an existing (or deleted) one.
+    #[error("session {0} already exists; a new session needs a new id")]
+    SessionExists(String),
     #[error("session {0} already has history; its agent can no longer change")]
     SessionStarted(String),
     #[error("document {namespace}/{key} was changed concurrently (expected version {expected:?})")]

@@ -65,8 +65,10 @@ pub trait Catalog: Send + Sync {
 /// Sessions and the admission of client inputs.
 #[async_trait]
 pub trait Sessions: Send + Sync {
-    /// Creates the session and admits its initial inputs in one transaction; the environment
-    /// must exist and not be archived at that moment.
+    /// Creates the session, admits its initial inputs and applies its `writes` in one
+    /// transaction; the environment must exist and not be archived at that moment. A refused
+    /// input or a conflicting document write (`Guard::DocumentConflict`) leaves nothing
+    /// behind: no session, no event, no document, no binding.
     async fn create_session(&self, new: NewSession) -> Result<(Session, Vec<Event>)>;
     async fn get_session(&self, id: &SessionId) -> Result<Session>;
     async fn update_session(&self, id: &SessionId, patch: SessionPatch) -> Result<Session>;
@@ -100,9 +102,12 @@ pub trait Sessions: Send + Sync {
 
     /// Admits a batch of client inputs with `gateway_core::admission::admit`, on the session
     /// row locked for the transaction: appends the events, updates status and pending
-    /// actions, queues or cancels runs. Returns the committed events: a client is told
-    /// "accepted" only after this returns (invariant 4).
-    async fn submit_inputs(&self, id: &SessionId, inputs: Vec<NewEvent>) -> Result<Vec<Event>>;
+    /// actions, queues or cancels runs, and applies the adapter's `writes` (documents and
+    /// bindings that explain the inputs). Returns the committed events: a client is told
+    /// "accepted" only after this returns (invariant 4). A refusal (`Rejected`) or a
+    /// conflicting document write (`Guard::DocumentConflict`) commits nothing at all.
+    async fn submit_inputs(&self, id: &SessionId, inputs: Vec<NewEvent>, writes: AdmissionWrites)
+    -> Result<Vec<Event>>;
 }
 
 /// The per-session event log: the single source of truth.
@@ -124,9 +129,22 @@ pub trait RunQueue: Send + Sync {
     /// host, is on that host; when that host is gone any worker may claim the run, with
     /// `environment_lost` set, to fail it. Never two running runs of one session. Every
     /// claim bumps the epoch; lease expiry is on the database clock.
-    async fn claim_run(&self, offer: &WorkerOffer, terms: LeaseTerms) -> Result<Option<Claim>>;
+    ///
+    /// Claims up to `limit` runs (of distinct sessions) in one transaction, and in that same
+    /// commit starts each claimed run's turn: a `turn_started` naming its input boundary,
+    /// unless the run is a reclaim whose turn its predecessor already started. So a turn's
+    /// start costs no commit of its own, and no claim exists without its turn start.
+    async fn claim_runs(&self, offer: &WorkerOffer, terms: LeaseTerms, limit: u32) -> Result<Vec<Claim>>;
+    /// [`RunQueue::claim_runs`] for one run.
+    async fn claim_run(&self, offer: &WorkerOffer, terms: LeaseTerms) -> Result<Option<Claim>> {
+        Ok(self.claim_runs(offer, terms, 1).await?.pop())
+    }
     /// Extends the lease; `Fenced` if the epoch is no longer held.
     async fn renew_lease(&self, fence: &Fence, lease: Duration) -> Result<Renewal>;
+    /// Extends every lease in `fences` still held by its fence, in one statement (a process
+    /// renews all it holds at once). The answer is in `fences`' order: `None` for a lease that
+    /// is lost (fenced), which its holder must abandon.
+    async fn renew_leases(&self, fences: &[Fence], lease: Duration) -> Result<Vec<Option<Renewal>>>;
     /// Gives the run back to the queue without counting a crash (graceful shutdown).
     async fn release_run(&self, fence: &Fence) -> Result<()>;
     /// Appends events (and an environment change) if and only if `fence` still holds the
@@ -138,6 +156,8 @@ pub trait RunQueue: Send + Sync {
     async fn get_run(&self, id: &RunId) -> Result<Run>;
     /// The session's unfinished runs, oldest first.
     async fn active_runs(&self, session: &SessionId) -> Result<Vec<Run>>;
+    /// How many runs wait to be claimed, in every session (the admission bound samples it).
+    async fn queued_runs(&self) -> Result<u64>;
     /// Records that this host is alive (environments realized on it stay claimable here).
     async fn heartbeat_host(&self, host: &str) -> Result<()>;
 }
@@ -164,11 +184,27 @@ pub trait ApiKeys: Send + Sync {
     async fn count_api_keys(&self) -> Result<u64>;
 }
 
-/// JSON documents in namespaces, owned by adapters (so protocol vocabulary stays out of the
-/// schema). Writes are compare-and-set on the document's version.
+/// Reading the adapters' documents: all a backend gets (it writes only through its fenced
+/// commits, so a run that lost its lease can change nothing).
 #[async_trait]
-pub trait Documents: Send + Sync {
+pub trait ReadDocuments: Send + Sync {
     async fn get_document(&self, namespace: &str, key: &str) -> Result<Option<Document>>;
+    /// Documents whose key starts with `prefix`, by key, after `after_key`.
+    async fn list_documents(
+        &self,
+        namespace: &str,
+        prefix: &str,
+        after_key: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Document>>;
+}
+
+/// JSON documents in namespaces, owned by adapters (so protocol vocabulary stays out of the
+/// schema). Writes are compare-and-set on the document's version; documents that explain an
+/// input are written with it instead (`AdmissionWrites`). A document can be leased to one
+/// holder at a time, with expiry on the database clock, for work shared between processes.
+#[async_trait]
+pub trait Documents: ReadDocuments {
     /// Creates the document when `expected` is None (fails with `StaleVersion`-like
     /// `DocumentConflict` if it exists), else updates it if still at `expected`.
     async fn put_document(
@@ -178,15 +214,36 @@ pub trait Documents: Send + Sync {
         body: &serde_json::Value,
         expected: Option<u64>,
     ) -> Result<Document>;
-    /// Documents whose key starts with `prefix`, by key, after `after_key`.
-    async fn list_documents(
+    async fn delete_document(&self, namespace: &str, key: &str) -> Result<bool>;
+
+    /// Leases to `owner`, for `lease`, up to `limit` documents of `namespace` under `prefix`
+    /// (in key order) whose lease is free or expired. Correct across processes whose clocks
+    /// drift because expiry is the database clock's, checked and set in one statement inside
+    /// one transaction (PostgreSQL skips rows another claim is taking). A claim is a write: it
+    /// bumps the version, so a former holder's compare-and-set fails.
+    async fn claim_documents(
         &self,
         namespace: &str,
         prefix: &str,
-        after_key: Option<&str>,
+        owner: &str,
+        lease: Duration,
         limit: u32,
     ) -> Result<Vec<Document>>;
-    async fn delete_document(&self, namespace: &str, key: &str) -> Result<bool>;
+    /// Extends `owner`'s lease to `lease` from now (database clock) and, given a `body`,
+    /// replaces the body, if and only if `owner` still holds the lease. A lease that expired
+    /// but was not claimed by anyone else is still held (as with run leases). None, writing
+    /// nothing, when the lease was lost or the document is gone: the caller must stop.
+    async fn renew_document(
+        &self,
+        namespace: &str,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        body: Option<&serde_json::Value>,
+    ) -> Result<Option<Document>>;
+    /// Gives `owner`'s lease up so the next claim takes the document at once; false if
+    /// `owner` did not hold it.
+    async fn release_document(&self, namespace: &str, key: &str, owner: &str) -> Result<bool>;
 }
 
 /// Durable outbound HTTP deliveries with leases and retries, one at a time per topic.
@@ -212,6 +269,11 @@ pub trait Outbox: Send + Sync {
 pub trait Store: Catalog + Sessions + EventLog + RunQueue + ApiKeys + Documents + Outbox {
     /// Succeeds while the database answers.
     async fn ping(&self) -> Result<()>;
+    /// Returns once every write begun before it is durable (or failed). Commits may be
+    /// grouped (SQLite), so a write refused for a conflict can be answered before the write it
+    /// conflicted with is committed; a caller that reads to resolve the conflict calls this
+    /// first, and its read then sees what it conflicted with.
+    async fn sync(&self) -> Result<()>;
     /// The wake-up hub fed by this store's commits (and, on PostgreSQL, other processes').
     fn wakeups(&self) -> Arc<Wakeups>;
     /// Applies pending migrations.

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use gateway_core::event::{EventKind, NewEvent};
 use gateway_core::session::{EnvironmentState, PendingAction, SessionSnapshot, SessionStatus};
-use gateway_core::{AgentId, EnvironmentId, Metadata, Timestamp};
+use gateway_core::{AgentId, EnvironmentId, Metadata, SessionId, Timestamp};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Order {
@@ -85,14 +85,57 @@ pub struct EventFilter {
     pub created: TimeRange,
 }
 
-/// A new session, with the inputs it starts with (admitted like any later batch).
+/// A new session, with the inputs it starts with (admitted like any later batch) and the
+/// adapter state that explains it, all committed in one transaction.
 #[derive(Debug, Clone)]
 pub struct NewSession {
+    /// Chosen by the caller (like an event's id) so that documents written with the session
+    /// can name it.
+    pub id: SessionId,
     pub environment_id: EnvironmentId,
+    /// Its resources' `created_at` is set by the store to the creation time (database clock).
     pub snapshot: SessionSnapshot,
     pub title: Option<String>,
     pub metadata: Metadata,
     pub initial_inputs: Vec<NewEvent>,
+    pub writes: AdmissionWrites,
+}
+
+/// A document written in an admission's transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DocumentWrite {
+    pub namespace: String,
+    pub key: String,
+    pub body: serde_json::Value,
+    /// None: create it (`DocumentConflict` if it exists); Some(v): update it if still at `v`.
+    pub expected: Option<u64>,
+}
+
+impl DocumentWrite {
+    /// A document that must not exist yet.
+    pub fn create(namespace: impl Into<String>, key: impl Into<String>, body: serde_json::Value) -> Self {
+        Self { namespace: namespace.into(), key: key.into(), body, expected: None }
+    }
+}
+
+/// Adapter state admitted with client inputs: the admission twin of [`Commit::bindings`].
+///
+/// DESIGN §3, "admission is one transaction": the inputs, the session they create and the
+/// documents and bindings that explain them commit together or not at all. A refused
+/// admission or a document conflict (compare-and-set failure) rolls the whole transaction
+/// back, so an adapter never has to compensate for a half-written request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AdmissionWrites {
+    /// Written in order, after the inputs are admitted.
+    pub documents: Vec<DocumentWrite>,
+    /// Session bindings (key, value), replacing any earlier value of the key.
+    pub bindings: Vec<(String, String)>,
+}
+
+impl AdmissionWrites {
+    pub fn is_empty(&self) -> bool {
+        self.documents.is_empty() && self.bindings.is_empty()
+    }
 }
 
 /// Changes to a session's client-editable fields; `None` leaves a field as it is.
@@ -129,6 +172,17 @@ pub struct Document {
     pub version: u64,
     pub created_at: gateway_core::Timestamp,
     pub updated_at: gateway_core::Timestamp,
+    /// Who holds the document's lease (see `Documents::claim_documents`), if anyone.
+    pub lease: Option<DocumentLease>,
+}
+
+/// A document's lease: its holder and when it expires on the database clock. An expired
+/// lease stays recorded until someone claims the document; its holder may still renew it
+/// until then, as with run leases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DocumentLease {
+    pub owner: String,
+    pub expires_at: gateway_core::Timestamp,
 }
 
 /// An HTTP delivery to make.

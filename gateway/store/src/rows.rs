@@ -287,10 +287,16 @@ pub struct DocumentRow {
     pub version: i64,
     pub created_at: i64,
     pub updated_at: i64,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<i64>,
 }
 
 impl DocumentRow {
     pub fn into_document(self) -> Result<crate::Document> {
+        let lease = match (self.lease_owner, self.lease_expires_at) {
+            (Some(owner), Some(at)) => Some(crate::DocumentLease { owner, expires_at: ts(at) }),
+            _ => None,
+        };
         Ok(crate::Document {
             namespace: self.namespace,
             key: self.key,
@@ -298,6 +304,7 @@ impl DocumentRow {
             version: u64::try_from(self.version).map_err(StoreError::corrupt)?,
             created_at: ts(self.created_at),
             updated_at: ts(self.updated_at),
+            lease,
         })
     }
 }

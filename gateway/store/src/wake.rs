@@ -30,6 +30,8 @@ pub struct Wakeups {
     runs: watch::Sender<u64>,
     sessions: Mutex<HashMap<SessionId, watch::Sender<Tip>>>,
     cancels: Mutex<HashMap<RunId, watch::Sender<bool>>>,
+    /// A generation counter bumped by every cancel hint, for whoever holds many runs.
+    any_cancel: watch::Sender<u64>,
 }
 
 /// A hint as it travels between processes.
@@ -74,6 +76,7 @@ impl Wakeups {
             runs: watch::channel(0).0,
             sessions: Mutex::new(HashMap::new()),
             cancels: Mutex::new(HashMap::new()),
+            any_cancel: watch::channel(0).0,
         }
     }
 
@@ -109,6 +112,7 @@ impl Wakeups {
                 if let Some(tx) = map.get(run) {
                     tx.send_replace(true);
                 }
+                self.any_cancel.send_modify(|g| *g = g.wrapping_add(1));
             }
         }
     }
@@ -160,6 +164,7 @@ impl Wakeups {
         for tx in map.values() {
             tx.send_modify(|_| {});
         }
+        self.any_cancel.send_modify(|g| *g = g.wrapping_add(1));
     }
 
     fn bump_runs(&self) {
@@ -178,6 +183,12 @@ impl Wakeups {
         let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         map.retain(|_, tx| tx.receiver_count() > 0);
         map.entry(session.clone()).or_insert_with(|| watch::channel(Tip::default()).0).subscribe()
+    }
+
+    /// A receiver that changes at every cancel hint, whichever run it names: what a process
+    /// that renews many leases at once waits on to learn of interrupts at once.
+    pub fn watch_cancels(&self) -> watch::Receiver<u64> {
+        self.any_cancel.subscribe()
     }
 
     /// A receiver that turns true when the run's cancel intent may have been set.

@@ -153,6 +153,19 @@ async def test_cancel_an_open_task(gw, mode):
 
 
 @pytest.mark.parametrize("mode", MODES, ids=ids)
+async def test_a_new_message_after_a_cancel_is_what_is_answered(gw, mode):
+    c = client(gw, "echo", mode, streaming=False)
+    # Config-published agents ask before bash: the task waits for input, then is canceled.
+    task = (await collect(c.send_message(SendMessageRequest(message=message('tool:bash {"command": "sleep 30"}')))))[0].task
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert (await c.cancel_task(CancelTaskRequest(id=task.id))).status.state == TaskState.TASK_STATE_CANCELED
+    after = (await collect(c.send_message(SendMessageRequest(message=message("after the cancel", context_id=task.context_id)))))[0].task
+    assert after.context_id == task.context_id and after.id != task.id
+    assert after.status.state == TaskState.TASK_STATE_COMPLETED
+    assert texts(after) == ["echo: after the cancel"]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=ids)
 async def test_two_subscribers_see_identical_events(gw, mode):
     c = client(gw, "conformance", mode, streaming=False, polling=True)
     task = (await collect(c.send_message(SendMessageRequest(message=message("x", f"test-resubscribe-message-id-{uuid.uuid4()}")))))[0].task

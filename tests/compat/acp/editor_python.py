@@ -112,8 +112,11 @@ async def main():
         r2 = await asyncio.wait_for(other, 20)
         check(r2.stop_reason == "end_turn" and editor.text(s2) == "echo: second session works", "the other session was unaffected")
 
+        seen = len(editor.text(s1))
         r = await conn.prompt(session_id=s1, prompt=[text("after the cancel")])
         check(r.stop_reason == "end_turn", "the session takes prompts after a cancel")
+        check(editor.text(s1)[seen:] == "echo: after the cancel",
+              f"the prompt after a cancel is what is answered: {editor.text(s1)[seen:]!r}")
 
         # session/load replays the durable history.
         before = len(editor.updates[s1])

@@ -214,13 +214,13 @@ def test_interrupt_mid_tool_ends_the_turn(client, make_session):
     assert echo[0]["id"] in [e.id for e in after if e.type == "user.interrupt"]
     assert not [e for e in after if e.type == "agent.message"], "no agent.message after an interrupt"
     wait_status(client, s.id, "idle", timeout=5)
-    # The session takes the next turn normally. (Its text is not asserted: the fake model answers
-    # the cancelled tool result, which shares the next model request's user message, with
-    # `done: [cancelled ...]` before it looks at the user's words.)
+    # The next message is what the next turn answers (not the cancelled call's result, which
+    # shares its model request's user message).
     again = run_turn(client, s.id, "still here")
     kinds = types(again.events)
     assert kinds[0] == "user.message" and text_of(again.events[0]) == "still here"
     assert kinds.count("agent.message") == 1 and kinds.index("session.status_running") < kinds.index("agent.message")
+    assert text_of(again.of_type("agent.message")[0]) == "echo: still here"
     assert again.events[-1].stop_reason.type == "end_turn"
 
 
@@ -239,12 +239,13 @@ def test_interrupt_with_message_redirects(client, make_session):
     kinds = types(after)
     assert elapsed < 10, f"the redirect took {elapsed:.1f}s"
     # Both inputs are in the log with their echoed ids; the message is answered by a model
-    # request that starts after it (the fake model answers the cancelled tool result first, so
-    # the reply's text is not asserted), and the session ends idle end_turn, not parked.
+    # request that starts after it, with its own text, and the session ends idle end_turn.
     ids = [e.id for e in after]
     assert echo[0]["id"] in ids and echo[1]["id"] in ids and ids.index(echo[0]["id"]) < ids.index(echo[1]["id"])
     message_at = ids.index(echo[1]["id"])
     assert "agent.message" in kinds[message_at:] and "span.model_request_start" in kinds[message_at:]
+    replies = [text_of(e) for e in after[message_at:] if e.type == "agent.message"]
+    assert replies == ["echo: change of plan"], replies
     assert w.events[-1].type == "session.status_idle" and w.events[-1].stop_reason.type == "end_turn"
 
 

@@ -10,13 +10,13 @@
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use gateway_runtime::Documents;
+use gateway_runtime::{Documents, ReadDocuments};
 use reqwest::Url;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::sse_in;
-use crate::records::{self, REMOTE_CARDS};
+use crate::tasks::records::{self, REMOTE_CARDS};
 use crate::v03::{self, Shape};
 use crate::wire::{self, StreamResponse};
 
@@ -142,9 +142,12 @@ fn transport(e: reqwest::Error) -> CallError {
 }
 
 /// Fetches the remote's card, or reuses the one pinned for this remote and URL.
+/// The remote's endpoint from its pinned card; a card not pinned yet is fetched, and pinned
+/// when `pin` is given (start-up pins every remote; a backend only reads).
 pub async fn resolve(
     http: &reqwest::Client,
-    docs: &dyn Documents,
+    docs: &dyn ReadDocuments,
+    pin: Option<&dyn Documents>,
     name: &str,
     url: &str,
     auth: Option<&str>,
@@ -175,9 +178,13 @@ pub async fn resolve(
                 }
             }
             let card = card.ok_or_else(|| CallError::Invalid(format!("no agent card at {base}")))?;
-            let doc = PinnedCard { source_url: url.to_owned(), card: card.clone() };
-            let _ = records::put(docs, REMOTE_CARDS, name, &doc, pinned.map(|(_, v)| v)).await;
-            tracing::info!(remote = name, url, "remote agent card fetched and pinned");
+            if let Some(pin) = pin {
+                let doc = PinnedCard { source_url: url.to_owned(), card: card.clone() };
+                let _ = records::put(pin, REMOTE_CARDS, name, &doc, pinned.map(|(_, v)| v)).await;
+                tracing::info!(remote = name, url, "remote agent card fetched and pinned");
+            } else {
+                tracing::warn!(remote = name, url, "remote agent card fetched but not pinned (it was not at start-up)");
+            }
             card
         }
     };

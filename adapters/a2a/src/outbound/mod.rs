@@ -30,13 +30,13 @@ use futures::StreamExt;
 use gateway_core::content::{ContentBlock, plain_text};
 use gateway_core::event::{ErrorKind, Event, EventPayload, NewEvent, ToolOrigin, ToolPermission};
 use gateway_core::session::{PendingAction, PendingKind};
-use gateway_runtime::{Backend, BackendError, Documents, RunContext, TurnOutcome};
+use gateway_runtime::{Backend, BackendError, Documents, ReadDocuments, RunContext, TurnOutcome};
 use serde_json::json;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::RemoteConfig;
 use crate::content::parts_from_blocks;
-use crate::projection::{REMOTE_AUTH_TOOL, REMOTE_INPUT_TOOL};
+use crate::tasks::projection::{REMOTE_AUTH_TOOL, REMOTE_INPUT_TOOL};
 use crate::wire::{Artifact, Part, StreamResponse, TaskState};
 use client::{CallError, Client};
 
@@ -91,12 +91,15 @@ impl RemoteBackend {
 impl RemoteBackend {
     /// Resolves the remote's endpoint from its pinned card, fetching and pinning it first if
     /// there is none for the configured URL.
-    async fn endpoint(&self, docs: &dyn Documents) -> Result<client::Endpoint, CallError> {
-        client::resolve(&self.http, docs, &self.name, &self.config.url, self.config.auth.as_deref()).await
+    async fn endpoint(&self, docs: &dyn ReadDocuments) -> Result<client::Endpoint, CallError> {
+        client::resolve(&self.http, docs, None, &self.name, &self.config.url, self.config.auth.as_deref()).await
     }
 
+    /// Fetches and pins the remote's card (at start-up, with write access to the documents).
     pub async fn pin_card(&self, docs: &dyn Documents) -> Result<(), CallError> {
-        self.endpoint(docs).await.map(|_| ())
+        client::resolve(&self.http, docs, Some(docs), &self.name, &self.config.url, self.config.auth.as_deref())
+            .await
+            .map(|_| ())
     }
 }
 
@@ -196,19 +199,17 @@ enum Stop {
 
 impl RemoteBackend {
     async fn turn(&self, ctx: &RunContext) -> Result<TurnOutcome, BackendError> {
-        let docs: &dyn Documents = ctx.store().as_ref();
-        let endpoint = self.endpoint(docs).await.map_err(from_call)?;
+        let endpoint = self.endpoint(ctx.documents()).await.map_err(from_call)?;
         let client = Client { http: self.http.clone(), endpoint, auth: self.config.auth.clone() };
         let b = ctx.bindings().await?;
         let mut remote = Remote::from_bindings(&b);
         let sent: u64 = b.get(K_SENT).and_then(|s| s.parse().ok()).unwrap_or(0);
-        let history = ctx.history().await?;
-        // Only this run's inputs: a message queued behind it belongs to the next run, and
-        // counting it here would make a resumed run abandon the remote task it follows.
-        let boundary = ctx.claim.run.input_seq.unwrap_or(u64::MAX);
-        let inputs: Vec<&Event> = history
-            .iter()
-            .filter(|e| e.seq > sent && e.seq <= boundary)
+        // Only this run's inputs not yet forwarded (`gateway_core::turn`): a message queued
+        // behind the run belongs to the next one, and counting it here would make a resumed
+        // run abandon the remote task it follows.
+        let view = ctx.view().await?;
+        let inputs: Vec<&Event> = view
+            .inputs_after(sent)
             .filter(|e| matches!(e.payload, EventPayload::UserMessage { .. } | EventPayload::ClientToolResult { .. }))
             .collect();
         let deadline = Instant::now() + self.limits.turn_deadline;
@@ -223,7 +224,7 @@ impl RemoteBackend {
                 }
             }
             let waiting = remote.state.is_some_and(TaskState::is_interrupted);
-            let continuing = waiting && remote.task.is_some() && answers_remote_request(&history, &inputs);
+            let continuing = waiting && remote.task.is_some() && answers_remote_request(view.events(), &inputs);
             if waiting
                 && !continuing
                 && let Some(old) = &remote.task

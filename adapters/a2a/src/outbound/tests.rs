@@ -1,145 +1,16 @@
-//! The outbound backend against a scripted remote A2A agent (an in-process HTTP server), run
-//! by real Workers on a real store.
+//! The outbound backend against a scripted remote A2A agent (an in-process HTTP server,
+//! `testkit::remote`), run by real Workers on a real store.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use gateway_core::SessionId;
 use gateway_core::event::{Event, EventPayload, NewEvent, StopReason, ToolOrigin};
 use serde_json::Value;
 
 use super::*;
+use crate::testkit::remote::fake;
 use crate::testkit::{Kit, turns_ended};
-
-#[derive(Debug, Clone)]
-struct Call {
-    method: String,
-    params: Value,
-    auth: Option<String>,
-}
-
-/// A remote agent: "ask" -> INPUT_REQUIRED ("what?"), an answer on that task -> "answered:
-/// TEXT"; streaming "hang" -> a stream that never sends anything, "quiet" -> the task
-/// (WORKING) then silence, while GetTask says it completed with "late"; anything else ->
-/// COMPLETED with "echo: TEXT".
-struct Fake {
-    streaming: bool,
-    /// The interface URL the card names (default: the server's own URL).
-    interface: Mutex<String>,
-    calls: Mutex<Vec<Call>>,
-    tasks: Mutex<HashMap<String, Value>>,
-}
-
-impl Fake {
-    fn calls(&self) -> Vec<Call> {
-        self.calls.lock().unwrap().clone()
-    }
-    fn methods(&self) -> Vec<String> {
-        self.calls().into_iter().map(|c| c.method).collect()
-    }
-}
-
-fn task(id: &str, state: &str, artifact: Option<&str>, status_text: Option<&str>) -> Value {
-    let mut t = json!({"id": id, "contextId": "rctx", "status": {"state": state}});
-    if let Some(a) = artifact {
-        t["artifacts"] = json!([{"artifactId": "a1", "parts": [{"text": a}]}]);
-    }
-    if let Some(s) = status_text {
-        t["status"]["message"] = json!({"messageId": "sm", "role": "ROLE_AGENT", "parts": [{"text": s}]});
-    }
-    t
-}
-
-async fn card(State(f): State<Arc<Fake>>) -> Response {
-    let url = f.interface.lock().unwrap().clone();
-    axum::Json(json!({
-        "name": "fake", "description": "a scripted remote", "version": "1",
-        "supportedInterfaces": [{"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
-        "capabilities": {"streaming": f.streaming},
-        "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"], "skills": [],
-    }))
-    .into_response()
-}
-
-fn sse(id: &Value, results: Vec<Value>, then_hang: bool) -> Response {
-    let frames: Vec<Result<bytes::Bytes, std::io::Error>> = results
-        .into_iter()
-        .map(|r| Ok(bytes::Bytes::from(format!("data: {}\n\n", json!({"jsonrpc": "2.0", "id": id, "result": r})))))
-        .collect();
-    let stream = futures::stream::iter(frames);
-    let body =
-        if then_hang { Body::from_stream(stream.chain(futures::stream::pending())) } else { Body::from_stream(stream) };
-    ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
-}
-
-async fn rpc(State(f): State<Arc<Fake>>, headers: HeaderMap, axum::Json(req): axum::Json<Value>) -> Response {
-    let method = req["method"].as_str().unwrap_or_default().to_owned();
-    let params = req["params"].clone();
-    let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
-    f.calls.lock().unwrap().push(Call { method: method.clone(), params: params.clone(), auth });
-    let id = req["id"].clone();
-    let text = params["message"]["parts"][0]["text"].as_str().unwrap_or_default().to_owned();
-    let reply = |result: Value| axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response();
-    let mut tasks = f.tasks.lock().unwrap();
-    let n = tasks.len();
-    match method.as_str() {
-        "SendMessage" | "SendStreamingMessage" => {
-            let t = match params["message"]["taskId"].as_str() {
-                Some(tid) => task(tid, "TASK_STATE_COMPLETED", Some(&format!("answered: {text}")), None),
-                None if text == "ask" => task(&format!("t{n}"), "TASK_STATE_INPUT_REQUIRED", None, Some("what?")),
-                None if text == "hang" || text == "quiet" => task(&format!("t{n}"), "TASK_STATE_WORKING", None, None),
-                None => task(&format!("t{n}"), "TASK_STATE_COMPLETED", Some(&format!("echo: {text}")), None),
-            };
-            let tid = t["id"].as_str().unwrap().to_owned();
-            if text == "quiet" {
-                tasks.insert(tid, task(&format!("t{n}"), "TASK_STATE_COMPLETED", Some("late"), None));
-            } else {
-                tasks.insert(tid, t.clone());
-            }
-            if method == "SendMessage" {
-                return reply(json!({"task": t}));
-            }
-            match text.as_str() {
-                "hang" => sse(&id, vec![], true),
-                "quiet" => sse(&id, vec![json!({"task": t})], true),
-                _ => sse(&id, vec![json!({"task": t})], false),
-            }
-        }
-        "GetTask" => reply(tasks[params["id"].as_str().unwrap()].clone()),
-        "CancelTask" => {
-            let t = tasks.get_mut(params["id"].as_str().unwrap()).unwrap();
-            t["status"] = json!({"state": "TASK_STATE_CANCELED"});
-            reply(t.clone())
-        }
-        _ => {
-            axum::Json(json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "no"}})).into_response()
-        }
-    }
-}
-
-/// Starts a fake remote; returns it and its URL.
-async fn fake(streaming: bool) -> (Arc<Fake>, String) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/", listener.local_addr().unwrap());
-    let f = Arc::new(Fake {
-        streaming,
-        interface: Mutex::new(url.clone()),
-        calls: Mutex::default(),
-        tasks: Mutex::default(),
-    });
-    let app = axum::Router::new()
-        .route("/.well-known/agent-card.json", get(card))
-        .route("/", post(rpc))
-        .with_state(Arc::clone(&f));
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (f, url)
-}
 
 async fn gateway(url: &str, auth: Option<&str>) -> Kit {
     let remotes: BTreeMap<String, RemoteConfig> =

@@ -24,12 +24,13 @@ use async_trait::async_trait;
 use futures::future::OptionFuture;
 use gateway_core::event::{ErrorKind, Event, EventPayload};
 use gateway_core::session::{PendingAction, PendingKind};
+use gateway_core::turn::RunView;
 use gateway_runtime::{Backend, BackendError, Environments, RunContext, TurnOutcome};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-pub use process::{Connection, Connector, MAX_PROCESSES, ProcessTable, SandboxConnector, processes};
+pub use process::{Connection, Connector, MAX_PROCESSES, ProcessTable, SandboxConnector};
 
 use crate::ExecutorConfig;
 use crate::names::{ANSWERED_BINDING, MCP_SERVERS_NS, SENT_BINDING};
@@ -61,12 +62,19 @@ pub struct AcpBackend {
     name: String,
     config: ExecutorConfig,
     environments: Arc<Environments>,
+    /// The process's agent processes, shared with the other executors and the editor face.
+    processes: Arc<ProcessTable>,
     connector: Arc<dyn Connector>,
 }
 
 impl AcpBackend {
-    pub fn new(name: String, config: ExecutorConfig, environments: Arc<Environments>) -> Self {
-        Self::with_connector(name, config, environments, Arc::new(SandboxConnector))
+    pub fn new(
+        name: String,
+        config: ExecutorConfig,
+        environments: Arc<Environments>,
+        processes: Arc<ProcessTable>,
+    ) -> Self {
+        Self::with_connector(name, config, environments, processes, Arc::new(SandboxConnector))
     }
 
     /// A backend whose agents are reached through `connector` (tests: in-memory agents).
@@ -74,23 +82,24 @@ impl AcpBackend {
         name: String,
         config: ExecutorConfig,
         environments: Arc<Environments>,
+        processes: Arc<ProcessTable>,
         connector: Arc<dyn Connector>,
     ) -> Self {
-        Self { name, config, environments, connector }
+        Self { name, config, environments, processes, connector }
     }
 
     /// The session's process, started (and its session opened) if there is none.
     async fn process(&self, ctx: &RunContext) -> Result<Arc<AgentProcess>, BackendError> {
-        if let Some(p) = processes().get(&ctx.session.id).await {
+        if let Some(p) = self.processes.get(&ctx.session.id).await {
             return Ok(p);
         }
-        let room = processes().reserve().await.map_err(failed)?;
+        let room = self.processes.reserve().await.map_err(failed)?;
         let lease = self.environments.acquire(&ctx.session).await?;
         let mut lease = lease;
         if let Some(change) = lease.acquired.change.take() {
             ctx.commit_environment(vec![], change).await?;
         }
-        let mcp_servers = match ctx.store().get_document(MCP_SERVERS_NS, ctx.session.id.as_str()).await {
+        let mcp_servers = match ctx.documents().get_document(MCP_SERVERS_NS, ctx.session.id.as_str()).await {
             Ok(Some(doc)) => doc.body,
             Ok(None) => json!([]),
             Err(e) => return Err(failed(format!("cannot read the session's MCP servers: {e}"))),
@@ -103,7 +112,7 @@ impl AcpBackend {
             mcp_servers,
         };
         let p = process::start(ctx, launch).await?;
-        processes().insert(ctx.session.id.clone(), Arc::clone(&p)).await;
+        self.processes.insert(ctx.session.id.clone(), Arc::clone(&p)).await;
         drop(room);
         Ok(p)
     }
@@ -113,7 +122,7 @@ impl AcpBackend {
         match tokio::time::timeout_at(deadline, self.process(ctx)).await {
             Ok(p) => p,
             Err(_) => {
-                processes().close(&ctx.session.id).await;
+                self.processes.close(&ctx.session.id).await;
                 Err(failed(format!(
                     "ACP agent {:?} did not start within the turn deadline ({:?})",
                     self.name, self.config.turn_timeout
@@ -122,19 +131,19 @@ impl AcpBackend {
         }
     }
 
-    /// A prompt of the user messages up to the run's boundary not yet sent to the agent,
-    /// recorded as sent; `None` if there are none.
+    /// A prompt of the run's user messages not yet sent to the agent, recorded as sent;
+    /// `None` if there are none.
     async fn next_prompt(
         &self,
         ctx: &RunContext,
-        history: &[Event],
+        view: &RunView,
         p: &AgentProcess,
         sent: &mut u64,
     ) -> Result<Option<(Value, u64)>, BackendError> {
         let support = PromptSupport { image: p.caps.image, embedded_context: p.caps.embedded_context };
         let mut blocks = Vec::new();
         let mut last = *sent;
-        for e in unsent(ctx, history, *sent) {
+        for e in unsent(view, *sent) {
             if let EventPayload::UserMessage { content } = &e.payload {
                 blocks.extend(wire::core_to_acp(content, support));
                 last = e.seq;
@@ -149,26 +158,18 @@ impl AcpBackend {
     }
 }
 
-/// The run's user messages after `sent`, up to its boundary.
-fn unsent<'a>(ctx: &RunContext, history: &'a [Event], sent: u64) -> impl Iterator<Item = &'a Event> {
-    let boundary = boundary(ctx);
-    history
-        .iter()
-        .filter(move |e| e.seq > sent && e.seq <= boundary && matches!(e.payload, EventPayload::UserMessage { .. }))
-}
-
-/// The last input this run answers.
-fn boundary(ctx: &RunContext) -> u64 {
-    ctx.claim.run.input_seq.unwrap_or(ctx.session.last_seq)
+/// The run's user messages after `sent` (`gateway_core::turn`: its inputs, up to its boundary).
+fn unsent(view: &RunView, sent: u64) -> impl Iterator<Item = &Event> {
+    view.inputs_after(sent).filter(|e| matches!(e.payload, EventPayload::UserMessage { .. }))
 }
 
 fn seq_binding(bindings: &std::collections::BTreeMap<String, String>, name: &str) -> u64 {
     bindings.get(name).and_then(|s| s.parse().ok()).unwrap_or(0)
 }
 
-/// The answer a client gave to a parked tool use, if any.
-fn confirmation(history: &[Event], id: &gateway_core::EventId) -> Option<bool> {
-    history.iter().rev().find_map(|e| match &e.payload {
+/// The answer a client gave to a parked tool use, if any (among the run's inputs).
+fn confirmation(view: &RunView, id: &gateway_core::EventId) -> Option<bool> {
+    view.inputs().collect::<Vec<_>>().into_iter().rev().find_map(|e| match &e.payload {
         EventPayload::ToolConfirmation { tool_use_id, allow, .. } if tool_use_id == id => Some(*allow),
         _ => None,
     })
@@ -208,8 +209,18 @@ fn outcome(result: &Value) -> TurnOutcome {
     }
 }
 
+/// How long shutdown lets running turns keep their agent processes.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
+
 #[async_trait]
 impl Backend for AcpBackend {
+    /// Stops the agent processes (after their running turns, at most 10 s): agents that do not
+    /// exit when their stdin closes would otherwise outlive the gateway. Idempotent: the table
+    /// is empty after the first executor's stop.
+    async fn stop(&self) {
+        self.processes.close_all(SHUTDOWN_WAIT).await;
+    }
+
     async fn run(&self, ctx: &RunContext) -> Result<TurnOutcome, BackendError> {
         let deadline = Instant::now() + self.config.turn_timeout;
         // A process stopped while this run waited for its turn (swept, closed, evicted) is
@@ -223,10 +234,10 @@ impl Backend for AcpBackend {
             }
             attempts += 1;
             drop(guard);
-            processes().discard(&ctx.session.id, &p).await;
+            self.processes.discard(&ctx.session.id, &p).await;
         };
         p.touch();
-        let history = ctx.history().await?;
+        let view = ctx.view().await?;
         let bindings = ctx.bindings().await?;
         let mut sent = seq_binding(&bindings, SENT_BINDING);
         let answered = seq_binding(&bindings, ANSWERED_BINDING);
@@ -234,7 +245,7 @@ impl Backend for AcpBackend {
 
         // A parked permission answered by the client: reply and keep consuming that prompt.
         let replies: Vec<(gateway_core::EventId, bool)> =
-            turn.parked.keys().filter_map(|id| confirmation(&history, id).map(|a| (id.clone(), a))).collect();
+            turn.parked.keys().filter_map(|id| confirmation(&view, id).map(|a| (id.clone(), a))).collect();
         if !replies.is_empty() && turn.prompt.is_some() {
             for (id, allow) in replies {
                 if let Some(parked) = turn.parked.remove(&id) {
@@ -245,19 +256,19 @@ impl Backend for AcpBackend {
                     let _ = parked.reply.send(outcome);
                 }
             }
-        } else if turn.prompt.is_some() && turn.parked.is_empty() && unsent(ctx, &history, sent).next().is_none() {
+        } else if turn.prompt.is_some() && turn.parked.is_empty() && unsent(&view, sent).next().is_none() {
             // This run's own prompt still runs in this process (an earlier claim of the run
             // was abandoned or retried): keep consuming it.
             info!("the agent is still answering this run's prompt; consuming it");
         } else {
             // Anything left from an earlier turn (interrupted while parked) is cancelled first.
             self.settle_leftovers(ctx, &p, turn, deadline).await?;
-            if let Some(lost) = lost_permission(ctx, &history) {
+            if let Some(lost) = lost_permission(&view) {
                 return Err(failed(lost));
             }
-            match self.next_prompt(ctx, &history, &p, &mut sent).await? {
+            match self.next_prompt(ctx, &view, &p, &mut sent).await? {
                 Some((prompt, seq)) => send_prompt(&p, turn, prompt, seq),
-                None if ctx.claim.run.started && boundary(ctx) > answered => {
+                None if ctx.claim.run.started && view.inputs_through() > answered => {
                     warn!(sent, answered, "this run's prompt is gone with its agent process");
                     return Err(failed(LOST_MID_TURN));
                 }
@@ -271,15 +282,15 @@ impl Backend for AcpBackend {
         // Messages that came with a confirmation (or while the prompt ran) go as a follow-up
         // prompt in the same run once the resumed one has ended.
         while matches!(result, Ok(TurnOutcome::EndTurn | TurnOutcome::Refusal | TurnOutcome::RoundLimit { .. })) {
-            let Some((prompt, seq)) = self.next_prompt(ctx, &history, &p, &mut sent).await? else { break };
+            let Some((prompt, seq)) = self.next_prompt(ctx, &view, &p, &mut sent).await? else { break };
             info!(seq, "sending the messages that arrived meanwhile as a follow-up prompt");
             send_prompt(&p, turn, prompt, seq);
             result = self.consume(ctx, &p, turn, deadline).await;
         }
         p.touch();
         match &result {
-            Err(BackendError::Abandoned(_)) => processes().discard(&ctx.session.id, &p).await,
-            Err(_) if !p.alive() => processes().discard(&ctx.session.id, &p).await,
+            Err(BackendError::Abandoned(_)) => self.processes.discard(&ctx.session.id, &p).await,
+            Err(_) if !p.alive() => self.processes.discard(&ctx.session.id, &p).await,
             _ => {}
         }
         result
@@ -295,9 +306,8 @@ fn send_prompt(p: &AgentProcess, turn: &mut Turn, prompt: Value, seq: u64) {
 
 /// A run resuming a parked turn (its last input is a confirmation) whose agent process is
 /// gone (gateway restart, crash): the request the client answered no longer exists.
-fn lost_permission(ctx: &RunContext, history: &[Event]) -> Option<String> {
-    let boundary = boundary(ctx);
-    let last_input = history.iter().rfind(|e| e.seq <= boundary && e.kind().is_input())?;
+fn lost_permission(view: &RunView) -> Option<String> {
+    let last_input = view.inputs().last()?;
     matches!(last_input.payload, EventPayload::ToolConfirmation { .. }).then(|| {
         "the ACP agent process that asked for this permission is gone (restarted or crashed); \
          its request cannot be answered. Send the message again."
@@ -422,13 +432,13 @@ impl AcpBackend {
                 _ = tokio::time::sleep_until(grace), if cancelled_at.is_some() => {
                     warn!("the agent did not answer a cancelled prompt in time; stopping it");
                     mapper.flush(ctx).await?;
-                    processes().close(&ctx.session.id).await;
+                    self.processes.close(&ctx.session.id).await;
                     return Ok(TurnOutcome::Interrupted);
                 }
                 _ = tokio::time::sleep_until(deadline), if cancelled_at.is_none() => {
                     warn!(timeout = ?self.config.turn_timeout, "turn deadline passed; stopping the agent");
                     mapper.flush(ctx).await?;
-                    processes().close(&ctx.session.id).await;
+                    self.processes.close(&ctx.session.id).await;
                     return Err(failed(format!(
                         "ACP agent {:?} did not finish the turn within {:?}; it was stopped",
                         self.name, self.config.turn_timeout

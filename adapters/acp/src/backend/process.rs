@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gateway_core::{EventId, SessionId};
@@ -362,7 +362,10 @@ pub async fn start(ctx: &RunContext, launch: Launch<'_>) -> Result<Arc<AgentProc
     Ok(Arc::new(process))
 }
 
-/// The agent processes of this host, by session.
+/// The agent processes of this gateway process, by session. One value, made by the process's
+/// composition and handed to whoever needs it: the backends of every executor add to it, the
+/// editor face's `session/close` and the maintenance sweep stop what it holds, and the
+/// backends' stop (after the Workers stopped) closes it.
 pub struct ProcessTable {
     procs: tokio::sync::Mutex<HashMap<SessionId, Arc<AgentProcess>>>,
     /// Starts under way (counted against the cap until inserted).
@@ -374,13 +377,6 @@ impl Default for ProcessTable {
     fn default() -> Self {
         Self::with_cap(MAX_PROCESSES)
     }
-}
-
-/// The one table of this process: the backend face adds to it, the editor face's
-/// `session/close` stops what it holds.
-pub fn processes() -> &'static ProcessTable {
-    static TABLE: OnceLock<ProcessTable> = OnceLock::new();
-    TABLE.get_or_init(ProcessTable::default)
 }
 
 /// Room for one more process, held while it starts.

@@ -112,7 +112,7 @@ impl Editor {
                     return;
                 }
                 let coordinator = self.ctx.coordinator.clone();
-                tokio::spawn(async move {
+                self.ctx.tasks.spawn(async move {
                     match coordinator.get_session(&open.id).await {
                         Ok(s) if !s.pending_actions.is_empty() => {
                             info!(session = %open.id, "session/cancel of a parked turn");
@@ -235,6 +235,12 @@ pub(crate) fn runtime_error(e: RuntimeError) -> RpcError {
         }
         RuntimeError::StaleVersion { .. } => RpcError::new(code::INVALID_REQUEST, e.to_string()),
         RuntimeError::Unavailable(m) => RpcError::internal(format!("service unavailable: {m}")),
+        // ACP names no busy error: -32603 naming the cause, with the hint in `data` (ADR 0012).
+        RuntimeError::Busy(busy) => RpcError::internal(busy.to_string()).with_data(serde_json::json!({
+            "reason": "overloaded",
+            "cause": busy.cause.as_str(),
+            "retry_after_ms": busy.retry_after.as_millis() as u64,
+        })),
         RuntimeError::Internal(m) => RpcError::internal(m),
     }
 }

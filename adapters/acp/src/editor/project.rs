@@ -260,7 +260,7 @@ mod tests {
             id: EventId::new(),
             session_id: SessionId::new(),
             seq: 1,
-            created_at: Timestamp::now_local(),
+            created_at: Timestamp(0),
             run_id: None,
             epoch: None,
             payload,

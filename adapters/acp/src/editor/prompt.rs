@@ -3,11 +3,10 @@
 //! end becomes the stop reason.
 //!
 //! The subscription is opened *before* the message is submitted, so no preview or event of
-//! the turn can be missed. The prompt's turn is the first whose `turn_started` names inputs
-//! through our message (`inputs_through`); the prompt ends at that run's `turn_ended`, and
-//! only that run's `session_error` is its failure. A turn another client started earlier,
-//! even one retried after our message, does not end this prompt. (A `turn_started` without
-//! `inputs_through`, from an older gateway, counts if it comes after the message.)
+//! the turn can be missed. Which events are the prompt's turn is decided by the core's
+//! `TurnFollower` (`gateway_core::turn`), fed every committed event: only the turn's own
+//! events are shown, only its error is its failure, and only its end ends the prompt. A turn
+//! another client started earlier, even one retried after our message, does not.
 //!
 //! After a cancel the answer is `cancelled` whatever happens next: the turn failing, the
 //! session ending, the stream breaking.
@@ -17,8 +16,9 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use gateway_core::event::{ErrorKind, EventPayload, NewEvent, StopReason};
-use gateway_core::session::{PendingKind, SessionStatus};
-use gateway_core::{EventId, RunId, SessionId};
+use gateway_core::session::PendingKind;
+use gateway_core::turn::{Relation, TurnFollower};
+use gateway_core::{EventId, SessionId};
 use gateway_runtime::{Delivery, SubscribeOptions};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -110,19 +110,11 @@ async fn drive(
     inputs.push(NewEvent::new(EventPayload::UserMessage { content }));
     let committed = coordinator.submit(&id, inputs).await.map_err(runtime_error)?;
     let message_seq = committed.last().map(|e| e.seq).unwrap_or(session.last_seq);
-    // With another turn in flight, its end is not ours: wait for a turn started after the
-    // message. An idle session's next turn end is ours even if no turn starts (a run can be
-    // failed before it starts, e.g. when its environment's host is gone). A turn of another
-    // client seen starting (before our message committed, or for earlier inputs) makes the
-    // session busy too.
-    let mut busy = session.status != SessionStatus::Idle;
     debug!(session = %id, seq = message_seq, "prompt admitted");
 
     let projector = Projector::new(&open.cwd, false).with_inner_root(super::inner_root(&session));
     let mut turn = Turn { ed, peer, id: &id, projector, cancel };
-    // Our turn, once its `turn_started` names our message; then only its run's events count.
-    let mut started = false;
-    let mut our_run: Option<RunId> = None;
+    let mut follower = TurnFollower::new(message_seq);
     let mut interrupted = false;
     let mut last_error: Option<(ErrorKind, String)> = None;
     loop {
@@ -145,54 +137,32 @@ async fn drive(
             Some(Ok(d)) => d,
         };
         let event = match delivery {
-            Delivery::Preview(p) => {
+            // One run works on a session at a time: previews while ours runs are ours.
+            Delivery::Preview(p) if follower.running().is_some() => {
                 let updates = turn.projector.preview(&p);
                 turn.send(updates).await;
                 continue;
             }
+            Delivery::Preview(_) => continue,
             Delivery::Event(e) => e,
         };
-        let updates = turn.projector.event(&event);
-        turn.send(updates).await;
-        let after = event.seq > message_seq;
-        if let EventPayload::TurnStarted { inputs_through } = &event.payload
-            && our_run.is_none()
-            && (!after || inputs_through.is_some_and(|t| t < message_seq))
-        {
-            busy = true;
+        let relation = follower.follow(&event);
+        if matches!(relation, Relation::Started | Relation::Ours | Relation::Parked(_) | Relation::Ended(_)) {
+            let updates = turn.projector.event(&event);
+            turn.send(updates).await;
         }
-        // Whether the event belongs to our turn's run (before it is known: today's rule).
-        let of_our_run = match &our_run {
-            Some(run) => event.run_id.as_ref() == Some(run),
-            None => started || !busy || cancel.is_cancelled(),
-        };
-        match &event.payload {
-            EventPayload::TurnStarted { inputs_through } if after && our_run.is_none() => match inputs_through {
-                Some(through) if *through >= message_seq => {
-                    started = true;
-                    our_run = event.run_id.clone();
+        match relation {
+            Relation::Ours => {
+                if let EventPayload::SessionError { kind, message, .. } = &event.payload {
+                    last_error = Some((*kind, message.clone()));
                 }
-                Some(through) => debug!(session = %id, through, "a turn for earlier inputs started; not ours"),
-                None => started = true,
-            },
-            EventPayload::SessionError { kind, message, .. } if after && (our_run.is_none() || of_our_run) => {
-                last_error = Some((*kind, message.clone()))
             }
-            EventPayload::SessionTerminated {} if after => {
-                return Err(RpcError::internal("the session was terminated and takes no more prompts"));
-            }
-            EventPayload::SessionDeleted {} => return Err(RpcError::not_found("the session was deleted")),
-            EventPayload::TurnEnded { stop } if after && of_our_run => {
-                let cancelled = cancel.is_cancelled();
+            // The answers resume the turn in a new run, whose start the follower sees.
+            Relation::Parked(ids) if !cancel.is_cancelled() => turn.answer(&ids).await?,
+            Relation::Parked(_) => return Ok(stop_reason("cancelled")),
+            Relation::Ended(stop) => {
                 let reason = match stop {
-                    StopReason::RequiresAction { event_ids } if !cancelled => {
-                        // The answers resume the turn in a new run, whose start names them.
-                        started = false;
-                        our_run = None;
-                        turn.answer(event_ids).await?;
-                        continue;
-                    }
-                    _ if cancelled => "cancelled",
+                    _ if cancel.is_cancelled() => "cancelled",
                     StopReason::EndTurn => "end_turn",
                     StopReason::Interrupted | StopReason::RequiresAction { .. } => "cancelled",
                     StopReason::RoundLimit => "max_turn_requests",
@@ -202,7 +172,13 @@ async fn drive(
                 info!(session = %id, stop = reason, "prompt finished");
                 return Ok(stop_reason(reason));
             }
-            _ => {}
+            Relation::Closed if matches!(event.payload, EventPayload::SessionDeleted {}) => {
+                return Err(RpcError::not_found("the session was deleted"));
+            }
+            Relation::Closed => {
+                return Err(RpcError::internal("the session was terminated and takes no more prompts"));
+            }
+            Relation::Before | Relation::Input | Relation::Other | Relation::Started => {}
         }
     }
 }

@@ -8,7 +8,8 @@ use gateway_core::agent::{AgentOverrides, BackendRef, ToolSpec};
 use gateway_core::event::EventPayload;
 use gateway_core::session::{ResourceKind, Session};
 use gateway_runtime::{
-    AgentSelection, CreateSession, EventFilter, Keyset, Order, PageCursor, PageRequest, SessionFilter,
+    AdmissionWrites, AgentSelection, CreateSession, DocumentWrite, EventFilter, Keyset, Order, PageCursor, PageRequest,
+    SessionFilter,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -126,15 +127,14 @@ pub(super) async fn new_session(ed: &Editor, raw: Value) -> Result<Value, RpcErr
         resources: vec![ResourceKind::workspace(p.cwd.clone(), root)],
         initial_inputs: vec![],
     };
-    let (session, _) = ed.ctx.coordinator.create_session(request).await.map_err(runtime_error)?;
-    if !p.mcp_servers.is_empty() {
-        ed.ctx
-            .coordinator
-            .documents()
-            .put_document(MCP_SERVERS_NS, session.id.as_str(), &Value::Array(p.mcp_servers), None)
-            .await
-            .map_err(|e| RpcError::internal(format!("cannot keep the MCP servers: {e}")))?;
-    }
+    // The MCP servers the agent process gets are kept with the session, in its creation.
+    let id = SessionId::new();
+    let documents = match p.mcp_servers.is_empty() {
+        true => vec![],
+        false => vec![DocumentWrite::create(MCP_SERVERS_NS, id.as_str(), Value::Array(p.mcp_servers))],
+    };
+    let writes = AdmissionWrites { documents, bindings: vec![] };
+    let (session, _) = ed.ctx.coordinator.create_session_with(request, id, writes).await.map_err(runtime_error)?;
     info!(session = %session.id, agent = %name, cwd = %p.cwd, "ACP session created");
     ed.remember(session.id.clone(), p.cwd);
     let mut result = json!({"sessionId": session.id.to_string()});
@@ -291,7 +291,7 @@ pub(super) async fn close(ed: &Editor, open: Option<std::sync::Arc<Open>>, raw_i
         // Interrupt right away: the prompt task's own interrupt may not run before it stops.
         let _ = ed.ctx.coordinator.interrupt(&id).await;
     }
-    crate::backend::processes().close_after_turn(&id, crate::backend::CLOSE_WAIT).await;
+    ed.ctx.processes.close_after_turn(&id, crate::backend::CLOSE_WAIT).await;
     Ok(json!({}))
 }
 

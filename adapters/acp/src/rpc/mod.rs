@@ -33,6 +33,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
 pub use framing::Inbound;
@@ -146,6 +147,8 @@ struct Inner {
     next_id: AtomicI64,
     closed: CancellationToken,
     name: &'static str,
+    /// Where the read loop and the request handlers run, so the process can wait for them.
+    tasks: TaskTracker,
 }
 
 /// A handle on one connection: send requests and notifications, see when it closes.
@@ -177,6 +180,19 @@ impl Peer {
         handler: Arc<dyn Handler>,
         options: PeerOptions,
     ) -> (Peer, mpsc::Receiver<Frame>, tokio::task::JoinHandle<()>) {
+        Self::start_tracked(name, incoming, handler, options, &TaskTracker::new())
+    }
+
+    /// [`Peer::start`] with the read loop and every request handler tracked by `tasks`: a
+    /// gateway's editor connections run on its runtime's tracker, so it stops them (their
+    /// handlers call the Coordinator) before it closes the store.
+    pub fn start_tracked(
+        name: &'static str,
+        incoming: mpsc::Receiver<Inbound>,
+        handler: Arc<dyn Handler>,
+        options: PeerOptions,
+        tasks: &TaskTracker,
+    ) -> (Peer, mpsc::Receiver<Frame>, tokio::task::JoinHandle<()>) {
         let (out, out_rx) = mpsc::channel(OUT_QUEUE);
         let peer = Peer {
             inner: Arc::new(Inner {
@@ -187,9 +203,10 @@ impl Peer {
                 next_id: AtomicI64::new(0),
                 closed: CancellationToken::new(),
                 name,
+                tasks: tasks.clone(),
             }),
         };
-        let task = tokio::spawn(read_loop(peer.clone(), incoming, handler, options));
+        let task = tasks.spawn(read_loop(peer.clone(), incoming, handler, options));
         (peer, out_rx, task)
     }
 
@@ -379,7 +396,7 @@ async fn dispatch(peer: &Peer, handler: &dyn Handler, value: Value) {
             let params = msg.remove("params").unwrap_or(Value::Null);
             let reply = handler.request(peer, &method, params);
             let peer = peer.clone();
-            tokio::spawn(async move {
+            peer.inner.tasks.clone().spawn(async move {
                 let result = reply.await;
                 peer.respond(id, result).await;
                 drop(permit);

@@ -4,6 +4,8 @@
 //! - `echo TEXT`: says TEXT, `end_turn`.
 //! - `flood N`: says `0,1,2,…,N-1,` in N chunks as fast as it can, `end_turn`.
 //! - `slow`: says `tick`, waits for `session/cancel`, answers `cancelled`.
+//! - `work MS WORD`: says `working on WORD. `, works MS ms (a `session/cancel` answers
+//!   `cancelled` at once), says `done WORD`, `end_turn`.
 //! - `ask`: asks permission; says `allowed` / `rejected` / `cancelled`, `end_turn`.
 //! - `terminal`: opens a terminal running `sleep 30`, then never answers.
 //! - `hang`: never answers.
@@ -42,6 +44,8 @@ pub struct Seen {
     /// Terminals opened by `terminal` prompts.
     pub terminals: Mutex<Vec<String>>,
     pub cancelled: Notify,
+    /// The text of every prompt received, in order, across connections.
+    pub prompts: Mutex<Vec<String>>,
     /// Connections made (processes started).
     pub connections: Mutex<usize>,
 }
@@ -189,6 +193,7 @@ async fn prompt(peer: Peer, seen: Arc<Seen>, dead: CancellationToken, params: Va
         .filter_map(|b| b.get("text").and_then(Value::as_str))
         .collect::<Vec<_>>()
         .join(" ");
+    seen.prompts.lock().unwrap().push(text.clone());
     let mut words = text.split_whitespace();
     let end = |reason: &str| Ok(json!({"stopReason": reason}));
     match words.next().unwrap_or("") {
@@ -208,6 +213,19 @@ async fn prompt(peer: Peer, seen: Arc<Seen>, dead: CancellationToken, params: Va
             peer.notify("session/update", chunk(&sid, "tick")).await;
             cancelled.await;
             end("cancelled")
+        }
+        "work" => {
+            let ms: u64 = words.next().and_then(|w| w.parse().ok()).unwrap_or(1000);
+            let word = words.collect::<Vec<_>>().join(" ");
+            let cancelled = seen.cancelled.notified();
+            peer.notify("session/update", chunk(&sid, &format!("working on {word}. "))).await;
+            tokio::select! {
+                _ = tokio::time::sleep(std::time::Duration::from_millis(ms)) => {}
+                _ = cancelled => return end("cancelled"),
+                _ = dead.cancelled() => return Err(RpcError::internal("gone")),
+            }
+            peer.notify("session/update", chunk(&sid, &format!("done {word}"))).await;
+            end("end_turn")
         }
         "ask" => {
             let asked = peer

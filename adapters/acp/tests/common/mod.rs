@@ -1,6 +1,6 @@
-//! A whole gateway core in one test process: a SQLite store, a Coordinator, Workers running
-//! the ACP backend (against [`fake_agent`]) and the scripted native backend, local sandboxes,
-//! and editors connected to the editor face over in-memory lines.
+//! A whole gateway core in one test process: the shipped assembly (`TestGateway`) on a SQLite
+//! store, Workers running the ACP backend (against [`fake_agent`]) and the scripted native
+//! backend, local sandboxes, and editors connected to the editor face over in-memory lines.
 #![allow(dead_code)]
 #![allow(clippy::unwrap_used)]
 
@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
+use gateway_acp::backend::{AcpBackend, ProcessTable};
 use gateway_acp::editor::{Editor, EditorHandler};
 use gateway_acp::rpc::{Handler, Inbound, Peer, PeerOptions, Reply, RpcError};
 use gateway_acp::{AcpContext, ExecutorConfig};
@@ -18,22 +19,16 @@ use gateway_core::agent::BackendRef;
 use gateway_core::content::{ContentBlock, plain_text};
 use gateway_core::environment::{EnvironmentConfig, Provisioning};
 use gateway_core::event::{Event, EventKind, EventPayload, NewEvent};
-use gateway_core::placement::Offer;
 use gateway_core::session::{ResourceKind, Session};
 use gateway_runtime::published::CONFIG_NAME_KEY;
-use gateway_runtime::testing::ScriptedBackend;
+use gateway_runtime::testing::TestGateway;
 use gateway_runtime::{
-    AgentSelection, BackendRegistry, Coordinator, CoordinatorOptions, CreateSession, Delivery, Environments,
-    EnvironmentsConfig, EventFilter, Order, PageRequest, PreviewBus, PublishedAgents, RetryPolicy, RuntimeError,
-    SubscribeOptions, WorkerConfig, WorkerPool,
+    AdmissionLimits, AgentSelection, CreateSession, Delivery, EnvironmentsConfig, EventFilter, Order, PageRequest,
+    PublishedAgents, RetryPolicy, RuntimeError, SubscribeOptions, WorkerConfig,
 };
-use gateway_sandbox::LocalProvider;
-use gateway_store::Store;
-use gateway_store::conformance::harness::SqliteHarness;
-use gateway_store::conformance::{Harness, agent_spec, env_spec};
+use gateway_store::conformance::{agent_spec, env_spec};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 pub use fake_agent::{Caps, FakeConnector};
 
@@ -41,57 +36,74 @@ pub struct Options {
     pub caps: Caps,
     /// Backoff base of transient retries.
     pub retry_base: Duration,
+    pub admission: AdmissionLimits,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { caps: Caps::default(), retry_base: Duration::from_millis(20) }
+        Self { caps: Caps::default(), retry_base: Duration::from_millis(20), admission: AdmissionLimits::default() }
     }
 }
 
+/// The gateway of one test (derefs to its [`TestGateway`]: `r.coordinator`, `r.store`,
+/// `r.environments`, `r.start_workers()`, `r.crash_workers()`), the agents it publishes, and
+/// the ACP backend's fake agents and process table.
 pub struct Rig {
-    pub store: Arc<dyn Store>,
-    pub coordinator: Coordinator,
-    pub environments: Arc<Environments>,
+    gw: TestGateway,
     pub agents: PublishedAgents,
     pub fake: Arc<FakeConnector>,
-    pub pool: Option<WorkerPool>,
-    previews: PreviewBus,
-    retry_base: Duration,
+    /// The ACP agent processes, shared by the backend and the editor face.
+    pub processes: Arc<ProcessTable>,
     /// Editors' project directories live here.
     pub projects: tempfile::TempDir,
-    _data: tempfile::TempDir,
-    _harness: SqliteHarness,
+}
+
+impl std::ops::Deref for Rig {
+    type Target = TestGateway;
+    fn deref(&self) -> &TestGateway {
+        &self.gw
+    }
+}
+
+impl std::ops::DerefMut for Rig {
+    fn deref_mut(&mut self) -> &mut TestGateway {
+        &mut self.gw
+    }
 }
 
 pub async fn rig(options: Options) -> Rig {
-    let harness = SqliteHarness::new(true);
-    let store = harness.fresh().await;
-    let data = tempfile::tempdir().unwrap();
-    let environments = Environments::new(
-        EnvironmentsConfig {
-            host: "h".into(),
-            root: data.path().join("workspaces"),
-            limits: Default::default(),
-            idle: Duration::from_secs(3600),
-        },
-        vec![Arc::new(LocalProvider::new())],
-    );
-    let offer =
-        Offer { providers: environments.offers(), acp_executors: ["fake".to_owned()].into(), ..Default::default() };
-    let previews = PreviewBus::default();
-    let coordinator = Coordinator::new(
-        Arc::clone(&store),
-        previews.clone(),
-        offer,
-        CoordinatorOptions { subscription_poll: Duration::from_millis(100) },
-    )
-    .with_environments(Arc::clone(&environments));
+    let fake = FakeConnector::new(options.caps);
+    let processes = Arc::new(ProcessTable::default());
+    let (connector, table) = (fake.clone(), Arc::clone(&processes));
+    let executor = ExecutorConfig { turn_timeout: Duration::from_secs(30), ..Default::default() };
+    let workers = WorkerConfig {
+        max_turns: 2,
+        claim_batch: 16,
+        lease: Duration::from_millis(600),
+        poll: Duration::from_millis(50),
+        retry: RetryPolicy { max_retries: 2, base: options.retry_base, max: options.retry_base * 2 },
+        shutdown_grace: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let gw = TestGateway::builder()
+        .scripted()
+        .backend_with(BackendRef::Acp { executor: "fake".into() }, move |envs| {
+            Arc::new(AcpBackend::with_connector("fake".into(), executor, Arc::clone(envs), table, connector))
+        })
+        .local_sandbox()
+        .environments(EnvironmentsConfig { idle: Duration::from_secs(3600), ..Default::default() })
+        .subscription_poll(Duration::from_millis(100))
+        .instance("t")
+        .admission(options.admission)
+        .workers(workers)
+        .build()
+        .await;
+    let coordinator = &gw.coordinator;
 
-    let mut fake = agent_spec("fake");
-    fake.backend = BackendRef::Acp { executor: "fake".into() };
-    fake.metadata.insert(CONFIG_NAME_KEY.into(), "fake".into());
-    let fake = coordinator.create_agent(fake).await.unwrap();
+    let mut fake_agent = agent_spec("fake");
+    fake_agent.backend = BackendRef::Acp { executor: "fake".into() };
+    fake_agent.metadata.insert(CONFIG_NAME_KEY.into(), "fake".into());
+    let fake_agent = coordinator.create_agent(fake_agent).await.unwrap();
     let mut scripted = agent_spec("scripted");
     scripted.metadata.insert(CONFIG_NAME_KEY.into(), "scripted".into());
     let scripted = coordinator.create_agent(scripted).await.unwrap();
@@ -102,59 +114,18 @@ pub async fn rig(options: Options) -> Rig {
     }
     let eager = coordinator.create_environment(eager).await.unwrap();
     let agents = PublishedAgents {
-        agents: vec![("fake".into(), fake.id), ("scripted".into(), scripted.id)],
+        agents: vec![("fake".into(), fake_agent.id), ("scripted".into(), scripted.id)],
         default: Some("fake".into()),
         environment: Some(lazy.id),
         eager_environment: Some(eager.id),
     };
-    let mut rig = Rig {
-        store,
-        coordinator,
-        environments,
-        agents,
-        fake: FakeConnector::new(options.caps),
-        pool: None,
-        previews,
-        retry_base: options.retry_base,
-        projects: tempfile::tempdir().unwrap(),
-        _data: data,
-        _harness: harness,
-    };
-    rig.start_workers();
-    rig
+    Rig { gw, agents, fake, processes, projects: tempfile::tempdir().unwrap() }
 }
 
 impl Rig {
-    /// Starts Workers (after [`Rig::crash_workers`], as a restarted gateway would).
-    pub fn start_workers(&mut self) {
-        let mut backends = BackendRegistry::new();
-        backends.register(BackendRef::Native, Arc::new(ScriptedBackend));
-        let config = ExecutorConfig { turn_timeout: Duration::from_secs(30), ..Default::default() };
-        let acp = gateway_acp::backend::AcpBackend::with_connector(
-            "fake".into(),
-            config,
-            Arc::clone(&self.environments),
-            self.fake.clone(),
-        );
-        backends.register(BackendRef::Acp { executor: "fake".into() }, Arc::new(acp));
-        let config = WorkerConfig {
-            instance: "t".into(),
-            host: "h".into(),
-            workers: 2,
-            lease: Duration::from_millis(600),
-            poll: Duration::from_millis(50),
-            retry: RetryPolicy { max_retries: 2, base: self.retry_base, max: self.retry_base * 2 },
-            shutdown_grace: Duration::from_millis(200),
-            ..Default::default()
-        };
-        self.pool = Some(WorkerPool::start(Arc::clone(&self.store), backends, self.previews.clone(), config));
-    }
-
-    /// Kills the Workers without settling anything (a gateway crash).
-    pub fn crash_workers(&mut self) {
-        if let Some(pool) = self.pool.take() {
-            pool.abort();
-        }
+    /// Stops the gateway as the binary does (Workers, backends, tasks, store).
+    pub async fn stop(self) {
+        self.gw.stop().await;
     }
 
     /// A project directory for an editor.
@@ -205,7 +176,10 @@ impl Rig {
             agents: self.agents.clone(),
             auth: None,
             workspace_roots: roots,
-            shutdown: CancellationToken::new(),
+            processes: Arc::clone(&self.processes),
+            tasks: self.gw.tasks.clone(),
+            // Its own signal (a test may stop one editor face), which stopping the gateway sends too.
+            shutdown: self.gw.shutdown.child_token(),
         }
     }
 }

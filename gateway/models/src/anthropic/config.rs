@@ -3,10 +3,50 @@
 use std::fmt;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 /// The public endpoint; `ANTHROPIC_BASE_URL` overrides it when the server passes that on.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 /// The `anthropic-version` this client's request and response shapes are written for.
 pub const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
+/// Extra attempts after a transient failure, unless configured.
+const DEFAULT_MAX_RETRIES: u32 = 2;
+/// Limit of a whole call (or a stream's headers), unless configured.
+const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// `[anthropic]`: what an operator may set about the client, in the gateway's file or its
+/// `GATEWAY_ANTHROPIC__*` variables; missing keys keep the client's defaults. The credential is
+/// deliberately not here: it comes from the environment only and is given to [`Self::config`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AnthropicSettings {
+    /// Scheme, host and optional path prefix ([`DEFAULT_BASE_URL`]).
+    pub base_url: String,
+    /// See [`AnthropicConfig::max_retries`].
+    pub max_retries: u32,
+    /// See [`AnthropicConfig::request_timeout`], in seconds.
+    pub request_timeout_secs: u64,
+}
+
+impl Default for AnthropicSettings {
+    fn default() -> Self {
+        Self {
+            base_url: DEFAULT_BASE_URL.to_owned(),
+            max_retries: DEFAULT_MAX_RETRIES,
+            request_timeout_secs: DEFAULT_REQUEST_TIMEOUT.as_secs(),
+        }
+    }
+}
+
+impl AnthropicSettings {
+    /// The client's settings: these, the defaults for the rest, and `credential`.
+    pub fn config(&self, credential: Credential) -> AnthropicConfig {
+        let mut config = AnthropicConfig::new(self.base_url.clone(), credential);
+        config.max_retries = self.max_retries;
+        config.request_timeout = Duration::from_secs(self.request_timeout_secs);
+        config
+    }
+}
 
 /// The secret that authenticates the gateway. Its `Debug` never shows the secret, so configs
 /// and clients can be logged freely.
@@ -62,12 +102,12 @@ impl AnthropicConfig {
             credential,
             anthropic_version: DEFAULT_ANTHROPIC_VERSION.to_owned(),
             betas: Vec::new(),
-            max_retries: 2,
+            max_retries: DEFAULT_MAX_RETRIES,
             retry_base: Duration::from_millis(500),
             retry_max: Duration::from_secs(8),
             max_retry_after: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(10),
-            request_timeout: Duration::from_secs(600),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
             stream_idle_timeout: Duration::from_secs(300),
         }
     }

@@ -24,7 +24,9 @@ use async_trait::async_trait;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde::Serialize;
 
-pub use config::{AnthropicConfig, ConfigError, Credential, DEFAULT_ANTHROPIC_VERSION, DEFAULT_BASE_URL};
+pub use config::{
+    AnthropicConfig, AnthropicSettings, ConfigError, Credential, DEFAULT_ANTHROPIC_VERSION, DEFAULT_BASE_URL,
+};
 
 use self::response::{Assembler, Progress};
 use self::sse::{SseDecoder, SseEvent};

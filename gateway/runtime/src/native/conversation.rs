@@ -8,21 +8,8 @@ use std::collections::HashSet;
 
 use gateway_core::agent::{AgentSpec, ToolSpec};
 use gateway_core::content::{ContentBlock, MediaSource};
-use gateway_core::event::{Event, EventPayload, StopReason};
+use gateway_core::event::{Event, EventPayload};
 use gateway_models::{Block, ImageSource, Message, Role, ToolDefinition, ToolResultContent};
-
-/// The current turn: the events after the last turn that really ended (a `turn_ended` other
-/// than "requires action"). Not "after the last user message": a message admitted while a
-/// turn runs sits inside that turn in the log, and the run that answers it must neither
-/// mistake the earlier turn's last model response for its own answer, nor lose sight of
-/// tool calls the earlier turn parked on (their approvals are answered in this run).
-pub fn current_turn(view: &[Event]) -> &[Event] {
-    let finished = |e: &Event| matches!(&e.payload, EventPayload::TurnEnded { stop } if !matches!(stop, StopReason::RequiresAction { .. }));
-    match view.iter().rposition(finished) {
-        Some(i) => &view[i + 1..],
-        None => view,
-    }
-}
 
 fn blocks(content: &[ContentBlock]) -> Vec<Block> {
     content.iter().filter_map(block).collect()
@@ -250,18 +237,5 @@ mod tests {
         assert_eq!(roles, vec![Role::User, Role::Assistant, Role::User]);
         assert!(matches!(&msgs[2].content[0], Block::ToolResult { is_error: true, .. }));
         assert!(matches!(&msgs[2].content[1], Block::Text { .. }));
-    }
-
-    #[test]
-    fn the_current_turn_starts_after_the_last_finished_turn() {
-        let ended = |seq, stop| ev(seq, EventPayload::TurnEnded { stop });
-        let parked = StopReason::RequiresAction { event_ids: vec![] };
-        let view = vec![user(1, "a"), tool_use(2), ended(3, StopReason::EndTurn), user(4, "b"), tool_use(5)];
-        assert_eq!(current_turn(&view).iter().map(|e| e.seq).collect::<Vec<_>>(), vec![4, 5]);
-        // A message admitted mid-turn, then the turn parked: the call it parked on is still
-        // in the turn the next run resumes.
-        let view = vec![user(1, "a"), tool_use(2), user(3, "b"), ended(4, parked)];
-        assert_eq!(current_turn(&view).len(), 4);
-        assert_eq!(current_turn(&[]).len(), 0);
     }
 }

@@ -18,6 +18,7 @@ use gateway_core::content::ContentBlock;
 use gateway_core::event::{ErrorKind, Event, EventKind, EventPayload, NewEvent, ToolOrigin, ToolPermission, Usage};
 use gateway_core::placement::ToolExecution;
 use gateway_core::session::{PendingAction, PendingKind};
+use gateway_core::turn::RunView;
 use gateway_core::{EventId, JsonObject};
 use gateway_models::{Block, ModelClient, ModelError, ModelRequest, StopReason as ModelStop, StreamEvent};
 use gateway_sandbox::ToolOutput;
@@ -27,10 +28,13 @@ use crate::backend::{Backend, BackendError, RunContext, TurnOutcome};
 use crate::environment::{Environments, Lease};
 use crate::previews::Preview;
 
-#[derive(Debug, Clone)]
+/// `[native]`: the model loop's bounds (missing keys keep these defaults).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct NativeConfig {
     /// Model requests per turn before the turn ends with a round-limit error.
     pub max_rounds: u32,
+    /// `max_tokens` of each model request.
     pub max_tokens: u32,
 }
 
@@ -109,20 +113,20 @@ fn model_error(e: ModelError) -> BackendError {
 struct Turn<'a> {
     backend: &'a NativeBackend,
     ctx: &'a RunContext,
-    /// The log as this run sees it: inputs up to its boundary, plus its own commits.
-    view: Vec<Event>,
+    /// The log as this run sees it (`gateway_core::turn`).
+    view: RunView,
     lease: Option<Lease>,
 }
 
 impl<'a> Turn<'a> {
     async fn commit(&mut self, events: Vec<NewEvent>) -> Result<Vec<Event>, BackendError> {
         let committed = self.ctx.commit(events).await?;
-        self.view.extend(committed.iter().cloned());
+        self.view.record(committed.iter().cloned());
         Ok(committed)
     }
 
     fn turn(&self) -> &[Event] {
-        conversation::current_turn(&self.view)
+        self.view.turn()
     }
 
     /// The session's Hand, realizing the environment with `events` (committed together).
@@ -145,7 +149,7 @@ impl<'a> Turn<'a> {
         match lease.acquired.change.take() {
             Some(change) => {
                 let committed = self.ctx.commit_environment(events, change).await?;
-                self.view.extend(committed);
+                self.view.record(committed);
             }
             None if !events.is_empty() => {
                 self.commit(events).await?;
@@ -295,12 +299,15 @@ impl<'a> Turn<'a> {
         let request = ModelRequest {
             model: agent.model.id.clone(),
             system: agent.system.clone(),
-            messages: conversation::messages(&self.view),
+            messages: conversation::messages(self.view.events()),
             tools: conversation::tool_definitions(agent),
             max_tokens: self.backend.config.max_tokens,
         };
-        let start = self.commit(vec![NewEvent::new(EventPayload::ModelRequestStarted {})]).await?;
-        let start_id = start[0].id.clone();
+        // The request's start needs no commit of its own: it rides with the round's output (or
+        // with the turn's end). Lost with a lost claim, the request is simply asked again.
+        let start = NewEvent::new(EventPayload::ModelRequestStarted {});
+        let start_id = start.id.clone();
+        self.ctx.stage([start]);
         let message_id = EventId::new();
         let ctx = self.ctx;
         // Response block index -> index among the message's text blocks.
@@ -330,12 +337,13 @@ impl<'a> Turn<'a> {
             NewEvent::new(EventPayload::ModelRequestEnded { start_id: start_id.clone(), is_error, usage })
         };
         let response = match streamed {
+            // Both end the turn (or its run): the span closes in the settlement's commit.
             None => {
-                self.commit(vec![close(true, Usage::default())]).await?;
+                self.ctx.stage([close(true, Usage::default())]);
                 return Ok(Err(TurnOutcome::Interrupted));
             }
             Some(Err(e)) => {
-                self.commit(vec![close(true, Usage::default())]).await?;
+                self.ctx.stage([close(true, Usage::default())]);
                 return Err(model_error(e));
             }
             Some(Ok(r)) => r,
@@ -386,13 +394,15 @@ impl<'a> Turn<'a> {
                 cache_creation_input_tokens: u.cache_creation_input_tokens,
             },
         ));
-        let committed = self.commit(events).await?;
         if routes.is_empty() {
+            // The model's last word and the turn's end commit together, in the settlement.
+            self.ctx.stage(events);
             return Ok(Err(match response.stop_reason {
                 ModelStop::Refusal => TurnOutcome::Refusal,
                 _ => TurnOutcome::EndTurn,
             }));
         }
+        let committed = self.commit(events).await?;
         let calls = routes
             .into_iter()
             .filter_map(|(id, r)| committed.iter().find(|e| e.id == id).cloned().map(|e| (e, r)))
@@ -404,15 +414,7 @@ impl<'a> Turn<'a> {
 #[async_trait]
 impl Backend for NativeBackend {
     async fn run(&self, ctx: &RunContext) -> Result<TurnOutcome, BackendError> {
-        let boundary = ctx.claim.run.input_seq.unwrap_or(ctx.session.last_seq);
-        let run_id = &ctx.claim.run.id;
-        let view: Vec<Event> = ctx
-            .history()
-            .await?
-            .into_iter()
-            .filter(|e| e.seq <= boundary || e.run_id.as_ref() == Some(run_id))
-            .collect();
-        let mut turn = Turn { backend: self, ctx, view, lease: None };
+        let mut turn = Turn { backend: self, ctx, view: ctx.view().await?, lease: None };
 
         if ctx.session.snapshot.requirements.environment.realize_before_execution() {
             turn.hand_with(vec![]).await?;

@@ -15,10 +15,10 @@ use gateway_core::event::{ErrorKind, Event, EventKind, EventPayload, NewEvent, R
 use gateway_core::placement::{NetworkControl, Offer, ProviderOffer};
 use gateway_core::run::RunState;
 use gateway_core::session::{Session, SessionStatus};
-use gateway_runtime::testing::ScriptedBackend;
+use gateway_runtime::testing::TestGateway;
 use gateway_runtime::{
-    AgentSelection, BackendRegistry, Coordinator, CoordinatorOptions, CreateSession, Delivery, Preview, PreviewBus,
-    RetryPolicy, RuntimeError, SubscribeOptions, WorkerConfig, WorkerPool,
+    AdmissionLimits, AgentSelection, BusyCause, CreateSession, Delivery, Preview, RetryPolicy, RuntimeError,
+    SubscribeOptions, WorkerConfig, WorkerIdentity, WorkerPool,
 };
 use gateway_store::conformance::{Harness, agent_spec, env_spec};
 use gateway_store::{Commit, EnvironmentChange, LeaseTerms, Store};
@@ -36,43 +36,60 @@ pub fn offer() -> Offer {
     }
 }
 
-pub struct Rig {
-    pub store: Arc<dyn Store>,
-    pub coordinator: Coordinator,
-    pub previews: PreviewBus,
+/// The gateway of one test: the shipped assembly with the scripted backend as `native`, no
+/// Workers of its own (each test starts the pools it needs with [`workers`]).
+pub type Rig = TestGateway;
+
+pub async fn rig(store: Arc<dyn Store>) -> Rig {
+    TestGateway::builder()
+        .store(store)
+        .scripted()
+        .offer(offer())
+        .subscription_poll(Duration::from_millis(100))
+        .no_workers()
+        .build()
+        .await
 }
 
-pub fn rig(store: Arc<dyn Store>) -> Rig {
-    let previews = PreviewBus::default();
-    let coordinator = Coordinator::new(
-        Arc::clone(&store),
-        previews.clone(),
-        offer(),
-        CoordinatorOptions { subscription_poll: Duration::from_millis(100) },
-    );
-    Rig { store, coordinator, previews }
+/// A pool's name, host and settings (derefs to the settings a test adjusts).
+#[derive(Clone)]
+pub struct Pool {
+    pub instance: String,
+    pub host: String,
+    pub config: WorkerConfig,
 }
 
-pub fn config(instance: &str, host: &str) -> WorkerConfig {
-    WorkerConfig {
-        instance: instance.into(),
-        host: host.into(),
-        workers: 2,
+impl std::ops::Deref for Pool {
+    type Target = WorkerConfig;
+    fn deref(&self) -> &WorkerConfig {
+        &self.config
+    }
+}
+
+impl std::ops::DerefMut for Pool {
+    fn deref_mut(&mut self) -> &mut WorkerConfig {
+        &mut self.config
+    }
+}
+
+pub fn config(instance: &str, host: &str) -> Pool {
+    let config = WorkerConfig {
+        max_turns: 2,
+        claim_batch: 16,
         lease: Duration::from_millis(600),
         host_ttl: Duration::from_secs(30),
         poll: Duration::from_millis(100),
         crash_budget: 3,
         retry: RetryPolicy { max_retries: 2, base: Duration::from_millis(20), max: Duration::from_millis(50) },
         shutdown_grace: Duration::from_millis(100),
-        providers: vec![ProviderTier::local()],
-        metrics: Default::default(),
-    }
+    };
+    Pool { instance: instance.into(), host: host.into(), config }
 }
 
-pub fn workers(r: &Rig, config: WorkerConfig) -> WorkerPool {
-    let mut backends = BackendRegistry::new();
-    backends.register(BackendRef::Native, Arc::new(ScriptedBackend));
-    WorkerPool::start(Arc::clone(&r.store), backends, r.previews.clone(), config)
+/// Workers of another process on the rig's store, running its backends.
+pub fn workers(r: &Rig, pool: Pool) -> WorkerPool {
+    let identity = WorkerIdentity { instance: pool.instance, host: pool.host, providers: vec![ProviderTier::local()] };
+    r.workers(identity, pool.config)
 }
 
 pub async fn new_session(r: &Rig) -> Session {
@@ -167,7 +184,7 @@ async fn subscribe(
 // ---------------- the suite ----------------
 
 pub async fn a_turn_runs_end_to_end(h: &dyn Harness) {
-    let r = rig(h.fresh().await);
+    let r = rig(h.fresh().await).await;
     let pool = workers(&r, config("a", "h"));
     let s = new_session(&r).await;
     let stream = subscribe(&r, &s, 0, false).await;
@@ -181,7 +198,7 @@ pub async fn a_turn_runs_end_to_end(h: &dyn Harness) {
     assert_eq!(texts(&got), vec!["echo: hello"]);
     assert_eq!(stop_of(&got[3]), Some(StopReason::EndTurn));
     assert!(
-        matches!(got[1].payload, EventPayload::TurnStarted { inputs_through: Some(1) }),
+        matches!(got[1].payload, EventPayload::TurnStarted { inputs_through: 1 }),
         "the turn names the inputs it answers: {:?}",
         got[1].payload
     );
@@ -192,7 +209,7 @@ pub async fn a_turn_runs_end_to_end(h: &dyn Harness) {
 }
 
 pub async fn subscriptions_join_mid_turn_without_gap_or_duplicate(h: &dyn Harness) {
-    let r = rig(h.fresh().await);
+    let r = rig(h.fresh().await).await;
     let pool = workers(&r, config("a", "h"));
     let s = new_session(&r).await;
     let from_start = subscribe(&r, &s, 0, false).await;
@@ -210,8 +227,8 @@ pub async fn subscriptions_join_mid_turn_without_gap_or_duplicate(h: &dyn Harnes
 }
 
 pub async fn subscriptions_see_commits_of_another_store_handle(h: &dyn Harness) {
-    let a = rig(h.fresh().await);
-    let b = rig(h.second(&a.store).await);
+    let a = rig(h.fresh().await).await;
+    let b = rig(h.second(&a.store).await).await;
     let pool = workers(&a, config("a", "h"));
     let s = new_session(&a).await;
     let stream = subscribe(&b, &s, 0, false).await;
@@ -223,7 +240,7 @@ pub async fn subscriptions_see_commits_of_another_store_handle(h: &dyn Harness) 
 }
 
 pub async fn an_interrupt_stops_a_running_turn(h: &dyn Harness) {
-    let r = rig(h.fresh().await);
+    let r = rig(h.fresh().await).await;
     let pool = workers(&r, config("a", "h"));
     let s = new_session(&r).await;
     let stream = subscribe(&r, &s, 0, false).await;
@@ -241,7 +258,7 @@ pub async fn an_interrupt_stops_a_running_turn(h: &dyn Harness) {
 }
 
 pub async fn transient_failures_are_retried_then_exhausted(h: &dyn Harness) {
-    let r = rig(h.fresh().await);
+    let r = rig(h.fresh().await).await;
     let pool = workers(&r, config("a", "h"));
     let s = new_session(&r).await;
     let stream = subscribe(&r, &s, 0, false).await;
@@ -279,13 +296,13 @@ pub async fn transient_failures_are_retried_then_exhausted(h: &dyn Harness) {
 }
 
 pub async fn crashes_past_the_budget_end_the_run_indeterminate(h: &dyn Harness) {
-    let r = rig(h.fresh().await);
+    let r = rig(h.fresh().await).await;
     let s = new_session(&r).await;
     r.coordinator.submit(&s.id, vec![say("sleep 60000")]).await.unwrap();
     let run_id = r.store.active_runs(&s.id).await.unwrap()[0].id.clone();
     let mut cfg = config("crashy", "h");
     cfg.crash_budget = 1;
-    cfg.workers = 1;
+    cfg.max_turns = 1;
     // Each pool claims the run and dies without a trace, twice.
     for expected_crashes in 0..2 {
         let pool = workers(&r, cfg.clone());
@@ -315,8 +332,10 @@ pub async fn crashes_past_the_budget_end_the_run_indeterminate(h: &dyn Harness) 
 
 /// A claim that died before committing `turn_started` leaves no turn to continue: the
 /// reclaiming Worker starts it (A2A tasks and editors wait for that event).
-pub async fn a_claim_lost_before_its_turn_started_starts_it_on_reclaim(h: &dyn Harness) {
-    let r = rig(h.fresh().await);
+/// A claim commits its turn's start; a claim lost right after it (before any other write)
+/// leaves that start for the reclaim, which continues the turn instead of starting another.
+pub async fn a_reclaim_continues_the_turn_its_lost_claim_started(h: &dyn Harness) {
+    let r = rig(h.fresh().await).await;
     let s = new_session(&r).await;
     r.coordinator.submit(&s.id, vec![say("hello")]).await.unwrap();
     let offer = gateway_core::run::WorkerOffer {
@@ -338,12 +357,14 @@ pub async fn a_claim_lost_before_its_turn_started_starts_it_on_reclaim(h: &dyn H
     let started: Vec<_> = log.iter().filter(|e| e.kind() == EventKind::TurnStarted).collect();
     assert_eq!(started.len(), 1, "{:?}", log.iter().map(|e| e.kind()).collect::<Vec<_>>());
     assert_eq!(started[0].run_id.as_ref(), Some(&lost.fence.run_id));
-    assert!(started[0].epoch.unwrap() > lost.fence.epoch, "started by the successor");
+    assert_eq!(started[0].epoch, Some(lost.fence.epoch), "started by the lost claim itself");
+    let ended = log.iter().find(|e| stop_of(e).is_some()).unwrap();
+    assert!(ended.epoch.unwrap() > lost.fence.epoch, "ended by the successor's reclaim");
     pool.shutdown().await;
 }
 
 pub async fn graceful_shutdown_releases_the_lease_for_a_successor(h: &dyn Harness) {
-    let r = rig(h.fresh().await);
+    let r = rig(h.fresh().await).await;
     let mut cfg = config("first", "h");
     cfg.lease = Duration::from_secs(60);
     let first = workers(&r, cfg);
@@ -374,7 +395,7 @@ pub async fn graceful_shutdown_releases_the_lease_for_a_successor(h: &dyn Harnes
 }
 
 pub async fn previews_reach_only_subscribers_that_asked(h: &dyn Harness) {
-    let r = rig(h.fresh().await);
+    let r = rig(h.fresh().await).await;
     let pool = workers(&r, config("a", "h"));
     let s = new_session(&r).await;
     let with = subscribe(&r, &s, 0, true).await;
@@ -411,7 +432,7 @@ pub async fn previews_reach_only_subscribers_that_asked(h: &dyn Harness) {
 }
 
 pub async fn a_parked_turn_resumes_on_the_answer(h: &dyn Harness) {
-    let r = rig(h.fresh().await);
+    let r = rig(h.fresh().await).await;
     let pool = workers(&r, config("a", "h"));
     let s = new_session(&r).await;
     let stream = subscribe(&r, &s, 0, false).await;
@@ -436,7 +457,7 @@ pub async fn a_parked_turn_resumes_on_the_answer(h: &dyn Harness) {
 }
 
 pub async fn a_lost_environment_fails_the_run_instead_of_moving(h: &dyn Harness) {
-    let r = rig(h.fresh().await);
+    let r = rig(h.fresh().await).await;
     let s = new_session(&r).await;
     // A first turn realizes the environment on h1 (done by hand: the scripted backend has no
     // environment), then h1 disappears.
@@ -473,7 +494,7 @@ pub async fn a_lost_environment_fails_the_run_instead_of_moving(h: &dyn Harness)
 }
 
 pub async fn placement_refusals_name_their_rule(h: &dyn Harness) {
-    let r = rig(h.fresh().await);
+    let r = rig(h.fresh().await).await;
     let mut spec: AgentSpec = agent_spec("acp");
     spec.backend = BackendRef::Acp { executor: "agent".into() };
     let agent = r.coordinator.create_agent(spec.clone()).await.unwrap();
@@ -524,7 +545,7 @@ pub async fn placement_refusals_name_their_rule(h: &dyn Harness) {
 pub async fn previews_are_delivered_before_their_committed_event(h: &dyn Harness) {
     // Deterministic form of the race: the previews are queued and the message committed
     // before the subscriber reads anything; it must still deliver the previews first.
-    let r = rig(h.fresh().await);
+    let r = rig(h.fresh().await).await;
     let s = new_session(&r).await;
     r.coordinator.submit(&s.id, vec![say("go")]).await.unwrap();
     let stream = subscribe(&r, &s, 0, true).await;
@@ -558,10 +579,56 @@ pub async fn previews_are_delivered_before_their_committed_event(h: &dyn Harness
             Delivery::Preview(Preview::TextDelta { text, .. }) => format!("delta {text}"),
         })
         .collect();
-    assert_eq!(order, vec!["UserMessage", "start", "delta hel", "delta lo", "AgentMessage"]);
+    assert_eq!(order, vec!["UserMessage", "TurnStarted", "start", "delta hel", "delta lo", "AgentMessage"]);
 }
 
 /// Polls `f` every 20 ms until it yields a value or `secs` pass.
+/// Past `max_queued_runs`, a message that would start another turn is refused at once as busy
+/// and nothing of it is stored; interrupts (which end accepted work) still pass; once the queue
+/// drains, messages are admitted again.
+pub async fn new_turns_are_refused_while_too_many_wait(h: &dyn Harness) {
+    let limits = AdmissionLimits { max_queued_runs: 2, retry_after: Duration::from_secs(3), ..Default::default() };
+    let r = TestGateway::builder()
+        .store(h.fresh().await)
+        .scripted()
+        .offer(offer())
+        .subscription_poll(Duration::from_millis(100))
+        .no_workers()
+        .admission(limits)
+        .build()
+        .await;
+    let (a, b, c) = (new_session(&r).await, new_session(&r).await, new_session(&r).await);
+    r.coordinator.submit(&a.id, vec![say("one")]).await.unwrap();
+    r.coordinator.submit(&b.id, vec![say("two")]).await.unwrap();
+    // The queue is sampled at most every SAMPLE_EVERY; past it, two runs wait.
+    tokio::time::sleep(gateway_runtime::load::SAMPLE_EVERY + Duration::from_millis(50)).await;
+    match r.coordinator.submit(&c.id, vec![say("three")]).await {
+        Err(RuntimeError::Busy(busy)) => {
+            assert_eq!(busy.cause, BusyCause::QueuedRuns);
+            assert_eq!(busy.retry_after, Duration::from_secs(3));
+        }
+        other => panic!("expected busy, got {other:?}"),
+    }
+    let stored = r
+        .coordinator
+        .list_events(&c.id, &Default::default(), &gateway_store::PageRequest::first(10, gateway_store::Order::Asc))
+        .await
+        .unwrap();
+    assert!(stored.items.is_empty(), "a refused message leaves nothing behind: {:?}", stored.items);
+    r.coordinator.interrupt(&a.id).await.expect("an interrupt passes whatever the queue");
+
+    let pool = workers(&r, config("a", "h"));
+    let drained = wait_for(20, || async {
+        let s = r.coordinator.get_session(&b.id).await.unwrap();
+        (s.status == SessionStatus::Idle && s.last_seq > 1).then_some(())
+    })
+    .await;
+    assert!(drained.is_some(), "the queued turns run");
+    tokio::time::sleep(gateway_runtime::load::SAMPLE_EVERY + Duration::from_millis(50)).await;
+    r.coordinator.submit(&c.id, vec![say("three again")]).await.expect("admitted once the queue drained");
+    pool.shutdown().await;
+}
+
 pub async fn wait_for<T, F, Fut>(secs: u64, f: F) -> Option<T>
 where
     F: Fn() -> Fut,
@@ -587,13 +654,14 @@ macro_rules! runtime_suite {
             an_interrupt_stops_a_running_turn,
             transient_failures_are_retried_then_exhausted,
             crashes_past_the_budget_end_the_run_indeterminate,
-            a_claim_lost_before_its_turn_started_starts_it_on_reclaim,
+            a_reclaim_continues_the_turn_its_lost_claim_started,
             graceful_shutdown_releases_the_lease_for_a_successor,
             previews_reach_only_subscribers_that_asked,
             previews_are_delivered_before_their_committed_event,
             a_parked_turn_resumes_on_the_answer,
             a_lost_environment_fails_the_run_instead_of_moving,
-            placement_refusals_name_their_rule
+            placement_refusals_name_their_rule,
+            new_turns_are_refused_while_too_many_wait
         );
     };
     (@each $harness:expr; $($name:ident),* $(,)?) => {

@@ -15,24 +15,26 @@ use gateway_core::placement::{NetworkControl, Offer, ProviderOffer};
 use gateway_core::session::{EnvironmentState, ResourceKind, Session};
 use gateway_models::ModelClient;
 use gateway_models::fake::FakeModel;
+use gateway_runtime::testing::TestGateway;
 use gateway_runtime::{
-    AgentSelection, BackendRegistry, Coordinator, CoordinatorOptions, CreateSession, Delivery, Environments,
-    EnvironmentsConfig, NativeBackend, NativeConfig, PreviewBus, RuntimeError, SubscribeOptions, WorkerPool,
+    AgentSelection, CreateSession, Delivery, EnvironmentsConfig, NativeBackend, NativeConfig, RuntimeError,
+    SubscribeOptions, WorkerPool,
 };
 use gateway_sandbox::local::LocalProvider;
 use gateway_sandbox::{Limits, SandboxProvider};
-use gateway_store::Store;
-use gateway_store::conformance::harness::SqliteHarness;
-use gateway_store::conformance::{Harness, agent_spec, env_spec};
+use gateway_store::conformance::{agent_spec, env_spec};
 
+/// A gateway running the native backend on the fake model (or the Anthropic client against
+/// the loopback stub), with Session Environments; derefs to its [`TestGateway`].
 pub struct Native {
-    pub store: Arc<dyn Store>,
-    pub coordinator: Coordinator,
-    pub envs: Arc<Environments>,
-    pub previews: PreviewBus,
-    pub root: tempfile::TempDir,
-    pub model: Arc<dyn ModelClient>,
-    _harness: SqliteHarness,
+    gw: TestGateway,
+}
+
+impl std::ops::Deref for Native {
+    type Target = TestGateway;
+    fn deref(&self) -> &TestGateway {
+        &self.gw
+    }
 }
 
 pub fn offer(extra: &[&str]) -> Offer {
@@ -58,22 +60,16 @@ pub async fn native_on(
     idle: Duration,
     providers: Vec<Arc<dyn SandboxProvider>>,
 ) -> Native {
-    let harness = SqliteHarness::new(true);
-    let store = harness.fresh().await;
-    let root = tempfile::tempdir().unwrap();
-    let envs = Environments::new(
-        EnvironmentsConfig { host: "h".into(), root: root.path().to_owned(), limits: Limits::default(), idle },
-        providers,
-    );
-    let previews = PreviewBus::default();
-    let coordinator = Coordinator::new(
-        Arc::clone(&store),
-        previews.clone(),
-        offered,
-        CoordinatorOptions { subscription_poll: Duration::from_millis(100) },
-    )
-    .with_environments(Arc::clone(&envs));
-    Native { store, coordinator, envs, previews, root, model, _harness: harness }
+    let builder = TestGateway::builder()
+        .backend_with(BackendRef::Native, move |envs| {
+            Arc::new(NativeBackend::new(model, Some(Arc::clone(envs)), NativeConfig::default()))
+        })
+        .offer(offered)
+        .environments(EnvironmentsConfig { idle, limits: Limits::default(), ..Default::default() })
+        .subscription_poll(Duration::from_millis(100))
+        .no_workers();
+    let builder = providers.into_iter().fold(builder, |b, p| b.sandbox(p));
+    Native { gw: builder.build().await }
 }
 
 pub async fn native() -> Native {
@@ -81,16 +77,12 @@ pub async fn native() -> Native {
 }
 
 impl Native {
+    /// Workers of another process on this host (each call: one more, as after a restart).
     pub fn workers(&self, max_retries: u32) -> WorkerPool {
-        let mut backends = BackendRegistry::new();
-        let backend =
-            NativeBackend::new(Arc::clone(&self.model), Some(Arc::clone(&self.envs)), NativeConfig::default());
-        backends.register(BackendRef::Native, Arc::new(backend));
-        let mut cfg = common::config("n", "h");
+        let mut cfg = common::config("n", "h").config;
         cfg.retry.max_retries = max_retries;
         cfg.lease = Duration::from_secs(2);
-        cfg.providers = self.coordinator.offer().providers.iter().map(|p| p.tier.clone()).collect();
-        WorkerPool::start(Arc::clone(&self.store), backends, self.previews.clone(), cfg)
+        self.gw.workers(self.gw.identity("n"), cfg)
     }
 
     pub async fn session(

@@ -43,7 +43,7 @@ async fn a_session_that_never_calls_a_tool_never_gets_an_environment() {
         got.iter().filter(|d| matches!(d, Delivery::Preview(gateway_runtime::Preview::TextDelta { .. }))).count();
     assert!(deltas >= 2, "the fake model streams in at least two chunks, got {deltas}");
     assert_eq!(n.state(&s).await, EnvironmentState::None);
-    assert!(std::fs::read_dir(n.root.path()).unwrap().next().is_none(), "no workspace was created");
+    assert!(std::fs::read_dir(n.workspaces.path()).unwrap().next().is_none(), "no workspace was created");
     pool.shutdown().await;
 }
 
@@ -147,7 +147,7 @@ async fn a_missing_provider_fails_closed_with_a_typed_error() {
     assert!(message.contains("namespace"), "{message}");
     assert_eq!(stop_of(es.last().unwrap()), Some(StopReason::Failed));
     assert!(tool_results(&es).is_empty(), "no weaker provider ran the tool");
-    assert!(std::fs::read_dir(n.root.path()).unwrap().next().is_none());
+    assert!(std::fs::read_dir(n.workspaces.path()).unwrap().next().is_none());
     // And at creation, a provider nobody offers is refused outright.
     let refused =
         n.session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "firecracker"), vec![]).await;
@@ -250,6 +250,25 @@ async fn an_interrupt_stops_a_running_tool() {
     assert!(started.elapsed() < Duration::from_secs(20), "the sleep was killed, not waited for");
     assert!(tool_results(&rest)[0].1, "the cancelled call reports an error");
     assert_eq!(stop_of(rest.last().unwrap()), Some(StopReason::Interrupted));
+
+    // The next message is answered, not the cancelled call's result beside it.
+    let next = n.turn(&s, "what now?").await;
+    assert_eq!(texts(&next), vec!["echo: what now?"], "{next:#?}");
+    pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_hand_serves_a_session_across_turns() {
+    let n = native().await;
+    let pool = n.workers(0);
+    let s = n
+        .session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "local"), vec![])
+        .await
+        .unwrap();
+    n.turn(&s, r#"tool:bash {"command": "export X=1"}"#).await;
+    let second = n.turn(&s, r#"tool:bash {"command": "echo $X"}"#).await;
+    assert_eq!(tool_results(&second), vec![("1\n".to_owned(), false)], "the shell of turn 1 runs turn 2");
+    assert_eq!(n.state(&s).await, EnvironmentState::Realized, "no hibernation in between");
     pool.shutdown().await;
 }
 
@@ -268,7 +287,7 @@ async fn a_started_tool_is_never_run_again_after_a_lost_claim() {
     })
     .await
     .expect("the call was journaled as started");
-    common::wait_for(10, || async { n.root.path().join(s.id.as_str()).join("marker").exists().then_some(()) })
+    common::wait_for(10, || async { n.workspaces.path().join(s.id.as_str()).join("marker").exists().then_some(()) })
         .await
         .unwrap();
     first.abort(); // a crash: no settle, no release
@@ -277,7 +296,7 @@ async fn a_started_tool_is_never_run_again_after_a_lost_claim() {
     let rest = events(&until(stream, 30, turn_ended).await);
     let (out, is_error) = tool_results(&rest).remove(0);
     assert!(is_error && out.contains("indeterminate"), "{out}");
-    let marker = std::fs::read_to_string(n.root.path().join(s.id.as_str()).join("marker")).unwrap();
+    let marker = std::fs::read_to_string(n.workspaces.path().join(s.id.as_str()).join("marker")).unwrap();
     assert_eq!(marker, "ran\n", "the command ran once, never twice");
     assert!(texts(&rest)[0].starts_with("done: indeterminate"));
     second.shutdown().await;
@@ -293,7 +312,7 @@ async fn idle_environments_hibernate_and_wake_with_their_files() {
         .unwrap();
     n.turn(&s, r#"tool:bash {"command": "echo kept > file; export GONE=1"}"#).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
-    n.envs.hibernate_idle(&n.store).await;
+    n.environments.hibernate_idle(&n.store).await;
     assert_eq!(n.state(&s).await, EnvironmentState::Hibernated);
     let es = n.turn(&s, r#"tool:bash {"command": "cat file; echo gone=$GONE"}"#).await;
     let (out, _) = tool_results(&es).remove(0);
@@ -302,7 +321,7 @@ async fn idle_environments_hibernate_and_wake_with_their_files() {
     assert_eq!(n.state(&s).await, EnvironmentState::Realized);
 
     n.coordinator.delete_session(&s.id).await.unwrap();
-    assert!(!n.root.path().join(s.id.as_str()).exists(), "release removes the workspace");
+    assert!(!n.workspaces.path().join(s.id.as_str()).exists(), "release removes the workspace");
     pool.shutdown().await;
 }
 
@@ -439,13 +458,10 @@ async fn previews_always_precede_their_committed_message() {
             got[at + 1..].iter().all(|d| !matches!(d, Delivery::Preview(p) if *p.event_id() == msg.id)),
             "turn {i}: a preview after the committed message"
         );
-        let started_at =
-            got.iter().position(|d| matches!(d, Delivery::Preview(gateway_runtime::Preview::Start { .. }))).unwrap();
-        let span = got
-            .iter()
-            .position(|d| matches!(d, Delivery::Event(e) if e.kind() == EventKind::ModelRequestStarted))
-            .unwrap();
-        assert!(span < started_at, "turn {i}: the preview overtook the request span it belongs to");
+        // The request's span start rides with the message's commit (ADR 0012): committed just
+        // before it, so a preview may arrive before the span start, never a committed event.
+        let span = events(&got).into_iter().find(|e| e.kind() == EventKind::ModelRequestStarted).unwrap();
+        assert_eq!(span.seq + 1, msg.seq, "turn {i}: the span start is committed with its message");
     }
     pool.shutdown().await;
 }

@@ -119,7 +119,7 @@ async fn a_workspace_swapped_while_hibernated_is_not_woken() {
     assert_eq!(tool_results(&first), vec![("ok\n".to_owned(), false)]);
     assert_eq!(std::fs::read_to_string(project.join("kept")).unwrap(), "mine\n");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    n.envs.hibernate_idle(&n.store).await;
+    n.environments.hibernate_idle(&n.store).await;
     assert_eq!(n.state(&s).await, EnvironmentState::Hibernated);
 
     std::fs::rename(&project, project.with_extension("orig")).unwrap();
@@ -182,7 +182,7 @@ async fn a_rename_exchange_race_from_another_session_never_wins() {
             _ if failed_closed(&es, &victim_dir) => refused += 1,
             _ => panic!("neither the real workspace nor a refusal: {es:#?}"),
         }
-        n.envs.hibernate_idle(&n.store).await;
+        n.environments.hibernate_idle(&n.store).await;
     }
     let attack = attack.await.unwrap();
     let (out, _) = tool_results(&attack).into_iter().next().expect("the attacker's loop ran");

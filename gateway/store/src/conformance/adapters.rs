@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{Harness, agent_text, msg, session, session_with, terms, worker};
-use crate::{Commit, DeliveryState, Guard, NewDelivery, RunOutcome, Settlement, StoreError};
+use crate::{AdmissionWrites, Commit, DeliveryState, Guard, NewDelivery, RunOutcome, Settlement, StoreError};
 
 pub async fn bindings_commit_with_their_events_under_the_fence(h: &dyn Harness) {
     let s = h.fresh().await;
@@ -37,7 +37,7 @@ pub async fn snapshots_change_only_before_history(h: &dyn Harness) {
     snapshot.agent.spec.system = Some("other agent".into());
     let replaced = s.replace_snapshot(&sess.id, snapshot.clone()).await.unwrap();
     assert_eq!(replaced.snapshot.agent.spec.system.as_deref(), Some("other agent"));
-    s.submit_inputs(&sess.id, vec![msg("hi")]).await.unwrap();
+    s.submit_inputs(&sess.id, vec![msg("hi")], AdmissionWrites::default()).await.unwrap();
     assert!(matches!(s.replace_snapshot(&sess.id, snapshot).await, Err(StoreError::Guard(Guard::SessionStarted(_)))));
 }
 

@@ -7,7 +7,7 @@ use gateway_core::event::EventKind;
 use gateway_core::{EventId, Timestamp};
 
 use super::{Harness, agent_text, msg, session, session_with, terms, worker};
-use crate::{Commit, EventFilter, Order, PageRequest, TimeRange};
+use crate::{AdmissionWrites, Commit, EventFilter, Order, PageRequest, TimeRange};
 
 pub async fn seqs_increase_without_gap_under_concurrency(h: &dyn Harness) {
     let s = h.fresh().await;
@@ -19,7 +19,9 @@ pub async fn seqs_increase_without_gap_under_concurrency(h: &dyn Harness) {
         let id = sess.id.clone();
         tasks.push(tokio::spawn(async move {
             for j in 0..5 {
-                s.submit_inputs(&id, vec![msg(&format!("{i}/{j}")), msg("more")]).await.unwrap();
+                s.submit_inputs(&id, vec![msg(&format!("{i}/{j}")), msg("more")], AdmissionWrites::default())
+                    .await
+                    .unwrap();
             }
         }));
     }
@@ -79,30 +81,31 @@ pub async fn lists_filter_by_kind_and_time_and_page_by_seq(h: &dyn Harness) {
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     s.commit(&c.fence, Commit { events: vec![agent_text("c")], environment: None, bindings: vec![] }).await.unwrap();
 
+    // The log: the message (1), the turn's start the claim committed (2), a, b (3, 4), c (5).
     let all = EventFilter::default();
-    let page = s.list_events(&sess.id, &all, &PageRequest::first(2, Order::Asc)).await.unwrap();
-    assert_eq!(page.items.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2]);
+    let page = s.list_events(&sess.id, &all, &PageRequest::first(3, Order::Asc)).await.unwrap();
+    assert_eq!(page.items.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2, 3]);
     let page2 = s
-        .list_events(&sess.id, &all, &PageRequest { cursor: page.next.clone(), ..PageRequest::first(2, Order::Asc) })
+        .list_events(&sess.id, &all, &PageRequest { cursor: page.next.clone(), ..PageRequest::first(3, Order::Asc) })
         .await
         .unwrap();
-    assert_eq!(page2.items.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3, 4]);
+    assert_eq!(page2.items.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![4, 5]);
     assert!(page2.next.is_none());
 
     let desc = s.list_events(&sess.id, &all, &PageRequest::first(10, Order::Desc)).await.unwrap();
-    assert_eq!(desc.items.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![4, 3, 2, 1]);
+    assert_eq!(desc.items.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![5, 4, 3, 2, 1]);
 
     let agent_only = EventFilter { kinds: vec![EventKind::AgentMessage], created: TimeRange::default() };
     let got = s.list_events(&sess.id, &agent_only, &PageRequest::first(10, Order::Asc)).await.unwrap();
-    assert_eq!(got.items.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![2, 3, 4]);
+    assert_eq!(got.items.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3, 4, 5]);
 
     let last = desc.items[0].created_at;
     let late = EventFilter { kinds: vec![], created: TimeRange { gte: Some(last), ..Default::default() } };
     let got = s.list_events(&sess.id, &late, &PageRequest::first(10, Order::Asc)).await.unwrap();
-    assert_eq!(got.items.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![4]);
+    assert_eq!(got.items.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![5]);
     let early = EventFilter { kinds: vec![], created: TimeRange { lt: Some(last), ..Default::default() } };
     let got = s.list_events(&sess.id, &early, &PageRequest::first(10, Order::Asc)).await.unwrap();
-    assert_eq!(got.items.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2, 3]);
+    assert_eq!(got.items.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
     let none = EventFilter {
         kinds: vec![],
         created: TimeRange { gt: Some(Timestamp(last.0 + 60_000)), ..Default::default() },

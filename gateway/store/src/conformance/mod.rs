@@ -6,6 +6,7 @@
 //! whole suite passes on it.
 
 pub mod adapters;
+pub mod admission;
 pub mod catalog;
 pub mod events;
 pub mod harness;
@@ -16,7 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use gateway_core::Metadata;
 use gateway_core::agent::{AgentSpec, BackendRef, ModelSpec};
 use gateway_core::content::ContentBlock;
 use gateway_core::environment::{
@@ -26,8 +26,9 @@ use gateway_core::event::{EventPayload, NewEvent};
 use gateway_core::placement::{LocalInputs, NetworkControl, Offer, ProviderOffer, place};
 use gateway_core::run::WorkerOffer;
 use gateway_core::session::{Session, SessionSnapshot};
+use gateway_core::{EnvironmentId, Metadata, SessionId};
 
-use crate::{LeaseTerms, NewSession, Store, StoreOptions};
+use crate::{AdmissionWrites, LeaseTerms, NewSession, Store, StoreOptions};
 
 /// Makes stores for the suite.
 #[async_trait]
@@ -81,11 +82,19 @@ macro_rules! conformance_suite {
             runs::an_interrupt_outlives_a_retry_or_park_settlement,
             runs::commit_hints_wake_session_watchers,
             runs::hints_cross_store_handles,
+            runs::batched_claims_take_one_run_per_session_and_start_their_turns,
+            runs::leases_renew_together_and_lost_ones_are_reported,
             adapters::bindings_commit_with_their_events_under_the_fence,
             adapters::snapshots_change_only_before_history,
             adapters::documents_are_versioned_and_listed_by_prefix,
             adapters::the_outbox_leases_retries_and_keeps_topic_order,
-            adapters::outbox_batches_of_one_topic_stay_in_enqueue_order
+            adapters::outbox_batches_of_one_topic_stay_in_enqueue_order,
+            admission::admission_writes_commit_with_their_inputs,
+            admission::a_document_conflict_rolls_back_the_whole_admission,
+            admission::a_refused_admission_writes_nothing,
+            admission::resources_get_the_creation_time_of_the_database,
+            admission::document_leases_are_claimed_renewed_and_released_on_the_database_clock,
+            admission::racing_document_claims_take_each_document_once
         );
     };
     (@each $harness:expr; $($module:ident :: $name:ident),* $(,)?) => {
@@ -152,14 +161,22 @@ pub async fn session_with(store: &Arc<dyn Store>, initial: Vec<NewEvent>) -> Ses
     let env = store.create_environment(env_spec("e")).await.expect("create environment");
     let requirements =
         place(&BackendRef::Native, &env.spec.config, &LocalInputs::default(), &placement_offer()).expect("place");
-    let new = NewSession {
-        environment_id: env.id,
-        snapshot: SessionSnapshot { agent, requirements, resources: vec![] },
-        title: Some("t".into()),
+    let mut new = new_session(env.id, SessionSnapshot { agent, requirements, resources: vec![] }, initial);
+    new.title = Some("t".into());
+    store.create_session(new).await.expect("create session").0
+}
+
+/// A session request with a fresh id, no title or metadata and no adapter writes.
+pub fn new_session(environment_id: EnvironmentId, snapshot: SessionSnapshot, initial: Vec<NewEvent>) -> NewSession {
+    NewSession {
+        id: SessionId::new(),
+        environment_id,
+        snapshot,
+        title: None,
         metadata: Metadata::new(),
         initial_inputs: initial,
-    };
-    store.create_session(new).await.expect("create session").0
+        writes: AdmissionWrites::default(),
+    }
 }
 
 pub fn msg(text: &str) -> NewEvent {

@@ -6,12 +6,12 @@ use std::time::Duration;
 use gateway_core::EventId;
 use gateway_core::agent::BackendRef;
 use gateway_core::environment::ProviderTier;
-use gateway_core::event::{EventPayload, NewEvent, StopReason, ToolOrigin, ToolPermission};
+use gateway_core::event::{Event, EventKind, EventPayload, NewEvent, StopReason, ToolOrigin, ToolPermission};
 use gateway_core::run::RunState;
 use gateway_core::session::{EnvironmentState, PendingAction, PendingKind, SessionStatus};
 
 use super::{Harness, agent_text, msg, outlive, session, session_with, terms, worker};
-use crate::{Commit, EnvironmentChange, Guard, LeaseTerms, RunOutcome, Settlement, StoreError};
+use crate::{AdmissionWrites, Commit, EnvironmentChange, Guard, LeaseTerms, RunOutcome, Settlement, StoreError};
 
 fn done() -> Settlement {
     Settlement { events: vec![agent_text("done")], outcome: RunOutcome::Completed }
@@ -81,8 +81,12 @@ pub async fn a_stale_worker_cannot_commit(h: &dyn Harness) {
         .collect();
     assert_eq!(texts, vec!["from a, in time", "from b", "done"], "nothing the fenced worker wrote is visible");
     let log = s.events_after(&sess.id, 0, 100).await.unwrap();
-    assert_eq!(log[1].epoch, Some(1));
-    assert_eq!(log[2].epoch, Some(2));
+    let said: Vec<Option<i64>> = log.iter().filter(|e| e.kind() == EventKind::AgentMessage).map(|e| e.epoch).collect();
+    assert_eq!(said, vec![Some(1), Some(2), Some(2)], "each claim writes under its own epoch");
+    // The first claim committed the turn's start; the reclaim continued that turn.
+    let starts: Vec<&Event> = log.iter().filter(|e| e.kind() == EventKind::TurnStarted).collect();
+    assert_eq!(starts.len(), 1, "{log:?}");
+    assert_eq!((starts[0].seq, starts[0].epoch), (2, Some(1)));
 }
 
 pub async fn racing_workers_claim_exactly_once(h: &dyn Harness) {
@@ -111,7 +115,9 @@ pub async fn renewal_reports_cancel_and_fences(h: &dyn Harness) {
     outlive(300).await;
     // Renewed past the original expiry: still ours.
     assert!(s.claim_run(&worker("b", "h"), terms(300)).await.unwrap().is_none());
-    s.submit_inputs(&sess.id, vec![NewEvent::new(EventPayload::UserInterrupt {})]).await.unwrap();
+    s.submit_inputs(&sess.id, vec![NewEvent::new(EventPayload::UserInterrupt {})], AdmissionWrites::default())
+        .await
+        .unwrap();
     assert!(s.renew_lease(&a.fence, Duration::from_millis(200)).await.unwrap().cancel_requested);
     outlive(200).await;
     let b = s.claim_run(&worker("b", "h"), terms(5_000)).await.unwrap().unwrap();
@@ -157,7 +163,7 @@ pub async fn one_running_run_per_session(h: &dyn Harness) {
     let s = h.fresh().await;
     let sess = session_with(&s, vec![msg("first")]).await;
     let a = s.claim_run(&worker("a", "h"), terms(10_000)).await.unwrap().unwrap();
-    s.submit_inputs(&sess.id, vec![msg("second")]).await.unwrap();
+    s.submit_inputs(&sess.id, vec![msg("second")], AdmissionWrites::default()).await.unwrap();
     assert_eq!(s.active_runs(&sess.id).await.unwrap().len(), 2);
     assert!(
         s.claim_run(&worker("b", "h"), terms(10_000)).await.unwrap().is_none(),
@@ -185,13 +191,16 @@ pub async fn settlements_set_session_status(h: &dyn Harness) {
     assert_eq!(after.status, SessionStatus::Idle);
     assert!(s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().is_none());
 
-    s.submit_inputs(&sess.id, vec![msg("break it")]).await.unwrap();
+    s.submit_inputs(&sess.id, vec![msg("break it")], AdmissionWrites::default()).await.unwrap();
     let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
-    s.submit_inputs(&sess.id, vec![msg("queued behind")]).await.unwrap();
+    s.submit_inputs(&sess.id, vec![msg("queued behind")], AdmissionWrites::default()).await.unwrap();
     s.settle(&c.fence, Settlement { events: vec![], outcome: RunOutcome::Terminated }).await.unwrap();
     assert_eq!(s.get_session(&sess.id).await.unwrap().status, SessionStatus::Terminated);
     assert!(s.active_runs(&sess.id).await.unwrap().is_empty(), "a terminated session keeps no queued work");
-    assert!(matches!(s.submit_inputs(&sess.id, vec![msg("hello?")]).await, Err(StoreError::Rejected(_))));
+    assert!(matches!(
+        s.submit_inputs(&sess.id, vec![msg("hello?")], AdmissionWrites::default()).await,
+        Err(StoreError::Rejected(_))
+    ));
 }
 
 pub async fn retry_waits_for_its_backoff(h: &dyn Harness) {
@@ -237,7 +246,7 @@ pub async fn environment_pins_runs_to_its_host_until_the_host_is_gone(h: &dyn Ha
     assert_eq!(after.environment_state, EnvironmentState::Realized);
     assert_eq!(after.environment_host.as_deref(), Some("h1"));
 
-    s.submit_inputs(&sess.id, vec![msg("again")]).await.unwrap();
+    s.submit_inputs(&sess.id, vec![msg("again")], AdmissionWrites::default()).await.unwrap();
     assert!(s.claim_run(&worker("w2", "h2"), terms(10_000)).await.unwrap().is_none(), "pinned to h1 while h1 lives");
     let short = LeaseTerms { lease: Duration::from_secs(10), host_ttl: Duration::from_millis(300) };
     tokio::time::sleep(Duration::from_millis(450)).await;
@@ -296,7 +305,7 @@ pub async fn runs_record_the_inputs_they_answer(h: &dyn Harness) {
     s.commit(&a.fence, Commit { events: vec![agent_text("working")], environment: None, bindings: vec![] })
         .await
         .unwrap();
-    s.submit_inputs(&sess.id, vec![msg("three")]).await.unwrap();
+    s.submit_inputs(&sess.id, vec![msg("three")], AdmissionWrites::default()).await.unwrap();
     outlive(200).await;
     let b = s.claim_run(&worker("b", "h"), terms(10_000)).await.unwrap().unwrap();
     assert_eq!(b.fence.run_id, a.fence.run_id);
@@ -312,7 +321,7 @@ pub async fn messages_during_a_retry_backoff_get_their_own_run(h: &dyn Harness) 
     let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
     let retry = RunOutcome::Retry { after: Duration::from_millis(300) };
     s.settle(&c.fence, Settlement { events: vec![], outcome: retry }).await.unwrap();
-    s.submit_inputs(&sess.id, vec![msg("meanwhile")]).await.unwrap();
+    s.submit_inputs(&sess.id, vec![msg("meanwhile")], AdmissionWrites::default()).await.unwrap();
     let active = s.active_runs(&sess.id).await.unwrap();
     assert_eq!(active.len(), 2, "the retry and a run for the new message: {active:?}");
     assert!(s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().is_none(), "the retry goes first");
@@ -323,7 +332,9 @@ pub async fn messages_during_a_retry_backoff_get_their_own_run(h: &dyn Harness) 
     s.settle(&again.fence, done()).await.unwrap();
     let next = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().expect("the message's own run");
     assert_ne!(next.fence.run_id, c.fence.run_id);
-    assert_eq!(next.run.input_seq, Some(3), "through the message (2) and the retried turn's reply (3)");
+    // flaky (1), its turn's start (2), meanwhile (3), the retry's start (4) and reply (5).
+    assert_eq!(next.run.input_seq, Some(5), "through the message and the retried turn's reply");
+    assert_eq!(next.inputs_through, 5);
 }
 
 /// An interrupt admitted while a run works is not undone when that run then settles for a
@@ -333,7 +344,9 @@ pub async fn an_interrupt_outlives_a_retry_or_park_settlement(h: &dyn Harness) {
         let s = h.fresh().await;
         let sess = session_with(&s, vec![msg("flaky")]).await;
         let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
-        s.submit_inputs(&sess.id, vec![NewEvent::new(EventPayload::UserInterrupt {})]).await.unwrap();
+        s.submit_inputs(&sess.id, vec![NewEvent::new(EventPayload::UserInterrupt {})], AdmissionWrites::default())
+            .await
+            .unwrap();
         let outcome = if park {
             let pending = vec![PendingAction { event_id: EventId::new(), kind: PendingKind::Confirmation }];
             RunOutcome::Parked { pending }
@@ -360,7 +373,7 @@ pub async fn parked_sessions_are_not_claimed(h: &dyn Harness) {
     let sess = session_with(&s, vec![msg("ask first")]).await;
     let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
     // A message arrives while the run works; then the run parks.
-    s.submit_inputs(&sess.id, vec![msg("while you work")]).await.unwrap();
+    s.submit_inputs(&sess.id, vec![msg("while you work")], AdmissionWrites::default()).await.unwrap();
     let tool = NewEvent::new(EventPayload::ToolUse {
         name: "bash".into(),
         input: Default::default(),
@@ -379,6 +392,7 @@ pub async fn parked_sessions_are_not_claimed(h: &dyn Harness) {
     s.submit_inputs(
         &sess.id,
         vec![NewEvent::new(EventPayload::ToolConfirmation { tool_use_id: tool.id, allow: true, deny_message: None })],
+        AdmissionWrites::default(),
     )
     .await
     .unwrap();
@@ -396,7 +410,9 @@ pub async fn commit_hints_wake_session_watchers(h: &dyn Harness) {
     let mut rx = wake.watch_session(&sess.id);
     // An interrupt on an idle session is recorded without queueing work, so no run-ready
     // hint is in flight when the run-ready waiter registers below.
-    s.submit_inputs(&sess.id, vec![NewEvent::new(EventPayload::UserInterrupt {})]).await.unwrap();
+    s.submit_inputs(&sess.id, vec![NewEvent::new(EventPayload::UserInterrupt {})], AdmissionWrites::default())
+        .await
+        .unwrap();
     // The first change may be our own NOTIFY looping back (no batch); the local delivery that
     // carries the batch follows at once.
     let tip = tokio::time::timeout(Duration::from_secs(2), async {
@@ -415,7 +431,7 @@ pub async fn commit_hints_wake_session_watchers(h: &dyn Harness) {
     assert_eq!(batch.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1], "exactly the committed events");
     let mut runs = wake.watch_runs();
     runs.borrow_and_update();
-    s.submit_inputs(&sess.id, vec![msg("new work")]).await.unwrap();
+    s.submit_inputs(&sess.id, vec![msg("new work")], AdmissionWrites::default()).await.unwrap();
     tokio::time::timeout(Duration::from_secs(2), runs.changed()).await.expect("run-ready hint within 2s").unwrap();
 }
 
@@ -424,7 +440,7 @@ pub async fn hints_cross_store_handles(h: &dyn Harness) {
     let other = h.second(&s).await;
     let sess = session(&s).await;
     let mut rx = other.wakeups().watch_session(&sess.id);
-    s.submit_inputs(&sess.id, vec![msg("hello from the first handle")]).await.unwrap();
+    s.submit_inputs(&sess.id, vec![msg("hello from the first handle")], AdmissionWrites::default()).await.unwrap();
     // The second handle always sees the commit by reading; with wake-ups on PostgreSQL it is
     // also told. SQLite serves one process, so its handles share no hints.
     assert_eq!(other.events_after(&sess.id, 0, 10).await.unwrap().len(), 1);
@@ -436,4 +452,64 @@ pub async fn hints_cross_store_handles(h: &dyn Harness) {
         assert_eq!(rx.borrow().seq, 1);
         assert!(rx.borrow().batch.is_none(), "another process's commit carries no batch: read the store");
     }
+}
+
+/// One claim call takes up to its limit, at most one run per session, and commits each
+/// claimed run's turn start (naming its input boundary) in the same transaction.
+pub async fn batched_claims_take_one_run_per_session_and_start_their_turns(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let mut sessions = Vec::new();
+    for i in 0..3 {
+        sessions.push(session_with(&s, vec![msg(&format!("m{i}"))]).await);
+    }
+    assert_eq!(s.queued_runs().await.unwrap(), 3, "every session's run waits");
+    // A second queued run of the first session waits behind its first.
+    let busy = &sessions[0];
+    let first = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
+    assert_eq!(first.fence.session_id, busy.id);
+    assert_eq!(s.queued_runs().await.unwrap(), 2, "a claimed run no longer waits");
+    s.settle(&first.fence, Settlement { events: vec![], outcome: RunOutcome::Completed }).await.unwrap();
+    s.submit_inputs(&busy.id, vec![msg("again")], AdmissionWrites::default()).await.unwrap();
+    assert_eq!(s.queued_runs().await.unwrap(), 3);
+    let claims = s.claim_runs(&worker("w", "h"), terms(10_000), 2).await.unwrap();
+    assert_eq!(claims.len(), 2, "the limit is honoured");
+    let more = s.claim_runs(&worker("w", "h"), terms(10_000), 10).await.unwrap();
+    assert_eq!(more.len(), 1, "one run per session, whatever the limit");
+    assert_eq!(s.queued_runs().await.unwrap(), 0);
+    let all: Vec<_> = claims.iter().chain(&more).collect();
+    let distinct: std::collections::BTreeSet<_> = all.iter().map(|c| c.fence.session_id.clone()).collect();
+    assert_eq!(distinct.len(), 3);
+    for c in all {
+        let log = s.events_after(&c.fence.session_id, 0, 100).await.unwrap();
+        let last = log.last().unwrap();
+        assert_eq!(last.payload, EventPayload::TurnStarted { inputs_through: c.inputs_through }, "{log:?}");
+        assert_eq!((last.run_id.as_ref(), last.epoch), (Some(&c.fence.run_id), Some(c.fence.epoch)));
+        assert_eq!(c.inputs_through, last.seq - 1, "the boundary is the last input before the claim");
+    }
+    assert!(s.claim_runs(&worker("w", "h"), terms(10_000), 10).await.unwrap().is_empty());
+}
+
+/// All of a process's leases renew in one call; a lost one is reported, not renewed.
+pub async fn leases_renew_together_and_lost_ones_are_reported(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let kept = session_with(&s, vec![msg("kept")]).await;
+    let lost = session_with(&s, vec![msg("lost")]).await;
+    let claims = s.claim_runs(&worker("a", "h"), terms(300), 10).await.unwrap();
+    assert_eq!(claims.len(), 2);
+    let (k, l) =
+        if claims[0].fence.session_id == kept.id { (&claims[0], &claims[1]) } else { (&claims[1], &claims[0]) };
+    assert_eq!(l.fence.session_id, lost.id);
+    s.renew_lease(&k.fence, Duration::from_secs(10)).await.unwrap();
+    outlive(300).await;
+    let taken = s.claim_run(&worker("b", "h"), terms(10_000)).await.unwrap().expect("the expired lease is reclaimed");
+    assert_eq!(taken.fence.run_id, l.fence.run_id);
+    s.submit_inputs(&kept.id, vec![NewEvent::new(EventPayload::UserInterrupt {})], AdmissionWrites::default())
+        .await
+        .unwrap();
+    let renewed = s.renew_leases(&[k.fence.clone(), l.fence.clone()], Duration::from_secs(10)).await.unwrap();
+    assert_eq!(renewed[0].as_ref().map(|r| r.cancel_requested), Some(true), "renewed, and the interrupt is reported");
+    assert!(renewed[1].is_none(), "the lease another worker took is lost");
+    assert!(s.renew_leases(&[], Duration::from_secs(1)).await.unwrap().is_empty());
+    // Only the kept one was extended: b's lease is untouched by a's renewal.
+    assert!(s.renew_lease(&taken.fence, Duration::from_secs(10)).await.is_ok());
 }

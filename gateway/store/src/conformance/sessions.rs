@@ -6,27 +6,21 @@ use gateway_core::run::RunState;
 use gateway_core::session::{EnvironmentState, PendingAction, PendingKind, SessionSnapshot, SessionStatus};
 use gateway_core::{EnvironmentId, Metadata};
 
-use super::{Harness, env_spec, msg, session, session_with, terms, worker};
+use super::{Harness, env_spec, msg, new_session, session, session_with, terms, worker};
 use crate::{
-    EventFilter, Guard, NewSession, Order, PageRequest, RunOutcome, SessionFilter, SessionPatch, Settlement, StoreError,
+    AdmissionWrites, EventFilter, Guard, Order, PageRequest, RunOutcome, SessionFilter, SessionPatch, Settlement,
+    StoreError,
 };
 
 pub async fn creation_needs_a_live_environment(h: &dyn Harness) {
     let s = h.fresh().await;
     let live = session(&s).await;
     let snapshot: SessionSnapshot = live.snapshot.clone();
-    let missing = NewSession {
-        environment_id: EnvironmentId::new(),
-        snapshot: snapshot.clone(),
-        title: None,
-        metadata: Metadata::new(),
-        initial_inputs: vec![],
-    };
+    let missing = new_session(EnvironmentId::new(), snapshot.clone(), vec![]);
     assert!(matches!(s.create_session(missing).await, Err(StoreError::NotFound { kind: "environment", .. })));
     let env = s.create_environment(env_spec("soon archived")).await.unwrap();
     s.archive_environment(&env.id).await.unwrap();
-    let archived =
-        NewSession { environment_id: env.id, snapshot, title: None, metadata: Metadata::new(), initial_inputs: vec![] };
+    let archived = new_session(env.id, snapshot, vec![]);
     assert!(matches!(s.create_session(archived).await, Err(StoreError::Guard(Guard::EnvironmentArchived(_)))));
 
     assert_eq!(live.status, SessionStatus::Idle);
@@ -120,7 +114,7 @@ pub async fn archive_and_delete_are_refused_while_running(h: &dyn Harness) {
     let archived = s.archive_session(&sess.id).await.unwrap();
     assert!(archived.archived_at.is_some());
     assert!(matches!(
-        s.submit_inputs(&sess.id, vec![msg("more")]).await,
+        s.submit_inputs(&sess.id, vec![msg("more")], AdmissionWrites::default()).await,
         Err(StoreError::Rejected(AdmissionError::Archived))
     ));
 }
@@ -132,10 +126,14 @@ pub async fn delete_ends_the_log_and_releases_the_environment(h: &dyn Harness) {
     s.settle(&claim.fence, Settlement { events: vec![], outcome: RunOutcome::Completed }).await.unwrap();
     s.delete_session(&sess.id).await.unwrap();
     assert!(matches!(s.get_session(&sess.id).await, Err(StoreError::NotFound { .. })));
-    assert!(matches!(s.submit_inputs(&sess.id, vec![msg("x")]).await, Err(StoreError::NotFound { .. })));
+    assert!(matches!(
+        s.submit_inputs(&sess.id, vec![msg("x")], AdmissionWrites::default()).await,
+        Err(StoreError::NotFound { .. })
+    ));
     let log = s.events_after(&sess.id, 0, 10).await.unwrap();
     assert_eq!(log.last().map(|e| e.kind()), Some(EventKind::SessionDeleted), "open streams read the deletion last");
-    assert_eq!(log.len(), 2);
+    let kinds: Vec<EventKind> = log.iter().map(|e| e.kind()).collect();
+    assert_eq!(kinds, vec![EventKind::UserMessage, EventKind::TurnStarted, EventKind::SessionDeleted]);
 }
 
 pub async fn partial_answers_re_emit_idle_and_the_last_resumes(h: &dyn Harness) {
@@ -168,7 +166,7 @@ pub async fn partial_answers_re_emit_idle_and_the_last_resumes(h: &dyn Harness) 
 
     let confirm =
         |id| NewEvent::new(EventPayload::ToolConfirmation { tool_use_id: id, allow: true, deny_message: None });
-    let echoed = s.submit_inputs(&sess.id, vec![confirm(x.id.clone())]).await.unwrap();
+    let echoed = s.submit_inputs(&sess.id, vec![confirm(x.id.clone())], AdmissionWrites::default()).await.unwrap();
     match &echoed[1].payload {
         EventPayload::TurnEnded { stop: StopReason::RequiresAction { event_ids } } => {
             assert_eq!(event_ids, &vec![y.id.clone()])
@@ -179,12 +177,12 @@ pub async fn partial_answers_re_emit_idle_and_the_last_resumes(h: &dyn Harness) 
     // Answering the same id twice is refused, and nothing is written.
     let before = s.get_session(&sess.id).await.unwrap().last_seq;
     assert!(matches!(
-        s.submit_inputs(&sess.id, vec![confirm(x.id.clone())]).await,
+        s.submit_inputs(&sess.id, vec![confirm(x.id.clone())], AdmissionWrites::default()).await,
         Err(StoreError::Rejected(AdmissionError::NotPending(_)))
     ));
     assert_eq!(s.get_session(&sess.id).await.unwrap().last_seq, before);
 
-    s.submit_inputs(&sess.id, vec![confirm(y.id.clone())]).await.unwrap();
+    s.submit_inputs(&sess.id, vec![confirm(y.id.clone())], AdmissionWrites::default()).await.unwrap();
     let resumed = s.get_session(&sess.id).await.unwrap();
     assert_eq!(resumed.status, SessionStatus::Running);
     assert!(resumed.pending_actions.is_empty());
@@ -194,7 +192,10 @@ pub async fn partial_answers_re_emit_idle_and_the_last_resumes(h: &dyn Harness) 
 pub async fn interrupt_cancels_queued_runs_and_flags_running_ones(h: &dyn Harness) {
     let s = h.fresh().await;
     let queued = session_with(&s, vec![msg("never mind")]).await;
-    let out = s.submit_inputs(&queued.id, vec![NewEvent::new(EventPayload::UserInterrupt {})]).await.unwrap();
+    let out = s
+        .submit_inputs(&queued.id, vec![NewEvent::new(EventPayload::UserInterrupt {})], AdmissionWrites::default())
+        .await
+        .unwrap();
     assert!(matches!(out.last().map(|e| &e.payload), Some(EventPayload::TurnEnded { stop: StopReason::Interrupted })));
     assert!(s.active_runs(&queued.id).await.unwrap().is_empty());
     assert_eq!(s.get_session(&queued.id).await.unwrap().status, SessionStatus::Idle);
@@ -202,9 +203,13 @@ pub async fn interrupt_cancels_queued_runs_and_flags_running_ones(h: &dyn Harnes
     let running = session_with(&s, vec![msg("long job")]).await;
     let claim = s.claim_run(&worker("w", "h"), terms(5_000)).await.unwrap().unwrap();
     assert_eq!(claim.fence.session_id, running.id);
-    s.submit_inputs(&running.id, vec![NewEvent::new(EventPayload::UserInterrupt {}), msg("do this instead")])
-        .await
-        .unwrap();
+    s.submit_inputs(
+        &running.id,
+        vec![NewEvent::new(EventPayload::UserInterrupt {}), msg("do this instead")],
+        AdmissionWrites::default(),
+    )
+    .await
+    .unwrap();
     let run = s.get_run(&claim.fence.run_id).await.unwrap();
     assert!(run.cancel_requested, "cancel intent is persisted on the running run");
     let active = s.active_runs(&running.id).await.unwrap();

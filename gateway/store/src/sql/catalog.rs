@@ -5,6 +5,7 @@ use gateway_core::agent::{Agent, AgentSpec};
 use gateway_core::environment::{Environment, EnvironmentSpec};
 use gateway_core::{AgentId, EnvironmentId, Timestamp};
 
+use super::Hints;
 use super::engine_impl;
 use crate::Catalog;
 use crate::error::{Guard, Result, StoreError};
@@ -114,7 +115,7 @@ engine_impl! {
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
-            tx.commit().await?;
+            self.finish(tx, Hints::default()).await?;
             Ok(Agent { id, version: 1, spec, created_at: Timestamp(now), updated_at: Timestamp(now), archived_at: None })
         }
 
@@ -166,7 +167,7 @@ engine_impl! {
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
-            tx.commit().await?;
+            self.finish(tx, Hints::default()).await?;
             Ok(Agent { id: id.clone(), version, spec, created_at: Timestamp(created_at), updated_at: Timestamp(now), archived_at: None })
         }
 
@@ -181,7 +182,7 @@ engine_impl! {
             if done.is_none() {
                 return Err(StoreError::not_found("agent", id));
             }
-            tx.commit().await?;
+            self.finish(tx, Hints::default()).await?;
             self.get_agent(id, None).await
         }
 
@@ -230,7 +231,7 @@ engine_impl! {
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
-            tx.commit().await?;
+            self.finish(tx, Hints::default()).await?;
             Ok(Environment { id, spec, created_at: Timestamp(now), updated_at: Timestamp(now), archived_at: None })
         }
 
@@ -251,7 +252,7 @@ engine_impl! {
             if done.is_none() {
                 return Err(StoreError::not_found("environment", id));
             }
-            tx.commit().await?;
+            self.finish(tx, Hints::default()).await?;
             self.get_environment(id).await
         }
 
@@ -268,7 +269,7 @@ engine_impl! {
             if done.is_none() {
                 return Err(StoreError::not_found("environment", id));
             }
-            tx.commit().await?;
+            self.finish(tx, Hints::default()).await?;
             self.get_environment(id).await
         }
 
@@ -289,7 +290,7 @@ engine_impl! {
                 self.environment_row(id).await?;
                 return Err(StoreError::Guard(Guard::EnvironmentInUse(id.to_string())));
             }
-            tx.commit().await?;
+            self.finish(tx, Hints::default()).await?;
             Ok(())
         }
 

@@ -1,21 +1,131 @@
-//! Adapter-owned JSON documents with compare-and-set versions.
+//! Adapter-owned JSON documents with compare-and-set versions and database-clock leases.
+//!
+//! One write path, [`SqlStore::write_document`], serves both `put_document` (its own
+//! transaction) and admissions (the admission's transaction, see `sessions.rs`), so a document
+//! written with an input obeys exactly the same compare-and-set rule as one written alone.
+
+use std::time::Duration;
 
 use async_trait::async_trait;
-use gateway_core::Timestamp;
+use gateway_core::SessionId;
 use serde_json::Value;
 
 use super::engine_impl;
+use super::{Hints, WriteTx};
 use crate::error::{Guard, Result, StoreError};
+use crate::model::{AdmissionWrites, DocumentWrite, millis};
 use crate::rows::DocumentRow;
-use crate::{Document, Documents};
+use crate::{Document, Documents, ReadDocuments};
+
+/// Columns of a document row, in `DocumentRow` order.
+macro_rules! document_cols {
+    () => {
+        "namespace, key, body, version, created_at, updated_at, lease_owner, lease_expires_at"
+    };
+}
+pub(crate) use document_cols;
+
+/// Leases the first `$7` documents of namespace `$1` with key in `[$2, $3)` whose lease is
+/// free or expired at `$6` (the database clock, read in the same transaction) to `$4` until
+/// `$5`. The check and the set are one statement; `$lock` skips rows another claim is taking
+/// (PostgreSQL), where SQLite's single writer needs nothing.
+macro_rules! claim_documents_sql {
+    ($lock:literal) => {
+        concat!(
+            "UPDATE documents SET lease_owner = $4, lease_expires_at = $5, version = version + 1, updated_at = $6 \
+             WHERE namespace = $1 AND key IN (SELECT key FROM documents \
+               WHERE namespace = $1 AND key >= $2 AND key < $3 \
+                 AND (lease_owner IS NULL OR lease_expires_at <= $6) \
+               ORDER BY key LIMIT $7",
+            $lock,
+            ") RETURNING ",
+            $crate::sql::documents::document_cols!()
+        )
+    };
+}
+pub(crate) use claim_documents_sql;
+
+/// The exclusive upper bound of keys starting with `prefix`: prefix matches are key ranges
+/// (no LIKE, so keys may contain `%` and `_`).
+fn prefix_end(prefix: &str) -> String {
+    format!("{prefix}\u{10FFFF}")
+}
+
+fn version_param(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+engine_impl! {
+    impl SqlStore {
+        /// Creates (`expected` None) or compare-and-set updates one document at `now`, inside
+        /// `tx`. A conflict is `Guard::DocumentConflict` and writes nothing; the caller's
+        /// transaction then rolls back as a whole.
+        pub(crate) async fn write_document(tx: &mut WriteTx<DB>, w: &DocumentWrite, now: i64) -> Result<Document> {
+            let text = serde_json::to_string(&w.body)?;
+            let row = match w.expected {
+                None => {
+                    sqlx::query_as::<DB, DocumentRow>(concat!(
+                        "INSERT INTO documents (namespace, key, body, version, created_at, updated_at) VALUES ($1, $2, $3, 1, $4, $4) \
+                         ON CONFLICT (namespace, key) DO NOTHING RETURNING ",
+                        document_cols!()
+                    ))
+                    .bind(w.namespace.as_str())
+                    .bind(w.key.as_str())
+                    .bind(&text)
+                    .bind(now)
+                    .fetch_optional(&mut **tx)
+                    .await?
+                }
+                Some(v) => {
+                    sqlx::query_as::<DB, DocumentRow>(concat!(
+                        "UPDATE documents SET body = $3, version = version + 1, updated_at = $4 \
+                         WHERE namespace = $1 AND key = $2 AND version = $5 RETURNING ",
+                        document_cols!()
+                    ))
+                    .bind(w.namespace.as_str())
+                    .bind(w.key.as_str())
+                    .bind(&text)
+                    .bind(now)
+                    .bind(version_param(v))
+                    .fetch_optional(&mut **tx)
+                    .await?
+                }
+            };
+            match row {
+                Some(row) => row.into_document(),
+                None => Err(StoreError::Guard(Guard::DocumentConflict {
+                    namespace: w.namespace.clone(),
+                    key: w.key.clone(),
+                    expected: w.expected,
+                })),
+            }
+        }
+
+        /// Writes an admission's documents and bindings inside its transaction, after its
+        /// inputs (`sessions.rs`). Any failure aborts the admission.
+        pub(crate) async fn apply_admission_writes(
+            tx: &mut WriteTx<DB>,
+            session: &SessionId,
+            writes: &AdmissionWrites,
+            now: i64,
+        ) -> Result<()> {
+            for w in &writes.documents {
+                Self::write_document(tx, w, now).await?;
+            }
+            Self::write_bindings(tx, session, &writes.bindings, now).await
+        }
+    }
+}
 
 engine_impl! {
     #[async_trait]
-    impl Documents for SqlStore {
+    impl ReadDocuments for SqlStore {
         async fn get_document(&self, namespace: &str, key: &str) -> Result<Option<Document>> {
-            let row = sqlx::query_as::<DB, DocumentRow>(
-                "SELECT namespace, key, body, version, created_at, updated_at FROM documents WHERE namespace = $1 AND key = $2",
-            )
+            let row = sqlx::query_as::<DB, DocumentRow>(concat!(
+                "SELECT ",
+                document_cols!(),
+                " FROM documents WHERE namespace = $1 AND key = $2"
+            ))
             .bind(namespace)
             .bind(key)
             .fetch_optional(&self.read)
@@ -23,73 +133,34 @@ engine_impl! {
             row.map(DocumentRow::into_document).transpose()
         }
 
-        async fn put_document(&self, namespace: &str, key: &str, body: &Value, expected: Option<u64>) -> Result<Document> {
-            let text = serde_json::to_string(body)?;
-            let conflict = || StoreError::Guard(Guard::DocumentConflict { namespace: namespace.into(), key: key.into(), expected });
-            let mut tx = self.begin_write().await?;
-            let now = Self::now(&mut tx).await?;
-            let (version, created_at) = match expected {
-                None => {
-                    let inserted = sqlx::query_as::<DB, (String,)>(
-                        "INSERT INTO documents (namespace, key, body, version, created_at, updated_at) VALUES ($1, $2, $3, 1, $4, $4) \
-                         ON CONFLICT (namespace, key) DO NOTHING RETURNING key",
-                    )
-                    .bind(namespace)
-                    .bind(key)
-                    .bind(&text)
-                    .bind(now)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                    if inserted.is_none() {
-                        return Err(conflict());
-                    }
-                    (1, now)
-                }
-                Some(v) => {
-                    let updated = sqlx::query_as::<DB, (i64,)>(
-                        "UPDATE documents SET body = $3, version = version + 1, updated_at = $4 \
-                         WHERE namespace = $1 AND key = $2 AND version = $5 RETURNING created_at",
-                    )
-                    .bind(namespace)
-                    .bind(key)
-                    .bind(&text)
-                    .bind(now)
-                    .bind(i64::try_from(v).unwrap_or(i64::MAX))
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                    match updated {
-                        Some((created,)) => (v + 1, created),
-                        None => return Err(conflict()),
-                    }
-                }
-            };
-            tx.commit().await?;
-            Ok(Document {
-                namespace: namespace.into(),
-                key: key.into(),
-                body: body.clone(),
-                version,
-                created_at: Timestamp(created_at),
-                updated_at: Timestamp(now),
-            })
-        }
-
         async fn list_documents(&self, namespace: &str, prefix: &str, after_key: Option<&str>, limit: u32) -> Result<Vec<Document>> {
-            // Prefix match by range (no LIKE, so keys may contain % and _): key >= prefix and
-            // key < prefix + U+10FFFF.
-            let upper = format!("{prefix}\u{10FFFF}");
-            let rows = sqlx::query_as::<DB, DocumentRow>(
-                "SELECT namespace, key, body, version, created_at, updated_at FROM documents \
-                 WHERE namespace = $1 AND key >= $2 AND key < $3 AND ($4 IS NULL OR key > $4) ORDER BY key LIMIT $5",
-            )
+            let rows = sqlx::query_as::<DB, DocumentRow>(concat!(
+                "SELECT ",
+                document_cols!(),
+                " FROM documents WHERE namespace = $1 AND key >= $2 AND key < $3 AND ($4 IS NULL OR key > $4) ORDER BY key LIMIT $5"
+            ))
             .bind(namespace)
             .bind(prefix)
-            .bind(upper)
+            .bind(prefix_end(prefix))
             .bind(after_key.map(str::to_owned))
             .bind(i64::from(limit.max(1)))
             .fetch_all(&self.read)
             .await?;
             rows.into_iter().map(DocumentRow::into_document).collect()
+        }
+    }
+}
+
+engine_impl! {
+    #[async_trait]
+    impl Documents for SqlStore {
+        async fn put_document(&self, namespace: &str, key: &str, body: &Value, expected: Option<u64>) -> Result<Document> {
+            let write = DocumentWrite { namespace: namespace.into(), key: key.into(), body: body.clone(), expected };
+            let mut tx = self.begin_write().await?;
+            let now = Self::now(&mut tx).await?;
+            let document = Self::write_document(&mut tx, &write, now).await?;
+            self.finish(tx, Hints::default()).await?;
+            Ok(document)
         }
 
         async fn delete_document(&self, namespace: &str, key: &str) -> Result<bool> {
@@ -99,8 +170,79 @@ engine_impl! {
                 .bind(key)
                 .fetch_optional(&mut *tx)
                 .await?;
-            tx.commit().await?;
+            self.finish(tx, Hints::default()).await?;
             Ok(deleted.is_some())
+        }
+
+        async fn claim_documents(
+            &self,
+            namespace: &str,
+            prefix: &str,
+            owner: &str,
+            lease: Duration,
+            limit: u32,
+        ) -> Result<Vec<Document>> {
+            let mut tx = self.begin_write().await?;
+            let now = Self::now(&mut tx).await?;
+            let rows = sqlx::query_as::<DB, DocumentRow>(DB::CLAIM_DOCUMENTS)
+                .bind(namespace)
+                .bind(prefix)
+                .bind(prefix_end(prefix))
+                .bind(owner)
+                .bind(now.saturating_add(millis(lease)))
+                .bind(now)
+                .bind(i64::from(limit.max(1)))
+                .fetch_all(&mut *tx)
+                .await?;
+            self.finish(tx, Hints::default()).await?;
+            let mut documents = rows.into_iter().map(DocumentRow::into_document).collect::<Result<Vec<_>>>()?;
+            documents.sort_by(|a, b| a.key.cmp(&b.key));
+            Ok(documents)
+        }
+
+        async fn renew_document(
+            &self,
+            namespace: &str,
+            key: &str,
+            owner: &str,
+            lease: Duration,
+            body: Option<&Value>,
+        ) -> Result<Option<Document>> {
+            let text = body.map(serde_json::to_string).transpose()?;
+            let mut tx = self.begin_write().await?;
+            let now = Self::now(&mut tx).await?;
+            let row = sqlx::query_as::<DB, DocumentRow>(concat!(
+                "UPDATE documents SET lease_expires_at = $4, body = COALESCE($5, body), version = version + 1, updated_at = $6 \
+                 WHERE namespace = $1 AND key = $2 AND lease_owner = $3 RETURNING ",
+                document_cols!()
+            ))
+            .bind(namespace)
+            .bind(key)
+            .bind(owner)
+            .bind(now.saturating_add(millis(lease)))
+            .bind(text)
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await?;
+            self.finish(tx, Hints::default()).await?;
+            row.map(DocumentRow::into_document).transpose()
+        }
+
+        async fn release_document(&self, namespace: &str, key: &str, owner: &str) -> Result<bool> {
+            let mut tx = self.begin_write().await?;
+            let now = Self::now(&mut tx).await?;
+            let released = sqlx::query_as::<DB, (String,)>(
+                "UPDATE documents SET lease_owner = NULL, lease_expires_at = NULL, version = version + 1, updated_at = $4 \
+                 WHERE namespace = $1 AND key = $2 AND lease_owner = $3 RETURNING key",
+            )
+            .bind(namespace)
+            .bind(key)
+            .bind(owner)
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await?;
+            self.finish(tx, Hints::default()).await?;
+            Ok(released.is_some())
         }
     }
 }

@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use gateway_core::{ApiKeyId, Timestamp};
 
+use super::Hints;
 use super::engine_impl;
 use crate::error::{Result, StoreError};
 use crate::rows::ApiKeyRow;
@@ -22,7 +23,7 @@ engine_impl! {
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
-            tx.commit().await?;
+            self.finish(tx, Hints::default()).await?;
             Ok(ApiKey { id, name: name.to_owned(), created_at: Timestamp(now), revoked_at: None })
         }
 
@@ -53,7 +54,7 @@ engine_impl! {
             .bind(now)
             .fetch_optional(&mut *tx)
             .await?;
-            tx.commit().await?;
+            self.finish(tx, Hints::default()).await?;
             Ok(done.is_some())
         }
 

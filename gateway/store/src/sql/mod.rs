@@ -23,6 +23,7 @@ mod keys;
 mod outbox;
 mod runs;
 mod sessions;
+mod write;
 
 pub mod postgres;
 pub mod sqlite;
@@ -31,11 +32,12 @@ use std::sync::Arc;
 
 use gateway_core::event::{Event, NewEvent};
 use gateway_core::{RunId, SessionId, Timestamp};
-use sqlx::{Database, Pool, Transaction};
+use sqlx::{Database, Pool};
 
 use crate::error::Result;
 use crate::rows::EventRow;
 use crate::wake::{Hint, Wakeups};
+pub(crate) use write::WriteTx;
 
 /// What differs between the engines. Statements that embed engine-specific fragments are
 /// built from one template per statement (macros below), so the SQL text exists once.
@@ -49,8 +51,17 @@ pub trait Engine: Database {
     const LOCK_SESSION: &'static str;
     /// `LOCK_SESSION` plus the database clock (`now_ms`) in the same round trip.
     const LOCK_SESSION_AT_NOW: &'static str;
-    /// Picks the claim candidate (see `runs.rs`).
+    /// Picks the claim candidates (see `runs.rs`).
     const CLAIM_CANDIDATE: &'static str;
+    /// Run at the start of a claim's transaction: bounds how long it may wait for a session
+    /// row (PostgreSQL `lock_timeout`). A claim holds run rows while it locks sessions, the
+    /// reverse of every other writer's order, so it must never wait long: a session it cannot
+    /// lock soon is left for the next claim.
+    const CLAIM_SETUP: Option<&'static str>;
+    /// Renews the leases named in `$1` (a JSON array of `[run id, owner, epoch]`) that are
+    /// still held, to expire at `$2`; returns `(id, 'y' | 'n')`: each renewed run, and whether
+    /// its cancel was requested.
+    const RENEW_LEASES: &'static str;
     /// The kind (`running`, `queued`, `retrying`) of each active run of session `$1`, the
     /// rows locked where the engine locks rows (see `sessions.rs`, `run_presence`).
     const RUN_PRESENCE: &'static str;
@@ -60,6 +71,8 @@ pub trait Engine: Database {
     const LIST_EVENTS_DESC: &'static str;
     /// Picks due outbox deliveries (see `outbox.rs`).
     const CLAIM_DELIVERIES: &'static str;
+    /// Leases free or expired documents (see `documents.rs`).
+    const CLAIM_DOCUMENTS: &'static str;
     /// `SELECT pg_notify(channel, payload)` where supported: delivered to other processes
     /// only if the transaction commits.
     const NOTIFY: Option<&'static str>;
@@ -67,16 +80,22 @@ pub trait Engine: Database {
     fn is_unique_violation(e: &sqlx::Error) -> bool {
         matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
     }
+    /// Whether an error is a lock wait that ran out (`CLAIM_SETUP`'s timeout).
+    fn is_lock_timeout(e: &sqlx::Error) -> bool {
+        matches!(e, sqlx::Error::Database(d) if d.code().as_deref() == Some("55P03"))
+    }
 }
 
 /// The notification channel hints travel on between processes.
 pub const WAKE_CHANNEL: &str = "gateway_wake";
 
 /// The store: a read pool, a write pool (the same pool on PostgreSQL; a single connection on
-/// SQLite), and the wake-up hub its commits feed.
+/// SQLite) behind the [`write::Writer`] that commits (grouped on SQLite), and the wake-up hub
+/// its commits feed.
 pub struct SqlStore<DB: Database> {
     pub(crate) read: Pool<DB>,
     pub(crate) write: Pool<DB>,
+    pub(crate) writer: write::Writer<DB>,
     pub(crate) wake: Arc<Wakeups>,
     pub(crate) background: tokio_util::sync::CancellationToken,
 }
@@ -170,37 +189,43 @@ impl Hints {
             self.batches.push((session.clone(), events.to_vec()));
         }
     }
+
+    /// Delivers the hints in this process; only ever after the commit they describe.
+    pub fn deliver(self, wake: &Wakeups) {
+        for (session, events) in self.batches {
+            if wake.is_watched(&session) {
+                wake.deliver_committed(&session, events.into());
+            }
+        }
+        for h in &self.hints {
+            wake.deliver(h);
+        }
+    }
 }
 
 engine_impl! {
     impl SqlStore {
-        pub(crate) async fn begin_write(&self) -> Result<Transaction<'static, DB>> {
-            Ok(self.write.begin_with(DB::BEGIN_WRITE).await?)
+        pub(crate) async fn begin_write(&self) -> Result<WriteTx<DB>> {
+            self.writer.begin().await
         }
 
         /// The database clock, read inside the transaction so every row it writes agrees.
-        pub(crate) async fn now(tx: &mut Transaction<'static, DB>) -> Result<i64> {
+        pub(crate) async fn now(tx: &mut WriteTx<DB>) -> Result<i64> {
             let (now,): (i64,) = sqlx::query_as(DB::NOW).fetch_one(&mut **tx).await?;
             Ok(now)
         }
 
-        /// Commits, then delivers the hints locally. On PostgreSQL the hints were also queued
-        /// with NOTIFY inside the transaction, so other processes see them only on commit.
-        pub(crate) async fn finish(&self, mut tx: Transaction<'static, DB>, hints: Hints) -> Result<()> {
+        /// Commits (durably: see `write`), then delivers the hints locally. On PostgreSQL the
+        /// hints were also queued with NOTIFY inside the transaction, so other processes see
+        /// them only on commit.
+        pub(crate) async fn finish(&self, mut tx: WriteTx<DB>, hints: Hints) -> Result<()> {
             if let Some(sql) = DB::NOTIFY.filter(|_| self.wake.enabled() && !hints.hints.is_empty()) {
                 // One NOTIFY for the whole transaction: hints joined by newlines.
                 let payload = hints.hints.iter().map(Hint::encode).collect::<Vec<_>>().join("\n");
                 sqlx::query(sql).bind(WAKE_CHANNEL).bind(payload).execute(&mut *tx).await?;
             }
-            tx.commit().await?;
-            for (session, events) in hints.batches {
-                if self.wake.is_watched(&session) {
-                    self.wake.deliver_committed(&session, events.into());
-                }
-            }
-            for h in &hints.hints {
-                self.wake.deliver(h);
-            }
+            let hints = self.writer.commit(tx, hints).await?;
+            hints.deliver(&self.wake);
             Ok(())
         }
 
@@ -208,7 +233,7 @@ engine_impl! {
         /// primary key forbids duplicates; the caller holds the session's write lock and
         /// stores the returned last seq in the same transaction).
         pub(crate) async fn append_events(
-            tx: &mut Transaction<'static, DB>,
+            tx: &mut WriteTx<DB>,
             session: &SessionId,
             last_seq: u64,
             events: Vec<NewEvent>,

@@ -5,6 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use gateway_core::DeliveryId;
 
+use super::Hints;
 use super::engine_impl;
 use crate::error::Result;
 use crate::model::millis;
@@ -67,7 +68,7 @@ engine_impl! {
                 .await?;
                 ids.push(id);
             }
-            tx.commit().await?;
+            self.finish(tx, Hints::default()).await?;
             Ok(ids)
         }
 
@@ -88,7 +89,7 @@ engine_impl! {
                     .execute(&mut *tx)
                     .await?;
             }
-            tx.commit().await?;
+            self.finish(tx, Hints::default()).await?;
             rows.into_iter().map(DeliveryRow::into_delivery).collect()
         }
 
@@ -140,7 +141,7 @@ engine_impl! {
             .bind(now)
             .execute(&mut *tx)
             .await?;
-            tx.commit().await?;
+            self.finish(tx, Hints::default()).await?;
             Ok(())
         }
     }

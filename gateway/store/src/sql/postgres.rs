@@ -10,10 +10,12 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{PgPool, Postgres};
 use tokio_util::sync::CancellationToken;
 
+use super::documents::claim_documents_sql;
 use super::events::list_events_sql;
 use super::outbox::claim_deliveries_sql;
 use super::runs::claim_candidate_sql;
 use super::sessions::list_sessions_sql;
+use super::write::Writer;
 use super::{Engine, SqlStore, WAKE_CHANNEL};
 use crate::error::{Result, StoreError};
 use crate::wake::{Hint, Wakeups};
@@ -43,6 +45,11 @@ impl Engine for Postgres {
         now_ms!(),
         " AS now_ms FROM sessions WHERE id = $1 AND deleted_at IS NULL FOR UPDATE"
     );
+    const CLAIM_SETUP: Option<&'static str> = Some("SET LOCAL lock_timeout = '200ms'");
+    const RENEW_LEASES: &'static str = "UPDATE runs SET lease_expires_at = $2 WHERE state = 'running' \
+         AND (id, lease_owner, lease_epoch) IN \
+             (SELECT h->>0, h->>1, (h->>2)::BIGINT FROM json_array_elements($1::json) AS h) \
+         RETURNING id, CASE WHEN cancel_requested THEN 'y' ELSE 'n' END";
     const CLAIM_CANDIDATE: &'static str = claim_candidate_sql!(
         "(SELECT json_array_elements_text($1::json))",
         "(SELECT json_array_elements_text($2::json))",
@@ -55,6 +62,7 @@ impl Engine for Postgres {
     const LIST_EVENTS_ASC: &'static str = list_events_sql!("(SELECT json_array_elements_text($2::json))", ">", "ASC");
     const LIST_EVENTS_DESC: &'static str = list_events_sql!("(SELECT json_array_elements_text($2::json))", "<", "DESC");
     const CLAIM_DELIVERIES: &'static str = claim_deliveries_sql!(" FOR UPDATE OF o SKIP LOCKED");
+    const CLAIM_DOCUMENTS: &'static str = claim_documents_sql!(" FOR UPDATE SKIP LOCKED");
     /// Locked: a claim holds its run row from choosing it to committing its input boundary
     /// (`FOR UPDATE OF r`), so admission waits for it and then sees the run running.
     const RUN_PRESENCE: &'static str = "SELECT CASE WHEN state = 'running' THEN 'running' WHEN started THEN 'retrying' ELSE 'queued' END \
@@ -83,7 +91,8 @@ impl PgStore {
             listener.listen(WAKE_CHANNEL).await?;
             tokio::spawn(listen(listener, Arc::clone(&wake), background.clone()));
         }
-        Ok(SqlStore { read: pool.clone(), write: pool, wake, background })
+        let writer = Writer::plain(pool.clone(), <Postgres as Engine>::BEGIN_WRITE);
+        Ok(SqlStore { read: pool.clone(), write: pool, writer, wake, background })
     }
 
     /// The pool, for tests and tools that need raw access.
@@ -125,6 +134,10 @@ impl Store for PgStore {
     async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.read).await?;
         Ok(())
+    }
+
+    async fn sync(&self) -> Result<()> {
+        self.writer.sync().await
     }
 
     fn wakeups(&self) -> Arc<Wakeups> {

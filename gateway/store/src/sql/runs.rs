@@ -7,13 +7,13 @@ use gateway_core::event::{Event, EventPayload, NewEvent, StopReason};
 use gateway_core::run::{Claim, Fence, Run, RunState, WorkerOffer};
 use gateway_core::session::{PendingAction, SessionStatus};
 use gateway_core::{RunId, SessionId};
-use sqlx::Transaction;
 
+use super::WriteTx;
 use super::{Hints, engine_impl, run_cols};
 use crate::RunQueue;
 use crate::error::{Guard, Result, StoreError};
 use crate::model::{Commit, LeaseTerms, Renewal, RunOutcome, Settlement, millis};
-use crate::rows::{ClaimCandidateRow, RunRefRow, RunRow};
+use crate::rows::{ClaimCandidateRow, LockedSessionRow, RunRefRow, RunRow};
 use crate::wake::Hint;
 
 /// Run columns qualified with the `r` alias, in `RunRow` order.
@@ -25,9 +25,10 @@ macro_rules! run_cols_r {
 }
 pub(crate) use run_cols_r;
 
-/// The claim candidate: `$1` offered backends and `$2` offered providers (JSON arrays expanded
+/// The claim candidates: `$1` offered backends and `$2` offered providers (JSON arrays expanded
 /// by `$in1`/`$in2`), `$3` the worker's host, `$4` now, `$5` the oldest heartbeat of a live
-/// host. Due queued runs, or running runs whose lease expired; never a second running run of
+/// host, `$6` how many. At most one per session (the oldest queued one, or an expired running
+/// one, never both: a queued run waits while any run of its session is running). Due queued runs, or running runs whose lease expired; never a second running run of
 /// a session; runs of one session in creation order (database clock, then id); none while the session waits for client
 /// answers. Placeable here, or (host gone) claimable anywhere to be failed.
 macro_rules! claim_candidate_sql {
@@ -48,7 +49,7 @@ macro_rules! claim_candidate_sql {
             ") AND (s.env_host IS NULL OR s.env_host = $3)) \
                  OR (s.env_host IS NOT NULL AND s.env_host <> $3 \
                      AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.id = s.env_host AND h.last_seen_at > $5))) \
-             ORDER BY r.available_at, r.id LIMIT 1",
+             ORDER BY r.available_at, r.id LIMIT $6",
             $lock
         )
     };
@@ -82,7 +83,7 @@ fn final_state(outcome: &RunOutcome) -> RunState {
 engine_impl! {
     impl SqlStore {
         /// Explains why a fenced write matched no row.
-        async fn fenced(tx: &mut Transaction<'static, DB>, fence: &Fence) -> StoreError {
+        async fn fenced(tx: &mut WriteTx<DB>, fence: &Fence) -> StoreError {
             let current = sqlx::query_as::<DB, RunRefRow>("SELECT lease_owner, lease_epoch, state FROM runs WHERE id = $1")
                 .bind(fence.run_id.as_str())
                 .fetch_optional(&mut **tx)
@@ -101,8 +102,102 @@ engine_impl! {
             }
         }
 
+        /// Takes one claim candidate inside `claim_runs`' transaction: locks its session (or
+        /// gives up, on PostgreSQL, when an admission holds it longer than `CLAIM_SETUP`
+        /// allows: a claim holds run rows, the reverse of every other writer's lock order),
+        /// moves the run to running under a new epoch, and commits its turn start with it.
+        async fn claim_one(
+            tx: &mut WriteTx<DB>,
+            offer: &WorkerOffer,
+            terms: LeaseTerms,
+            candidate: ClaimCandidateRow,
+            hints: &mut Hints,
+        ) -> Result<Option<Claim>> {
+            let locked = sqlx::query_as::<DB, LockedSessionRow>(DB::LOCK_SESSION_AT_NOW)
+                .bind(candidate.run.session_id.as_str())
+                .fetch_optional(&mut **tx)
+                .await;
+            let locked = match locked {
+                Ok(Some(locked)) => locked,
+                Ok(None) => return Ok(None),
+                Err(e) if DB::is_lock_timeout(&e) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            let now = locked.now_ms.max(locked.row.updated_at);
+            let session = locked.row.into_session()?;
+            let was_started = candidate.run.started;
+            let environment_lost = candidate.env_host.as_deref().is_some_and(|h| h != offer.host);
+            let claimed = sqlx::query_as::<DB, RunRow>(concat!(
+                "UPDATE runs SET state = 'running', lease_owner = $2, lease_epoch = lease_epoch + 1, lease_expires_at = $3, \
+                 crash_count = CASE WHEN state = 'running' THEN crash_count + 1 ELSE crash_count END, \
+                 started = TRUE, updated_at = $4, \
+                 input_seq = COALESCE(input_seq, (SELECT s.last_seq FROM sessions s WHERE s.id = runs.session_id)) \
+                 WHERE id = $1 RETURNING ",
+                run_cols!()
+            ))
+            .bind(candidate.run.id.as_str())
+            .bind(offer.worker.as_str())
+            .bind(now + millis(terms.lease))
+            .bind(now)
+            .fetch_one(&mut **tx)
+            .await;
+            let row = match claimed {
+                Ok(row) => row,
+                // Another claim of the same session won (PostgreSQL race caught by the
+                // one-running-run-per-session index): not an error, no claim.
+                Err(e) if DB::is_unique_violation(&e) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            let mut run = row.into_run()?;
+            // Report whether a Worker had started this run before this claim.
+            run.started = was_started;
+            // Set by this claim (first claim) or an earlier one: never missing here.
+            let inputs_through = run
+                .input_seq
+                .ok_or_else(|| StoreError::Corrupt(format!("run {} was claimed without an input boundary", run.id)))?;
+            let fence = Fence {
+                run_id: run.id.clone(),
+                session_id: run.session_id.clone(),
+                owner: offer.worker.clone(),
+                epoch: run.lease_epoch,
+            };
+            // A reclaim continues the turn its predecessor started, if the log says it did
+            // (that claim may have died before its turn start was committed: impossible since
+            // claims commit it themselves, but runs of older versions may still be in flight).
+            let continuing = was_started && run.crash_count > 0 && Self::turn_in_progress(tx, &run).await?;
+            if !continuing {
+                let start = NewEvent::new(EventPayload::TurnStarted { inputs_through });
+                let events =
+                    Self::append_events(tx, &session.id, session.last_seq, vec![start], now, Some((&run.id, run.lease_epoch)))
+                        .await?;
+                let last_seq = session.last_seq + events.len() as u64;
+                sqlx::query("UPDATE sessions SET last_seq = $2, updated_at = $3 WHERE id = $1")
+                    .bind(session.id.as_str())
+                    .bind(last_seq as i64)
+                    .bind(now)
+                    .execute(&mut **tx)
+                    .await?;
+                hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
+                hints.committed(&session.id, &events);
+            }
+            Ok(Some(Claim { fence, run, inputs_through, environment_lost }))
+        }
+
+        /// Whether the session's latest turn boundary is a `turn_started` of `run` (not yet
+        /// rescheduled): a reclaim then continues that turn.
+        async fn turn_in_progress(tx: &mut WriteTx<DB>, run: &Run) -> Result<bool> {
+            let last = sqlx::query_as::<DB, (String, String)>(
+                "SELECT kind, COALESCE(run_id, '') FROM events WHERE session_id = $1 \
+                 AND kind IN ('turn_started', 'turn_rescheduled') ORDER BY seq DESC LIMIT 1",
+            )
+            .bind(run.session_id.as_str())
+            .fetch_optional(&mut **tx)
+            .await?;
+            Ok(last.is_some_and(|(kind, by)| kind == "turn_started" && by == run.id.as_str()))
+        }
+
         /// The fence check: the lease is still `fence`'s, in this transaction.
-        async fn check_fence(tx: &mut Transaction<'static, DB>, fence: &Fence, now: i64) -> Result<()> {
+        async fn check_fence(tx: &mut WriteTx<DB>, fence: &Fence, now: i64) -> Result<()> {
             let held = sqlx::query_as::<DB, (String,)>(
                 "UPDATE runs SET updated_at = $4 WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3 AND state = 'running' RETURNING id",
             )
@@ -124,56 +219,49 @@ engine_impl! {
 engine_impl! {
     #[async_trait]
     impl RunQueue for SqlStore {
-        async fn claim_run(&self, offer: &WorkerOffer, terms: LeaseTerms) -> Result<Option<Claim>> {
+        async fn claim_runs(&self, offer: &WorkerOffer, terms: LeaseTerms, limit: u32) -> Result<Vec<Claim>> {
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
             let backends: Vec<String> = offer.backends.iter().map(|b| b.to_string()).collect();
             let providers: Vec<&str> = offer.providers.iter().map(|p| p.as_str()).collect();
             let mut tx = self.begin_write().await?;
+            if let Some(setup) = DB::CLAIM_SETUP {
+                sqlx::query(setup).execute(&mut *tx).await?;
+            }
             let now = Self::now(&mut tx).await?;
-            let candidate = sqlx::query_as::<DB, ClaimCandidateRow>(DB::CLAIM_CANDIDATE)
+            let candidates = sqlx::query_as::<DB, ClaimCandidateRow>(DB::CLAIM_CANDIDATE)
                 .bind(serde_json::to_string(&backends)?)
                 .bind(serde_json::to_string(&providers)?)
                 .bind(offer.host.as_str())
                 .bind(now)
                 .bind(now - millis(terms.host_ttl))
-                .fetch_optional(&mut *tx)
+                .bind(i64::from(limit))
+                .fetch_all(&mut *tx)
                 .await?;
-            let Some(candidate) = candidate else {
-                return Ok(None);
-            };
-            let was_started = candidate.run.started;
-            let environment_lost = candidate.env_host.as_deref().is_some_and(|h| h != offer.host);
-            let claimed = sqlx::query_as::<DB, RunRow>(concat!(
-                "UPDATE runs SET state = 'running', lease_owner = $2, lease_epoch = lease_epoch + 1, lease_expires_at = $3, \
-                 crash_count = CASE WHEN state = 'running' THEN crash_count + 1 ELSE crash_count END, \
-                 started = TRUE, updated_at = $4, \
-                 input_seq = COALESCE(input_seq, (SELECT s.last_seq FROM sessions s WHERE s.id = runs.session_id)) \
-                 WHERE id = $1 RETURNING ",
-                run_cols!()
-            ))
-            .bind(candidate.run.id.as_str())
-            .bind(offer.worker.as_str())
-            .bind(now + millis(terms.lease))
-            .bind(now)
-            .fetch_one(&mut *tx)
-            .await;
-            let row = match claimed {
-                Ok(row) => row,
-                // Another worker claimed a run of the same session first (PostgreSQL race
-                // caught by the one-running-run-per-session index): not an error, no claim.
-                Err(e) if DB::is_unique_violation(&e) => return Ok(None),
-                Err(e) => return Err(e.into()),
-            };
-            tx.commit().await?;
-            let mut run = row.into_run()?;
-            // Report whether a Worker had started this run before this claim.
-            run.started = was_started;
-            let fence = Fence {
-                run_id: run.id.clone(),
-                session_id: run.session_id.clone(),
-                owner: offer.worker.clone(),
-                epoch: run.lease_epoch,
-            };
-            Ok(Some(Claim { fence, run, environment_lost }))
+            let mut claims = Vec::with_capacity(candidates.len());
+            let mut hints = Hints::default();
+            for candidate in candidates {
+                // Each candidate in a savepoint: one that cannot be taken (its session is
+                // locked by an admission on PostgreSQL, a lost race) leaves the others be.
+                sqlx::query("SAVEPOINT c").execute(&mut *tx).await?;
+                match Self::claim_one(&mut tx, offer, terms, candidate, &mut hints).await {
+                    Ok(Some(claim)) => {
+                        sqlx::query("RELEASE c").execute(&mut *tx).await?;
+                        claims.push(claim);
+                    }
+                    Ok(None) => {
+                        sqlx::query("ROLLBACK TO c").execute(&mut *tx).await?;
+                        sqlx::query("RELEASE c").execute(&mut *tx).await?;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            if claims.is_empty() {
+                return Ok(claims);
+            }
+            self.finish(tx, hints).await?;
+            Ok(claims)
         }
 
         async fn renew_lease(&self, fence: &Fence, lease: Duration) -> Result<Renewal> {
@@ -192,8 +280,30 @@ engine_impl! {
             let Some((cancel,)) = renewed else {
                 return Err(Self::fenced(&mut tx, fence).await);
             };
-            tx.commit().await?;
+            self.finish(tx, Hints::default()).await?;
             Ok(Renewal { cancel_requested: cancel != 0 })
+        }
+
+        async fn renew_leases(&self, fences: &[Fence], lease: Duration) -> Result<Vec<Option<Renewal>>> {
+            if fences.is_empty() {
+                return Ok(Vec::new());
+            }
+            let held: Vec<(&str, &str, i64)> =
+                fences.iter().map(|f| (f.run_id.as_str(), f.owner.as_str(), f.epoch)).collect();
+            let mut tx = self.begin_write().await?;
+            let now = Self::now(&mut tx).await?;
+            let renewed = sqlx::query_as::<DB, (String, String)>(DB::RENEW_LEASES)
+                .bind(serde_json::to_string(&held)?)
+                .bind(now + millis(lease))
+                .fetch_all(&mut *tx)
+                .await?;
+            self.finish(tx, Hints::default()).await?;
+            let renewed: std::collections::HashMap<String, bool> =
+                renewed.into_iter().map(|(id, cancel)| (id, cancel == "y")).collect();
+            Ok(fences
+                .iter()
+                .map(|f| renewed.get(f.run_id.as_str()).map(|cancel| Renewal { cancel_requested: *cancel }))
+                .collect())
         }
 
         async fn release_run(&self, fence: &Fence) -> Result<()> {
@@ -238,18 +348,7 @@ engine_impl! {
                     .execute(&mut *tx)
                     .await?;
             }
-            for (key, value) in &commit.bindings {
-                sqlx::query(
-                    "INSERT INTO session_bindings (session_id, key, value, updated_at) VALUES ($1, $2, $3, $4) \
-                     ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-                )
-                .bind(session.id.as_str())
-                .bind(key.as_str())
-                .bind(value.as_str())
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-            }
+            Self::write_bindings(&mut tx, &session.id, &commit.bindings, now).await?;
             let events = Self::append_events(&mut tx, &session.id, session.last_seq, commit.events, now, Some((&fence.run_id, fence.epoch)))
                 .await?;
             let mut hints = Hints::default();
@@ -364,6 +463,13 @@ engine_impl! {
             rows.into_iter().map(RunRow::into_run).collect()
         }
 
+        async fn queued_runs(&self) -> Result<u64> {
+            let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM runs WHERE state = 'queued'")
+                .fetch_one(&self.read)
+                .await?;
+            Ok(n.max(0) as u64)
+        }
+
         async fn heartbeat_host(&self, host: &str) -> Result<()> {
             let mut tx = self.begin_write().await?;
             let now = Self::now(&mut tx).await?;
@@ -374,7 +480,7 @@ engine_impl! {
             .bind(now)
             .execute(&mut *tx)
             .await?;
-            tx.commit().await?;
+            self.finish(tx, Hints::default()).await?;
             Ok(())
         }
     }

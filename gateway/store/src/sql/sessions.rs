@@ -5,13 +5,13 @@ use gateway_core::admission::{SessionState, admit};
 use gateway_core::event::{Event, EventPayload, NewEvent};
 use gateway_core::run::RunState;
 use gateway_core::session::{EnvironmentState, Session, SessionSnapshot, SessionStatus};
-use gateway_core::{RunId, SessionId};
-use sqlx::Transaction;
+use gateway_core::{RunId, SessionId, Timestamp};
 
+use super::WriteTx;
 use super::{Hints, engine_impl, session_cols};
 use crate::Sessions;
 use crate::error::{Guard, Result, StoreError};
-use crate::model::{Keyset, NewSession, Page, PageRequest, SessionFilter, SessionPatch};
+use crate::model::{AdmissionWrites, Keyset, NewSession, Page, PageRequest, SessionFilter, SessionPatch};
 use crate::rows::{GuardRow, LockedSessionRow, Scan, SessionRow, paginate};
 use crate::wake::Hint;
 
@@ -28,7 +28,7 @@ fn statuses_param(filter: &SessionFilter) -> Option<String> {
 engine_impl! {
     impl SqlStore {
         /// Locks and reads a live session for the rest of the transaction.
-        pub(crate) async fn lock_session(tx: &mut Transaction<'static, DB>, id: &SessionId) -> Result<SessionRow> {
+        pub(crate) async fn lock_session(tx: &mut WriteTx<DB>, id: &SessionId) -> Result<SessionRow> {
             sqlx::query_as::<DB, SessionRow>(DB::LOCK_SESSION)
                 .bind(id.as_str())
                 .fetch_optional(&mut **tx)
@@ -43,7 +43,7 @@ engine_impl! {
         /// One round trip: the clock is read in the locking statement. Should it be read before
         /// a wait for the lock, the clamp to the locked row's `updated_at` (the time of the
         /// transaction waited for) still keeps times in seq order.
-        pub(crate) async fn lock_session_at_now(tx: &mut Transaction<'static, DB>, id: &SessionId) -> Result<(SessionRow, i64)> {
+        pub(crate) async fn lock_session_at_now(tx: &mut WriteTx<DB>, id: &SessionId) -> Result<(SessionRow, i64)> {
             let locked = sqlx::query_as::<DB, LockedSessionRow>(DB::LOCK_SESSION_AT_NOW)
                 .bind(id.as_str())
                 .fetch_optional(&mut **tx)
@@ -59,7 +59,7 @@ engine_impl! {
         /// a claim in flight fixes its run's input boundary from the committed `last_seq`,
         /// so admission must wait for it to see that run as running (and queue a run of its
         /// own for these inputs) rather than count on it to read them.
-        async fn run_presence(tx: &mut Transaction<'static, DB>, id: &SessionId) -> Result<(bool, bool, bool)> {
+        async fn run_presence(tx: &mut WriteTx<DB>, id: &SessionId) -> Result<(bool, bool, bool)> {
             let kinds: Vec<(String,)> = sqlx::query_as(DB::RUN_PRESENCE).bind(id.as_str()).fetch_all(&mut **tx).await?;
             let has = |kind: &str| kinds.iter().any(|(k,)| k == kind);
             Ok((has("running"), has("queued"), has("retrying")))
@@ -67,7 +67,7 @@ engine_impl! {
 
         /// Runs admission on a locked session row and applies its decision.
         async fn admit_locked(
-            tx: &mut Transaction<'static, DB>,
+            tx: &mut WriteTx<DB>,
             row: SessionRow,
             inputs: Vec<NewEvent>,
             now: i64,
@@ -136,6 +136,29 @@ engine_impl! {
             Ok(events)
         }
 
+        /// Sets session bindings (key, value) inside `tx`: the one upsert behind both the
+        /// fenced commit's bindings and an admission's.
+        pub(crate) async fn write_bindings(
+            tx: &mut WriteTx<DB>,
+            session: &SessionId,
+            bindings: &[(String, String)],
+            now: i64,
+        ) -> Result<()> {
+            for (key, value) in bindings {
+                sqlx::query(
+                    "INSERT INTO session_bindings (session_id, key, value, updated_at) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                )
+                .bind(session.as_str())
+                .bind(key.as_str())
+                .bind(value.as_str())
+                .bind(now)
+                .execute(&mut **tx)
+                .await?;
+            }
+            Ok(())
+        }
+
         async fn session_row(&self, id: &SessionId) -> Result<SessionRow> {
             sqlx::query_as::<DB, SessionRow>(concat!("SELECT ", session_cols!(), " FROM sessions WHERE id = $1 AND deleted_at IS NULL"))
                 .bind(id.as_str())
@@ -157,10 +180,14 @@ engine_impl! {
     #[async_trait]
     impl Sessions for SqlStore {
         async fn create_session(&self, new: NewSession) -> Result<(Session, Vec<Event>)> {
-            let id = SessionId::new();
-            let agent = &new.snapshot.agent;
+            let id = new.id;
             let mut tx = self.begin_write().await?;
             let now = Self::now(&mut tx).await?;
+            let mut snapshot = new.snapshot;
+            for resource in &mut snapshot.resources {
+                resource.created_at = Timestamp(now);
+            }
+            let agent = &snapshot.agent;
             let env = sqlx::query_as::<DB, GuardRow>(
                 "SELECT CAST(0 AS BIGINT) AS version, archived_at, deleted_at FROM environments WHERE id = $1",
             )
@@ -185,12 +212,15 @@ engine_impl! {
             .bind(new.environment_id.as_str())
             .bind(agent.id.as_str())
             .bind(i64::from(agent.version))
-            .bind(serde_json::to_string(&new.snapshot)?)
+            .bind(serde_json::to_string(&snapshot)?)
             .bind(new.title.clone())
             .bind(serde_json::to_string(&new.metadata)?)
             .bind(now)
             .execute(&mut *tx)
-            .await?;
+            .await
+            .map_err(|e| {
+                if DB::is_unique_violation(&e) { StoreError::Guard(Guard::SessionExists(id.to_string())) } else { e.into() }
+            })?;
             let mut hints = Hints::default();
             let events = if new.initial_inputs.is_empty() {
                 Vec::new()
@@ -198,6 +228,9 @@ engine_impl! {
                 let row = Self::lock_session(&mut tx, &id).await?;
                 Self::admit_locked(&mut tx, row, new.initial_inputs, now, &mut hints).await?
             };
+            // A conflict here returns before `finish`: the session, its inputs and every
+            // write roll back together.
+            Self::apply_admission_writes(&mut tx, &id, &new.writes, now).await?;
             let session = Self::lock_session(&mut tx, &id).await?.into_session()?;
             self.finish(tx, hints).await?;
             Ok((session, events))
@@ -224,7 +257,7 @@ engine_impl! {
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
-            tx.commit().await?;
+            self.finish(tx, Hints::default()).await?;
             self.get_session(id).await
         }
 
@@ -261,7 +294,7 @@ engine_impl! {
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
-            tx.commit().await?;
+            self.finish(tx, Hints::default()).await?;
             self.get_session(id).await
         }
 
@@ -326,7 +359,7 @@ engine_impl! {
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
-            tx.commit().await?;
+            self.finish(tx, Hints::default()).await?;
             Ok(true)
         }
 
@@ -354,15 +387,18 @@ engine_impl! {
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
-            tx.commit().await?;
+            self.finish(tx, Hints::default()).await?;
             self.get_session(id).await
         }
 
-        async fn submit_inputs(&self, id: &SessionId, inputs: Vec<NewEvent>) -> Result<Vec<Event>> {
+        async fn submit_inputs(&self, id: &SessionId, inputs: Vec<NewEvent>, writes: AdmissionWrites) -> Result<Vec<Event>> {
             let mut tx = self.begin_write().await?;
             let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
             let mut hints = Hints::default();
             let events = Self::admit_locked(&mut tx, row, inputs, now, &mut hints).await?;
+            // Refused inputs returned above; a conflicting write returns here. Either way the
+            // transaction is dropped uncommitted and nothing of the admission remains.
+            Self::apply_admission_writes(&mut tx, id, &writes, now).await?;
             self.finish(tx, hints).await?;
             Ok(events)
         }

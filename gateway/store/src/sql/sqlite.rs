@@ -18,10 +18,12 @@ use async_trait::async_trait;
 use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
+use super::documents::claim_documents_sql;
 use super::events::list_events_sql;
 use super::outbox::claim_deliveries_sql;
 use super::runs::claim_candidate_sql;
 use super::sessions::list_sessions_sql;
+use super::write::Writer;
 use super::{Engine, SqlStore};
 use crate::error::{Result, StoreError};
 use crate::wake::Wakeups;
@@ -52,6 +54,12 @@ impl Engine for Sqlite {
         now_ms!(),
         " AS now_ms FROM sessions WHERE id = $1 AND deleted_at IS NULL"
     );
+    // BEGIN IMMEDIATE: no one else holds a session while a claim runs.
+    const CLAIM_SETUP: Option<&'static str> = None;
+    const RENEW_LEASES: &'static str = "UPDATE runs SET lease_expires_at = $2 WHERE state = 'running' AND EXISTS \
+         (SELECT 1 FROM json_each($1) h WHERE json_extract(h.value, '$[0]') = runs.id \
+          AND json_extract(h.value, '$[1]') = runs.lease_owner AND json_extract(h.value, '$[2]') = runs.lease_epoch) \
+         RETURNING id, CASE WHEN cancel_requested THEN 'y' ELSE 'n' END";
     const CLAIM_CANDIDATE: &'static str =
         claim_candidate_sql!("(SELECT value FROM json_each($1))", "(SELECT value FROM json_each($2))", "");
     const LIST_SESSIONS_ASC: &'static str = list_sessions_sql!("(SELECT value FROM json_each($4))", ">", "ASC");
@@ -59,6 +67,7 @@ impl Engine for Sqlite {
     const LIST_EVENTS_ASC: &'static str = list_events_sql!("(SELECT value FROM json_each($2))", ">", "ASC");
     const LIST_EVENTS_DESC: &'static str = list_events_sql!("(SELECT value FROM json_each($2))", "<", "DESC");
     const CLAIM_DELIVERIES: &'static str = claim_deliveries_sql!("");
+    const CLAIM_DOCUMENTS: &'static str = claim_documents_sql!("");
     /// No row locks: `BEGIN IMMEDIATE` already serializes every writer.
     const RUN_PRESENCE: &'static str = "SELECT CASE WHEN state = 'running' THEN 'running' WHEN started THEN 'retrying' ELSE 'queued' END \
          FROM runs WHERE session_id = $1 AND state IN ('running', 'queued')";
@@ -88,12 +97,12 @@ impl SqliteStore {
             .acquire_timeout(options.acquire_timeout)
             .connect_with(base.read_only(true))
             .await?;
-        Ok(SqlStore {
-            read,
-            write,
-            wake: Arc::new(Wakeups::new(options.wakeups)),
-            background: tokio_util::sync::CancellationToken::new(),
-        })
+        let wake = Arc::new(Wakeups::new(options.wakeups));
+        let background = tokio_util::sync::CancellationToken::new();
+        // One writer connection: concurrent writes share its transactions and fsyncs.
+        let writer =
+            Writer::grouped(write.clone(), <Sqlite as Engine>::BEGIN_WRITE, background.clone(), Arc::clone(&wake));
+        Ok(SqlStore { read, write, writer, wake, background })
     }
 }
 
@@ -147,6 +156,10 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn sync(&self) -> Result<()> {
+        self.writer.sync().await
+    }
+
     fn wakeups(&self) -> Arc<Wakeups> {
         Arc::clone(&self.wake)
     }
@@ -158,6 +171,7 @@ impl Store for SqliteStore {
 
     async fn close(&self) {
         self.background.cancel();
+        self.writer.stop().await;
         self.write.close().await;
         self.read.close().await;
     }

@@ -1,0 +1,342 @@
+//! Push delivery: a feeder that turns committed task updates into outbox deliveries, and a
+//! deliverer that POSTs them.
+//!
+//! The feeder keeps one cursor document per unfinished task (`a2a.feed/{task}`: the last seq
+//! turned into deliveries), written with the task's message in one commit, so a cursor exists
+//! exactly when its task does. Which process feeds a task is the cursor document's lease,
+//! claimed and renewed through the store on the database clock (`Documents::claim_documents`,
+//! `renew_document`): processes whose clocks drift never both feed a task for long, and a
+//! process that dies leaves its tasks to the others once its leases expire. Deliveries are
+//! enqueued before the cursor moves, so a crash repeats some (at-least-once, receivers must
+//! be idempotent) and loses none. The outbox orders a config's deliveries (one topic per
+//! config) and keeps them across restarts; the deliverer retries with backoff and gives up
+//! after [`MAX_ATTEMPTS`].
+//!
+//! Order: the outbox keeps a topic's deliveries in enqueue order, across batches (a store
+//! guarantee, tested by the store conformance suite). The feeder still enqueues every update
+//! that is ready in one batch per pass: one transaction instead of many.
+//!
+//! v0.3 configs get the v0.3 `Task` as their body (what v0.3 receivers expect), on status
+//! changes only and with at most [`V03_HISTORY`] history messages: a snapshot per artifact
+//! update would make a task's deliveries grow with the square of its output.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gateway_runtime::{NewDelivery, OutboxDelivery, SecretBox, SecretError};
+use tracing::{debug, info, warn};
+
+use crate::A2aContext;
+use crate::push::ssrf;
+use crate::tasks::records::{self, FEED, FeedCursor};
+use crate::tasks::watch::Watch;
+use crate::v03::{self, Shape};
+use crate::wire::StreamResponse;
+
+/// Attempts per delivery before it is given up.
+pub const MAX_ATTEMPTS: u32 = 6;
+/// How long a feeder's claim on a cursor holds (renewed at least every third of it).
+const LEASE: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_millis(500);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a pass waits for more ready events before it enqueues what it has.
+const GATHER: Duration = Duration::from_millis(20);
+/// Most updates one pass turns into one batch.
+const MAX_PASS_UPDATES: usize = 256;
+/// Most history messages in a v0.3 push body.
+pub const V03_HISTORY: i64 = 20;
+
+/// Backoff before attempt `attempts + 1`: 1 s doubling, at most 60 s.
+pub fn backoff(attempts: u32) -> Duration {
+    Duration::from_secs(1u64 << attempts.min(6)).min(Duration::from_secs(60))
+}
+
+/// Runs the feeder and the deliverer until shutdown.
+pub async fn run(ctx: A2aContext) {
+    let owner = format!("a2a-{}", &gateway_core::EventId::new().as_str()[5..]);
+    let http = ssrf::client(ctx.allow_private_push_targets, REQUEST_TIMEOUT);
+    let deliverer = tokio::spawn(deliver_loop(ctx.clone(), owner.clone(), http));
+    feed_loop(ctx.clone(), owner).await;
+    let _ = deliverer.await;
+}
+
+/// Most cursors one feeder pass claims.
+const FEED_PAGE: u32 = 1_000;
+
+/// Claims cursors and feeds each in its own task until shutdown; returns once every task it
+/// started has stopped (and released its lease).
+async fn feed_loop(ctx: A2aContext, owner: String) {
+    let watching: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let feeders = tokio_util::task::TaskTracker::new();
+    // Each pass claims the cursors no live lease holds (a fresh task's, or those of a process
+    // that stopped), so tasks being fed, here or elsewhere, never crowd out the others.
+    loop {
+        match ctx.coordinator.documents().claim_documents(FEED, "", &owner, LEASE, FEED_PAGE).await {
+            Ok(claimed) => {
+                for doc in claimed {
+                    let task_id = doc.key;
+                    if watching.lock().unwrap_or_else(|p| p.into_inner()).contains(&task_id) {
+                        // Our own lease lapsed while its feeder was slow; that feeder renews it.
+                        continue;
+                    }
+                    let cursor: FeedCursor = match serde_json::from_value(doc.body) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            warn!(task = %task_id, error = %e, "skipping an unreadable push feeder cursor");
+                            continue;
+                        }
+                    };
+                    watching.lock().unwrap_or_else(|p| p.into_inner()).insert(task_id.clone());
+                    let (ctx, watching, owner) = (ctx.clone(), Arc::clone(&watching), owner.clone());
+                    feeders.spawn(async move {
+                        if let Err(e) = feed_task(&ctx, &task_id, cursor, &owner).await {
+                            debug!(task = %task_id, error = %e, "feeder stopped; another pass resumes it");
+                            release(&ctx, &task_id, &owner).await;
+                        }
+                        watching.lock().unwrap_or_else(|p| p.into_inner()).remove(&task_id);
+                    });
+                }
+            }
+            Err(e) => warn!(error = %e, "cannot claim push feeder cursors"),
+        }
+        tokio::select! {
+            _ = ctx.shutdown.cancelled() => break,
+            _ = tokio::time::sleep(POLL) => {}
+        }
+    }
+    feeders.close();
+    feeders.wait().await;
+}
+
+/// Gives a cursor's lease up so the next pass (of any process) takes it at once; if that
+/// fails, the lease simply expires.
+async fn release(ctx: &A2aContext, task_id: &str, owner: &str) {
+    if let Err(e) = ctx.coordinator.documents().release_document(FEED, task_id, owner).await {
+        debug!(task = %task_id, error = %e, "cannot release a push feeder cursor; its lease will expire");
+    }
+}
+
+/// One update of a pass, with the v0.3 Task snapshot as of that update (status changes only).
+struct Ready {
+    update: StreamResponse,
+    v03_task: Option<String>,
+}
+
+fn ready(w: &Watch, updates: Vec<StreamResponse>, out: &mut Vec<Ready>) {
+    for update in updates {
+        let v03_task = matches!(update, StreamResponse::StatusUpdate(_)).then(|| {
+            let task = serde_json::to_value(w.proj.task(Some(V03_HISTORY), true)).unwrap_or_default();
+            v03::task_out(&task, Shape::JsonRpc).to_string()
+        });
+        out.push(Ready { update, v03_task });
+    }
+}
+
+/// Feeds one task from its cursor, whose lease `owner` holds, until the task ends, the lease
+/// is lost, or shutdown.
+async fn feed_task(
+    ctx: &A2aContext,
+    task_id: &str,
+    mut cursor: FeedCursor,
+    owner: &str,
+) -> Result<(), crate::error::A2aError> {
+    let docs = ctx.coordinator.documents();
+    let Some((rec, _)) = records::task(docs, task_id).await? else {
+        return records::delete(docs, FEED, task_id).await;
+    };
+    let mut w = match Watch::open_folding(&ctx.coordinator, &rec, cursor.after_seq).await {
+        Ok(w) => w,
+        // The cursor was committed with the task's message, so its session is gone.
+        Err(crate::error::A2aError::TaskNotFound(_)) => return records::delete(docs, FEED, task_id).await,
+        Err(e) => return Err(e),
+    };
+    let mut known_state = rec.state;
+    let mut ended = false;
+    loop {
+        if w.proj.is_final() {
+            records::set_state(docs, task_id, w.proj.state(), w.proj.status_at().millis()).await?;
+            info!(task = %task_id, state = w.proj.state().name(), "task finished; push feeder done");
+            return records::delete(docs, FEED, task_id).await;
+        }
+        let next = if ended {
+            None
+        } else {
+            tokio::select! {
+                n = w.next() => n,
+                _ = tokio::time::sleep(LEASE / 3) => Some(Ok(vec![])),
+                _ = ctx.shutdown.cancelled() => None,
+            }
+        };
+        let Some(first) = next else {
+            release(ctx, task_id, owner).await;
+            return Ok(());
+        };
+        // This event's updates and those of every event ready right after it: one batch.
+        let mut pass = Vec::new();
+        ready(&w, first?, &mut pass);
+        while !pass.is_empty() && pass.len() < MAX_PASS_UPDATES && !w.proj.is_final() {
+            match tokio::time::timeout(GATHER, w.next()).await {
+                Ok(Some(updates)) => ready(&w, updates?, &mut pass),
+                Ok(None) => {
+                    ended = true;
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        if !pass.is_empty() {
+            let configs = crate::push::records(docs, task_id).await?;
+            let task = rec.id.as_str();
+            let batch: Vec<NewDelivery> =
+                pass.iter().flat_map(|r| configs.iter().filter_map(move |c| delivery(task, c, r))).collect();
+            if !batch.is_empty() {
+                ctx.coordinator
+                    .outbox()
+                    .enqueue_deliveries(batch)
+                    .await
+                    .map_err(|e| crate::error::A2aError::from(gateway_runtime::RuntimeError::from(e)))?;
+            }
+        }
+        if w.proj.state() != known_state {
+            known_state = w.proj.state();
+            records::set_state(docs, task_id, known_state, w.proj.status_at().millis()).await?;
+        }
+        cursor.after_seq = cursor.after_seq.max(w.proj.last_seq());
+        let body = serde_json::to_value(&cursor).map_err(|e| crate::error::A2aError::Internal(e.to_string()))?;
+        let renewed = docs
+            .renew_document(FEED, task_id, owner, LEASE, Some(&body))
+            .await
+            .map_err(|e| crate::error::A2aError::from(gateway_runtime::RuntimeError::from(e)))?;
+        if renewed.is_none() {
+            debug!(task = %task_id, "another process took this task's push feed over");
+            return Ok(());
+        }
+    }
+}
+
+/// One delivery of an update to one config: the v1.0 `StreamResponse`, or for configs
+/// registered over v0.3 the v0.3 Task (status changes only; none for other updates).
+///
+/// The config's credentials go into the outbox as they are stored, sealed: the token as the
+/// whole header value, the credentials after the authorization scheme. [`post`] opens them
+/// just before sending (see [`header_value`]), so the outbox table never holds them in clear.
+fn delivery(task_id: &str, c: &records::PushRecord, r: &Ready) -> Option<NewDelivery> {
+    let body = if c.v03 { r.v03_task.clone()? } else { serde_json::to_string(&r.update).unwrap_or_default() };
+    let mut headers = BTreeMap::new();
+    headers.insert("content-type".to_owned(), "application/json".to_owned());
+    if let Some(a) = &c.config.authentication {
+        headers
+            .insert("authorization".to_owned(), format!("{} {}", a.scheme, a.credentials.clone().unwrap_or_default()));
+    }
+    if let Some(t) = &c.config.token {
+        headers.insert("x-a2a-notification-token".to_owned(), t.clone());
+    }
+    Some(NewDelivery {
+        topic: format!("a2a:{task_id}:{}", c.config.id.clone().unwrap_or_default()),
+        url: c.config.url.clone(),
+        headers,
+        body,
+    })
+}
+
+async fn deliver_loop(ctx: A2aContext, owner: String, http: reqwest::Client) {
+    loop {
+        let claimed = match ctx.coordinator.outbox().claim_deliveries(&owner, 16, Duration::from_secs(60)).await {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "cannot claim push deliveries");
+                vec![]
+            }
+        };
+        if claimed.is_empty() {
+            tokio::select! {
+                _ = ctx.shutdown.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            }
+            continue;
+        }
+        let work = claimed.into_iter().map(|d| deliver(&ctx, &http, d));
+        futures::future::join_all(work).await;
+    }
+}
+
+async fn deliver(ctx: &A2aContext, http: &reqwest::Client, d: OutboxDelivery) {
+    let outbox = ctx.coordinator.outbox();
+    let result = post(ctx, http, &d).await;
+    let attempt = d.attempts + 1;
+    let settled = match result {
+        Ok(()) => {
+            debug!(topic = %d.topic, attempt, "push delivered");
+            outbox.delivered(&d.id).await
+        }
+        Err(e) if attempt >= MAX_ATTEMPTS => {
+            warn!(topic = %d.topic, attempt, error = %e, "push delivery failed; giving up");
+            outbox.fail_delivery(&d.id, &e).await
+        }
+        Err(e) => {
+            info!(topic = %d.topic, attempt, error = %e, "push delivery failed; will retry");
+            outbox.retry_delivery(&d.id, backoff(d.attempts), &e).await
+        }
+    };
+    if let Err(e) = settled {
+        warn!(topic = %d.topic, error = %e, "cannot record a push delivery's outcome; its lease will expire");
+    }
+}
+
+/// A header value as sent: a sealed value opened, or `<scheme> <sealed>` with its sealed part
+/// opened; other values as they are. A value that cannot be opened fails the delivery (and
+/// is never sent sealed).
+fn header_value(secrets: &SecretBox, v: &str) -> Result<String, SecretError> {
+    if SecretBox::is_sealed(v) {
+        return secrets.open(v).map(|s| s.0);
+    }
+    match v.split_once(' ') {
+        Some((scheme, rest)) if SecretBox::is_sealed(rest) => Ok(format!("{scheme} {}", secrets.open(rest)?.0)),
+        _ => Ok(v.to_owned()),
+    }
+}
+
+async fn post(ctx: &A2aContext, http: &reqwest::Client, d: &OutboxDelivery) -> Result<(), String> {
+    ssrf::check_url(&d.url, ctx.allow_private_push_targets).map_err(|e| e.to_string())?;
+    let mut req = http.post(&d.url).body(d.body.clone());
+    for (k, v) in &d.headers {
+        let v = header_value(&ctx.secrets, v).map_err(|e| format!("cannot send the {k} header: {e}"))?;
+        req = req.header(k.as_str(), v);
+    }
+    // Errors are reported without the request (its headers hold credentials).
+    let resp = req.send().await.map_err(|e| format!("request failed: {}", e.without_url()))?;
+    if resp.status().is_success() { Ok(()) } else { Err(format!("receiver answered HTTP {}", resp.status().as_u16())) }
+}
+
+#[cfg(test)]
+#[path = "delivery_tests.rs"]
+mod store_tests;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sealed_header_values_are_opened_only_to_be_sent() {
+        let secrets = SecretBox::generate();
+        let token = secrets.seal("tok");
+        let authorization = format!("Bearer {}", secrets.seal("push-secret"));
+        assert_eq!(header_value(&secrets, &token), Ok("tok".to_owned()));
+        assert_eq!(header_value(&secrets, &authorization), Ok("Bearer push-secret".to_owned()));
+        assert_eq!(header_value(&secrets, "application/json"), Ok("application/json".to_owned()));
+        assert_eq!(header_value(&secrets, "Bearer legacy-plain"), Ok("Bearer legacy-plain".to_owned()));
+        let other = SecretBox::generate();
+        for sealed in [&token, &authorization] {
+            let refused = header_value(&other, sealed).unwrap_err();
+            assert!(matches!(refused, SecretError::WrongKey { .. }), "another key fails, never sends ciphertext");
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        assert_eq!(backoff(0), Duration::from_secs(1));
+        assert_eq!(backoff(3), Duration::from_secs(8));
+        assert_eq!(backoff(30), Duration::from_secs(60));
+    }
+}

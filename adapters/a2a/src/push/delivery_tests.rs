@@ -1,0 +1,184 @@
+//! Store-backed tests of the push feeder.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap as Map;
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::testkit::Kit;
+use crate::wire::{PushConfig, SendMessageRequest, TaskState};
+
+/// The task's cursor, claimed for this test as the feeder of a process named `test` would.
+async fn claim(kit: &Kit, task_id: &str) -> FeedCursor {
+    let claimed = kit.ctx.coordinator.documents().claim_documents(FEED, task_id, "test", LEASE, 1).await.unwrap();
+    let doc = claimed.into_iter().next().expect("the cursor exists and no one holds it");
+    serde_json::from_value(doc.body).unwrap()
+}
+
+fn cursor_owner(doc: Option<gateway_runtime::Document>) -> Option<String> {
+    doc.and_then(|d| d.lease).map(|l| l.owner)
+}
+
+/// Deliveries are enqueued only by the process whose lease (on the database clock) holds the
+/// task's cursor: a cursor another live process holds is left alone, and taken over as soon
+/// as that process lets it go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cursor_held_by_another_process_is_fed_only_once_it_is_released() {
+    let kit = Kit::new(Map::new(), Default::default()).await;
+    let req: SendMessageRequest = crate::wire::parse(json!({
+        "message": {"messageId": "held-1", "role": "ROLE_USER", "parts": [{"text": "tck-input-required"}]},
+        "configuration": {"taskPushNotificationConfig": {"id": "p", "url": "http://127.0.0.1:9/hook"}},
+    }))
+    .unwrap();
+    let started = crate::tasks::service::send(&kit.ctx, "conformance", &req, false).await.unwrap();
+    let id = started.record.id.clone();
+    let docs = kit.ctx.coordinator.documents();
+    let elsewhere = docs.claim_documents(FEED, &id, "elsewhere", Duration::from_secs(600), 1).await.unwrap();
+    assert_eq!(elsewhere.len(), 1, "the send committed the cursor with the message");
+    let parked = crate::tasks::service::settle(&kit.ctx, &started).await.unwrap();
+    assert_eq!(parked.proj.state(), TaskState::InputRequired);
+
+    let feeder = tokio::spawn(feed_loop(kit.ctx.clone(), "here".into()));
+    tokio::time::sleep(POLL * 3).await;
+    assert_eq!(cursor_owner(docs.get_document(FEED, &id).await.unwrap()).as_deref(), Some("elsewhere"));
+    let outbox = kit.ctx.coordinator.outbox();
+    assert!(outbox.claim_deliveries("test", 64, Duration::from_secs(60)).await.unwrap().is_empty(), "not fed here");
+
+    assert!(docs.release_document(FEED, &id, "elsewhere").await.unwrap());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let delivered = loop {
+        let got = outbox.claim_deliveries("test", 64, Duration::from_secs(60)).await.unwrap();
+        if !got.is_empty() {
+            break got;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the released cursor was never fed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(delivered.iter().all(|d| d.topic == format!("a2a:{id}:p")));
+    let held = docs.get_document(FEED, &id).await.unwrap().expect("an unfinished task keeps its cursor");
+    let lease = held.lease.expect("leased");
+    assert_eq!(lease.owner, "here");
+    assert!(lease.expires_at > held.updated_at, "the lease runs from the database's time of the claim");
+    kit.ctx.shutdown.cancel();
+    feeder.await.unwrap();
+    assert_eq!(cursor_owner(docs.get_document(FEED, &id).await.unwrap()), None, "released at shutdown");
+    kit.shutdown().await;
+}
+
+/// Every delivery of the outbox, per topic, in the order the deliverer would make them.
+async fn drain(kit: &Kit) -> Map<String, Vec<Value>> {
+    let outbox = kit.ctx.coordinator.outbox();
+    let mut by_topic: Map<String, Vec<Value>> = Map::new();
+    loop {
+        let claimed = outbox.claim_deliveries("test", 64, Duration::from_secs(60)).await.unwrap();
+        if claimed.is_empty() {
+            return by_topic;
+        }
+        for d in claimed {
+            by_topic.entry(d.topic.clone()).or_default().push(serde_json::from_str(&d.body).unwrap());
+            outbox.delivered(&d.id).await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_keep_the_task_order_and_v03_receivers_get_status_changes_only() {
+    let kit = Kit::new(Map::new(), Default::default()).await;
+    let req: SendMessageRequest = crate::wire::parse(json!({
+        "message": {"messageId": "tck-stream-artifact-chunked-1", "role": "ROLE_USER", "parts": [{"text": "x"}]},
+        "configuration": {"taskPushNotificationConfig": {"id": "v1", "url": "http://127.0.0.1:9/v1"}},
+    }))
+    .unwrap();
+    let started = crate::tasks::service::send(&kit.ctx, "conformance", &req, false).await.unwrap();
+    let v03 = PushConfig {
+        id: Some("v03".into()),
+        task_id: None,
+        url: "http://127.0.0.1:9/v03".into(),
+        token: None,
+        authentication: None,
+    };
+    crate::push::create(&kit.ctx, &started.record, v03, true).await.unwrap();
+    let done = crate::tasks::service::settle(&kit.ctx, &started).await.unwrap();
+    assert_eq!(done.proj.state(), TaskState::Completed);
+
+    let id = started.record.id.clone();
+    let cursor = claim(&kit, &id).await;
+    feed_task(&kit.ctx, &id, cursor, "test").await.unwrap();
+    let got = drain(&kit).await;
+
+    let v1 = &got[&format!("a2a:{id}:v1")];
+    let shape: Vec<String> = v1
+        .iter()
+        .map(|b| match (b.get("statusUpdate"), b.get("artifactUpdate")) {
+            (Some(s), _) => s["status"]["state"].as_str().unwrap().to_owned(),
+            (_, Some(a)) => a["artifact"]["parts"][0]["text"].as_str().unwrap().to_owned(),
+            _ => panic!("{b}"),
+        })
+        .collect();
+    assert_eq!(shape, vec!["TASK_STATE_WORKING", "chunk-1 ", "chunk-2", "TASK_STATE_COMPLETED"]);
+
+    let v03 = &got[&format!("a2a:{id}:v03")];
+    let states: Vec<&str> = v03.iter().map(|b| b["status"]["state"].as_str().unwrap()).collect();
+    assert_eq!(states, vec!["working", "completed"], "one v0.3 Task per status change: {v03:?}");
+    assert!(v03.iter().all(|b| b["kind"] == "task"));
+    assert_eq!(v03[1]["artifacts"][0]["parts"].as_array().unwrap().len(), 2, "the final Task has the output");
+    assert!(v03[0]["artifacts"].as_array().is_none_or(Vec::is_empty), "each snapshot is as of its own status");
+    assert!(records::get::<FeedCursor>(kit.ctx.coordinator.documents(), FEED, &id).await.unwrap().is_none());
+    kit.shutdown().await;
+}
+
+/// Push credentials are stored and queued sealed, and opened only to be answered to their
+/// client or sent to their receiver; another key cannot open them and nothing is sent sealed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_credentials_are_sealed_at_rest_and_opened_to_be_sent() {
+    let kit = Kit::new(Map::new(), Default::default()).await;
+    let req: SendMessageRequest = crate::wire::parse(json!({
+        "message": {"messageId": "sealed-1", "role": "ROLE_USER", "parts": [{"text": "x"}]},
+    }))
+    .unwrap();
+    let started = crate::tasks::service::send(&kit.ctx, "conformance", &req, false).await.unwrap();
+    let cfg = PushConfig {
+        id: Some("c1".into()),
+        task_id: None,
+        url: "http://127.0.0.1:9/hook".into(),
+        token: Some("tok-plain-7".into()),
+        authentication: Some(crate::wire::AuthInfo {
+            scheme: "Bearer".into(),
+            credentials: Some("cred-plain-7".into()),
+        }),
+    };
+    crate::push::create(&kit.ctx, &started.record, cfg.clone(), false).await.unwrap();
+    let docs = kit.ctx.coordinator.documents();
+    let stored = docs.get_document(records::PUSH, &started.record.id).await.unwrap().expect("stored").body.to_string();
+    assert!(!stored.contains("tok-plain-7") && !stored.contains("cred-plain-7"), "{stored}");
+    assert!(stored.contains(gateway_runtime::secrets::SEALED_PREFIX), "{stored}");
+
+    let read = crate::push::get(&kit.ctx, &started.record, "c1").await.unwrap();
+    assert_eq!((read.token, read.authentication), (cfg.token.clone(), cfg.authentication.clone()), "answered in clear");
+
+    let done = crate::tasks::service::settle(&kit.ctx, &started).await.unwrap();
+    assert_eq!(done.proj.state(), TaskState::Completed);
+    let id = started.record.id.clone();
+    let cursor = claim(&kit, &id).await;
+    feed_task(&kit.ctx, &id, cursor, "test").await.unwrap();
+    let claimed = kit.ctx.coordinator.outbox().claim_deliveries("test", 64, Duration::from_secs(60)).await.unwrap();
+    assert!(!claimed.is_empty());
+    for d in &claimed {
+        let queued = serde_json::to_string(&d.headers).unwrap();
+        assert!(!queued.contains("tok-plain-7") && !queued.contains("cred-plain-7"), "{queued}");
+        assert_eq!(header_value(&kit.ctx.secrets, &d.headers["x-a2a-notification-token"]).unwrap(), "tok-plain-7");
+        assert_eq!(header_value(&kit.ctx.secrets, &d.headers["authorization"]).unwrap(), "Bearer cred-plain-7");
+    }
+
+    // A process with another key: reads and deliveries fail, naming why, and send nothing.
+    let mut other = kit.ctx.clone();
+    other.secrets = gateway_runtime::SecretBox::generate();
+    let refused = crate::push::get(&other, &started.record, "c1").await.unwrap_err();
+    assert!(matches!(refused, crate::error::A2aError::SealedCredentials { .. }), "{refused:?}");
+    assert!(refused.to_string().contains("cannot be read"), "{refused}");
+    let http = reqwest::Client::new();
+    let failed = post(&other, &http, &claimed[0]).await.unwrap_err();
+    assert!(failed.contains("sealed with another key"), "{failed}");
+    kit.shutdown().await;
+}

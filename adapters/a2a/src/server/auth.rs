@@ -1,0 +1,50 @@
+//! Authentication of the A2A bindings: the gateway's keys, presented as `x-api-key` or
+//! `Authorization: Bearer` (the card's two security schemes), decided by the shared
+//! [`Authenticator`](gateway_runtime::auth::Authenticator) with its keyless rules (loopback
+//! peers, no web pages, only this gateway's host names). Cards are public. A refused request
+//! gets 401 with a challenge (421 for a foreign host), before any lookup (so unknown and
+//! hidden tasks look the same).
+
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use gateway_runtime::auth::AuthError;
+
+use crate::A2aContext;
+use crate::error::A2aError;
+use crate::server::version::Version;
+
+pub async fn layer(State(ctx): State<A2aContext>, req: Request, next: Next) -> Response {
+    let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+    let err = match ctx.auth.authorize(peer, req.uri(), req.headers()).await {
+        Ok(_) => return next.run(req).await,
+        Err(AuthError::Unavailable(e)) => A2aError::Unavailable(format!("cannot check credentials: {e}")),
+        Err(e @ AuthError::ForeignHost { .. }) => A2aError::Misdirected(e.to_string()),
+        Err(e) => A2aError::Unauthenticated(e.to_string()),
+    };
+    let (status, body) = err.rest(Version::V1);
+    let mut r = (status, axum::Json(body)).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"gateway\""));
+    }
+    r
+}
+
+/// Takes one of the process's request places before authentication or the body, held until
+/// the response head (a stream gives it back once open). Beyond the bound: HTTP 503 with
+/// `Retry-After`, in the binding's error shape (JSON-RPC for `POST /a2a/{agent}`, REST else).
+pub async fn admit(State(ctx): State<A2aContext>, req: Request, next: Next) -> Response {
+    let busy = match ctx.coordinator.load().try_request() {
+        Ok(_permit) => return next.run(req).await,
+        Err(busy) => A2aError::Busy(busy),
+    };
+    let segments = req.uri().path().trim_matches('/').split('/').count();
+    if segments <= 2 && req.method() == axum::http::Method::POST {
+        crate::server::jsonrpc::envelope_error(&serde_json::Value::Null, &busy, Version::V1)
+    } else {
+        crate::server::rest::error_reply(&busy, Version::V1, HeaderValue::from_static("application/json"))
+    }
+}

@@ -1,0 +1,97 @@
+//! Following one task: a session subscription folded through the [`Projector`].
+//!
+//! A watch starts at the task's start message, folds everything committed up to the moment it
+//! opened (the "current Task"), then yields the updates of each later event. Every reader of a
+//! task (GetTask, blocking sends, streams, subscribers, the push feeder) goes through here, so
+//! they all see the same states in the same order.
+
+use std::pin::Pin;
+
+use futures::{Stream, StreamExt};
+use gateway_runtime::{Coordinator, Delivery, RuntimeError, SubscribeOptions};
+
+use crate::error::A2aError;
+use crate::tasks::projection::Projector;
+use crate::tasks::records::{TaskRecord, event_for};
+use crate::wire::StreamResponse;
+
+type Events = Pin<Box<dyn Stream<Item = Result<Delivery, RuntimeError>> + Send>>;
+
+pub struct Watch {
+    pub proj: Projector,
+    events: Events,
+    /// The session's last seq when the watch opened.
+    pub opened_at: u64,
+    /// The seq of the last event that changed the task's state.
+    pub status_seq: u64,
+}
+
+impl Watch {
+    /// Opens a watch and folds the task's history up to now.
+    pub async fn open(coordinator: &Coordinator, rec: &TaskRecord) -> Result<Watch, A2aError> {
+        Self::open_folding(coordinator, rec, u64::MAX).await
+    }
+
+    /// Opens a watch folding silently only up to `fold_upto` (or now, if earlier): later
+    /// events come out of [`Watch::next`] with their updates (the push feeder's resume point).
+    pub async fn open_folding(coordinator: &Coordinator, rec: &TaskRecord, fold_upto: u64) -> Result<Watch, A2aError> {
+        let not_found = || A2aError::TaskNotFound(rec.id.clone());
+        let start = event_for(&rec.id).ok_or_else(not_found)?;
+        let session = coordinator.get_session(&rec.session_id).await.map_err(|e| match e {
+            RuntimeError::NotFound { .. } => not_found(),
+            other => other.into(),
+        })?;
+        let start_seq = coordinator.find_event(&rec.session_id, &start).await?.ok_or_else(not_found)?.seq;
+        let events = coordinator
+            .subscribe(&rec.session_id, SubscribeOptions { after_seq: start_seq - 1, previews: false, poll: None })
+            .await?;
+        let hints = crate::conformance::is_conformance(&session.snapshot.agent.spec.backend);
+        let mut w = Watch {
+            proj: Projector::new(&rec.id, &rec.context_id, start, &rec.message_id).honour_hints(hints),
+            events: Box::pin(events),
+            opened_at: session.last_seq,
+            status_seq: 0,
+        };
+        let upto = w.opened_at.min(fold_upto.max(start_seq));
+        // A final task never changes again: the rest of a long session is not read for it.
+        while w.proj.last_seq() < upto && !w.proj.is_final() {
+            if w.next().await.transpose()?.is_none() {
+                break;
+            }
+        }
+        Ok(w)
+    }
+
+    /// Folds the next committed event; returns its updates (often none). `None` when the
+    /// session's stream ended (the session was deleted).
+    pub async fn next(&mut self) -> Option<Result<Vec<StreamResponse>, A2aError>> {
+        loop {
+            match self.events.next().await? {
+                Ok(Delivery::Event(e)) => {
+                    let updates = self.proj.apply(&e);
+                    if updates.iter().any(|u| matches!(u, StreamResponse::StatusUpdate(_))) {
+                        self.status_seq = e.seq;
+                    }
+                    return Some(Ok(updates));
+                }
+                Ok(Delivery::Preview(_)) => continue,
+                Err(e) => return Some(Err(e.into())),
+            }
+        }
+    }
+
+    /// Whether the task has settled (final or interrupted) through an event after `min_seq`.
+    pub fn settled_after(&self, min_seq: u64) -> bool {
+        self.proj.settled() && (self.status_seq > min_seq || self.proj.is_final())
+    }
+
+    /// Folds events until the task settles after `min_seq` (or the session ends).
+    pub async fn wait_settled(&mut self, min_seq: u64) -> Result<(), A2aError> {
+        while !self.settled_after(min_seq) {
+            if self.next().await.transpose()?.is_none() {
+                break;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,199 @@
+//! A scripted remote A2A agent: an in-process HTTP server the outbound backend's tests (and
+//! its run of the Backend conformance suite) talk to.
+//!
+//! "ask" -> INPUT_REQUIRED ("what?"), an answer on that task -> "answered: TEXT"; streaming
+//! "hang" -> a stream that never sends anything, "quiet" -> the task (WORKING) then silence,
+//! while GetTask says it completed with "late"; "work MS WORD" -> a WORKING task whose
+//! artifact starts with "working on WORD" and gains a part "tick K" every 200 ms, completed
+//! with a last part "done: WORD" once MS ms have passed (CancelTask cancels it); anything
+//! else -> COMPLETED with "echo: TEXT".
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub method: String,
+    pub params: Value,
+    pub auth: Option<String>,
+}
+
+/// A `work` task: when it started, how long it works, the word it answers.
+struct Work {
+    started: Instant,
+    work: Duration,
+    word: String,
+}
+
+pub struct Fake {
+    streaming: bool,
+    /// The interface URL the card names (default: the server's own URL).
+    pub interface: Mutex<String>,
+    calls: Mutex<Vec<Call>>,
+    tasks: Mutex<HashMap<String, Value>>,
+    working: Mutex<HashMap<String, Work>>,
+}
+
+impl Fake {
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    pub fn methods(&self) -> Vec<String> {
+        self.calls().into_iter().map(|c| c.method).collect()
+    }
+
+    /// The texts of the messages the remote received (first part of each), in order.
+    pub fn messages(&self) -> Vec<String> {
+        self.calls()
+            .into_iter()
+            .filter(|c| c.method == "SendMessage" || c.method == "SendStreamingMessage")
+            .map(|c| c.params["message"]["parts"][0]["text"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+}
+
+fn task(id: &str, state: &str, artifact: Option<&str>, status_text: Option<&str>) -> Value {
+    let mut t = json!({"id": id, "contextId": "rctx", "status": {"state": state}});
+    if let Some(a) = artifact {
+        t["artifacts"] = json!([{"artifactId": "a1", "parts": [{"text": a}]}]);
+    }
+    if let Some(s) = status_text {
+        t["status"]["message"] = json!({"messageId": "sm", "role": "ROLE_AGENT", "parts": [{"text": s}]});
+    }
+    t
+}
+
+/// A `work` task as it stands now.
+fn work_task(id: &str, w: &Work) -> Value {
+    let elapsed = w.started.elapsed();
+    let ticks = (elapsed.min(w.work).as_millis() / 200) as usize;
+    let mut parts = vec![json!({"text": format!("working on {}", w.word)})];
+    parts.extend((1..=ticks).map(|k| json!({"text": format!("tick {k}")})));
+    let done = elapsed >= w.work;
+    if done {
+        parts.push(json!({"text": format!("done: {}", w.word)}));
+    }
+    let state = if done { "TASK_STATE_COMPLETED" } else { "TASK_STATE_WORKING" };
+    json!({"id": id, "contextId": "rctx", "status": {"state": state}, "artifacts": [{"artifactId": "a1", "parts": parts}]})
+}
+
+async fn card(State(f): State<Arc<Fake>>) -> Response {
+    let url = f.interface.lock().unwrap().clone();
+    axum::Json(json!({
+        "name": "fake", "description": "a scripted remote", "version": "1",
+        "supportedInterfaces": [{"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+        "capabilities": {"streaming": f.streaming},
+        "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"], "skills": [],
+    }))
+    .into_response()
+}
+
+fn sse(id: &Value, results: Vec<Value>, then_hang: bool) -> Response {
+    let frames: Vec<Result<bytes::Bytes, std::io::Error>> = results
+        .into_iter()
+        .map(|r| Ok(bytes::Bytes::from(format!("data: {}\n\n", json!({"jsonrpc": "2.0", "id": id, "result": r})))))
+        .collect();
+    let stream = futures::stream::iter(frames);
+    let body =
+        if then_hang { Body::from_stream(stream.chain(futures::stream::pending())) } else { Body::from_stream(stream) };
+    ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
+}
+
+async fn rpc(State(f): State<Arc<Fake>>, headers: HeaderMap, axum::Json(req): axum::Json<Value>) -> Response {
+    let method = req["method"].as_str().unwrap_or_default().to_owned();
+    let params = req["params"].clone();
+    let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    f.calls.lock().unwrap().push(Call { method: method.clone(), params: params.clone(), auth });
+    let id = req["id"].clone();
+    let text = params["message"]["parts"][0]["text"].as_str().unwrap_or_default().to_owned();
+    let reply = |result: Value| axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response();
+    let mut tasks = f.tasks.lock().unwrap();
+    let mut working = f.working.lock().unwrap();
+    let n = tasks.len();
+    match method.as_str() {
+        "SendMessage" | "SendStreamingMessage" => {
+            let mut words = text.split_whitespace();
+            let t = match params["message"]["taskId"].as_str() {
+                Some(tid) => task(tid, "TASK_STATE_COMPLETED", Some(&format!("answered: {text}")), None),
+                None if words.next() == Some("work") => {
+                    let ms: u64 = words.next().and_then(|w| w.parse().ok()).unwrap_or(1000);
+                    let w = Work {
+                        started: Instant::now(),
+                        work: Duration::from_millis(ms),
+                        word: words.collect::<Vec<_>>().join(" "),
+                    };
+                    let tid = format!("t{n}");
+                    let t = work_task(&tid, &w);
+                    working.insert(tid, w);
+                    t
+                }
+                None if text == "ask" => task(&format!("t{n}"), "TASK_STATE_INPUT_REQUIRED", None, Some("what?")),
+                None if text == "hang" || text == "quiet" => task(&format!("t{n}"), "TASK_STATE_WORKING", None, None),
+                None => task(&format!("t{n}"), "TASK_STATE_COMPLETED", Some(&format!("echo: {text}")), None),
+            };
+            let tid = t["id"].as_str().unwrap().to_owned();
+            if text == "quiet" {
+                tasks.insert(tid, task(&format!("t{n}"), "TASK_STATE_COMPLETED", Some("late"), None));
+            } else {
+                tasks.insert(tid, t.clone());
+            }
+            if method == "SendMessage" {
+                return reply(json!({"task": t}));
+            }
+            match text.as_str() {
+                "hang" => sse(&id, vec![], true),
+                "quiet" => sse(&id, vec![json!({"task": t})], true),
+                _ => sse(&id, vec![json!({"task": t})], false),
+            }
+        }
+        "GetTask" => {
+            let tid = params["id"].as_str().unwrap();
+            match working.get(tid) {
+                Some(w) => reply(work_task(tid, w)),
+                None => reply(tasks[tid].clone()),
+            }
+        }
+        "CancelTask" => {
+            let tid = params["id"].as_str().unwrap();
+            if let Some(w) = working.remove(tid) {
+                tasks.insert(tid.to_owned(), work_task(tid, &w));
+            }
+            let t = tasks.get_mut(tid).unwrap();
+            t["status"] = json!({"state": "TASK_STATE_CANCELED"});
+            reply(t.clone())
+        }
+        _ => {
+            axum::Json(json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "no"}})).into_response()
+        }
+    }
+}
+
+/// Starts a fake remote; returns it and its URL.
+pub async fn fake(streaming: bool) -> (Arc<Fake>, String) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let f = Arc::new(Fake {
+        streaming,
+        interface: Mutex::new(url.clone()),
+        calls: Mutex::default(),
+        tasks: Mutex::default(),
+        working: Mutex::default(),
+    });
+    let app = axum::Router::new()
+        .route("/.well-known/agent-card.json", get(card))
+        .route("/", post(rpc))
+        .with_state(Arc::clone(&f));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (f, url)
+}

@@ -1,0 +1,228 @@
+//! Admission writes (DESIGN §3, "admission is one transaction") and document leases on the
+//! database clock.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gateway_core::admission::AdmissionError;
+use gateway_core::event::{EventPayload, NewEvent};
+use gateway_core::session::{Resource, ResourceKind, SessionStatus};
+use gateway_core::{ResourceId, Timestamp};
+use serde_json::json;
+
+use super::{Harness, msg, new_session, session, session_with};
+use crate::{AdmissionWrites, DocumentWrite, Guard, PageRequest, SessionFilter, Store, StoreError};
+
+fn doc(key: &str, body: serde_json::Value) -> DocumentWrite {
+    DocumentWrite::create("ns", key, body)
+}
+
+fn writes(documents: Vec<DocumentWrite>, bindings: &[(&str, &str)]) -> AdmissionWrites {
+    AdmissionWrites { documents, bindings: bindings.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect() }
+}
+
+fn is_conflict_on(e: &StoreError, key: &str) -> bool {
+    matches!(e, StoreError::Guard(Guard::DocumentConflict { key: k, .. }) if k == key)
+}
+
+async fn session_count(s: &Arc<dyn Store>) -> usize {
+    s.list_sessions(&SessionFilter::default(), &PageRequest::first(100, Default::default())).await.unwrap().items.len()
+}
+
+pub async fn admission_writes_commit_with_their_inputs(h: &dyn Harness) {
+    let s = h.fresh().await;
+    // A new session, its first input and the documents and bindings that explain them.
+    let template = session(&s).await;
+    let mut new = new_session(template.environment_id.clone(), template.snapshot.clone(), vec![msg("start")]);
+    let id = new.id.clone();
+    new.writes = writes(vec![doc("alias/c1", json!({"session": id.as_str()}))], &[("origin", "c1")]);
+    let (created, events) = s.create_session(new).await.unwrap();
+    assert_eq!(created.id, id, "the caller's id, so documents can name the session");
+    assert_eq!(events.len(), 1);
+    let alias = s.get_document("ns", "alias/c1").await.unwrap().expect("the alias commits with the session");
+    assert_eq!(alias.body, json!({"session": id.as_str()}));
+    assert_eq!(alias.created_at, events[0].created_at, "one transaction, one database time");
+    assert_eq!(s.bindings(&id).await.unwrap(), BTreeMap::from([("origin".to_owned(), "c1".to_owned())]));
+
+    // A later input with a new document, a compare-and-set update and a binding.
+    let before = s.put_document("ns", "counter", &json!({"n": 1}), None).await.unwrap();
+    let update =
+        DocumentWrite { expected: Some(before.version), ..DocumentWrite::create("ns", "counter", json!({"n": 2})) };
+    let w = writes(vec![doc("task/2", json!({"state": "submitted"})), update], &[("origin", "c2"), ("last", "task/2")]);
+    let echoed = s.submit_inputs(&id, vec![msg("more")], w).await.unwrap();
+    let task = s.get_document("ns", "task/2").await.unwrap().expect("written with the input");
+    assert_eq!(task.created_at, echoed[0].created_at);
+    let counter = s.get_document("ns", "counter").await.unwrap().unwrap();
+    assert_eq!((counter.version, counter.body), (before.version + 1, json!({"n": 2})));
+    let bindings = s.bindings(&id).await.unwrap();
+    assert_eq!((bindings["origin"].as_str(), bindings["last"].as_str()), ("c2", "task/2"));
+}
+
+pub async fn a_document_conflict_rolls_back_the_whole_admission(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let sess = session(&s).await;
+    let taken = s.put_document("ns", "taken", &json!({"owner": "someone else"}), None).await.unwrap();
+
+    // Creating a document that exists: the input, the other document and the binding go too.
+    let w = writes(vec![doc("fresh", json!({})), doc("taken", json!({}))], &[("k", "v")]);
+    let err = s.submit_inputs(&sess.id, vec![msg("hello")], w).await.unwrap_err();
+    assert!(is_conflict_on(&err, "taken"), "{err:?}");
+    // A stale compare-and-set is a conflict as well.
+    let stale = DocumentWrite { expected: Some(taken.version + 7), ..doc("taken", json!({})) };
+    let err = s.submit_inputs(&sess.id, vec![msg("hello")], writes(vec![doc("fresh", json!({})), stale], &[])).await;
+    assert!(is_conflict_on(&err.unwrap_err(), "taken"));
+
+    let after = s.get_session(&sess.id).await.unwrap();
+    assert_eq!((after.last_seq, after.status), (0, SessionStatus::Idle), "no input was committed");
+    assert!(s.events_after(&sess.id, 0, 10).await.unwrap().is_empty());
+    assert!(s.active_runs(&sess.id).await.unwrap().is_empty(), "no run was queued");
+    assert!(s.get_document("ns", "fresh").await.unwrap().is_none(), "no document was written");
+    assert!(s.bindings(&sess.id).await.unwrap().is_empty(), "no binding was written");
+    assert_eq!(s.get_document("ns", "taken").await.unwrap().unwrap(), taken, "the other writer's document is intact");
+
+    // The same for a new session: nothing of it remains, not even the session.
+    let before = session_count(&s).await;
+    let mut new = new_session(sess.environment_id.clone(), sess.snapshot.clone(), vec![msg("start")]);
+    let id = new.id.clone();
+    new.writes = writes(vec![doc("fresh", json!({})), doc("taken", json!({}))], &[("k", "v")]);
+    assert!(is_conflict_on(&s.create_session(new).await.unwrap_err(), "taken"));
+    assert!(matches!(s.get_session(&id).await, Err(StoreError::NotFound { .. })));
+    assert!(s.events_after(&id, 0, 10).await.unwrap().is_empty());
+    assert_eq!(session_count(&s).await, before);
+    assert!(s.get_document("ns", "fresh").await.unwrap().is_none());
+
+    // A new session under the id of an existing one is refused the same way.
+    let mut again = new_session(sess.environment_id.clone(), sess.snapshot.clone(), vec![msg("start")]);
+    again.id = sess.id.clone();
+    again.writes = writes(vec![doc("fresh", json!({}))], &[]);
+    let err = s.create_session(again).await.unwrap_err();
+    assert!(matches!(&err, StoreError::Guard(Guard::SessionExists(id)) if id == sess.id.as_str()), "{err:?}");
+    assert!(s.get_document("ns", "fresh").await.unwrap().is_none());
+    assert!(s.events_after(&sess.id, 0, 10).await.unwrap().is_empty());
+
+    // Without the conflict the same admission goes through.
+    s.submit_inputs(&sess.id, vec![msg("hello")], writes(vec![doc("fresh", json!({}))], &[("k", "v")])).await.unwrap();
+    assert!(s.get_document("ns", "fresh").await.unwrap().is_some());
+}
+
+pub async fn a_refused_admission_writes_nothing(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let sess = session(&s).await;
+    s.archive_session(&sess.id).await.unwrap();
+    let err = s.submit_inputs(&sess.id, vec![msg("late")], writes(vec![doc("task", json!({}))], &[("k", "v")])).await;
+    assert!(matches!(err, Err(StoreError::Rejected(AdmissionError::Archived))), "{err:?}");
+    assert!(s.get_document("ns", "task").await.unwrap().is_none());
+    assert!(s.bindings(&sess.id).await.unwrap().is_empty());
+
+    // Inputs are needed to explain writes: an empty batch is refused with them.
+    let live = session_with(&s, vec![]).await;
+    let err = s.submit_inputs(&live.id, vec![], writes(vec![doc("task", json!({}))], &[])).await;
+    assert!(matches!(err, Err(StoreError::Rejected(AdmissionError::Empty))), "{err:?}");
+    assert!(s.get_document("ns", "task").await.unwrap().is_none());
+
+    // A new session whose initial input is refused is not created, nor are its documents.
+    let not_an_input = NewEvent::new(EventPayload::AgentMessage { content: vec![] });
+    let mut new = new_session(sess.environment_id.clone(), sess.snapshot.clone(), vec![not_an_input]);
+    let id = new.id.clone();
+    new.writes = writes(vec![doc("alias", json!({}))], &[]);
+    assert!(matches!(s.create_session(new).await, Err(StoreError::Rejected(AdmissionError::NotAnInput(_)))));
+    assert!(matches!(s.get_session(&id).await, Err(StoreError::NotFound { .. })));
+    assert!(s.get_document("ns", "alias").await.unwrap().is_none());
+}
+
+pub async fn resources_get_the_creation_time_of_the_database(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let template = session(&s).await;
+    let mut snapshot = template.snapshot.clone();
+    snapshot.resources = vec![Resource {
+        id: ResourceId::new(),
+        kind: ResourceKind::File { file_id: "file_1".into(), mount_path: "/data/a.txt".into() },
+        // Whatever the caller says: the store records the time of the commit.
+        created_at: Timestamp(1),
+    }];
+    let (created, _) = s.create_session(new_session(template.environment_id, snapshot, vec![])).await.unwrap();
+    assert_eq!(created.snapshot.resources[0].created_at, created.created_at);
+    let read = s.get_session(&created.id).await.unwrap();
+    assert_eq!(read.snapshot.resources[0].created_at, created.created_at);
+}
+
+pub async fn document_leases_are_claimed_renewed_and_released_on_the_database_clock(h: &dyn Harness) {
+    let s = h.fresh().await;
+    for key in ["c/1", "c/2", "c/3", "d/1"] {
+        s.put_document("ns", key, &json!({"k": key}), None).await.unwrap();
+    }
+    let short = Duration::from_millis(200);
+    let long = Duration::from_secs(30);
+    let a = s.claim_documents("ns", "c/", "a", short, 2).await.unwrap();
+    assert_eq!(a.iter().map(|d| d.key.as_str()).collect::<Vec<_>>(), vec!["c/1", "c/2"], "key order, limited");
+    for d in &a {
+        let lease = d.lease.clone().expect("leased");
+        assert_eq!(lease.owner, "a");
+        assert_eq!(
+            lease.expires_at.millis() - d.updated_at.millis(),
+            200,
+            "expiry is the database's now plus the lease"
+        );
+        assert_eq!(d.version, 2, "a claim is a write");
+    }
+    let b = s.claim_documents("ns", "c/", "b", long, 10).await.unwrap();
+    assert_eq!(b.iter().map(|d| d.key.as_str()).collect::<Vec<_>>(), vec!["c/3"], "held leases are skipped");
+    assert!(s.claim_documents("ns", "c/", "b", long, 10).await.unwrap().is_empty());
+
+    // A former version cannot be written by compare-and-set after the claim.
+    assert!(matches!(
+        s.put_document("ns", "c/1", &json!({}), Some(1)).await,
+        Err(StoreError::Guard(Guard::DocumentConflict { .. }))
+    ));
+    // Only the holder renews, and may replace the body as it does.
+    let renewed = s.renew_document("ns", "c/1", "a", short, Some(&json!({"after": 5}))).await.unwrap().unwrap();
+    assert_eq!((renewed.body.clone(), renewed.version), (json!({"after": 5}), 3));
+    assert!(s.renew_document("ns", "c/1", "b", long, Some(&json!({"stolen": true}))).await.unwrap().is_none());
+    assert_eq!(s.get_document("ns", "c/1").await.unwrap().unwrap().body, json!({"after": 5}));
+    let kept = s.renew_document("ns", "c/2", "a", short, None).await.unwrap().unwrap();
+    assert_eq!(kept.body, json!({"k": "c/2"}), "renewing without a body keeps it");
+
+    // A released lease is claimable at once; releasing another's lease does nothing.
+    assert!(!s.release_document("ns", "c/2", "b").await.unwrap());
+    assert!(s.release_document("ns", "c/2", "a").await.unwrap());
+    assert_eq!(s.get_document("ns", "c/2").await.unwrap().unwrap().lease, None);
+    let c2 = s.claim_documents("ns", "c/", "b", long, 10).await.unwrap();
+    assert_eq!(c2.iter().map(|d| d.key.as_str()).collect::<Vec<_>>(), vec!["c/2"]);
+
+    // An expired lease is still its holder's until someone claims it; then it is lost.
+    super::outlive(200).await;
+    assert!(s.renew_document("ns", "c/1", "a", short, None).await.unwrap().is_some(), "expired, not yet claimed");
+    super::outlive(200).await;
+    let taken = s.claim_documents("ns", "c/", "b", long, 10).await.unwrap();
+    assert_eq!(taken.iter().map(|d| d.key.as_str()).collect::<Vec<_>>(), vec!["c/1"]);
+    assert!(s.renew_document("ns", "c/1", "a", short, Some(&json!({"late": true}))).await.unwrap().is_none());
+    assert!(!s.release_document("ns", "c/1", "a").await.unwrap());
+    assert_eq!(s.get_document("ns", "c/1").await.unwrap().unwrap().lease.map(|l| l.owner), Some("b".to_owned()));
+    assert!(s.get_document("ns", "d/1").await.unwrap().unwrap().lease.is_none(), "other prefixes untouched");
+}
+
+pub async fn racing_document_claims_take_each_document_once(h: &dyn Harness) {
+    let first = h.fresh().await;
+    let second = h.second(&first).await;
+    for n in 0..40 {
+        first.put_document("ns", &format!("cursor/{n:02}"), &json!({}), None).await.unwrap();
+    }
+    let claim = |s: Arc<dyn Store>, owner: &'static str| {
+        tokio::spawn(async move {
+            let mut got = Vec::new();
+            for _ in 0..10 {
+                let batch = s.claim_documents("ns", "cursor/", owner, Duration::from_secs(30), 3).await.unwrap();
+                got.extend(batch.into_iter().map(|d| d.key));
+            }
+            got
+        })
+    };
+    let (x, y) = (claim(Arc::clone(&first), "x"), claim(Arc::clone(&second), "y"));
+    let (x, y) = (x.await.unwrap(), y.await.unwrap());
+    let mut all: Vec<&String> = x.iter().chain(y.iter()).collect();
+    all.sort();
+    let total = all.len();
+    all.dedup();
+    assert_eq!((total, all.len()), (40, 40), "every document claimed exactly once: x={x:?} y={y:?}");
+}

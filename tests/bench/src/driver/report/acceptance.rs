@@ -1,0 +1,125 @@
+//! The acceptance criteria of issue 10, checked against one run's figures: one row per
+//! criterion, one cell per engine. Quick runs are too short to decide anything; the report
+//! says so, but still shows where each figure stands.
+
+use crate::driver::engine::Engine;
+use crate::driver::results::{Comparison, Results};
+
+use super::fmt;
+
+pub struct Row {
+    pub criterion: &'static str,
+    pub cells: Vec<String>,
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "met" } else { "**not met**" }
+}
+
+fn open_at(r: &Results, engine: Engine, rate: f64) -> Option<&Comparison> {
+    r.a2a.iter().find(|a| a.engine == engine)?.open_loop.iter().find(|c| c.gateway.offered_rate == Some(rate))
+}
+
+fn a2a_100(r: &Results, e: Engine) -> String {
+    let Some(c) = open_at(r, e, 100.0) else { return "not measured".into() };
+    let share = c.completed_ratio().unwrap_or(0.0);
+    let dp50 = c.gateway.latency.p50_ms - c.baseline.latency.p50_ms;
+    let errors: u64 = c.gateway.errors.values().sum();
+    let ok = share >= 0.95 && c.gateway.ok > 0 && dp50 <= 100.0 && errors == 0;
+    format!(
+        "{} of direct, p50 {} ms {} direct, {errors} errors: {}",
+        fmt::pct(share),
+        fmt::ms(dp50.abs()),
+        if dp50 >= 0.0 { "above" } else { "below" },
+        verdict(ok)
+    )
+}
+
+fn a2a_500(r: &Results, e: Engine) -> String {
+    let Some(c) = open_at(r, e, 500.0) else { return "not measured".into() };
+    let share = c.completed_ratio().unwrap_or(0.0);
+    let ok = (share >= 0.9 || c.gateway.ok + c.gateway.refused == c.gateway.offered) && c.gateway.timeouts == 0;
+    format!(
+        "{} of direct, {} refused, {} timeouts: {}",
+        fmt::pct(share),
+        c.gateway.refused,
+        c.gateway.timeouts,
+        verdict(ok)
+    )
+}
+
+fn ma(r: &Results, e: Engine) -> String {
+    let Some(c) = r.managed_agents.iter().find(|c| c.engine == e) else { return "not measured".into() };
+    let t = c.throughput_ratio().unwrap_or(0.0);
+    let cpu = c.cpu_ratio();
+    let ok = t >= 0.5 && cpu.is_some_and(|x| x <= 2.0);
+    format!("{} sessions/s, CPU/session {}: {}", fmt::ratio(Some(t)), fmt::ratio(cpu), verdict(ok))
+}
+
+fn saturation(r: &Results, e: Engine) -> String {
+    let Some(c) = r.a2a.iter().find(|a| a.engine == e).and_then(|a| a.saturation.as_ref()) else {
+        return "not measured".into();
+    };
+    let t = c.throughput_ratio().unwrap_or(0.0);
+    format!("{} of direct: {}", fmt::ratio(Some(t)), verdict(t >= 0.25))
+}
+
+fn overload(r: &Results, e: Engine) -> String {
+    let Some(a) = r.a2a.iter().find(|a| a.engine == e) else { return "not measured".into() };
+    let (Some(o), Some(sat)) = (&a.overload, &a.saturation) else { return "not measured".into() };
+    let cap = sat.gateway.throughput;
+    let good = if cap > 0.0 { o.goodput_in_window.unwrap_or(o.throughput) / cap } else { 0.0 };
+    let refused_max = o.refused_latency.max_ms;
+    let ok = good >= 0.9 && o.timeouts == 0 && (o.refused == 0 || refused_max <= 50.0);
+    format!(
+        "goodput {} of capacity, {} refused (slowest {} ms), {} timeouts: {}",
+        fmt::pct(good),
+        o.refused,
+        fmt::ms(refused_max),
+        o.timeouts,
+        verdict(ok)
+    )
+}
+
+fn acp(r: &Results, e: Engine) -> String {
+    let Some(c) = r.acp.iter().find(|c| c.engine == e) else { return "not measured".into() };
+    let Some(f) = &r.fsync else { return "no fsync figure".into() };
+    let floor = match e {
+        Engine::Sqlite => f.sqlite.p50_ms,
+        Engine::Postgres => f.postgres.as_ref().map(|p| p.p50_ms).unwrap_or(f.sqlite.p50_ms),
+    };
+    let limit = c.baseline.latency.p50_ms + 3.0 * floor;
+    let ok = c.gateway.ok > 0 && c.gateway.latency.p50_ms <= limit;
+    format!("p50 {} ms vs limit {} ms: {}", fmt::ms(c.gateway.latency.p50_ms), fmt::ms(limit), verdict(ok))
+}
+
+fn memory(r: &Results, e: Engine) -> String {
+    let Some(m) = r.memory.iter().find(|m| m.engine == Some(e)) else { return "not measured".into() };
+    if m.subscribers < 10_000 {
+        return format!("{} with {} subscribers (10,000 not measured)", fmt::mib(m.rss_subscribed_kib), m.subscribers);
+    }
+    let ok = m.rss_subscribed_kib * 1024 < 400_000_000;
+    format!("{}: {}", fmt::mib(m.rss_subscribed_kib), verdict(ok))
+}
+
+pub fn rows(r: &Results, engines: &[Engine]) -> Vec<Row> {
+    let each = |f: fn(&Results, Engine) -> String| engines.iter().map(|e| f(r, *e)).collect::<Vec<_>>();
+    vec![
+        Row {
+            criterion: "A2A, remote after 1 s, 100/s: ≥ 95 % of direct, p50 within 100 ms, no errors",
+            cells: each(a2a_100),
+        },
+        Row {
+            criterion: "A2A, remote after 1 s, 500/s: ≥ 90 %, or the excess refused; never a timeout",
+            cells: each(a2a_500),
+        },
+        Row { criterion: "Managed Agents round trip: ≥ 0.5× bench-durable, CPU/session ≤ 2×", cells: each(ma) },
+        Row { criterion: "A2A saturation, instant remote: ≥ 0.25× direct", cells: each(saturation) },
+        Row {
+            criterion: "A2A at 2× capacity: goodput ≥ 90 %, refusals within 50 ms, no timeouts",
+            cells: each(overload),
+        },
+        Row { criterion: "ACP: p50 ≤ direct p50 + 3 × fsynced-commit p50", cells: each(acp) },
+        Row { criterion: "10,000 idle SSE subscribers under 400 MB RSS", cells: each(memory) },
+    ]
+}

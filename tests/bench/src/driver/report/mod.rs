@@ -1,0 +1,477 @@
+//! `docs/benchmarks.md`: method, machine, one table per scenario with the ratios, the
+//! acceptance criteria of issue 10, notes on anything odd, links to the plots.
+
+mod acceptance;
+mod fmt;
+mod plots;
+
+use std::fmt::Write as _;
+
+pub use plots::{PlotFile, plots};
+
+use crate::driver::engine::Engine;
+use crate::driver::results::{Comparison, Figures, Results};
+
+const METHOD: &str = "\
+Every figure comes from real processes talking over loopback sockets or pipes: the release `gateway` binary, started by
+the driver with a generated configuration (defaults everywhere except the listen address, the database, the data directory,
+the published agents and a 1 s shutdown grace), and baselines the bench builds itself (`tests/bench`):
+
+- **bench-durable**: the minimal durable Managed Agents server. axum, SQLite in WAL mode with `synchronous=FULL`, one writer
+  connection, exactly three fsynced commits per round trip: the session row; the `user.message`, committed before the send is
+  acknowledged; `session.status_running` + `agent.message` + `session.status_idle` in one transaction, streamed to the open SSE
+  stream after that commit. It serves the same paths, status codes and SSE frames the load generator reads from the gateway,
+  so the client code is identical for both. It always runs on SQLite: it is the floor of the work, not a second engine.
+- **bench-a2a-echo**: an A2A v1.0 JSON-RPC agent (card, `SendMessage`, `SendStreamingMessage`, `GetTask`, `CancelTask`,
+  `SubscribeToTask`) that answers every message with a completed Task echoing the text, at once or after a fixed delay. The
+  gateway publishes it as an `a2a:` remote; its card advertises streaming, so the gateway streams from it.
+- **bench-acp-stub**: an ACP agent on stdio answering each prompt with one `agent_message_chunk` and `end_turn`. The gateway
+  runs it as the ACP process of an `acp:stub` agent; the editor side is the driver, talking to `gateway acp` over stdio.
+
+Comparisons are interleaved in one run (gateway, baseline, baseline, gateway, …), and each ratio is gateway ÷ baseline from
+the same run. Latencies are recorded in HDR histograms (µs resolution). Open-loop latencies count from each request's
+*due* time, so queueing in the server (or the driver) cannot hide (no coordinated omission); a request still unanswered
+at the timeout (counted from its due time) is a timeout. Each A2A gateway segment gets a fresh gateway and database, so an
+overload's backlog cannot leak into the next segment. Server CPU is `utime + stime` of the server process over the
+measured window, divided by the requests it completed (for A2A and ACP, the gateway process alone on one side and the remote
+or stub alone on the other). The PostgreSQL runs put the gateway in a fresh schema of the test database; SQLite runs use a
+fresh file in the work directory. The driver, the servers and the database share the machine's cores, as they would on a
+small production host.";
+
+fn row(out: &mut String, cells: &[String]) {
+    let _ = writeln!(out, "| {} |", cells.join(" | "));
+}
+
+fn header(out: &mut String, cells: &[&str]) {
+    row(out, &cells.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>());
+    row(out, &cells.iter().map(|_| "---".to_owned()).collect::<Vec<_>>());
+}
+
+fn engines(r: &Results) -> Vec<Engine> {
+    let mut e: Vec<Engine> = r
+        .managed_agents
+        .iter()
+        .map(|c| c.engine)
+        .chain(r.a2a.iter().map(|a| a.engine))
+        .chain(r.acp.iter().map(|c| c.engine))
+        .chain(r.memory.iter().filter_map(|m| m.engine))
+        .collect();
+    e.sort_by_key(|e| *e as u8);
+    e.dedup();
+    e
+}
+
+fn image(out: &mut String, plots: &[PlotFile], file: &str) {
+    if let Some(p) = plots.iter().find(|p| p.file == file) {
+        let _ = writeln!(out, "\n![{}](benchmarks/{})\n", p.title, p.file);
+    }
+}
+
+fn notes(out: &mut String, list: &[String]) {
+    for n in list {
+        let _ = writeln!(out, "- {n}");
+    }
+}
+
+fn segments(out: &mut String, c: &Comparison) {
+    let list: Vec<String> = c
+        .segments
+        .iter()
+        .map(|s| {
+            format!("{:?} {}: {}/s p50 {} ms", s.side, s.round, fmt::rate(s.throughput), fmt::ms(s.p50_ms))
+                .to_lowercase()
+        })
+        .collect();
+    if !list.is_empty() {
+        let _ = writeln!(out, "\nSegments ({}): {}.", c.engine.name(), list.join("; "));
+    }
+}
+
+fn machine(out: &mut String, r: &Results) {
+    let m = &r.machine;
+    let _ = writeln!(out, "## Machine\n");
+    header(out, &["", ""]);
+    row(out, &["CPU".into(), format!("{} × {}", m.nproc, m.cpu_model)]);
+    row(out, &["Memory".into(), m.memory.clone()]);
+    row(out, &["Kernel".into(), m.kernel.clone()]);
+    row(out, &["Data directory".into(), format!("`{}` on {}", m.work_dir, m.disk)]);
+    row(out, &["PostgreSQL".into(), m.postgres.clone().unwrap_or_else(|| "not measured".into())]);
+    row(out, &["Open files limit".into(), m.nofile_limit.to_string()]);
+    if let Some(f) = &r.fsync {
+        let pg = f
+            .postgres
+            .as_ref()
+            .map(|p| format!("; PostgreSQL commit p50 {} ms (p99 {})", fmt::ms(p.p50_ms), fmt::ms(p.p99_ms)))
+            .unwrap_or_default();
+        row(
+            out,
+            &[
+                "Fsync floor (d)".into(),
+                format!(
+                    "SQLite fsynced commit p50 {} ms (p99 {}){pg}",
+                    fmt::ms(f.sqlite.p50_ms),
+                    fmt::ms(f.sqlite.p99_ms)
+                ),
+            ],
+        );
+    }
+}
+
+fn managed_agents(out: &mut String, r: &Results, plots: &[PlotFile]) {
+    if r.managed_agents.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n## (a) Managed Agents round trip\n\nCreate a session, open its stream, send a `user.message`, read to `session.status_idle` (the fake model answers `echo: …`); 16 clients in a closed loop.\n"
+    );
+    header(
+        out,
+        &[
+            "Engine",
+            "gateway sessions/s",
+            "bench-durable sessions/s",
+            "ratio",
+            "p50 ms (gw / base)",
+            "p99 ms (gw / base)",
+            "CPU ms/session (gw / base)",
+            "CPU ratio",
+            "gateway errors",
+        ],
+    );
+    for c in &r.managed_agents {
+        row(
+            out,
+            &[
+                c.engine.name().into(),
+                fmt::rate(c.gateway.throughput),
+                fmt::rate(c.baseline.throughput),
+                fmt::ratio(c.throughput_ratio()),
+                format!("{} / {}", fmt::ms(c.gateway.latency.p50_ms), fmt::ms(c.baseline.latency.p50_ms)),
+                format!("{} / {}", fmt::ms(c.gateway.latency.p99_ms), fmt::ms(c.baseline.latency.p99_ms)),
+                format!("{} / {}", fmt::opt_ms(c.gateway.cpu_ms_per_op), fmt::opt_ms(c.baseline.cpu_ms_per_op)),
+                fmt::ratio(c.cpu_ratio()),
+                fmt::errors(&c.gateway.errors),
+            ],
+        );
+    }
+    for c in &r.managed_agents {
+        segments(out, c);
+        notes(out, &c.notes);
+    }
+    image(out, plots, "ma-latency.svg");
+}
+
+fn open_row(out: &mut String, engine: Engine, what: &str, f: &Figures) {
+    row(
+        out,
+        &[
+            engine.name().into(),
+            what.into(),
+            fmt::rate(f.offered_rate.unwrap_or_default()),
+            format!("{} / {}", f.ok, f.offered),
+            fmt::pct(f.completed_share()),
+            fmt::ms(f.latency.p50_ms),
+            fmt::ms(f.latency.p99_ms),
+            f.timeouts.to_string(),
+            fmt::errors(&f.errors),
+        ],
+    );
+}
+
+fn a2a(out: &mut String, r: &Results, plots: &[PlotFile]) {
+    if r.a2a.is_empty() {
+        return;
+    }
+    let delay = r.a2a.first().map(|a| a.remote_delay_ms).unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "\n## (b) A2A `SendMessage`\n\n### Open loop, remote answering after {delay} ms\n\nBlocking `SendMessage` through a gateway agent published on `a2a:` against the same remote called directly; latency from each request's due time.\n"
+    );
+    header(out, &["Engine", "target", "offered/s", "completed", "share", "p50 ms", "p99 ms", "timeouts", "errors"]);
+    for a in &r.a2a {
+        for c in &a.open_loop {
+            open_row(out, a.engine, "gateway", &c.gateway);
+            open_row(out, a.engine, "direct", &c.baseline);
+        }
+    }
+    let _ = writeln!(out);
+    header(
+        out,
+        &["Engine", "offered/s", "completed ratio (gw / direct)", "p50 difference ms", "gateway CPU ms/message"],
+    );
+    for a in &r.a2a {
+        for c in &a.open_loop {
+            row(
+                out,
+                &[
+                    a.engine.name().into(),
+                    fmt::rate(c.gateway.offered_rate.unwrap_or_default()),
+                    fmt::ratio(c.completed_ratio()),
+                    fmt::ms(c.gateway.latency.p50_ms - c.baseline.latency.p50_ms),
+                    fmt::opt_ms(c.gateway.cpu_ms_per_op),
+                ],
+            );
+        }
+    }
+    image(out, plots, "a2a-open-latency.svg");
+    image(out, plots, "a2a-throughput.svg");
+    let _ = writeln!(out, "\n### Saturation: 32 connections, 1 KiB text, instant remote (closed loop)\n");
+    header(
+        out,
+        &[
+            "Engine",
+            "gateway msgs/s",
+            "direct msgs/s",
+            "ratio",
+            "p50 ms (gw / direct)",
+            "p99 ms (gw / direct)",
+            "gateway CPU ms/msg",
+            "gateway errors",
+        ],
+    );
+    for a in &r.a2a {
+        if let Some(c) = &a.saturation {
+            row(
+                out,
+                &[
+                    a.engine.name().into(),
+                    fmt::rate(c.gateway.throughput),
+                    fmt::rate(c.baseline.throughput),
+                    fmt::ratio(c.throughput_ratio()),
+                    format!("{} / {}", fmt::ms(c.gateway.latency.p50_ms), fmt::ms(c.baseline.latency.p50_ms)),
+                    format!("{} / {}", fmt::ms(c.gateway.latency.p99_ms), fmt::ms(c.baseline.latency.p99_ms)),
+                    fmt::opt_ms(c.gateway.cpu_ms_per_op),
+                    fmt::errors(&c.gateway.errors),
+                ],
+            );
+        }
+    }
+    image(out, plots, "a2a-saturation-latency.svg");
+    let _ =
+        writeln!(out, "\n### Overload: the gateway offered 2× its saturation throughput (instant remote, open loop)\n");
+    header(
+        out,
+        &[
+            "Engine",
+            "capacity msgs/s",
+            "offered/s",
+            "goodput msgs/s (during the offering)",
+            "goodput / capacity",
+            "completed within the timeout",
+            "completed p50 / p99 ms",
+            "refused",
+            "refused p50 / max ms",
+            "timeouts",
+            "errors",
+        ],
+    );
+    for a in &r.a2a {
+        let (Some(o), Some(s)) = (&a.overload, &a.saturation) else { continue };
+        let cap = s.gateway.throughput;
+        row(
+            out,
+            &[
+                a.engine.name().into(),
+                fmt::rate(cap),
+                fmt::rate(o.offered_rate.unwrap_or_default()),
+                fmt::rate(o.goodput_in_window.unwrap_or(o.throughput)),
+                if cap > 0.0 { fmt::pct(o.goodput_in_window.unwrap_or(o.throughput) / cap) } else { "–".into() },
+                format!("{} / {}", o.ok, o.offered),
+                format!("{} / {}", fmt::ms(o.latency.p50_ms), fmt::ms(o.latency.p99_ms)),
+                o.refused.to_string(),
+                format!("{} / {}", fmt::ms(o.refused_latency.p50_ms), fmt::ms(o.refused_latency.max_ms)),
+                o.timeouts.to_string(),
+                fmt::errors(&o.errors),
+            ],
+        );
+    }
+    for a in &r.a2a {
+        notes(out, &a.notes);
+    }
+}
+
+fn acp(out: &mut String, r: &Results, plots: &[PlotFile]) {
+    if r.acp.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n## (c) ACP prompt round trip\n\nOne prompt at a time: `session/prompt` written → response read, through `gateway acp` (agent on `acp:stub`) and straight to `bench-acp-stub`.\n"
+    );
+    header(
+        out,
+        &[
+            "Engine",
+            "prompts (gw / direct)",
+            "p50 ms (gw / direct)",
+            "p99 ms (gw / direct)",
+            "p50 ratio",
+            "gateway CPU ms/prompt",
+            "gateway errors",
+        ],
+    );
+    for c in &r.acp {
+        row(
+            out,
+            &[
+                c.engine.name().into(),
+                format!("{} / {}", c.gateway.ok, c.baseline.ok),
+                format!("{} / {}", fmt::ms(c.gateway.latency.p50_ms), fmt::ms(c.baseline.latency.p50_ms)),
+                format!("{} / {}", fmt::ms(c.gateway.latency.p99_ms), fmt::ms(c.baseline.latency.p99_ms)),
+                fmt::ratio(c.p50_ratio()),
+                fmt::opt_ms(c.gateway.cpu_ms_per_op),
+                fmt::errors(&c.gateway.errors),
+            ],
+        );
+    }
+    image(out, plots, "acp-latency.svg");
+}
+
+fn fsync(out: &mut String, r: &Results) {
+    let Some(f) = &r.fsync else { return };
+    let _ = writeln!(
+        out,
+        "\n## (d) One fsynced commit\n\nSingle-row INSERT transactions, one after another, on the disk of the data directory. SQLite: WAL, `synchronous=FULL`. PostgreSQL: default settings, one connection.\n"
+    );
+    header(out, &["Engine", "commits", "p50 ms", "p90 ms", "p99 ms", "max ms"]);
+    let mut line = |name: &str, s: &crate::driver::stats::Summary| {
+        row(
+            out,
+            &[
+                name.into(),
+                s.count.to_string(),
+                fmt::ms(s.p50_ms),
+                fmt::ms(s.p90_ms),
+                fmt::ms(s.p99_ms),
+                fmt::ms(s.max_ms),
+            ],
+        );
+    };
+    line("SQLite", &f.sqlite);
+    if let Some(p) = &f.postgres {
+        line("PostgreSQL", p);
+    }
+}
+
+fn memory(out: &mut String, r: &Results) {
+    if r.memory.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n## (e) Memory of waiting work\n\nGateway VmRSS with idle SSE subscribers (raw connections from one process, spread over sessions) and with sessions parked on a custom tool nobody answers (measured in a second, fresh gateway process on the same database, so memory the allocator kept from the subscribers does not hide it). Idle CPU is the gateway's while the subscribers sat idle for 3 s. bench-durable with the same subscribers for reference.\n"
+    );
+    header(
+        out,
+        &[
+            "Engine",
+            "RSS ready",
+            "sessions",
+            "RSS with sessions",
+            "subscribers",
+            "RSS subscribed",
+            "KiB/subscriber",
+            "idle CPU (cores)",
+            "RSS after close",
+            "parked",
+            "RSS before parking (fresh process)",
+            "RSS parked",
+            "KiB/parked",
+            "bench-durable RSS subscribed",
+        ],
+    );
+    for m in &r.memory {
+        row(
+            out,
+            &[
+                m.engine.map(Engine::name).unwrap_or("?").into(),
+                fmt::mib(m.rss_ready_kib),
+                m.sessions.to_string(),
+                fmt::mib(m.rss_sessions_kib),
+                format!("{} / {}", m.subscribers, m.subscribers_wanted),
+                fmt::mib(m.rss_subscribed_kib),
+                format!("{:.1}", m.kib_per_subscriber),
+                format!("{:.3}", m.idle_cpu_cores),
+                fmt::mib(m.rss_unsubscribed_kib),
+                format!("{} / {}", m.parked, m.parked_wanted),
+                fmt::mib(m.rss_before_parked_kib),
+                fmt::mib(m.rss_parked_kib),
+                format!("{:.1}", m.kib_per_parked),
+                format!(
+                    "{} ({} subscribers, {} at start)",
+                    fmt::mib(m.baseline_rss_subscribed_kib),
+                    m.baseline_subscribers,
+                    fmt::mib(m.baseline_rss_ready_kib)
+                ),
+            ],
+        );
+    }
+    for m in &r.memory {
+        notes(out, &m.notes);
+        for (e, n) in &m.park_errors {
+            let _ = writeln!(out, "- parking: {n} × {e}");
+        }
+    }
+}
+
+pub fn markdown(r: &Results, plots: &[PlotFile]) -> String {
+    let mut out = String::new();
+    let m = &r.meta;
+    let _ = writeln!(out, "# Benchmarks\n");
+    let _ = writeln!(
+        out,
+        "Written by `scripts/bench{}` (the `bench` driver of `tests/bench`), {} to {}. Gateway measured: `{}` ({}, \
+         built {}){}. Load average at start {}, at end {} (other work on the machine shows here).\n",
+        if m.quick { " --quick" } else { "" },
+        m.started,
+        m.finished,
+        m.gateway_binary,
+        m.gateway_version,
+        m.gateway_built,
+        m.git.as_ref().map(|g| format!("; working tree at {g}")).unwrap_or_default(),
+        m.load_start,
+        m.load_end,
+    );
+    if m.quick {
+        let _ = writeln!(
+            out,
+            "> **Quick run**: a few seconds per scenario and one round (gateway, then baseline). The figures are indicative only; `scripts/bench` (full mode) publishes the real ones.\n"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "Raw figures: [benchmarks/results.json](benchmarks/results.json). Run it yourself: `scripts/bench` (full, ~15 min) or `scripts/bench --quick`.\n"
+    );
+    machine(&mut out, r);
+    let es = engines(r);
+    if !es.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n## Issue 10 acceptance criteria, as measured{}\n",
+            if m.quick { " (quick run: indicative)" } else { "" }
+        );
+        let mut head = vec!["Criterion"];
+        head.extend(es.iter().map(|e| e.name()));
+        header(&mut out, &head);
+        for a in acceptance::rows(r, &es) {
+            let mut cells = vec![a.criterion.to_owned()];
+            cells.extend(a.cells);
+            row(&mut out, &cells);
+        }
+    }
+    managed_agents(&mut out, r, plots);
+    a2a(&mut out, r, plots);
+    acp(&mut out, r, plots);
+    fsync(&mut out, r);
+    memory(&mut out, r);
+    if !r.failures.is_empty() {
+        let _ = writeln!(out, "\n## What could not be measured\n");
+        for f in &r.failures {
+            let first = f.lines().next().unwrap_or_default();
+            let _ = writeln!(out, "- {first}");
+        }
+    }
+    let _ = writeln!(out, "\n## Method\n\n{METHOD}");
+    out
+}

@@ -1,0 +1,198 @@
+//! What a run measured, as written to the JSON results file and read by the report and the
+//! plots. Everything is plain data; ratios are computed here once.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::engine::Engine;
+use super::load::{Side, Tally};
+use super::stats::Summary;
+
+/// One side of a comparison (or a single measurement), merged over its segments.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Figures {
+    pub offered: u64,
+    /// Offered rate (open loop), requests/s.
+    pub offered_rate: Option<f64>,
+    pub ok: u64,
+    /// Answered with an error.
+    pub refused: u64,
+    /// No usable answer.
+    pub broken: u64,
+    pub timeouts: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub seconds: f64,
+    /// Completed requests per second of measured time (open loop: per second of offering,
+    /// i.e. the completed share times the offered rate).
+    pub throughput: f64,
+    /// Open loop: successes completed during the offering window, per second of it.
+    pub goodput_in_window: Option<f64>,
+    pub latency: Summary,
+    pub refused_latency: Summary,
+    /// Server CPU milliseconds per completed request.
+    pub cpu_ms_per_op: Option<f64>,
+    /// Server CPU use over the measured time, in cores.
+    pub cpu_cores: Option<f64>,
+}
+
+impl Figures {
+    pub fn from_tally(t: &Tally, offered_rate: Option<f64>, measured_cpu: bool) -> Self {
+        let ok = t.ok.len();
+        let cpu_ms = t.cpu.as_secs_f64() * 1000.0;
+        Figures {
+            offered: t.offered,
+            offered_rate,
+            ok,
+            refused: t.refused.len(),
+            broken: t.broken,
+            timeouts: t.timeouts,
+            errors: t.errors.clone(),
+            seconds: t.seconds,
+            throughput: t.throughput(),
+            goodput_in_window: (offered_rate.is_some() && t.seconds > 0.0).then(|| t.ok_in_window as f64 / t.seconds),
+            latency: t.ok.summary(),
+            refused_latency: t.refused.summary(),
+            cpu_ms_per_op: (measured_cpu && ok > 0).then(|| cpu_ms / ok as f64),
+            cpu_cores: (measured_cpu && t.seconds > 0.0).then(|| cpu_ms / 1000.0 / t.seconds),
+        }
+    }
+
+    /// Completed share of what was offered.
+    pub fn completed_share(&self) -> f64 {
+        if self.offered > 0 { self.ok as f64 / self.offered as f64 } else { 0.0 }
+    }
+}
+
+/// One measured segment, for the spread between rounds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Segment {
+    pub round: usize,
+    pub side: Side,
+    pub throughput: f64,
+    pub p50_ms: f64,
+    pub ok: u64,
+    pub errors: u64,
+    /// How long the server took to go idle afterwards (`None`: it did not within the cap).
+    pub settle_s: Option<f64>,
+}
+
+/// Gateway against its baseline, measured interleaved in one run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Comparison {
+    pub scenario: String,
+    pub engine: Engine,
+    pub gateway: Figures,
+    pub baseline: Figures,
+    pub segments: Vec<Segment>,
+    pub notes: Vec<String>,
+}
+
+fn ratio(a: f64, b: f64) -> Option<f64> {
+    (b > 0.0 && a.is_finite()).then(|| a / b)
+}
+
+impl Comparison {
+    pub fn throughput_ratio(&self) -> Option<f64> {
+        ratio(self.gateway.throughput, self.baseline.throughput)
+    }
+    pub fn p50_ratio(&self) -> Option<f64> {
+        ratio(self.gateway.latency.p50_ms, self.baseline.latency.p50_ms)
+    }
+    pub fn cpu_ratio(&self) -> Option<f64> {
+        ratio(self.gateway.cpu_ms_per_op?, self.baseline.cpu_ms_per_op?)
+    }
+    pub fn completed_ratio(&self) -> Option<f64> {
+        ratio(self.gateway.ok as f64, self.baseline.ok as f64)
+    }
+}
+
+/// Scenario (b) on one engine.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct A2aResults {
+    pub engine: Engine,
+    pub remote_delay_ms: u64,
+    pub open_loop: Vec<Comparison>,
+    pub saturation: Option<Comparison>,
+    /// The gateway offered twice its measured saturation throughput.
+    pub overload: Option<Figures>,
+    pub notes: Vec<String>,
+}
+
+/// Scenario (d).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FsyncResults {
+    pub sqlite: Summary,
+    pub postgres: Option<Summary>,
+    pub dir: String,
+}
+
+/// Scenario (e) on one engine; memory in KiB.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct MemoryResults {
+    pub engine: Option<Engine>,
+    pub rss_ready_kib: u64,
+    pub sessions: u64,
+    pub rss_sessions_kib: u64,
+    pub subscribers_wanted: u64,
+    pub subscribers: u64,
+    pub rss_subscribed_kib: u64,
+    pub kib_per_subscriber: f64,
+    /// Gateway CPU use (cores) while the subscribers sat idle.
+    pub idle_cpu_cores: f64,
+    pub rss_unsubscribed_kib: u64,
+    pub parked_wanted: u64,
+    pub parked: u64,
+    pub park_errors: BTreeMap<String, u64>,
+    /// A fresh gateway process on the same database, before any session parks.
+    pub rss_before_parked_kib: u64,
+    pub rss_parked_kib: u64,
+    pub kib_per_parked: f64,
+    /// bench-durable with the same subscribers, for reference.
+    pub baseline_rss_ready_kib: u64,
+    pub baseline_rss_subscribed_kib: u64,
+    pub baseline_subscribers: u64,
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Machine {
+    pub nproc: usize,
+    pub cpu_model: String,
+    pub kernel: String,
+    pub memory: String,
+    pub work_dir: String,
+    pub disk: String,
+    pub postgres: Option<String>,
+    pub nofile_limit: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Meta {
+    pub started: String,
+    pub finished: String,
+    pub quick: bool,
+    pub rounds: usize,
+    pub gateway_binary: String,
+    pub gateway_version: String,
+    /// When the measured binary was built (its modification time).
+    pub gateway_built: String,
+    /// `/proc/loadavg` when the run started and ended: other work on the machine shows here.
+    pub load_start: String,
+    pub load_end: String,
+    pub git: Option<String>,
+    pub command: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Results {
+    pub meta: Meta,
+    pub machine: Machine,
+    pub fsync: Option<FsyncResults>,
+    pub managed_agents: Vec<Comparison>,
+    pub a2a: Vec<A2aResults>,
+    pub acp: Vec<Comparison>,
+    pub memory: Vec<MemoryResults>,
+    /// Scenarios that could not run, and why.
+    pub failures: Vec<String>,
+}
