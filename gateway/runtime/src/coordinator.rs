@@ -95,6 +95,11 @@ impl Coordinator {
         &self.load
     }
 
+    /// The same, shared (for the task that measures the process's lag).
+    pub(crate) fn load_handle(&self) -> &Arc<Load> {
+        &self.load
+    }
+
     /// Refuses inputs that would start a turn while too many turns wait to start; answers and
     /// interrupts finish accepted work, so they always pass.
     async fn check_load(&self, inputs: &[NewEvent]) -> Result<()> {

@@ -12,6 +12,12 @@
 //!   claimed than `max_queued_runs`, counted in the store (so across every process on it)
 //!   and sampled at most every [`SAMPLE_EVERY`]: a sample is one indexed `COUNT` on the
 //!   admission path, never a query per request.
+//! - **a saturated process**: turns are tasks, so an overload rarely shows as a queue of runs;
+//!   it shows as work running late: every task (cores saturated: [`Load::measure_lag`] wakes
+//!   every [`LAG_EVERY`] and averages how late it woke) or every store access (the store
+//!   saturated: `Store::lateness`, how long reads and writes wait to start). Past `max_lag_ms` for either,
+//!   inputs that would start a turn are refused, so the turns already accepted keep their
+//!   latency instead of all of them timing out together.
 //!
 //! Beyond either bound the answer is [`Busy`] at once, which each face maps once, at its edge,
 //! to its protocol's overload answer with the retry hint. Nothing accepted is ever dropped:
@@ -41,13 +47,25 @@ pub struct AdmissionLimits {
     /// The retry hint sent with a refusal.
     #[serde(rename = "retry_after_secs", with = "gateway_core::durations::secs")]
     pub retry_after: Duration,
+    /// How late (moving average) this process's tasks, or its store's writes, may run before
+    /// new turns are refused.
+    #[serde(rename = "max_lag_ms", with = "gateway_core::durations::millis")]
+    pub max_lag: Duration,
 }
 
 impl Default for AdmissionLimits {
     fn default() -> Self {
-        Self { max_requests: 4096, max_queued_runs: 10_000, retry_after: Duration::from_secs(1) }
+        Self {
+            max_requests: 4096,
+            max_queued_runs: 10_000,
+            retry_after: Duration::from_secs(1),
+            max_lag: Duration::from_millis(100),
+        }
     }
 }
+
+/// How often the lag probe wakes.
+pub const LAG_EVERY: Duration = Duration::from_millis(10);
 
 /// Which bound refused the work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +74,8 @@ pub enum BusyCause {
     Requests,
     /// `max_queued_runs` runs wait to be claimed.
     QueuedRuns,
+    /// The process's tasks or its store's writes run later than `max_lag_ms`.
+    Saturated,
 }
 
 impl BusyCause {
@@ -63,6 +83,7 @@ impl BusyCause {
         match self {
             BusyCause::Requests => "requests",
             BusyCause::QueuedRuns => "queued_runs",
+            BusyCause::Saturated => "saturated",
         }
     }
 }
@@ -81,6 +102,9 @@ impl Busy {
         match self.cause {
             BusyCause::Requests => format!("the gateway is busy: {} requests are in flight", self.limit),
             BusyCause::QueuedRuns => format!("the gateway is busy: more than {} turns wait to start", self.limit),
+            BusyCause::Saturated => {
+                format!("the gateway is busy: its work runs more than {} ms late", self.limit)
+            }
         }
     }
 }
@@ -93,6 +117,8 @@ pub struct Load {
     limits: AdmissionLimits,
     requests: Arc<Semaphore>,
     queued: AtomicU64,
+    /// The moving average of the lag probe, in microseconds.
+    lag_us: AtomicU64,
     /// When `queued` was last sampled; the lock also makes one admission sample at a time.
     sampled: Mutex<Option<Instant>>,
     metrics: Arc<Metrics>,
@@ -104,6 +130,7 @@ impl Load {
             requests: Arc::new(Semaphore::new(limits.max_requests.max(1))),
             limits,
             queued: AtomicU64::new(0),
+            lag_us: AtomicU64::new(0),
             sampled: Mutex::new(None),
             metrics,
         }
@@ -126,7 +153,29 @@ impl Load {
             .map_err(|_| self.busy(BusyCause::Requests, self.limits.max_requests as u64))
     }
 
-    /// Refuses a new turn while too many runs wait to be claimed. The count is at most
+    /// Measures how late this process's tasks run, until `stop`: a task that sleeps
+    /// [`LAG_EVERY`] and records how much later than that it woke, averaged over about 16
+    /// wakes (so one slow poll is not an overload, a saturated second is).
+    pub async fn measure_lag(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        loop {
+            let start = Instant::now();
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(LAG_EVERY) => {}
+            }
+            let late = start.elapsed().saturating_sub(LAG_EVERY).as_micros() as u64;
+            let avg = self.lag_us.load(Ordering::Relaxed);
+            self.lag_us.store(avg - avg / 16 + late / 16, Ordering::Relaxed);
+        }
+    }
+
+    /// The lag probe's moving average.
+    pub fn lag(&self) -> Duration {
+        Duration::from_micros(self.lag_us.load(Ordering::Relaxed))
+    }
+
+    /// Refuses a new turn while too many runs wait to be claimed, or while the process is
+    /// saturated. The count is at most
     /// [`SAMPLE_EVERY`] old; while one admission samples it, the others use the last sample
     /// instead of waiting. A store that cannot count is not a reason to refuse: the admission
     /// that follows meets the same store and reports it properly.
@@ -142,6 +191,9 @@ impl Load {
         }
         if self.queued.load(Ordering::Relaxed) >= self.limits.max_queued_runs {
             return Err(self.busy(BusyCause::QueuedRuns, self.limits.max_queued_runs));
+        }
+        if self.lag().max(store.lateness()) > self.limits.max_lag {
+            return Err(self.busy(BusyCause::Saturated, self.limits.max_lag.as_millis() as u64));
         }
         Ok(())
     }
@@ -170,5 +222,32 @@ mod tests {
         drop(a);
         assert!(load.try_request().is_ok(), "a freed place is taken again");
         assert!(metrics.render().contains("gateway_admissions_refused_total{cause=\"requests\"} 1\n"));
+    }
+
+    #[test]
+    fn a_saturated_process_refuses_new_turns_until_it_recovers() {
+        use gateway_store::conformance::Harness;
+        // One thread, blocked again and again: what a saturated process looks like to its tasks.
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let store = gateway_store::conformance::harness::SqliteHarness::new(true).fresh().await;
+            let limits = AdmissionLimits { max_lag: Duration::from_millis(10), ..Default::default() };
+            let load = Arc::new(Load::new(limits, Arc::new(Metrics::default())));
+            let stop = tokio_util::sync::CancellationToken::new();
+            let probe = tokio::spawn(Arc::clone(&load).measure_lag(stop.clone()));
+            assert!(load.check_queue(store.as_ref()).await.is_ok(), "idle: admitted");
+            for _ in 0..60 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                std::thread::sleep(Duration::from_millis(30));
+            }
+            let busy = load.check_queue(store.as_ref()).await.expect_err("saturated: refused");
+            assert_eq!(busy.cause, BusyCause::Saturated);
+            assert!(busy.to_string().contains("runs more than 10 ms late"), "{busy}");
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            assert!(load.lag() < Duration::from_millis(10), "the average decays: {:?}", load.lag());
+            assert!(load.check_queue(store.as_ref()).await.is_ok(), "recovered: admitted again");
+            stop.cancel();
+            probe.await.unwrap();
+        });
     }
 }

@@ -5,6 +5,11 @@
 //! the last seq delivered; wake-ups only decide *when* to read again, never *what* is
 //! delivered. A missed wake-up delays delivery by at most one poll interval (invariant 3).
 //!
+//! With wake-ups on, a subscription polls [`HINTED_POLL_FACTOR`] times less often: hints reach
+//! it on every commit (and every waiter is woken after a lost PostgreSQL listener connection),
+//! so the poll is only the safety net, and thousands of idle subscribers must not each read
+//! the store twice a second.
+//!
 //! Previews are merged by position: each carries the seq of the last event its run had
 //! committed when it was published, and is delivered right after that event and before the
 //! next one. A run publishes an event's previews before committing it, so by the time the
@@ -42,6 +47,9 @@ pub struct SubscribeOptions {
     /// How often to read the store when no wake-up arrives (None: the Coordinator's default).
     pub poll: Option<Duration>,
 }
+
+/// How much longer the poll interval is when wake-ups are on (see the module doc).
+pub const HINTED_POLL_FACTOR: u32 = 10;
 
 /// How many committed ids with previews a subscription remembers, to drop late previews.
 const CLOSED_MEMORY: usize = 256;
@@ -143,12 +151,14 @@ pub(crate) fn subscribe(
 ) -> impl Stream<Item = Result<Delivery, RuntimeError>> + Send + 'static {
     metrics.subscriptions_open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let watch = store.wakeups().watch_session(&session);
+    let poll = options.poll.unwrap_or(Duration::from_millis(500));
+    let poll = if store.wakeups().enabled() { poll * HINTED_POLL_FACTOR } else { poll };
     let previews = options.previews.then(|| bus.subscribe(&session));
     let state = State {
         store,
         session,
         last_seq: options.after_seq,
-        poll: options.poll.unwrap_or(Duration::from_millis(500)),
+        poll,
         buffer: VecDeque::new(),
         watch,
         previews,

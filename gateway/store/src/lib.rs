@@ -158,6 +158,12 @@ pub trait RunQueue: Send + Sync {
     async fn active_runs(&self, session: &SessionId) -> Result<Vec<Run>>;
     /// How many runs wait to be claimed, in every session (the admission bound samples it).
     async fn queued_runs(&self) -> Result<u64>;
+    /// How long reads or writes wait to start now, averaged (the longer of the two): the
+    /// store's backlog (admission refuses new turns when it is too long). Zero for a store
+    /// that does not measure it.
+    fn lateness(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
     /// Records that this host is alive (environments realized on it stay claimable here).
     async fn heartbeat_host(&self, host: &str) -> Result<()>;
 }

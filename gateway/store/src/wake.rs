@@ -23,12 +23,18 @@ pub struct Tip {
     pub batch: Option<Arc<[Event]>>,
 }
 
+/// Fewest session channels before `watch_session` sweeps unwatched ones.
+const SWEEP_MIN: usize = 1024;
+
 /// The in-process wake-up hub of one store.
 pub struct Wakeups {
     enabled: bool,
     /// A generation counter bumped by every run-ready hint.
     runs: watch::Sender<u64>,
     sessions: Mutex<HashMap<SessionId, watch::Sender<Tip>>>,
+    /// The size at which `watch_session` next drops channels nobody watches: sweeping on
+    /// every call would cost a scan of every session per subscription (quadratic under load).
+    sweep_at: std::sync::atomic::AtomicUsize,
     cancels: Mutex<HashMap<RunId, watch::Sender<bool>>>,
     /// A generation counter bumped by every cancel hint, for whoever holds many runs.
     any_cancel: watch::Sender<u64>,
@@ -75,6 +81,7 @@ impl Wakeups {
             enabled,
             runs: watch::channel(0).0,
             sessions: Mutex::new(HashMap::new()),
+            sweep_at: std::sync::atomic::AtomicUsize::new(SWEEP_MIN),
             cancels: Mutex::new(HashMap::new()),
             any_cancel: watch::channel(0).0,
         }
@@ -181,7 +188,11 @@ impl Wakeups {
     /// A receiver that changes when the session's log may have advanced.
     pub fn watch_session(&self, session: &SessionId) -> watch::Receiver<Tip> {
         let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        map.retain(|_, tx| tx.receiver_count() > 0);
+        let sweep_at = self.sweep_at.load(std::sync::atomic::Ordering::Relaxed);
+        if map.len() >= sweep_at {
+            map.retain(|_, tx| tx.receiver_count() > 0);
+            self.sweep_at.store((2 * map.len()).max(SWEEP_MIN), std::sync::atomic::Ordering::Relaxed);
+        }
         map.entry(session.clone()).or_insert_with(|| watch::channel(Tip::default()).0).subscribe()
     }
 

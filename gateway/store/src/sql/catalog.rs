@@ -79,7 +79,7 @@ engine_impl! {
                 "SELECT version, archived_at, CAST(NULL AS BIGINT) AS deleted_at FROM agents WHERE id = $1",
             )
             .bind(id.as_str())
-            .fetch_optional(&self.read)
+            .fetch_optional(&*self.reader().await?)
             .await?
             .ok_or_else(|| StoreError::not_found("agent", id))
         }
@@ -89,7 +89,7 @@ engine_impl! {
                 "SELECT id, spec, created_at, updated_at, archived_at FROM environments WHERE id = $1 AND deleted_at IS NULL",
             )
             .bind(id.as_str())
-            .fetch_optional(&self.read)
+            .fetch_optional(&*self.reader().await?)
             .await?
             .ok_or_else(|| StoreError::not_found("environment", id))
         }
@@ -123,7 +123,7 @@ engine_impl! {
             let row = sqlx::query_as::<DB, AgentRow>(AGENT_SELECT)
                 .bind(id.as_str())
                 .bind(version.map(i64::from))
-                .fetch_optional(&self.read)
+                .fetch_optional(&*self.reader().await?)
                 .await?;
             match row {
                 Some(r) => r.into_agent(),
@@ -200,7 +200,7 @@ engine_impl! {
                 .bind(bound_at)
                 .bind(bound_id)
                 .bind(scan.fetch)
-                .fetch_all(&self.read)
+                .fetch_all(&*self.reader().await?)
                 .await?;
             let agents = rows.into_iter().map(AgentRow::into_agent).collect::<Result<Vec<_>>>()?;
             Ok(paginate(page, agents, agent_key))
@@ -214,7 +214,7 @@ engine_impl! {
                 .bind(id.as_str())
                 .bind(scan.bound.as_ref().map(|k| k.at))
                 .bind(scan.fetch)
-                .fetch_all(&self.read)
+                .fetch_all(&*self.reader().await?)
                 .await?;
             let agents = rows.into_iter().map(AgentRow::into_agent).collect::<Result<Vec<_>>>()?;
             Ok(paginate(page, agents, |a| Keyset { at: i64::from(a.version), id: String::new() }))
@@ -307,7 +307,7 @@ engine_impl! {
                 .bind(bound_at)
                 .bind(bound_id)
                 .bind(scan.fetch)
-                .fetch_all(&self.read)
+                .fetch_all(&*self.reader().await?)
                 .await?;
             let envs = rows.into_iter().map(EnvironmentRow::into_environment).collect::<Result<Vec<_>>>()?;
             Ok(paginate(page, envs, |e| Keyset { at: e.created_at.0, id: e.id.to_string() }))

@@ -128,7 +128,7 @@ engine_impl! {
             ))
             .bind(namespace)
             .bind(key)
-            .fetch_optional(&self.read)
+            .fetch_optional(&*self.reader().await?)
             .await?;
             row.map(DocumentRow::into_document).transpose()
         }
@@ -144,7 +144,7 @@ engine_impl! {
             .bind(prefix_end(prefix))
             .bind(after_key.map(str::to_owned))
             .bind(i64::from(limit.max(1)))
-            .fetch_all(&self.read)
+            .fetch_all(&*self.reader().await?)
             .await?;
             rows.into_iter().map(DocumentRow::into_document).collect()
         }

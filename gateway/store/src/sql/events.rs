@@ -32,7 +32,7 @@ engine_impl! {
                 .bind(c.lte.map(|t| t.0))
                 .bind(scan.bound.as_ref().map(|k| k.at))
                 .bind(scan.fetch)
-                .fetch_all(&self.read)
+                .fetch_all(&*self.reader().await?)
                 .await?;
             Ok(paginate(page, events_from(rows)?, |e| Keyset { at: e.seq as i64, id: String::new() }))
         }
@@ -44,7 +44,7 @@ engine_impl! {
             .bind(session.as_str())
             .bind(after as i64)
             .bind(i64::from(limit.max(1)))
-            .fetch_all(&self.read)
+            .fetch_all(&*self.reader().await?)
             .await?;
             events_from(rows)
         }
@@ -55,7 +55,7 @@ engine_impl! {
             ))
             .bind(session.as_str())
             .bind(id.as_str())
-            .fetch_optional(&self.read)
+            .fetch_optional(&*self.reader().await?)
             .await?;
             row.map(EventRow::into_event).transpose()
         }

@@ -32,14 +32,14 @@ engine_impl! {
                 "SELECT id, name, created_at, revoked_at FROM api_keys WHERE hash = $1 AND revoked_at IS NULL",
             )
             .bind(hash)
-            .fetch_optional(&self.read)
+            .fetch_optional(&*self.reader().await?)
             .await?;
             row.map(ApiKeyRow::into_key).transpose()
         }
 
         async fn list_api_keys(&self) -> Result<Vec<ApiKey>> {
             let rows = sqlx::query_as::<DB, ApiKeyRow>("SELECT id, name, created_at, revoked_at FROM api_keys ORDER BY created_at, id")
-                .fetch_all(&self.read)
+                .fetch_all(&*self.reader().await?)
                 .await?;
             rows.into_iter().map(ApiKeyRow::into_key).collect()
         }
@@ -60,7 +60,7 @@ engine_impl! {
 
         async fn count_api_keys(&self) -> Result<u64> {
             let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM api_keys WHERE revoked_at IS NULL")
-                .fetch_one(&self.read)
+                .fetch_one(&*self.reader().await?)
                 .await?;
             u64::try_from(n).map_err(StoreError::corrupt)
         }

@@ -45,6 +45,10 @@ pub trait Engine: Database {
     const NAME: &'static str;
     /// Selects the database clock as BIGINT milliseconds.
     const NOW: &'static str;
+    /// The database's clock is this process's: SQLite runs inside the process and reads the
+    /// same system clock (its VFS `xCurrentTimeInt64`), so [`SqlStore::now`] reads it without a
+    /// statement, one thread hop less per write.
+    const IN_PROCESS_CLOCK: bool = false;
     /// Starts a write transaction.
     const BEGIN_WRITE: &'static str;
     /// Selects a live session row, locked for the rest of the transaction.
@@ -93,11 +97,46 @@ pub const WAKE_CHANNEL: &str = "gateway_wake";
 /// SQLite) behind the [`write::Writer`] that commits (grouped on SQLite), and the wake-up hub
 /// its commits feed.
 pub struct SqlStore<DB: Database> {
+    /// Read through [`SqlStore::reader`] only.
     pub(crate) read: Pool<DB>,
+    /// At most as many reads ask the pool at once as it has connections; the rest wait here,
+    /// in a fair queue without a timeout. With thousands of tasks waiting inside sqlx's own
+    /// acquire, acquisitions near their timeout take a connection and drop it, and the pool
+    /// stops serving anyone while the process idles (launchbadge/sqlx#3132).
+    pub(crate) read_gate: Arc<tokio::sync::Semaphore>,
+    pub(crate) read_wait: write::Lateness,
     pub(crate) write: Pool<DB>,
     pub(crate) writer: write::Writer<DB>,
     pub(crate) wake: Arc<Wakeups>,
     pub(crate) background: tokio_util::sync::CancellationToken,
+}
+
+/// A place to read: the read pool, while one of its connections is ours to ask for.
+pub(crate) struct Reader<'a, DB: Database> {
+    pool: &'a Pool<DB>,
+    _place: tokio::sync::SemaphorePermit<'a>,
+}
+
+impl<DB: Database> std::ops::Deref for Reader<'_, DB> {
+    type Target = Pool<DB>;
+    fn deref(&self) -> &Pool<DB> {
+        self.pool
+    }
+}
+
+impl<DB: Database> SqlStore<DB> {
+    /// Waits for a place to read (see `read_gate`), recording how long that took.
+    pub(crate) async fn reader(&self) -> Result<Reader<'_, DB>> {
+        let asked = std::time::Instant::now();
+        let place =
+            self.read_gate.acquire().await.map_err(|_| crate::StoreError::Unavailable("the store is closed".into()))?;
+        self.read_wait.record(asked.elapsed());
+        Ok(Reader { pool: &self.read, _place: place })
+    }
+
+    pub(crate) fn read_gate(pool: &Pool<DB>) -> Arc<tokio::sync::Semaphore> {
+        Arc::new(tokio::sync::Semaphore::new(pool.options().get_max_connections().max(1) as usize))
+    }
 }
 
 /// Writes `impl<DB> Trait for SqlStore<DB> where <engine capabilities>`. Rust does not imply
@@ -211,6 +250,10 @@ engine_impl! {
 
         /// The database clock, read inside the transaction so every row it writes agrees.
         pub(crate) async fn now(tx: &mut WriteTx<DB>) -> Result<i64> {
+            if DB::IN_PROCESS_CLOCK {
+                let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                return Ok(i64::try_from(since.as_millis()).unwrap_or(i64::MAX));
+            }
             let (now,): (i64,) = sqlx::query_as(DB::NOW).fetch_one(&mut **tx).await?;
             Ok(now)
         }

@@ -108,7 +108,7 @@ engine_impl! {
         async fn delivery_state(&self, id: &DeliveryId) -> Result<Option<(DeliveryState, u32)>> {
             let row = sqlx::query_as::<DB, DeliveryStateRow>("SELECT state, attempts FROM outbox WHERE id = $1")
                 .bind(id.as_str())
-                .fetch_optional(&self.read)
+                .fetch_optional(&*self.reader().await?)
                 .await?;
             Ok(row.map(|r| {
                 let state = match r.state.as_str() {

@@ -92,7 +92,15 @@ impl PgStore {
             tokio::spawn(listen(listener, Arc::clone(&wake), background.clone()));
         }
         let writer = Writer::plain(pool.clone(), <Postgres as Engine>::BEGIN_WRITE);
-        Ok(SqlStore { read: pool.clone(), write: pool, writer, wake, background })
+        Ok(SqlStore {
+            read_gate: SqlStore::read_gate(&pool),
+            read_wait: Default::default(),
+            read: pool.clone(),
+            write: pool,
+            writer,
+            wake,
+            background,
+        })
     }
 
     /// The pool, for tests and tools that need raw access.
@@ -132,7 +140,7 @@ async fn listen(mut listener: PgListener, wake: Arc<Wakeups>, stop: Cancellation
 #[async_trait]
 impl Store for PgStore {
     async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.read).await?;
+        sqlx::query("SELECT 1").execute(&*self.reader().await?).await?;
         Ok(())
     }
 

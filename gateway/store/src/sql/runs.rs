@@ -447,7 +447,7 @@ engine_impl! {
         async fn get_run(&self, id: &RunId) -> Result<Run> {
             sqlx::query_as::<DB, RunRow>(concat!("SELECT ", run_cols!(), " FROM runs WHERE id = $1"))
                 .bind(id.as_str())
-                .fetch_optional(&self.read)
+                .fetch_optional(&*self.reader().await?)
                 .await?
                 .ok_or_else(|| StoreError::not_found("run", id))?
                 .into_run()
@@ -458,14 +458,18 @@ engine_impl! {
                 "SELECT ", run_cols!(), " FROM runs WHERE session_id = $1 AND state IN ('queued', 'running') ORDER BY id"
             ))
             .bind(session.as_str())
-            .fetch_all(&self.read)
+            .fetch_all(&*self.reader().await?)
             .await?;
             rows.into_iter().map(RunRow::into_run).collect()
         }
 
+        fn lateness(&self) -> std::time::Duration {
+            self.writer.lateness().max(self.read_wait.now())
+        }
+
         async fn queued_runs(&self) -> Result<u64> {
             let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM runs WHERE state = 'queued'")
-                .fetch_one(&self.read)
+                .fetch_one(&*self.reader().await?)
                 .await?;
             Ok(n.max(0) as u64)
         }

@@ -162,7 +162,7 @@ engine_impl! {
         async fn session_row(&self, id: &SessionId) -> Result<SessionRow> {
             sqlx::query_as::<DB, SessionRow>(concat!("SELECT ", session_cols!(), " FROM sessions WHERE id = $1 AND deleted_at IS NULL"))
                 .bind(id.as_str())
-                .fetch_optional(&self.read)
+                .fetch_optional(&*self.reader().await?)
                 .await?
                 .ok_or_else(|| StoreError::not_found("session", id))
         }
@@ -278,7 +278,7 @@ engine_impl! {
                 .bind(bound_at)
                 .bind(bound_id)
                 .bind(scan.fetch)
-                .fetch_all(&self.read)
+                .fetch_all(&*self.reader().await?)
                 .await?;
             let sessions = rows.into_iter().map(SessionRow::into_session).collect::<Result<Vec<_>>>()?;
             Ok(paginate(page, sessions, |s| Keyset { at: s.created_at.0, id: s.id.to_string() }))
@@ -368,7 +368,7 @@ engine_impl! {
                 "SELECT key, value FROM session_bindings WHERE session_id = $1 ORDER BY key",
             )
             .bind(id.as_str())
-            .fetch_all(&self.read)
+            .fetch_all(&*self.reader().await?)
             .await?;
             Ok(rows.into_iter().collect())
         }

@@ -43,6 +43,7 @@ macro_rules! now_ms {
 impl Engine for Sqlite {
     const NAME: &'static str = "sqlite";
     const NOW: &'static str = concat!("SELECT ", now_ms!());
+    const IN_PROCESS_CLOCK: bool = true;
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     // BEGIN IMMEDIATE already holds the database's write lock for the whole transaction.
     const LOCK_SESSION: &'static str =
@@ -92,17 +93,36 @@ impl SqliteStore {
             .acquire_timeout(options.acquire_timeout)
             .connect_with(base.clone())
             .await?;
+        // Readers never set the journal mode: `PRAGMA journal_mode` on a new connection waits
+        // for the database lock, which the group-committing writer holds almost all the time
+        // under load, so a reader opened then would sleep in the busy handler. The writer (opened
+        // first) already made the database WAL; all readers are opened now, before any load.
+        let read_options = SqliteConnectOptions::from_str(url)
+            .map_err(|e| StoreError::Unavailable(format!("bad SQLite URL: {e}")))?
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true)
+            .read_only(true);
+        let readers = options.max_connections.max(1);
         let read = SqlitePoolOptions::new()
-            .max_connections(options.max_connections.max(1))
+            .max_connections(readers)
+            .min_connections(readers)
             .acquire_timeout(options.acquire_timeout)
-            .connect_with(base.read_only(true))
+            .connect_with(read_options)
             .await?;
         let wake = Arc::new(Wakeups::new(options.wakeups));
         let background = tokio_util::sync::CancellationToken::new();
         // One writer connection: concurrent writes share its transactions and fsyncs.
         let writer =
             Writer::grouped(write.clone(), <Sqlite as Engine>::BEGIN_WRITE, background.clone(), Arc::clone(&wake));
-        Ok(SqlStore { read, write, writer, wake, background })
+        Ok(SqlStore {
+            read_gate: SqlStore::read_gate(&read),
+            read_wait: Default::default(),
+            read,
+            write,
+            writer,
+            wake,
+            background,
+        })
     }
 }
 
@@ -152,7 +172,7 @@ fn private_files(db: &Path) -> Result<()> {
 #[async_trait]
 impl Store for SqliteStore {
     async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.read).await?;
+        sqlx::query("SELECT 1").execute(&*self.reader().await?).await?;
         Ok(())
     }
 

@@ -9,8 +9,8 @@
 //!
 //! **SQLite** has one writer connection, and each commit costs an fsync. There, concurrent
 //! logical writes share one transaction and one fsync: a write takes the batch (a FIFO lock),
-//! runs inside its own `SAVEPOINT` (so a failing write rolls back only itself), releases the
-//! savepoint and the lock, and waits. The committer task takes the lock after the writers
+//! runs inside its own `SAVEPOINT` (so a failing write rolls back only itself; savepoints nest
+//! until the commit), releases the lock, and waits. The committer task takes the lock after the writers
 //! already waiting for it (the lock is fair), commits the batch, and only then answers each
 //! of its writes. Under load a commit covers every write that arrived while the previous one
 //! was being flushed; alone, a write waits one task hop. If the commit fails, every write of
@@ -49,6 +49,38 @@ pub(crate) struct Writer<DB: Database> {
     begin: &'static str,
     group: Option<Arc<Group<DB>>>,
     committer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// How long writes wait to start: the store's backlog, seen by admission (`lateness`).
+    wait: Lateness,
+}
+
+/// A moving average of how long work waited to start (writes: for the batch on SQLite, for a
+/// pooled connection on PostgreSQL; reads: for a reader). A saturated store shows here long
+/// before anything else, and the average counts only while work happens: a last sample older
+/// than a second is no backlog.
+#[derive(Default)]
+pub(crate) struct Lateness {
+    avg_us: std::sync::atomic::AtomicU64,
+    at: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl Lateness {
+    pub(crate) fn record(&self, waited: std::time::Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        let avg = self.avg_us.load(Relaxed);
+        self.avg_us.store(avg - avg / 16 + us / 16, Relaxed);
+        *self.at.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
+    }
+
+    pub(crate) fn now(&self) -> std::time::Duration {
+        let at = *self.at.lock().unwrap_or_else(|p| p.into_inner());
+        match at {
+            Some(at) if at.elapsed() < std::time::Duration::from_secs(1) => {
+                std::time::Duration::from_micros(self.avg_us.load(std::sync::atomic::Ordering::Relaxed))
+            }
+            _ => std::time::Duration::ZERO,
+        }
+    }
 }
 
 /// One logical write: a transaction of its own, or a savepoint in the shared batch. Derefs
@@ -110,7 +142,7 @@ where
 {
     /// A writer whose transactions each commit on their own.
     pub fn plain(pool: Pool<DB>, begin: &'static str) -> Self {
-        Self { pool, begin, group: None, committer: std::sync::Mutex::new(None) }
+        Self { pool, begin, group: None, committer: std::sync::Mutex::new(None), wait: Lateness::default() }
     }
 
     /// A writer that groups commits, with its committer task (stopped by `stop`).
@@ -125,15 +157,25 @@ where
             ready: Notify::new(),
         });
         let committer = tokio::spawn(commit_batches(Arc::clone(&group), stop, wake));
-        Self { pool, begin, group: Some(group), committer: std::sync::Mutex::new(Some(committer)) }
+        Self {
+            pool,
+            begin,
+            group: Some(group),
+            committer: std::sync::Mutex::new(Some(committer)),
+            wait: Lateness::default(),
+        }
     }
 
     /// Starts a write.
     pub async fn begin(&self) -> Result<WriteTx<DB>> {
+        let asked = std::time::Instant::now();
         let Some(group) = &self.group else {
-            return Ok(WriteTx(Inner::Own(Some(self.pool.begin_with(self.begin).await?))));
+            let tx = self.pool.begin_with(self.begin).await?;
+            self.wait.record(asked.elapsed());
+            return Ok(WriteTx(Inner::Own(Some(tx))));
         };
         let mut batch = Arc::clone(&group.batch).lock_owned().await;
+        self.wait.record(asked.elapsed());
         undo_failed_write(&mut batch).await;
         if batch.tx.is_none() {
             batch.tx = Some(self.pool.begin_with(self.begin).await?);
@@ -162,8 +204,9 @@ where
         match batch {
             None => Ok(hints),
             Some(mut batch) => {
-                let conn = batch.tx.as_deref_mut().expect("a grouped write holds the open batch");
-                sqlx::query("RELEASE w").execute(conn).await?;
+                // The savepoint is not released: savepoints nest until the batch's COMMIT
+                // releases them all, and `ROLLBACK TO w` still undoes only the newest write.
+                // One statement (one hop to SQLite's thread) less per write.
                 batch.dirty = false;
                 let (done, committed) = oneshot::channel();
                 batch.waiting.push((hints, done));
@@ -176,6 +219,11 @@ where
                 Ok(Hints::default())
             }
         }
+    }
+
+    /// How long writes wait to start now (moving average; zero when no write happened lately).
+    pub fn lateness(&self) -> std::time::Duration {
+        self.wait.now()
     }
 
     /// Waits until what the batch holds now is committed (or failed); at once when writes are
