@@ -15,7 +15,8 @@
 //! - **a saturated process**: turns are tasks, so an overload rarely shows as a queue of runs;
 //!   it shows as work running late: every task (cores saturated: [`Load::measure_lag`] wakes
 //!   every [`LAG_EVERY`] and averages how late it woke) or every store access (the store
-//!   saturated: `Store::lateness`, how long reads and writes wait to start). Past `max_lag_ms` for either,
+//!   saturated: `Store::lateness`, how long reads wait for a place and writes take to be
+//!   durable). Past `max_lag_ms` for either,
 //!   inputs that would start a turn are refused, so the turns already accepted keep their
 //!   latency instead of all of them timing out together.
 //!

@@ -158,9 +158,9 @@ pub trait RunQueue: Send + Sync {
     async fn active_runs(&self, session: &SessionId) -> Result<Vec<Run>>;
     /// How many runs wait to be claimed, in every session (the admission bound samples it).
     async fn queued_runs(&self) -> Result<u64>;
-    /// How long reads or writes wait to start now, averaged (the longer of the two): the
-    /// store's backlog (admission refuses new turns when it is too long). Zero for a store
-    /// that does not measure it.
+    /// How late the store's work runs now, averaged: the longer of a read's wait for a place
+    /// and a write's time from begin to durable. The store's backlog: admission refuses new
+    /// turns when it is too long. Zero for a store that does not measure it.
     fn lateness(&self) -> std::time::Duration {
         std::time::Duration::ZERO
     }
