@@ -9,18 +9,19 @@
 //!   a [`RequestPermit`] before it reads a body; a stream's permit is returned with the
 //!   response head, so idle subscribers cost nothing here.
 //! - **queued runs**: inputs that would start a turn are refused while more runs wait to be
-//!   claimed than `max_queued_runs`, counted in the store (so across every process on it)
-//!   and sampled at most every [`SAMPLE_EVERY`]: a sample is one indexed `COUNT` on the
-//!   admission path, never a query per request.
+//!   claimed than `max_queued_runs`, or while the oldest run a Worker could claim has waited
+//!   longer than `max_queue_wait_ms` (claims that do not keep up, whatever the reason), both
+//!   counted in the store (so across every process on it) and sampled at most every
+//!   [`SAMPLE_EVERY`]: a sample is one aggregate query on the admission path, never a query
+//!   per request.
 //! - **a saturated process**: turns are tasks, so an overload rarely shows as a queue of runs;
 //!   it shows as work running late: every task (cores saturated: [`Load::measure_lag`] wakes
 //!   every [`LAG_EVERY`] and averages how late it woke) or every store access (the store
 //!   saturated: `Store::lateness`, how long reads wait for a place and writes take to be
-//!   durable). Past `max_lag_ms` for either,
-//!   inputs that would start a turn are refused, so the turns already accepted keep their
-//!   latency instead of all of them timing out together.
+//!   durable). Past `max_lag_ms` for either, inputs that would start a turn are refused, so
+//!   the turns already accepted keep their latency instead of all of them timing out together.
 //!
-//! Beyond either bound the answer is [`Busy`] at once, which each face maps once, at its edge,
+//! Beyond any bound the answer is [`Busy`] at once, which each face maps once, at its edge,
 //! to its protocol's overload answer with the retry hint. Nothing accepted is ever dropped:
 //! the bounds apply before an admission commits, never after.
 
@@ -48,8 +49,12 @@ pub struct AdmissionLimits {
     /// The retry hint sent with a refusal.
     #[serde(rename = "retry_after_secs", with = "gateway_core::durations::secs")]
     pub retry_after: Duration,
-    /// How late (moving average) this process's tasks, or its store's writes, may run before
-    /// new turns are refused.
+    /// How long the oldest run that could be claimed may have waited before new turns are
+    /// refused: Workers that do not keep up with the queue (whatever the reason) show here.
+    #[serde(rename = "max_queue_wait_ms", with = "gateway_core::durations::millis")]
+    pub max_queue_wait: Duration,
+    /// How late (moving average) this process's tasks, or its store's reads and writes, may
+    /// run before new turns are refused.
     #[serde(rename = "max_lag_ms", with = "gateway_core::durations::millis")]
     pub max_lag: Duration,
 }
@@ -60,6 +65,7 @@ impl Default for AdmissionLimits {
             max_requests: 4096,
             max_queued_runs: 10_000,
             retry_after: Duration::from_secs(1),
+            max_queue_wait: Duration::from_secs(2),
             max_lag: Duration::from_millis(100),
         }
     }
@@ -75,7 +81,9 @@ pub enum BusyCause {
     Requests,
     /// `max_queued_runs` runs wait to be claimed.
     QueuedRuns,
-    /// The process's tasks or its store's writes run later than `max_lag_ms`.
+    /// A run that could be claimed has waited longer than `max_queue_wait_ms`.
+    QueueWait,
+    /// The process's tasks or its store's reads and writes run later than `max_lag_ms`.
     Saturated,
 }
 
@@ -84,6 +92,7 @@ impl BusyCause {
         match self {
             BusyCause::Requests => "requests",
             BusyCause::QueuedRuns => "queued_runs",
+            BusyCause::QueueWait => "queue_wait",
             BusyCause::Saturated => "saturated",
         }
     }
@@ -103,6 +112,9 @@ impl Busy {
         match self.cause {
             BusyCause::Requests => format!("the gateway is busy: {} requests are in flight", self.limit),
             BusyCause::QueuedRuns => format!("the gateway is busy: more than {} turns wait to start", self.limit),
+            BusyCause::QueueWait => {
+                format!("the gateway is busy: turns wait more than {} ms to start", self.limit)
+            }
             BusyCause::Saturated => {
                 format!("the gateway is busy: its work runs more than {} ms late", self.limit)
             }
@@ -118,6 +130,8 @@ pub struct Load {
     limits: AdmissionLimits,
     requests: Arc<Semaphore>,
     queued: AtomicU64,
+    /// How long the oldest claimable run had waited at the last sample, in milliseconds.
+    oldest_ms: AtomicU64,
     /// The moving average of the lag probe, in microseconds.
     lag_us: AtomicU64,
     /// When `queued` was last sampled; the lock also makes one admission sample at a time.
@@ -131,6 +145,7 @@ impl Load {
             requests: Arc::new(Semaphore::new(limits.max_requests.max(1))),
             limits,
             queued: AtomicU64::new(0),
+            oldest_ms: AtomicU64::new(0),
             lag_us: AtomicU64::new(0),
             sampled: Mutex::new(None),
             metrics,
@@ -176,22 +191,26 @@ impl Load {
     }
 
     /// Refuses a new turn while too many runs wait to be claimed, or while the process is
-    /// saturated. The count is at most
-    /// [`SAMPLE_EVERY`] old; while one admission samples it, the others use the last sample
-    /// instead of waiting. A store that cannot count is not a reason to refuse: the admission
+    /// saturated. The count is at most [`SAMPLE_EVERY`] old; while one admission samples it,
+    /// the others use the last sample instead of waiting. A store that cannot count is not a reason to refuse: the admission
     /// that follows meets the same store and reports it properly.
     pub async fn check_queue(&self, store: &dyn Store) -> Result<(), Busy> {
         if let Ok(mut sampled) = self.sampled.try_lock()
             && sampled.is_none_or(|at| at.elapsed() >= SAMPLE_EVERY)
         {
-            if let Ok(n) = store.queued_runs().await {
-                self.queued.store(n, Ordering::Relaxed);
-                self.metrics.runs_queued.store(n as i64, Ordering::Relaxed);
+            if let Ok(q) = store.queue_stats().await {
+                self.queued.store(q.queued, Ordering::Relaxed);
+                self.oldest_ms.store(q.oldest_wait.as_millis() as u64, Ordering::Relaxed);
+                self.metrics.runs_queued.store(q.queued as i64, Ordering::Relaxed);
             }
             *sampled = Some(Instant::now());
         }
         if self.queued.load(Ordering::Relaxed) >= self.limits.max_queued_runs {
             return Err(self.busy(BusyCause::QueuedRuns, self.limits.max_queued_runs));
+        }
+        let oldest = Duration::from_millis(self.oldest_ms.load(Ordering::Relaxed));
+        if oldest > self.limits.max_queue_wait {
+            return Err(self.busy(BusyCause::QueueWait, self.limits.max_queue_wait.as_millis() as u64));
         }
         if self.lag().max(store.lateness()) > self.limits.max_lag {
             return Err(self.busy(BusyCause::Saturated, self.limits.max_lag.as_millis() as u64));

@@ -21,7 +21,7 @@ pub struct Metrics {
     /// Runs waiting to be claimed, as last sampled by the admission bound.
     pub runs_queued: AtomicI64,
     settled: [AtomicU64; 7],
-    refused: [AtomicU64; 2],
+    refused: [AtomicU64; BUSY_CAUSES.len()],
 }
 
 const OUTCOMES: [&str; 7] = ["completed", "parked", "cancelled", "failed", "terminated", "indeterminate", "retry"];
@@ -38,7 +38,9 @@ fn outcome_index(o: &RunOutcome) -> usize {
     }
 }
 
-const BUSY_CAUSES: [BusyCause; 2] = [BusyCause::Requests, BusyCause::QueuedRuns];
+/// In the order of `refused`'s index.
+const BUSY_CAUSES: [BusyCause; 4] =
+    [BusyCause::Requests, BusyCause::QueuedRuns, BusyCause::QueueWait, BusyCause::Saturated];
 
 impl Metrics {
     pub fn settled(&self, outcome: &RunOutcome) {
@@ -46,7 +48,13 @@ impl Metrics {
     }
 
     pub fn refused(&self, cause: BusyCause) {
-        let i = BUSY_CAUSES.iter().position(|c| *c == cause).unwrap_or(0);
+        // Exhaustive, so a new cause cannot be counted under another's name.
+        let i = match cause {
+            BusyCause::Requests => 0,
+            BusyCause::QueuedRuns => 1,
+            BusyCause::QueueWait => 2,
+            BusyCause::Saturated => 3,
+        };
         self.refused[i].fetch_add(1, Ordering::Relaxed);
     }
 

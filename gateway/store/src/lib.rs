@@ -156,8 +156,9 @@ pub trait RunQueue: Send + Sync {
     async fn get_run(&self, id: &RunId) -> Result<Run>;
     /// The session's unfinished runs, oldest first.
     async fn active_runs(&self, session: &SessionId) -> Result<Vec<Run>>;
-    /// How many runs wait to be claimed, in every session (the admission bound samples it).
-    async fn queued_runs(&self) -> Result<u64>;
+    /// How many runs wait to be claimed, in every session, and how long the oldest claimable
+    /// one has waited (the admission bounds sample it).
+    async fn queue_stats(&self) -> Result<QueueStats>;
     /// How late the store's work runs now, averaged: the longer of a read's wait for a place
     /// and a write's time from begin to durable. The store's backlog: admission refuses new
     /// turns when it is too long. Zero for a store that does not measure it.

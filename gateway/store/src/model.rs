@@ -260,3 +260,13 @@ pub struct Renewal {
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
+
+/// The run queue at a glance (what admission samples).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Runs waiting to be claimed, in every session.
+    pub queued: u64,
+    /// How long the oldest run a Worker could claim now has waited (zero if none): a queue
+    /// that Workers do not keep up with grows this, whatever the reason.
+    pub oldest_wait: std::time::Duration,
+}

@@ -629,6 +629,38 @@ pub async fn new_turns_are_refused_while_too_many_wait(h: &dyn Harness) {
     pool.shutdown().await;
 }
 
+/// A run that could be claimed but waits past `max_queue_wait_ms` (no Worker keeps up) makes
+/// the next message that would start a turn busy; once it is claimed, messages pass again.
+pub async fn new_turns_are_refused_while_claims_lag_behind(h: &dyn Harness) {
+    let limits = AdmissionLimits { max_queue_wait: Duration::from_millis(200), ..Default::default() };
+    let r = TestGateway::builder()
+        .store(h.fresh().await)
+        .scripted()
+        .offer(offer())
+        .subscription_poll(Duration::from_millis(100))
+        .no_workers()
+        .admission(limits)
+        .build()
+        .await;
+    let (a, b) = (new_session(&r).await, new_session(&r).await);
+    r.coordinator.submit(&a.id, vec![say("waits")]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    match r.coordinator.submit(&b.id, vec![say("refused")]).await {
+        Err(RuntimeError::Busy(busy)) => assert_eq!(busy.cause, BusyCause::QueueWait, "{busy}"),
+        other => panic!("expected busy, got {other:?}"),
+    }
+    let pool = workers(&r, config("a", "h"));
+    let idle = wait_for(20, || async {
+        let s = r.coordinator.get_session(&a.id).await.unwrap();
+        (s.status == SessionStatus::Idle && s.last_seq > 1).then_some(())
+    })
+    .await;
+    assert!(idle.is_some(), "the waiting turn runs once a Worker claims it");
+    tokio::time::sleep(gateway_runtime::load::SAMPLE_EVERY + Duration::from_millis(50)).await;
+    r.coordinator.submit(&b.id, vec![say("admitted")]).await.expect("the queue keeps up again");
+    pool.shutdown().await;
+}
+
 pub async fn wait_for<T, F, Fut>(secs: u64, f: F) -> Option<T>
 where
     F: Fn() -> Fut,
@@ -661,7 +693,8 @@ macro_rules! runtime_suite {
             a_parked_turn_resumes_on_the_answer,
             a_lost_environment_fails_the_run_instead_of_moving,
             placement_refusals_name_their_rule,
-            new_turns_are_refused_while_too_many_wait
+            new_turns_are_refused_while_too_many_wait,
+            new_turns_are_refused_while_claims_lag_behind
         );
     };
     (@each $harness:expr; $($name:ident),* $(,)?) => {

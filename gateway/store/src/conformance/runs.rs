@@ -462,20 +462,23 @@ pub async fn batched_claims_take_one_run_per_session_and_start_their_turns(h: &d
     for i in 0..3 {
         sessions.push(session_with(&s, vec![msg(&format!("m{i}"))]).await);
     }
-    assert_eq!(s.queued_runs().await.unwrap(), 3, "every session's run waits");
+    assert_eq!(s.queue_stats().await.unwrap().queued, 3, "every session's run waits");
+    tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+    let waited = s.queue_stats().await.unwrap().oldest_wait;
+    assert!(waited >= std::time::Duration::from_millis(50), "the oldest claimable run has waited: {waited:?}");
     // A second queued run of the first session waits behind its first.
     let busy = &sessions[0];
     let first = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
     assert_eq!(first.fence.session_id, busy.id);
-    assert_eq!(s.queued_runs().await.unwrap(), 2, "a claimed run no longer waits");
+    assert_eq!(s.queue_stats().await.unwrap().queued, 2, "a claimed run no longer waits");
     s.settle(&first.fence, Settlement { events: vec![], outcome: RunOutcome::Completed }).await.unwrap();
     s.submit_inputs(&busy.id, vec![msg("again")], AdmissionWrites::default()).await.unwrap();
-    assert_eq!(s.queued_runs().await.unwrap(), 3);
+    assert_eq!(s.queue_stats().await.unwrap().queued, 3);
     let claims = s.claim_runs(&worker("w", "h"), terms(10_000), 2).await.unwrap();
     assert_eq!(claims.len(), 2, "the limit is honoured");
     let more = s.claim_runs(&worker("w", "h"), terms(10_000), 10).await.unwrap();
     assert_eq!(more.len(), 1, "one run per session, whatever the limit");
-    assert_eq!(s.queued_runs().await.unwrap(), 0);
+    assert_eq!(s.queue_stats().await.unwrap(), crate::QueueStats::default(), "nothing waits");
     let all: Vec<_> = claims.iter().chain(&more).collect();
     let distinct: std::collections::BTreeSet<_> = all.iter().map(|c| c.fence.session_id.clone()).collect();
     assert_eq!(distinct.len(), 3);

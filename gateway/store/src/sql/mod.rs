@@ -66,6 +66,10 @@ pub trait Engine: Database {
     /// still held, to expire at `$2`; returns `(id, 'y' | 'n')`: each renewed run, and whether
     /// its cancel was requested.
     const RENEW_LEASES: &'static str;
+    /// `(queued, oldest_wait_ms)`: how many runs wait to be claimed, and how long the oldest
+    /// one a Worker could claim now (due, first of its session, its session neither running
+    /// another nor waiting for answers) has waited, on the database clock (NULL if none).
+    const QUEUE_STATS: &'static str;
     /// The kind (`running`, `queued`, `retrying`) of each active run of session `$1`, the
     /// rows locked where the engine locks rows (see `sessions.rs`, `run_presence`).
     const RUN_PRESENCE: &'static str;
@@ -139,6 +143,23 @@ impl<DB: Database> SqlStore<DB> {
     }
 }
 
+/// The body of [`Engine::QUEUE_STATS`], around the engine's clock expression.
+macro_rules! queue_stats_sql {
+    ($now:expr) => {
+        concat!(
+            "SELECT COUNT(*), MAX(CASE WHEN r.available_at <= ",
+            $now,
+            " AND s.pending = '[]' \
+               AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.session_id = r.session_id AND o.state = 'running') \
+               AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.session_id = r.session_id AND o.state = 'queued' AND o.created_at < r.created_at) \
+             THEN ",
+            $now,
+            " - r.available_at END) FROM runs r JOIN sessions s ON s.id = r.session_id WHERE r.state = 'queued'"
+        )
+    };
+}
+pub(crate) use queue_stats_sql;
+
 /// Writes `impl<DB> Trait for SqlStore<DB> where <engine capabilities>`. Rust does not imply
 /// bounds that are not supertraits, so every generic impl must restate what it needs of the
 /// engine's sqlx types; this macro states it once.
@@ -163,6 +184,7 @@ macro_rules! engine_impl {
             for<'q> Option<i64>: sqlx::Encode<'q, DB>,
             for<'q> Option<String>: sqlx::Encode<'q, DB>,
             for<'r> (i64,): sqlx::FromRow<'r, DB::Row>,
+            for<'r> (i64, Option<i64>): sqlx::FromRow<'r, DB::Row>,
             for<'r> (String,): sqlx::FromRow<'r, DB::Row>,
             for<'r> (String, String): sqlx::FromRow<'r, DB::Row>,
             for<'r> $crate::rows::AgentRow: sqlx::FromRow<'r, DB::Row>,

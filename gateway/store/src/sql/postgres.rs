@@ -46,6 +46,7 @@ impl Engine for Postgres {
         " AS now_ms FROM sessions WHERE id = $1 AND deleted_at IS NULL FOR UPDATE"
     );
     const CLAIM_SETUP: Option<&'static str> = Some("SET LOCAL lock_timeout = '200ms'");
+    const QUEUE_STATS: &'static str = super::queue_stats_sql!(now_ms!());
     const RENEW_LEASES: &'static str = "UPDATE runs SET lease_expires_at = $2 WHERE state = 'running' \
          AND (id, lease_owner, lease_epoch) IN \
              (SELECT h->>0, h->>1, (h->>2)::BIGINT FROM json_array_elements($1::json) AS h) \

@@ -12,7 +12,7 @@ use super::WriteTx;
 use super::{Hints, engine_impl, run_cols};
 use crate::RunQueue;
 use crate::error::{Guard, Result, StoreError};
-use crate::model::{Commit, LeaseTerms, Renewal, RunOutcome, Settlement, millis};
+use crate::model::{Commit, LeaseTerms, QueueStats, Renewal, RunOutcome, Settlement, millis};
 use crate::rows::{ClaimCandidateRow, LockedSessionRow, RunRefRow, RunRow};
 use crate::wake::Hint;
 
@@ -467,11 +467,13 @@ engine_impl! {
             self.writer.lateness().max(self.read_wait.now())
         }
 
-        async fn queued_runs(&self) -> Result<u64> {
-            let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM runs WHERE state = 'queued'")
-                .fetch_one(&*self.reader().await?)
-                .await?;
-            Ok(n.max(0) as u64)
+        async fn queue_stats(&self) -> Result<QueueStats> {
+            let (n, oldest): (i64, Option<i64>) =
+                sqlx::query_as(DB::QUEUE_STATS).fetch_one(&*self.reader().await?).await?;
+            Ok(QueueStats {
+                queued: n.max(0) as u64,
+                oldest_wait: std::time::Duration::from_millis(oldest.unwrap_or(0).max(0) as u64),
+            })
         }
 
         async fn heartbeat_host(&self, host: &str) -> Result<()> {

@@ -57,6 +57,7 @@ impl Engine for Sqlite {
     );
     // BEGIN IMMEDIATE: no one else holds a session while a claim runs.
     const CLAIM_SETUP: Option<&'static str> = None;
+    const QUEUE_STATS: &'static str = super::queue_stats_sql!(now_ms!());
     const RENEW_LEASES: &'static str = "UPDATE runs SET lease_expires_at = $2 WHERE state = 'running' AND EXISTS \
          (SELECT 1 FROM json_each($1) h WHERE json_extract(h.value, '$[0]') = runs.id \
           AND json_extract(h.value, '$[1]') = runs.lease_owner AND json_extract(h.value, '$[2]') = runs.lease_epoch) \
@@ -93,10 +94,8 @@ impl SqliteStore {
             .acquire_timeout(options.acquire_timeout)
             .connect_with(base.clone())
             .await?;
-        // Readers never set the journal mode: `PRAGMA journal_mode` on a new connection waits
-        // for the database lock, which the group-committing writer holds almost all the time
-        // under load, so a reader opened then would sleep in the busy handler. The writer (opened
-        // first) already made the database WAL; all readers are opened now, before any load.
+        // Readers only read: they leave the journal mode to the writer (opened first, it made
+        // the database WAL), and all of them are opened now, so none is opened under load.
         let read_options = SqliteConnectOptions::from_str(url)
             .map_err(|e| StoreError::Unavailable(format!("bad SQLite URL: {e}")))?
             .busy_timeout(Duration::from_secs(10))

@@ -10,9 +10,9 @@
 //! **SQLite** has one writer connection, and each commit costs an fsync. There, concurrent
 //! logical writes share one transaction and one fsync: a write takes the batch (a FIFO lock),
 //! runs inside its own `SAVEPOINT` (so a failing write rolls back only itself; savepoints nest
-//! until the commit), releases the lock, and waits. The committer task takes the lock after the writers
-//! already waiting for it (the lock is fair), commits the batch, and only then answers each
-//! of its writes. Under load a commit covers every write that arrived while the previous one
+//! until the commit), releases the lock, and waits. The committer task takes the lock after
+//! the writers already waiting for it (the lock is fair), commits the batch, and only then
+//! answers each of its writes. Under load a commit covers every write that arrived while the previous one
 //! was being flushed; alone, a write waits one task hop. If the commit fails, every write of
 //! the batch fails: none was acknowledged. A statement error that made SQLite roll back the
 //! whole transaction (disk full, I/O error) is found when its savepoint cannot be rolled back,
@@ -55,10 +55,10 @@ pub(crate) struct Writer<DB: Database> {
     wait: Lateness,
 }
 
-/// A moving average of how long work waited to start (writes: for the batch on SQLite, for a
-/// pooled connection on PostgreSQL; reads: for a reader). A saturated store shows here long
-/// before anything else, and the average counts only while work happens: a last sample older
-/// than a second is no backlog.
+/// A moving average of how late the store's work runs (writes: from `begin` to durable;
+/// reads: the wait for a place). A saturated store shows here long before anything else, and
+/// the average counts only while work happens: a last sample older than a second is no
+/// backlog.
 #[derive(Default)]
 pub(crate) struct Lateness {
     avg_us: std::sync::atomic::AtomicU64,

@@ -89,5 +89,5 @@ async fn a_batch_killed_before_its_commit_acknowledged_nothing() {
     let store = open(&path).await;
     let s = store.get_session(&session_id).await.expect("the acknowledged session survived");
     assert_eq!(s.last_seq, 0, "no event of the killed batch survived");
-    assert_eq!(store.queued_runs().await.unwrap(), 0, "no run of the killed batch survived");
+    assert_eq!(store.queue_stats().await.unwrap().queued, 0, "no run of the killed batch survived");
 }
