@@ -100,6 +100,13 @@ impl Coordinator {
         &self.load
     }
 
+    /// Refuses a request that will start a turn, as early as its face knows it will: before
+    /// the reads that prepare its admission, which an overload would otherwise queue up
+    /// behind (the admission checks again; the sample is shared, so this costs no query).
+    pub async fn check_new_turn(&self) -> Result<()> {
+        Ok(self.load.check_queue(self.store.as_ref()).await?)
+    }
+
     /// Refuses inputs that would start a turn while too many turns wait to start; answers and
     /// interrupts finish accepted work, so they always pass.
     async fn check_load(&self, inputs: &[NewEvent]) -> Result<()> {

@@ -151,6 +151,7 @@ pub async fn send(ctx: &A2aContext, agent_name: &str, req: &SendMessageRequest, 
     if let Some(task_id) = &msg.task_id {
         return follow_up(ctx, agent_name, task_id, msg).await;
     }
+    ctx.coordinator.check_new_turn().await?;
     let blocks = blocks_from_parts(&msg.parts)?;
     if msg.reference_task_ids.len() > 32 {
         return Err(A2aError::InvalidParams("at most 32 referenceTaskIds".into()));
