@@ -118,7 +118,9 @@ pub struct EnvironmentsConfig {
     /// The bubblewrap program of the `namespace` provider ([`host_providers`]).
     pub bwrap: PathBuf,
     /// Built-in tool calls (bash, file tools) running at once in this process, all sessions
-    /// together; more wait for a place. Default: twice the cores.
+    /// together; more wait for a place (an interrupt still ends the wait). A command holds its
+    /// place while it runs, sleeping or not, so the default is generous: four per core, at
+    /// least 16.
     pub max_commands: usize,
 }
 
@@ -129,7 +131,7 @@ impl Default for EnvironmentsConfig {
             idle: Duration::from_secs(300),
             limits: Limits::default(),
             bwrap: PathBuf::from("bwrap"),
-            max_commands: 2 * cores,
+            max_commands: (4 * cores).max(16),
         }
     }
 }
