@@ -101,7 +101,7 @@ impl Runtime {
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         tasks.spawn(Arc::clone(&environments).maintain(Arc::clone(&store), shutdown.child_token()));
-        tasks.spawn(Arc::clone(coordinator.load_handle()).measure_lag(shutdown.child_token()));
+        tasks.spawn(Arc::clone(coordinator.load()).measure_lag(shutdown.child_token()));
         let mut runtime = Self {
             store,
             coordinator,

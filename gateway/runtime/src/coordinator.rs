@@ -91,12 +91,7 @@ impl Coordinator {
     }
 
     /// The admission bounds: each face takes a request permit here before it reads a body.
-    pub fn load(&self) -> &Load {
-        &self.load
-    }
-
-    /// The same, shared (for the task that measures the process's lag).
-    pub(crate) fn load_handle(&self) -> &Arc<Load> {
+    pub fn load(&self) -> &Arc<Load> {
         &self.load
     }
 
@@ -111,7 +106,7 @@ impl Coordinator {
     /// interrupts finish accepted work, so they always pass.
     async fn check_load(&self, inputs: &[NewEvent]) -> Result<()> {
         if inputs.iter().any(|e| matches!(e.payload, EventPayload::UserMessage { .. })) {
-            self.load.check_queue(self.store.as_ref()).await?;
+            self.check_new_turn().await?;
         }
         Ok(())
     }

@@ -41,14 +41,30 @@ pub fn offer() -> Offer {
 pub type Rig = TestGateway;
 
 pub async fn rig(store: Arc<dyn Store>) -> Rig {
+    rig_with(store, AdmissionLimits::default()).await
+}
+
+/// [`rig`] with other admission bounds.
+pub async fn rig_with(store: Arc<dyn Store>, limits: AdmissionLimits) -> Rig {
     TestGateway::builder()
         .store(store)
         .scripted()
         .offer(offer())
         .subscription_poll(Duration::from_millis(100))
         .no_workers()
+        .admission(limits)
         .build()
         .await
+}
+
+/// Waits until `session` is idle after a turn of its own (seq past its first input).
+pub async fn idle_after_a_turn(r: &Rig, session: &Session) -> bool {
+    wait_for(20, || async {
+        let s = r.coordinator.get_session(&session.id).await.unwrap();
+        (s.status == SessionStatus::Idle && s.last_seq > 1).then_some(())
+    })
+    .await
+    .is_some()
 }
 
 /// A pool's name, host and settings (derefs to the settings a test adjusts).
@@ -588,15 +604,7 @@ pub async fn previews_are_delivered_before_their_committed_event(h: &dyn Harness
 /// drains, messages are admitted again.
 pub async fn new_turns_are_refused_while_too_many_wait(h: &dyn Harness) {
     let limits = AdmissionLimits { max_queued_runs: 2, retry_after: Duration::from_secs(3), ..Default::default() };
-    let r = TestGateway::builder()
-        .store(h.fresh().await)
-        .scripted()
-        .offer(offer())
-        .subscription_poll(Duration::from_millis(100))
-        .no_workers()
-        .admission(limits)
-        .build()
-        .await;
+    let r = rig_with(h.fresh().await, limits).await;
     let (a, b, c) = (new_session(&r).await, new_session(&r).await, new_session(&r).await);
     r.coordinator.submit(&a.id, vec![say("one")]).await.unwrap();
     r.coordinator.submit(&b.id, vec![say("two")]).await.unwrap();
@@ -618,12 +626,7 @@ pub async fn new_turns_are_refused_while_too_many_wait(h: &dyn Harness) {
     r.coordinator.interrupt(&a.id).await.expect("an interrupt passes whatever the queue");
 
     let pool = workers(&r, config("a", "h"));
-    let drained = wait_for(20, || async {
-        let s = r.coordinator.get_session(&b.id).await.unwrap();
-        (s.status == SessionStatus::Idle && s.last_seq > 1).then_some(())
-    })
-    .await;
-    assert!(drained.is_some(), "the queued turns run");
+    assert!(idle_after_a_turn(&r, &b).await, "the queued turns run");
     tokio::time::sleep(gateway_runtime::load::SAMPLE_EVERY + Duration::from_millis(50)).await;
     r.coordinator.submit(&c.id, vec![say("three again")]).await.expect("admitted once the queue drained");
     pool.shutdown().await;
@@ -633,15 +636,7 @@ pub async fn new_turns_are_refused_while_too_many_wait(h: &dyn Harness) {
 /// the next message that would start a turn busy; once it is claimed, messages pass again.
 pub async fn new_turns_are_refused_while_claims_lag_behind(h: &dyn Harness) {
     let limits = AdmissionLimits { max_queue_wait: Duration::from_millis(200), ..Default::default() };
-    let r = TestGateway::builder()
-        .store(h.fresh().await)
-        .scripted()
-        .offer(offer())
-        .subscription_poll(Duration::from_millis(100))
-        .no_workers()
-        .admission(limits)
-        .build()
-        .await;
+    let r = rig_with(h.fresh().await, limits).await;
     let (a, b) = (new_session(&r).await, new_session(&r).await);
     r.coordinator.submit(&a.id, vec![say("waits")]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -650,12 +645,7 @@ pub async fn new_turns_are_refused_while_claims_lag_behind(h: &dyn Harness) {
         other => panic!("expected busy, got {other:?}"),
     }
     let pool = workers(&r, config("a", "h"));
-    let idle = wait_for(20, || async {
-        let s = r.coordinator.get_session(&a.id).await.unwrap();
-        (s.status == SessionStatus::Idle && s.last_seq > 1).then_some(())
-    })
-    .await;
-    assert!(idle.is_some(), "the waiting turn runs once a Worker claims it");
+    assert!(idle_after_a_turn(&r, &a).await, "the waiting turn runs once a Worker claims it");
     tokio::time::sleep(gateway_runtime::load::SAMPLE_EVERY + Duration::from_millis(50)).await;
     r.coordinator.submit(&b.id, vec![say("admitted")]).await.expect("the queue keeps up again");
     pool.shutdown().await;

@@ -59,10 +59,18 @@ pub(crate) struct Writer<DB: Database> {
 /// reads: the wait for a place). A saturated store shows here long before anything else, and
 /// the average counts only while work happens: a last sample older than a second is no
 /// backlog.
-#[derive(Default)]
 pub(crate) struct Lateness {
     avg_us: std::sync::atomic::AtomicU64,
-    at: std::sync::Mutex<Option<std::time::Instant>>,
+    /// When the last sample was taken, in milliseconds since `base` (atomics only: this is on
+    /// every read and write).
+    at_ms: std::sync::atomic::AtomicU64,
+    base: std::time::Instant,
+}
+
+impl Default for Lateness {
+    fn default() -> Self {
+        Self { avg_us: Default::default(), at_ms: Default::default(), base: std::time::Instant::now() }
+    }
 }
 
 impl Lateness {
@@ -71,17 +79,18 @@ impl Lateness {
         let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
         let avg = self.avg_us.load(Relaxed);
         self.avg_us.store(avg - avg / 16 + us / 16, Relaxed);
-        *self.at.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
+        // +1: zero means "never sampled".
+        self.at_ms.store(self.base.elapsed().as_millis() as u64 + 1, Relaxed);
     }
 
     pub(crate) fn now(&self) -> std::time::Duration {
-        let at = *self.at.lock().unwrap_or_else(|p| p.into_inner());
-        match at {
-            Some(at) if at.elapsed() < std::time::Duration::from_secs(1) => {
-                std::time::Duration::from_micros(self.avg_us.load(std::sync::atomic::Ordering::Relaxed))
-            }
-            _ => std::time::Duration::ZERO,
+        use std::sync::atomic::Ordering::Relaxed;
+        let at = self.at_ms.load(Relaxed);
+        let age_ms = (self.base.elapsed().as_millis() as u64 + 1).saturating_sub(at);
+        if at == 0 || age_ms >= 1000 {
+            return std::time::Duration::ZERO;
         }
+        std::time::Duration::from_micros(self.avg_us.load(Relaxed))
     }
 }
 
@@ -333,3 +342,23 @@ where
 #[cfg(test)]
 #[path = "write_fault_tests.rs"]
 mod fault_tests;
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::Lateness;
+
+    #[test]
+    fn lateness_averages_recent_samples_and_forgets_an_old_one() {
+        let l = Lateness::default();
+        assert_eq!(l.now(), Duration::ZERO, "never sampled");
+        for _ in 0..64 {
+            l.record(Duration::from_millis(200));
+        }
+        let avg = l.now();
+        assert!(avg > Duration::from_millis(150) && avg <= Duration::from_millis(200), "{avg:?}");
+        std::thread::sleep(Duration::from_millis(1050));
+        assert_eq!(l.now(), Duration::ZERO, "a last sample older than a second is no backlog");
+    }
+}
