@@ -102,6 +102,7 @@ impl Runtime {
         let tasks = TaskTracker::new();
         tasks.spawn(Arc::clone(&environments).maintain(Arc::clone(&store), shutdown.child_token()));
         tasks.spawn(Arc::clone(coordinator.load()).measure_lag(shutdown.child_token()));
+        tasks.spawn(Arc::clone(coordinator.load()).sample_queue(Arc::clone(&store), shutdown.child_token()));
         let mut runtime = Self {
             store,
             coordinator,

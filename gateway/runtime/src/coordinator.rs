@@ -47,6 +47,12 @@ pub struct CreateSession {
     pub initial_inputs: Vec<NewEvent>,
 }
 
+/// A request that will start a turn, admitted by [`Coordinator::check_new_turn`]: handed to
+/// the admission it prepared, so the load is checked once, before the preparation.
+#[must_use = "hand the pass to the admission, or it checks the load again"]
+#[derive(Debug)]
+pub struct TurnPass(());
+
 #[derive(Debug, Clone)]
 pub struct CoordinatorOptions {
     /// How often subscriptions read the store when no wake-up arrives.
@@ -97,16 +103,19 @@ impl Coordinator {
 
     /// Refuses a request that will start a turn, as early as its face knows it will: before
     /// the reads that prepare its admission, which an overload would otherwise queue up
-    /// behind (the admission checks again; the sample is shared, so this costs no query).
-    pub async fn check_new_turn(&self) -> Result<()> {
-        Ok(self.load.check_queue(self.store.as_ref()).await?)
+    /// behind. The pass goes to the admission, which then does not check again: refused
+    /// after those reads, the request would be refused late, having spent what the refusal
+    /// was to save (under load, a hundred milliseconds of reads and more).
+    pub fn check_new_turn(&self) -> Result<TurnPass> {
+        self.load.check_queue(self.store.as_ref())?;
+        Ok(TurnPass(()))
     }
 
-    /// Refuses inputs that would start a turn while too many turns wait to start; answers and
-    /// interrupts finish accepted work, so they always pass.
-    async fn check_load(&self, inputs: &[NewEvent]) -> Result<()> {
-        if inputs.iter().any(|e| matches!(e.payload, EventPayload::UserMessage { .. })) {
-            self.check_new_turn().await?;
+    /// Refuses inputs that would start a turn while too many turns wait to start, unless
+    /// they come with a pass; answers and interrupts finish accepted work, so they always pass.
+    fn check_load(&self, inputs: &[NewEvent], pass: Option<TurnPass>) -> Result<()> {
+        if pass.is_none() && inputs.iter().any(|e| matches!(e.payload, EventPayload::UserMessage { .. })) {
+            self.load.check_queue(self.store.as_ref())?;
         }
         Ok(())
     }
@@ -216,20 +225,22 @@ impl Coordinator {
     /// (rejecting what cannot be honoured, naming the rule), freezes the snapshot, and admits
     /// the initial inputs, all before answering.
     pub async fn create_session(&self, req: CreateSession) -> Result<(Session, Vec<Event>)> {
-        self.create_session_with(req, SessionId::new(), AdmissionWrites::default()).await
+        self.create_session_with(req, SessionId::new(), AdmissionWrites::default(), None).await
     }
 
     /// [`create_session`](Self::create_session) with the id the session gets (so `writes` can
     /// name it) and adapter state committed in the same transaction as the session and its
     /// initial inputs (DESIGN §3): a conflicting document (`Guard::DocumentConflict`) or a
-    /// refused input leaves none of it behind.
+    /// refused input leaves none of it behind. With a `pass` from
+    /// [`check_new_turn`](Self::check_new_turn), the load is not checked again.
     pub async fn create_session_with(
         &self,
         req: CreateSession,
         id: SessionId,
         writes: AdmissionWrites,
+        pass: Option<TurnPass>,
     ) -> Result<(Session, Vec<Event>)> {
-        self.check_load(&req.initial_inputs).await?;
+        self.check_load(&req.initial_inputs, pass)?;
         let mut agent = self.store.get_agent(&req.agent.id, req.agent.version).await?;
         if let Some(o) = &req.agent.overrides {
             o.apply(&mut agent.spec);
@@ -321,19 +332,21 @@ impl Coordinator {
 
     /// Admits client inputs. Returns only after they are committed (invariant 4).
     pub async fn submit(&self, session: &SessionId, inputs: Vec<NewEvent>) -> Result<Vec<Event>> {
-        self.submit_with(session, inputs, AdmissionWrites::default()).await
+        self.submit_with(session, inputs, AdmissionWrites::default(), None).await
     }
 
     /// [`submit`](Self::submit) with adapter state (documents, bindings) that explains the
     /// inputs, committed in the same transaction (DESIGN §3): if the inputs are refused or a
-    /// document conflicts, nothing is written and the adapter has nothing to undo.
+    /// document conflicts, nothing is written and the adapter has nothing to undo. With a
+    /// `pass` from [`check_new_turn`](Self::check_new_turn), the load is not checked again.
     pub async fn submit_with(
         &self,
         session: &SessionId,
         inputs: Vec<NewEvent>,
         writes: AdmissionWrites,
+        pass: Option<TurnPass>,
     ) -> Result<Vec<Event>> {
-        self.check_load(&inputs).await?;
+        self.check_load(&inputs, pass)?;
         Ok(self.store.submit_inputs(session, inputs, writes).await?)
     }
 

@@ -25,7 +25,7 @@ pub mod testing;
 
 pub use assembly::{Runtime, RuntimeConfig};
 pub use backend::{Backend, BackendError, BackendRegistry, RunContext, TurnOutcome};
-pub use coordinator::{AgentSelection, Coordinator, CoordinatorOptions, CreateSession};
+pub use coordinator::{AgentSelection, Coordinator, CoordinatorOptions, CreateSession, TurnPass};
 pub use environment::{Environments, EnvironmentsConfig};
 pub use error::{Result, RuntimeError};
 pub use load::{AdmissionLimits, Busy, BusyCause, RequestPermit};

@@ -11,9 +11,10 @@
 //! - **queued runs**: inputs that would start a turn are refused while more runs wait to be
 //!   claimed than `max_queued_runs`, or while the oldest run a Worker could claim has waited
 //!   longer than `max_queue_wait_ms` (claims that do not keep up, whatever the reason), both
-//!   counted in the store (so across every process on it) and sampled at most every
-//!   [`SAMPLE_EVERY`]: a sample is one aggregate query on the admission path, never a query
-//!   per request.
+//!   counted in the store (so across every process on it) and sampled every [`SAMPLE_EVERY`]
+//!   by [`Load::sample_queue`]: one aggregate query in the background, never on a request's
+//!   path (under load that query waits like any read, and the request that took the sample
+//!   waited with it).
 //! - **a saturated process**: turns are tasks, so an overload rarely shows as a queue of runs;
 //!   it shows as work running late: every task (cores saturated: [`Load::measure_lag`] wakes
 //!   every [`LAG_EVERY`] and averages how late it woke) or every store access (the store
@@ -31,11 +32,11 @@ use std::time::{Duration, Instant};
 
 use gateway_store::Store;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::Metrics;
 
-/// How stale a queued-runs sample may be before an admission takes a new one.
+/// How often the queued runs are counted.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
 /// `[admission]`: the bounds on what this process admits.
@@ -134,8 +135,6 @@ pub struct Load {
     oldest_ms: AtomicU64,
     /// The moving average of the lag probe, in microseconds.
     lag_us: AtomicU64,
-    /// When `queued` was last sampled; the lock also makes one admission sample at a time.
-    sampled: Mutex<Option<Instant>>,
     metrics: Arc<Metrics>,
 }
 
@@ -147,7 +146,6 @@ impl Load {
             queued: AtomicU64::new(0),
             oldest_ms: AtomicU64::new(0),
             lag_us: AtomicU64::new(0),
-            sampled: Mutex::new(None),
             metrics,
         }
     }
@@ -190,21 +188,26 @@ impl Load {
         Duration::from_micros(self.lag_us.load(Ordering::Relaxed))
     }
 
-    /// Refuses a new turn while too many runs wait to be claimed, or while the process is
-    /// saturated. The count is at most [`SAMPLE_EVERY`] old; while one admission samples it,
-    /// the others use the last sample instead of waiting. A store that cannot count is not a reason to refuse: the admission
-    /// that follows meets the same store and reports it properly.
-    pub async fn check_queue(&self, store: &dyn Store) -> Result<(), Busy> {
-        if let Ok(mut sampled) = self.sampled.try_lock()
-            && sampled.is_none_or(|at| at.elapsed() >= SAMPLE_EVERY)
-        {
+    /// Counts the runs waiting to be claimed every [`SAMPLE_EVERY`], until `stop`. A store
+    /// that cannot count keeps the last figures: it is not a reason to refuse, and the
+    /// admissions that follow meet the same store and report it properly.
+    pub async fn sample_queue(self: Arc<Self>, store: Arc<dyn Store>, stop: tokio_util::sync::CancellationToken) {
+        loop {
             if let Ok(q) = store.queue_stats().await {
                 self.queued.store(q.queued, Ordering::Relaxed);
                 self.oldest_ms.store(q.oldest_wait.as_millis() as u64, Ordering::Relaxed);
                 self.metrics.runs_queued.store(q.queued as i64, Ordering::Relaxed);
             }
-            *sampled = Some(Instant::now());
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(SAMPLE_EVERY) => {}
+            }
         }
+    }
+
+    /// Refuses a new turn while too many runs wait to be claimed (as of the last sample), or
+    /// while the process or its store is saturated. Never waits.
+    pub fn check_queue(&self, store: &dyn Store) -> Result<(), Busy> {
         if self.queued.load(Ordering::Relaxed) >= self.limits.max_queued_runs {
             return Err(self.busy(BusyCause::QueuedRuns, self.limits.max_queued_runs));
         }
@@ -255,17 +258,17 @@ mod tests {
             let load = Arc::new(Load::new(limits, Arc::new(Metrics::default())));
             let stop = tokio_util::sync::CancellationToken::new();
             let probe = tokio::spawn(Arc::clone(&load).measure_lag(stop.clone()));
-            assert!(load.check_queue(store.as_ref()).await.is_ok(), "idle: admitted");
+            assert!(load.check_queue(store.as_ref()).is_ok(), "idle: admitted");
             for _ in 0..60 {
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 std::thread::sleep(Duration::from_millis(30));
             }
-            let busy = load.check_queue(store.as_ref()).await.expect_err("saturated: refused");
+            let busy = load.check_queue(store.as_ref()).expect_err("saturated: refused");
             assert_eq!(busy.cause, BusyCause::Saturated);
             assert!(busy.to_string().contains("runs more than 10 ms late"), "{busy}");
             tokio::time::sleep(Duration::from_secs(2)).await;
             assert!(load.lag() < Duration::from_millis(10), "the average decays: {:?}", load.lag());
-            assert!(load.check_queue(store.as_ref()).await.is_ok(), "recovered: admitted again");
+            assert!(load.check_queue(store.as_ref()).is_ok(), "recovered: admitted again");
             stop.cancel();
             probe.await.unwrap();
         });

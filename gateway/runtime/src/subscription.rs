@@ -85,6 +85,19 @@ impl Drop for OpenGauge {
 }
 
 impl State {
+    /// Reads what was committed after `last_seq`, in a task of its own. A consumer may stop
+    /// polling this stream mid-read (a `select!` that took another branch, a timeout) and go
+    /// on to other work that reads: had the read run inside the stream, it would keep its
+    /// place to read all that time, and a few such consumers would hold every place while
+    /// waiting for one. Detached, the read ends and gives its place back on its own; its
+    /// result waits here for the next poll (or is dropped with the stream).
+    async fn read_after(&self) -> Result<Vec<Event>, gateway_store::StoreError> {
+        let (store, session, after) = (Arc::clone(&self.store), self.session.clone(), self.last_seq);
+        tokio::spawn(async move { store.events_after(&session, after, BATCH).await })
+            .await
+            .unwrap_or_else(|e| Err(gateway_store::StoreError::Unavailable(format!("a subscription read failed: {e}"))))
+    }
+
     fn accept_preview(&mut self, p: Preview) -> Option<Preview> {
         match &p {
             Preview::Start { event_id, .. } => {
@@ -210,7 +223,7 @@ pub(crate) fn subscribe(
                     st.need_read = false;
                     continue;
                 }
-                match st.store.events_after(&st.session, st.last_seq, BATCH).await {
+                match st.read_after().await {
                     Ok(batch) if !batch.is_empty() => {
                         st.buffer.extend(batch);
                         continue;

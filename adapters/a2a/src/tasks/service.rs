@@ -151,7 +151,7 @@ pub async fn send(ctx: &A2aContext, agent_name: &str, req: &SendMessageRequest, 
     if let Some(task_id) = &msg.task_id {
         return follow_up(ctx, agent_name, task_id, msg).await;
     }
-    ctx.coordinator.check_new_turn().await?;
+    let mut pass = Some(ctx.coordinator.check_new_turn()?);
     let blocks = blocks_from_parts(&msg.parts)?;
     if msg.reference_task_ids.len() > 32 {
         return Err(A2aError::InvalidParams("at most 32 referenceTaskIds".into()));
@@ -182,11 +182,11 @@ pub async fn send(ctx: &A2aContext, agent_name: &str, req: &SendMessageRequest, 
         let writes = AdmissionWrites { documents, bindings: vec![] };
         let admitted = match target {
             Target::Existing { session_id, .. } => {
-                ctx.coordinator.submit_with(&session_id, vec![event.clone()], writes).await.map(drop)
+                ctx.coordinator.submit_with(&session_id, vec![event.clone()], writes, pass.take()).await.map(drop)
             }
             Target::New { session_id, .. } => {
                 let request = session_request(ctx, agent_name, &agent_id, event.clone()).await?;
-                ctx.coordinator.create_session_with(request, session_id, writes).await.map(drop)
+                ctx.coordinator.create_session_with(request, session_id, writes, pass.take()).await.map(drop)
             }
         };
         match admitted {

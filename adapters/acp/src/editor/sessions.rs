@@ -134,7 +134,8 @@ pub(super) async fn new_session(ed: &Editor, raw: Value) -> Result<Value, RpcErr
         false => vec![DocumentWrite::create(MCP_SERVERS_NS, id.as_str(), Value::Array(p.mcp_servers))],
     };
     let writes = AdmissionWrites { documents, bindings: vec![] };
-    let (session, _) = ed.ctx.coordinator.create_session_with(request, id, writes).await.map_err(runtime_error)?;
+    let (session, _) =
+        ed.ctx.coordinator.create_session_with(request, id, writes, None).await.map_err(runtime_error)?;
     info!(session = %session.id, agent = %name, cwd = %p.cwd, "ACP session created");
     ed.remember(session.id.clone(), p.cwd);
     let mut result = json!({"sessionId": session.id.to_string()});

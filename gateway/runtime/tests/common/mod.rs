@@ -255,6 +255,35 @@ pub async fn subscriptions_see_commits_of_another_store_handle(h: &dyn Harness) 
     pool.shutdown().await;
 }
 
+/// Consumers that stop polling a subscription mid-read (a `select!` that took another branch)
+/// and go on to read: more of them than the store has places to read must not wedge every
+/// read of the process. (They did: the A2A push feeder did exactly this, and eight feeders
+/// held every place while each waited for another.)
+pub async fn subscriptions_left_mid_read_hold_no_place_to_read(h: &dyn Harness) {
+    let r = rig(h.fresh().await).await;
+    let s = new_session(&r).await;
+    // Two commits: the last batch in memory does not start at seq 1, so a subscription from
+    // the start reads the store.
+    r.coordinator.submit(&s.id, vec![say("one")]).await.unwrap();
+    r.coordinator.submit(&s.id, vec![say("two")]).await.unwrap();
+    let places = h.options().max_connections as usize;
+    let mut left = Vec::new();
+    let reads = tokio::time::timeout(Duration::from_secs(20), async {
+        for _ in 0..places * 4 {
+            let mut stream = Box::pin(subscribe(&r, &s, 0, false).await);
+            // Polled once, so its first read starts, then not again while this test reads.
+            let _ = futures::poll!(stream.next());
+            left.push(stream);
+        }
+        r.coordinator.get_session(&s.id).await.unwrap()
+    })
+    .await;
+    assert!(reads.is_ok(), "reads waited for places held by {} idle subscriptions", left.len());
+    // And the subscriptions themselves still deliver when polled again.
+    let first = tokio::time::timeout(Duration::from_secs(10), left[0].next()).await.unwrap();
+    assert!(matches!(first, Some(Ok(Delivery::Event(e))) if e.seq == 1));
+}
+
 pub async fn an_interrupt_stops_a_running_turn(h: &dyn Harness) {
     let r = rig(h.fresh().await).await;
     let pool = workers(&r, config("a", "h"));
@@ -608,7 +637,7 @@ pub async fn new_turns_are_refused_while_too_many_wait(h: &dyn Harness) {
     let (a, b, c) = (new_session(&r).await, new_session(&r).await, new_session(&r).await);
     r.coordinator.submit(&a.id, vec![say("one")]).await.unwrap();
     r.coordinator.submit(&b.id, vec![say("two")]).await.unwrap();
-    // The queue is sampled at most every SAMPLE_EVERY; past it, two runs wait.
+    // The queue is sampled every SAMPLE_EVERY; past it, two runs wait.
     tokio::time::sleep(gateway_runtime::load::SAMPLE_EVERY + Duration::from_millis(50)).await;
     match r.coordinator.submit(&c.id, vec![say("three")]).await {
         Err(RuntimeError::Busy(busy)) => {
@@ -673,6 +702,7 @@ macro_rules! runtime_suite {
             a_turn_runs_end_to_end,
             subscriptions_join_mid_turn_without_gap_or_duplicate,
             subscriptions_see_commits_of_another_store_handle,
+            subscriptions_left_mid_read_hold_no_place_to_read,
             an_interrupt_stops_a_running_turn,
             transient_failures_are_retried_then_exhausted,
             crashes_past_the_budget_end_the_run_indeterminate,

@@ -108,7 +108,7 @@ pub struct SqlStore<DB: Database> {
     /// acquire, acquisitions near their timeout take a connection and drop it, and the pool
     /// stops serving anyone while the process idles (launchbadge/sqlx#3132).
     pub(crate) read_gate: Arc<tokio::sync::Semaphore>,
-    pub(crate) read_wait: write::Lateness,
+    pub(crate) read_wait: Arc<write::Lateness>,
     pub(crate) write: Pool<DB>,
     pub(crate) writer: write::Writer<DB>,
     pub(crate) wake: Arc<Wakeups>,
@@ -131,10 +131,10 @@ impl<DB: Database> std::ops::Deref for Reader<'_, DB> {
 impl<DB: Database> SqlStore<DB> {
     /// Waits for a place to read (see `read_gate`), recording how long that took.
     pub(crate) async fn reader(&self) -> Result<Reader<'_, DB>> {
-        let asked = std::time::Instant::now();
+        let waiting = self.read_wait.wait();
         let place =
             self.read_gate.acquire().await.map_err(|_| crate::StoreError::Unavailable("the store is closed".into()))?;
-        self.read_wait.record(asked.elapsed());
+        waiting.done();
         Ok(Reader { pool: &self.read, _place: place })
     }
 

@@ -52,29 +52,39 @@ pub(crate) struct Writer<DB: Database> {
     /// How long writes take from `begin` to their durable commit: the store's backlog, seen
     /// by admission (`lateness`). Under load it is the queue in front of the writer plus the
     /// batch's commit; alone, a few statements and one fsync.
-    wait: Lateness,
+    wait: Arc<Lateness>,
 }
 
-/// A moving average of how late the store's work runs (writes: from `begin` to durable;
-/// reads: the wait for a place). A saturated store shows here long before anything else, and
-/// the average counts only while work happens: a last sample older than a second is no
-/// backlog.
+/// How late the store's work runs (writes: from `begin` to durable; reads: the wait for a
+/// place): a moving average of finished work, and the age of the oldest work still waiting.
+/// A saturated store shows here long before anything else. The average counts only while
+/// work finishes (a last sample older than a second is no backlog); the oldest wait covers
+/// the store that finishes nothing at all, which an average of finished work never sees.
 pub(crate) struct Lateness {
     avg_us: std::sync::atomic::AtomicU64,
     /// When the last sample was taken, in milliseconds since `base` (atomics only: this is on
     /// every read and write).
     at_ms: std::sync::atomic::AtomicU64,
     base: std::time::Instant,
+    /// When each operation still waiting began, oldest first. Approximately: one that ends
+    /// removes the oldest entry, whichever it was, so the count is exact and the oldest age
+    /// is never overstated.
+    waiting: std::sync::Mutex<std::collections::VecDeque<std::time::Instant>>,
 }
 
 impl Default for Lateness {
     fn default() -> Self {
-        Self { avg_us: Default::default(), at_ms: Default::default(), base: std::time::Instant::now() }
+        Self {
+            avg_us: Default::default(),
+            at_ms: Default::default(),
+            base: std::time::Instant::now(),
+            waiting: Default::default(),
+        }
     }
 }
 
 impl Lateness {
-    pub(crate) fn record(&self, waited: std::time::Duration) {
+    fn record(&self, waited: std::time::Duration) {
         use std::sync::atomic::Ordering::Relaxed;
         let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
         let avg = self.avg_us.load(Relaxed);
@@ -83,20 +93,49 @@ impl Lateness {
         self.at_ms.store(self.base.elapsed().as_millis() as u64 + 1, Relaxed);
     }
 
+    /// Counts an operation as waiting from now until it is [`Waiting::done`] (sampled) or
+    /// dropped (given up: not sampled).
+    pub(crate) fn wait(self: &Arc<Self>) -> Waiting {
+        let since = std::time::Instant::now();
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner()).push_back(since);
+        Waiting { of: Arc::clone(self), since }
+    }
+
     pub(crate) fn now(&self) -> std::time::Duration {
         use std::sync::atomic::Ordering::Relaxed;
+        let oldest =
+            self.waiting.lock().unwrap_or_else(|p| p.into_inner()).front().map(|t| t.elapsed()).unwrap_or_default();
         let at = self.at_ms.load(Relaxed);
         let age_ms = (self.base.elapsed().as_millis() as u64 + 1).saturating_sub(at);
         if at == 0 || age_ms >= 1000 {
-            return std::time::Duration::ZERO;
+            return oldest;
         }
-        std::time::Duration::from_micros(self.avg_us.load(Relaxed))
+        oldest.max(std::time::Duration::from_micros(self.avg_us.load(Relaxed)))
+    }
+}
+
+/// One operation counted by [`Lateness`] while it waits.
+pub(crate) struct Waiting {
+    of: Arc<Lateness>,
+    since: std::time::Instant,
+}
+
+impl Waiting {
+    /// The operation got what it waited for: its wait becomes a sample.
+    pub(crate) fn done(self) {
+        self.of.record(self.since.elapsed());
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.of.waiting.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
     }
 }
 
 /// One logical write: a transaction of its own, or a savepoint in the shared batch. Derefs
 /// to the connection its statements run on.
-pub(crate) struct WriteTx<DB: Database>(Inner<DB>, std::time::Instant);
+pub(crate) struct WriteTx<DB: Database>(Inner<DB>, Option<Waiting>);
 
 enum Inner<DB: Database> {
     /// Always `Some` until committed or dropped.
@@ -153,7 +192,7 @@ where
 {
     /// A writer whose transactions each commit on their own.
     pub fn plain(pool: Pool<DB>, begin: &'static str) -> Self {
-        Self { pool, begin, group: None, committer: std::sync::Mutex::new(None), wait: Lateness::default() }
+        Self { pool, begin, group: None, committer: std::sync::Mutex::new(None), wait: Default::default() }
     }
 
     /// A writer that groups commits, with its committer task (stopped by `stop`).
@@ -173,13 +212,13 @@ where
             begin,
             group: Some(group),
             committer: std::sync::Mutex::new(Some(committer)),
-            wait: Lateness::default(),
+            wait: Default::default(),
         }
     }
 
     /// Starts a write.
     pub async fn begin(&self) -> Result<WriteTx<DB>> {
-        let asked = std::time::Instant::now();
+        let asked = Some(self.wait.wait());
         let Some(group) = &self.group else {
             let tx = self.pool.begin_with(self.begin).await?;
             return Ok(WriteTx(Inner::Own(Some(tx)), asked));
@@ -201,12 +240,14 @@ where
     /// Makes the write durable; returns once it is (for a grouped write: once the batch that
     /// holds it is committed). `hints` are delivered by the caller's `deliver` after that.
     pub async fn commit(&self, mut tx: WriteTx<DB>, hints: Hints) -> Result<Hints> {
-        let asked = tx.1;
+        let asked = tx.1.take();
         let batch = match &mut tx.0 {
             Inner::Own(own) => {
                 if let Some(own) = own.take() {
                     own.commit().await?;
-                    self.wait.record(asked.elapsed());
+                    if let Some(asked) = asked {
+                        asked.done();
+                    }
                 }
                 return Ok(hints);
             }
@@ -227,14 +268,16 @@ where
                 }
                 // The committer delivers the batch's hints itself, after the commit.
                 committed.await.map_err(|_| StoreError::Unavailable("the store closed before committing".into()))??;
-                self.wait.record(asked.elapsed());
+                if let Some(asked) = asked {
+                    asked.done();
+                }
                 Ok(Hints::default())
             }
         }
     }
 
-    /// How long writes take now, from `begin` to durable (moving average; zero when no write
-    /// happened lately).
+    /// How long writes take now, from `begin` to durable: the moving average, or the oldest
+    /// write still waiting if that is longer (zero when no write happened lately).
     pub fn lateness(&self) -> std::time::Duration {
         self.wait.now()
     }
@@ -360,5 +403,20 @@ mod tests {
         assert!(avg > Duration::from_millis(150) && avg <= Duration::from_millis(200), "{avg:?}");
         std::thread::sleep(Duration::from_millis(1050));
         assert_eq!(l.now(), Duration::ZERO, "a last sample older than a second is no backlog");
+    }
+
+    #[test]
+    fn work_still_waiting_counts_before_it_finishes() {
+        let l = std::sync::Arc::new(Lateness::default());
+        let first = l.wait();
+        let second = l.wait();
+        std::thread::sleep(Duration::from_millis(120));
+        assert!(l.now() >= Duration::from_millis(120), "{:?}: nothing finished, yet two waits are late", l.now());
+        drop(first);
+        assert!(l.now() >= Duration::from_millis(120), "one is still waiting");
+        second.done();
+        let after = l.now();
+        assert!(after < Duration::from_millis(120), "{after:?}: only the average of one sample is left");
+        assert!(after > Duration::ZERO, "the finished wait is a sample");
     }
 }

@@ -64,6 +64,9 @@ pub struct Args {
     /// Interleaved rounds per comparison (1 = A B, 2 = A B B A); default 1 quick, 2 full.
     #[arg(long)]
     pub rounds: Option<usize>,
+    /// Offered rates (messages/s) of the A2A open-loop comparisons, instead of the plan's.
+    #[arg(long, value_delimiter = ',')]
+    pub a2a_rates: Vec<f64>,
     /// The gateway binary (default: `gateway` next to this executable).
     #[arg(long)]
     pub gateway: Option<PathBuf>,
@@ -144,7 +147,10 @@ pub async fn run(args: Args) -> Result<()> {
     let parent = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&parent)?;
     let work = tempfile::Builder::new().prefix("gateway-bench-").tempdir_in(&parent)?;
-    let plan = plan::Plan::new(args.quick, args.rounds);
+    let mut plan = plan::Plan::new(args.quick, args.rounds);
+    if !args.a2a_rates.is_empty() {
+        plan.a2a_rates = args.a2a_rates.clone();
+    }
     let wanted = |s: Scenario| args.only.is_empty() || args.only.contains(&s);
     let mut results = Results::default();
 
