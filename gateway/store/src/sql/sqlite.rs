@@ -102,9 +102,12 @@ impl SqliteStore {
             .foreign_keys(true)
             .read_only(true);
         let readers = options.max_connections.max(1);
+        // No ping before each read: a local file's connection cannot go stale the way a
+        // network connection can, and each ping is a round trip to the connection's thread.
         let read = SqlitePoolOptions::new()
             .max_connections(readers)
             .min_connections(readers)
+            .test_before_acquire(false)
             .acquire_timeout(options.acquire_timeout)
             .connect_with(read_options)
             .await?;
