@@ -97,7 +97,7 @@ impl Backend for ConformanceBackend {
     async fn run(&self, ctx: &RunContext) -> Result<TurnOutcome, BackendError> {
         // The run's inputs (`gateway_core::turn`): its message, and the answers to it when
         // the turn resumes after asking for input.
-        let view = ctx.view().await?;
+        let view = ctx.turn_view().await?;
         let inputs: Vec<&Event> = view.inputs().collect();
         let Some(i) = inputs.iter().rposition(|e| e.kind() == EventKind::UserMessage) else {
             return Ok(TurnOutcome::EndTurn);

@@ -73,6 +73,26 @@ impl RunView {
             .map_or(0, |i| i + 1)
     }
 
+    /// Whether this view, taken over the events after seq `from` only (0: the whole history),
+    /// answers as the whole history would: it holds the end of the turn before the current
+    /// one, before that end the boundary of that turn (a run's start, or an end the admission
+    /// wrote), and everything after that boundary (the inputs it leaves to this turn may come
+    /// before the end). Earlier events cannot matter: boundaries only grow along the log (a
+    /// run starts only for an input after every earlier end), so the newest boundary before
+    /// the current turn is the highest.
+    pub fn covers_its_turn(&self, from: u64) -> bool {
+        if from == 0 {
+            return true;
+        }
+        let start = self.turn_start();
+        start > 0
+            && self.events[..start].iter().any(|e| {
+                matches!(e.payload, EventPayload::TurnStarted { .. })
+                    || matches!(e.payload, EventPayload::TurnEnded { .. } if e.run_id.is_none())
+            })
+            && from <= self.covered()
+    }
+
     /// Where the inputs of earlier turns end: the highest boundary of their runs, or the seq
     /// of an end the admission wrote (an interrupt of a queued or parked turn).
     fn covered(&self) -> u64 {
@@ -440,15 +460,28 @@ mod tests {
                 labels: vec![Before, Started, Closed],
             },
         ];
+        let mut partial = 0;
         for row in rows {
             let events = log(row.log);
             let (run, boundary, at) = row.view;
             let view = RunView::new(run, boundary, events.iter().filter(|e| e.seq <= at).cloned());
             assert_eq!(texts(&view.inputs().collect::<Vec<_>>()), row.answers, "{}: inputs", row.name);
+            // A view over the newest events only answers the same, whenever it says it covers
+            // its turn.
+            for from in 1..at {
+                let part = RunView::new(run, boundary, events.iter().filter(|e| e.seq > from && e.seq <= at).cloned());
+                if part.covers_its_turn(from) {
+                    partial += 1;
+                    let (a, b) = (part.inputs().map(|e| e.seq).collect::<Vec<_>>(), view.inputs().map(|e| e.seq));
+                    assert!(a.into_iter().eq(b), "{}: inputs from seq {from}", row.name);
+                    assert_eq!(part.turn(), view.turn(), "{}: the turn from seq {from}", row.name);
+                }
+            }
             let mut follower = TurnFollower::new(row.follow_seq);
             let labels: Vec<Relation> = events.iter().map(|e| follower.follow(e)).collect();
             assert_eq!(labels, row.labels, "{}: labels", row.name);
         }
+        assert!(partial >= 5, "only {partial} partial views covered their turn: the check is too strict to help");
     }
 
     #[test]
@@ -469,6 +502,9 @@ mod tests {
         assert_eq!(view.turn().iter().map(|e| e.seq).collect::<Vec<_>>(), vec![4, 5, 7]);
         assert_eq!(view.last_user_text().as_deref(), Some("b"));
         assert_eq!(view.inputs_after(4).count(), 0);
+        assert!(RunView::new(&r2, 4, events[1..].to_vec()).covers_its_turn(1), "r1's start and end are enough");
+        assert!(!RunView::new(&r2, 4, events[2..].to_vec()).covers_its_turn(2), "r1's boundary is missing");
+        assert!(!RunView::new(&r2, 4, events[3..].to_vec()).covers_its_turn(3), "the turn before is missing");
         let mut grown = RunView::new(&r2, 4, events[..5].to_vec());
         grown.record(events[5..].to_vec());
         assert_eq!(grown.events().len(), 6, "recording keeps only the run's own commits");

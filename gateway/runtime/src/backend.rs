@@ -117,6 +117,10 @@ impl BackendRegistry {
     }
 }
 
+/// How many of the newest events [`RunContext::turn_view`] reads first: a plain turn of a
+/// forwarding backend is a handful of events, so one read almost always covers it.
+const TURN_WINDOW: u64 = 64;
+
 /// Everything a backend may use while running one claimed run.
 pub struct RunContext {
     pub claim: Claim,
@@ -137,9 +141,14 @@ pub struct RunContext {
 impl RunContext {
     /// The session's committed history, oldest first.
     pub async fn history(&self) -> Result<Vec<Event>, BackendError> {
+        self.events_after(0).await
+    }
+
+    /// Every committed event after `seq`, oldest first.
+    async fn events_after(&self, seq: u64) -> Result<Vec<Event>, BackendError> {
         let mut out = Vec::new();
         loop {
-            let after = out.last().map(|e: &Event| e.seq).unwrap_or(0);
+            let after = out.last().map(|e: &Event| e.seq).unwrap_or(seq);
             let batch = self.store.events_after(&self.session.id, after, 1000).await?;
             let done = batch.len() < 1000;
             out.extend(batch);
@@ -154,6 +163,25 @@ impl RunContext {
     /// way a backend learns what to answer.
     pub async fn view(&self) -> Result<RunView, BackendError> {
         Ok(RunView::new(&self.claim.fence.run_id, self.claim.inputs_through, self.history().await?))
+    }
+
+    /// [`view`](Self::view) for a backend that needs only the current turn (its inputs, its
+    /// calls): one whose agent keeps its own conversation (ACP, A2A). It reads back from the
+    /// newest events only as far as the turn before this one (`RunView::covers_its_turn`),
+    /// so a turn costs the same in a session of ten events and of a hundred thousand: reading
+    /// the whole history made every prompt of a long editor session slower by its length.
+    pub async fn turn_view(&self) -> Result<RunView, BackendError> {
+        let tip = self.last_seq.load(std::sync::atomic::Ordering::Relaxed).max(self.claim.inputs_through);
+        let mut window = TURN_WINDOW;
+        loop {
+            let from = tip.saturating_sub(window);
+            let view =
+                RunView::new(&self.claim.fence.run_id, self.claim.inputs_through, self.events_after(from).await?);
+            if view.covers_its_turn(from) {
+                return Ok(view);
+            }
+            window = window.saturating_mul(8);
+        }
     }
 
     /// Commits events under this run's fence. Fails with `Abandoned` if the lease is lost.

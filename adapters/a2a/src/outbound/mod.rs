@@ -207,7 +207,7 @@ impl RemoteBackend {
         // Only this run's inputs not yet forwarded (`gateway_core::turn`): a message queued
         // behind the run belongs to the next one, and counting it here would make a resumed
         // run abandon the remote task it follows.
-        let view = ctx.view().await?;
+        let view = ctx.turn_view().await?;
         let inputs: Vec<&Event> = view
             .inputs_after(sent)
             .filter(|e| matches!(e.payload, EventPayload::UserMessage { .. } | EventPayload::ClientToolResult { .. }))

@@ -237,7 +237,7 @@ impl Backend for AcpBackend {
             self.processes.discard(&ctx.session.id, &p).await;
         };
         p.touch();
-        let view = ctx.view().await?;
+        let view = ctx.turn_view().await?;
         let bindings = ctx.bindings().await?;
         let mut sent = seq_binding(&bindings, SENT_BINDING);
         let answered = seq_binding(&bindings, ANSWERED_BINDING);
