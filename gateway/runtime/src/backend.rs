@@ -121,6 +121,13 @@ impl BackendRegistry {
 /// forwarding backend is a handful of events, so one read almost always covers it.
 const TURN_WINDOW: u64 = 64;
 
+/// What a run staged for its next commit or its settlement.
+#[derive(Debug, Default)]
+pub(crate) struct Staged {
+    pub(crate) events: Vec<NewEvent>,
+    pub(crate) bindings: Vec<(String, String)>,
+}
+
 /// Everything a backend may use while running one claimed run.
 pub struct RunContext {
     pub claim: Claim,
@@ -134,8 +141,9 @@ pub struct RunContext {
     pub(crate) abandoned: CancellationToken,
     /// The seq of the last event this run committed (or saw at claim): where its previews go.
     pub(crate) last_seq: std::sync::atomic::AtomicU64,
-    /// Events staged to ride with the next commit, or with the settlement (see `stage`).
-    pub(crate) staged: std::sync::Mutex<Vec<NewEvent>>,
+    /// Events and bindings staged to ride with the next commit, or with the settlement (see
+    /// `stage`).
+    pub(crate) staged: std::sync::Mutex<Staged>,
 }
 
 impl RunContext {
@@ -220,11 +228,23 @@ impl RunContext {
     /// run repairs may be staged (the model request is asked again), never a tool's journal
     /// entry (invariant 5) nor anything a client was told about.
     pub fn stage(&self, events: impl IntoIterator<Item = NewEvent>) {
-        self.staged.lock().unwrap_or_else(|p| p.into_inner()).extend(events);
+        self.staged.lock().unwrap_or_else(|p| p.into_inner()).events.extend(events);
+    }
+
+    /// [`stage`](Self::stage) with session bindings, under the same rule: only facts whose
+    /// loss with the claim a resumed run handles (it finds them missing and acts on that).
+    pub fn stage_with_bindings(
+        &self,
+        events: impl IntoIterator<Item = NewEvent>,
+        bindings: impl IntoIterator<Item = (String, String)>,
+    ) {
+        let mut staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+        staged.events.extend(events);
+        staged.bindings.extend(bindings);
     }
 
     /// What is staged and not yet committed (for the settlement).
-    pub(crate) fn take_staged(&self) -> Vec<NewEvent> {
+    pub(crate) fn take_staged(&self) -> Staged {
         std::mem::take(&mut *self.staged.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
@@ -232,10 +252,14 @@ impl RunContext {
         if self.abandoned.is_cancelled() {
             return Err(BackendError::Abandoned("lease lost before commit".into()));
         }
-        let mut staged = self.take_staged();
-        if !staged.is_empty() {
-            staged.append(&mut commit.events);
-            commit.events = staged;
+        let Staged { mut events, mut bindings } = self.take_staged();
+        if !events.is_empty() {
+            events.append(&mut commit.events);
+            commit.events = events;
+        }
+        if !bindings.is_empty() {
+            bindings.append(&mut commit.bindings);
+            commit.bindings = bindings;
         }
         let committed = self.store.commit(&self.claim.fence, commit).await?;
         if let Some(last) = committed.last() {

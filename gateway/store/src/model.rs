@@ -240,6 +240,9 @@ pub enum RunOutcome {
 pub struct Settlement {
     pub events: Vec<NewEvent>,
     pub outcome: RunOutcome,
+    /// Session bindings written with the settlement (a backend's last facts, staged so the
+    /// turn's end costs one commit).
+    pub bindings: Vec<(String, String)>,
 }
 
 /// Lease parameters for claims.

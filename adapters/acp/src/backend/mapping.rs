@@ -101,11 +101,23 @@ pub struct Mapper {
 impl Mapper {
     /// Commits buffered text and thoughts.
     pub async fn flush(&mut self, ctx: &RunContext) -> Result<(), BackendError> {
-        self.flush_with(ctx, vec![]).await
+        let events = self.take_streamed();
+        if !events.is_empty() {
+            ctx.commit(events).await?;
+        }
+        Ok(())
     }
 
-    /// Commits buffered text and thoughts together with session bindings (one transaction).
-    pub async fn flush_with(&mut self, ctx: &RunContext, bindings: Vec<(String, String)>) -> Result<(), BackendError> {
+    /// The text streamed so far, and `bindings`, staged for the settlement: at the prompt's
+    /// answer, so the turn's last text, the fact that the agent answered and the turn's end
+    /// cost one commit. Lost with the claim, they leave the prompt sent and not answered,
+    /// which the resumed run reports as a failed turn (the agent may have acted), never as
+    /// an answer.
+    pub fn stage_with(&mut self, ctx: &RunContext, bindings: Vec<(String, String)>) {
+        ctx.stage_with_bindings(self.take_streamed(), bindings);
+    }
+
+    fn take_streamed(&mut self) -> Vec<NewEvent> {
         let mut events = Vec::new();
         if let Some(t) = self.thought.take() {
             events.push(NewEvent::new(EventPayload::AgentThinking { text: Some(t) }));
@@ -114,10 +126,7 @@ impl Mapper {
             events
                 .push(NewEvent { id, payload: EventPayload::AgentMessage { content: vec![ContentBlock::text(text)] } });
         }
-        if !events.is_empty() || !bindings.is_empty() {
-            ctx.commit_bindings(events, bindings).await?;
-        }
-        Ok(())
+        events
     }
 
     /// Maps one update; tool state lives in `tools` (it outlives a parked run).

@@ -410,9 +410,10 @@ impl AcpBackend {
                     }
                     let answer: Result<Value, RpcError> = answer.unwrap_or_else(|e| Err(RpcError::internal(e.to_string())));
                     let reached = answer.is_ok() || p.alive();
-                    // The text so far and the fact that the agent answered, in one commit.
+                    // The text so far and the fact that the agent answered ride with the
+                    // settlement: the turn's end is one commit.
                     let answered = if reached { vec![(ANSWERED_BINDING.to_owned(), seq.to_string())] } else { vec![] };
-                    mapper.flush_with(ctx, answered).await?;
+                    mapper.stage_with(ctx, answered);
                     tools.clear();
                     return match answer {
                         _ if cancelled_at.is_some() => Ok(TurnOutcome::Interrupted),

@@ -28,7 +28,9 @@ fn error_event(kind: ErrorKind, message: impl Into<String>, retry: RetryStatus) 
 /// sets `held.interrupted` on a client's interrupt and `held.abandoned` when the lease is lost.
 pub(super) async fn execute(w: &Arc<Shared>, claim: Claim, held: &Held) {
     let run = &claim.run;
-    let settle_now = |events: Vec<NewEvent>, outcome: RunOutcome| settle(w, &claim, Settlement { events, outcome });
+    let settle_now = |events: Vec<NewEvent>, outcome: RunOutcome| {
+        settle(w, &claim, Settlement { events, outcome, bindings: vec![] })
+    };
 
     if claim.environment_lost {
         warn!("the session environment's host is gone; failing the run");
@@ -147,9 +149,10 @@ pub(super) async fn execute(w: &Arc<Shared>, claim: Claim, held: &Held) {
     };
     // What the backend staged (its last model request's events) commits with the settlement:
     // the turn's end costs one commit.
-    let mut all = ctx.take_staged();
+    let staged = ctx.take_staged();
+    let mut all = staged.events;
     all.extend(events);
-    settle(w, &claim, Settlement { events: all, outcome }).await;
+    settle(w, &claim, Settlement { events: all, outcome, bindings: staged.bindings }).await;
 }
 
 /// Decrements a gauge when dropped (a turn that panics or is aborted still leaves it).

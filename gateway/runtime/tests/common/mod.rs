@@ -520,7 +520,14 @@ pub async fn a_lost_environment_fails_the_run_instead_of_moving(h: &dyn Harness)
         EnvironmentChange { state: gateway_core::session::EnvironmentState::Realized, host: Some("h1".into()) };
     r.store.commit(&c.fence, Commit { events: vec![], environment: Some(realized), bindings: vec![] }).await.unwrap();
     r.store
-        .settle(&c.fence, gateway_store::Settlement { events: vec![], outcome: gateway_store::RunOutcome::Completed })
+        .settle(
+            &c.fence,
+            gateway_store::Settlement {
+                events: vec![],
+                outcome: gateway_store::RunOutcome::Completed,
+                bindings: vec![],
+            },
+        )
         .await
         .unwrap();
     let stream = subscribe(&r, &s, r.coordinator.get_session(&s.id).await.unwrap().last_seq, false).await;

@@ -27,7 +27,29 @@ pub async fn bindings_commit_with_their_events_under_the_fence(h: &dyn Harness) 
     let update = Commit { events: vec![], environment: None, bindings: vec![("remote.task".into(), "task-3".into())] };
     s.commit(&b.fence, update).await.unwrap();
     assert_eq!(s.bindings(&sess.id).await.unwrap()["remote.task"], "task-3");
-    s.settle(&b.fence, Settlement { events: vec![], outcome: RunOutcome::Completed }).await.unwrap();
+    // A stale settlement writes none of its bindings; the owner's writes them with the end.
+    let stale = Settlement {
+        events: vec![],
+        outcome: RunOutcome::Completed,
+        bindings: vec![("remote.task".into(), "task-4".into())],
+    };
+    assert!(s.settle(&a.fence, stale).await.unwrap_err().is_fenced());
+    assert_eq!(s.bindings(&sess.id).await.unwrap()["remote.task"], "task-3", "a fenced settlement writes nothing");
+    let last = Settlement {
+        events: vec![agent_text("the answer")],
+        outcome: RunOutcome::Completed,
+        bindings: vec![("remote.task".into(), "task-5".into()), ("remote.answered".into(), "7".into())],
+    };
+    let ended = s.settle(&b.fence, last).await.unwrap();
+    assert_eq!(ended.len(), 1, "the settlement's own events: {ended:?}");
+    assert_eq!(
+        s.bindings(&sess.id).await.unwrap(),
+        BTreeMap::from([
+            ("remote.answered".to_owned(), "7".to_owned()),
+            ("remote.task".to_owned(), "task-5".to_owned())
+        ]),
+        "the settlement's bindings commit with it"
+    );
 }
 
 pub async fn snapshots_change_only_before_history(h: &dyn Harness) {

@@ -41,9 +41,16 @@ pub async fn seqs_increase_without_gap_under_concurrency(h: &dyn Harness) {
                         )
                         .await
                         .unwrap();
-                        s.settle(&c.fence, crate::Settlement { events: vec![], outcome: crate::RunOutcome::Completed })
-                            .await
-                            .unwrap();
+                        s.settle(
+                            &c.fence,
+                            crate::Settlement {
+                                events: vec![],
+                                outcome: crate::RunOutcome::Completed,
+                                bindings: vec![],
+                            },
+                        )
+                        .await
+                        .unwrap();
                         runs += 1;
                     }
                     None if finished => return runs,

@@ -14,7 +14,7 @@ use super::{Harness, agent_text, msg, outlive, session, session_with, terms, wor
 use crate::{AdmissionWrites, Commit, EnvironmentChange, Guard, LeaseTerms, RunOutcome, Settlement, StoreError};
 
 fn done() -> Settlement {
-    Settlement { events: vec![agent_text("done")], outcome: RunOutcome::Completed }
+    Settlement { events: vec![agent_text("done")], outcome: RunOutcome::Completed, bindings: vec![] }
 }
 
 pub async fn claims_bump_the_epoch_and_hold_a_lease(h: &dyn Harness) {
@@ -154,7 +154,9 @@ pub async fn reclaims_count_crashes_and_indeterminate_settles(h: &dyn Harness) {
         message: "crashed 3 times".into(),
         retry: gateway_core::event::RetryStatus::Exhausted,
     });
-    s.settle(&c.fence, Settlement { events: vec![end], outcome: RunOutcome::Indeterminate }).await.unwrap();
+    s.settle(&c.fence, Settlement { events: vec![end], outcome: RunOutcome::Indeterminate, bindings: vec![] })
+        .await
+        .unwrap();
     assert_eq!(s.get_run(&c.fence.run_id).await.unwrap().state, RunState::Indeterminate);
     assert_eq!(s.get_session(&sess.id).await.unwrap().status, SessionStatus::Idle);
 }
@@ -194,7 +196,7 @@ pub async fn settlements_set_session_status(h: &dyn Harness) {
     s.submit_inputs(&sess.id, vec![msg("break it")], AdmissionWrites::default()).await.unwrap();
     let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
     s.submit_inputs(&sess.id, vec![msg("queued behind")], AdmissionWrites::default()).await.unwrap();
-    s.settle(&c.fence, Settlement { events: vec![], outcome: RunOutcome::Terminated }).await.unwrap();
+    s.settle(&c.fence, Settlement { events: vec![], outcome: RunOutcome::Terminated, bindings: vec![] }).await.unwrap();
     assert_eq!(s.get_session(&sess.id).await.unwrap().status, SessionStatus::Terminated);
     assert!(s.active_runs(&sess.id).await.unwrap().is_empty(), "a terminated session keeps no queued work");
     assert!(matches!(
@@ -207,9 +209,16 @@ pub async fn retry_waits_for_its_backoff(h: &dyn Harness) {
     let s = h.fresh().await;
     let sess = session_with(&s, vec![msg("flaky")]).await;
     let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
-    s.settle(&c.fence, Settlement { events: vec![], outcome: RunOutcome::Retry { after: Duration::from_millis(400) } })
-        .await
-        .unwrap();
+    s.settle(
+        &c.fence,
+        Settlement {
+            events: vec![],
+            outcome: RunOutcome::Retry { after: Duration::from_millis(400) },
+            bindings: vec![],
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(s.get_session(&sess.id).await.unwrap().status, SessionStatus::Rescheduling);
     assert!(s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().is_none(), "not before the backoff");
     tokio::time::sleep(Duration::from_millis(550)).await;
@@ -320,7 +329,7 @@ pub async fn messages_during_a_retry_backoff_get_their_own_run(h: &dyn Harness) 
     let sess = session_with(&s, vec![msg("flaky")]).await;
     let c = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
     let retry = RunOutcome::Retry { after: Duration::from_millis(300) };
-    s.settle(&c.fence, Settlement { events: vec![], outcome: retry }).await.unwrap();
+    s.settle(&c.fence, Settlement { events: vec![], outcome: retry, bindings: vec![] }).await.unwrap();
     s.submit_inputs(&sess.id, vec![msg("meanwhile")], AdmissionWrites::default()).await.unwrap();
     let active = s.active_runs(&sess.id).await.unwrap();
     assert_eq!(active.len(), 2, "the retry and a run for the new message: {active:?}");
@@ -353,7 +362,7 @@ pub async fn an_interrupt_outlives_a_retry_or_park_settlement(h: &dyn Harness) {
         } else {
             RunOutcome::Retry { after: Duration::from_millis(10) }
         };
-        let events = s.settle(&c.fence, Settlement { events: vec![], outcome }).await.unwrap();
+        let events = s.settle(&c.fence, Settlement { events: vec![], outcome, bindings: vec![] }).await.unwrap();
         assert!(
             matches!(
                 events.last().map(|e| &e.payload),
@@ -382,9 +391,12 @@ pub async fn parked_sessions_are_not_claimed(h: &dyn Harness) {
         policy: None,
     });
     let pending = vec![PendingAction { event_id: tool.id.clone(), kind: PendingKind::Confirmation }];
-    s.settle(&c.fence, Settlement { events: vec![tool.clone()], outcome: RunOutcome::Parked { pending } })
-        .await
-        .unwrap();
+    s.settle(
+        &c.fence,
+        Settlement { events: vec![tool.clone()], outcome: RunOutcome::Parked { pending }, bindings: vec![] },
+    )
+    .await
+    .unwrap();
     assert!(
         s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().is_none(),
         "the queued follow-up waits for the answer"
@@ -471,7 +483,9 @@ pub async fn batched_claims_take_one_run_per_session_and_start_their_turns(h: &d
     let first = s.claim_run(&worker("w", "h"), terms(10_000)).await.unwrap().unwrap();
     assert_eq!(first.fence.session_id, busy.id);
     assert_eq!(s.queue_stats().await.unwrap().queued, 2, "a claimed run no longer waits");
-    s.settle(&first.fence, Settlement { events: vec![], outcome: RunOutcome::Completed }).await.unwrap();
+    s.settle(&first.fence, Settlement { events: vec![], outcome: RunOutcome::Completed, bindings: vec![] })
+        .await
+        .unwrap();
     s.submit_inputs(&busy.id, vec![msg("again")], AdmissionWrites::default()).await.unwrap();
     assert_eq!(s.queue_stats().await.unwrap().queued, 3);
     let claims = s.claim_runs(&worker("w", "h"), terms(10_000), 2).await.unwrap();

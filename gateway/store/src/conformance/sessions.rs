@@ -110,7 +110,9 @@ pub async fn archive_and_delete_are_refused_while_running(h: &dyn Harness) {
     assert!(matches!(s.archive_session(&sess.id).await, Err(StoreError::Guard(Guard::SessionRunning(_)))));
     assert!(matches!(s.delete_session(&sess.id).await, Err(StoreError::Guard(Guard::SessionRunning(_)))));
     let claim = s.claim_run(&worker("w", "h"), terms(5_000)).await.unwrap().unwrap();
-    s.settle(&claim.fence, Settlement { events: vec![], outcome: RunOutcome::Completed }).await.unwrap();
+    s.settle(&claim.fence, Settlement { events: vec![], outcome: RunOutcome::Completed, bindings: vec![] })
+        .await
+        .unwrap();
     let archived = s.archive_session(&sess.id).await.unwrap();
     assert!(archived.archived_at.is_some());
     assert!(matches!(
@@ -123,7 +125,9 @@ pub async fn delete_ends_the_log_and_releases_the_environment(h: &dyn Harness) {
     let s = h.fresh().await;
     let sess = session_with(&s, vec![msg("hi")]).await;
     let claim = s.claim_run(&worker("w", "h"), terms(5_000)).await.unwrap().unwrap();
-    s.settle(&claim.fence, Settlement { events: vec![], outcome: RunOutcome::Completed }).await.unwrap();
+    s.settle(&claim.fence, Settlement { events: vec![], outcome: RunOutcome::Completed, bindings: vec![] })
+        .await
+        .unwrap();
     s.delete_session(&sess.id).await.unwrap();
     assert!(matches!(s.get_session(&sess.id).await, Err(StoreError::NotFound { .. })));
     assert!(matches!(
@@ -156,7 +160,11 @@ pub async fn partial_answers_re_emit_idle_and_the_last_resumes(h: &dyn Harness) 
     ];
     s.settle(
         &claim.fence,
-        Settlement { events: vec![x.clone(), y.clone()], outcome: RunOutcome::Parked { pending: pending.clone() } },
+        Settlement {
+            events: vec![x.clone(), y.clone()],
+            outcome: RunOutcome::Parked { pending: pending.clone() },
+            bindings: vec![],
+        },
     )
     .await
     .unwrap();

@@ -386,6 +386,7 @@ engine_impl! {
                     settlement = Settlement {
                         events: vec![NewEvent::new(EventPayload::TurnEnded { stop: StopReason::Interrupted })],
                         outcome: RunOutcome::Cancelled,
+                        bindings: std::mem::take(&mut settlement.bindings),
                     };
                 }
             }
@@ -411,6 +412,7 @@ engine_impl! {
             if settled.is_none() {
                 return Err(Self::fenced(&mut tx, fence).await);
             }
+            Self::write_bindings(&mut tx, &session.id, &settlement.bindings, now).await?;
             let mut hints = Hints::default();
             if matches!(settlement.outcome, RunOutcome::Terminated) {
                 sqlx::query("UPDATE runs SET state = 'cancelled', updated_at = $2 WHERE session_id = $1 AND state = 'queued'")
