@@ -54,8 +54,8 @@ pub struct AdmissionLimits {
     /// refused: Workers that do not keep up with the queue (whatever the reason) show here.
     #[serde(rename = "max_queue_wait_ms", with = "gateway_core::durations::millis")]
     pub max_queue_wait: Duration,
-    /// How late (moving average) this process's tasks, or its store's reads and writes, may
-    /// run before new turns are refused.
+    /// How late this process's tasks (moving average), or its store's reads and writes
+    /// (`Store::lateness`), may run before new turns are refused.
     #[serde(rename = "max_lag_ms", with = "gateway_core::durations::millis")]
     pub max_lag: Duration,
 }

@@ -159,8 +159,9 @@ pub trait RunQueue: Send + Sync {
     /// How many runs wait to be claimed, in every session, and how long the oldest claimable
     /// one has waited (the admission bounds sample it).
     async fn queue_stats(&self) -> Result<QueueStats>;
-    /// How late the store's work runs now, averaged: the longer of a read's wait for a place
-    /// and a write's time from begin to durable. The store's backlog: admission refuses new
+    /// How late the store's work runs now: the longer of a read's wait for a place and a
+    /// write's time from begin to durable, each the moving average of finished work or the
+    /// age of the oldest still waiting, whichever is longer. The store's backlog: admission refuses new
     /// turns when it is too long. Zero for a store that does not measure it.
     fn lateness(&self) -> std::time::Duration {
         std::time::Duration::ZERO

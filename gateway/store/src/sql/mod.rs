@@ -20,6 +20,7 @@ mod catalog;
 mod documents;
 mod events;
 mod keys;
+mod lateness;
 mod outbox;
 mod runs;
 mod sessions;
@@ -108,7 +109,7 @@ pub struct SqlStore<DB: Database> {
     /// acquire, acquisitions near their timeout take a connection and drop it, and the pool
     /// stops serving anyone while the process idles (launchbadge/sqlx#3132).
     pub(crate) read_gate: Arc<tokio::sync::Semaphore>,
-    pub(crate) read_wait: Arc<write::Lateness>,
+    pub(crate) read_wait: Arc<lateness::Lateness>,
     pub(crate) write: Pool<DB>,
     pub(crate) writer: write::Writer<DB>,
     pub(crate) wake: Arc<Wakeups>,
