@@ -5,19 +5,67 @@
 use std::net::SocketAddr;
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use gateway_runtime::auth::AuthError;
+use gateway_core::{EnvironmentId, SessionId};
+use gateway_runtime::RuntimeError;
+use gateway_runtime::auth::{AuthError, Principal};
 
 use crate::ManagedAgents;
 use crate::error::ApiError;
 
-pub async fn layer(State(api): State<ManagedAgents>, req: Request, next: Next) -> Response {
+pub async fn layer(State(api): State<ManagedAgents>, mut req: Request, next: Next) -> Response {
     let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
-    match api.auth.authorize(peer, req.uri(), req.headers()).await {
-        Ok(_) => next.run(req).await,
-        Err(e) => refusal(&e).into_response(),
+    let principal = match api.auth.authorize(peer, req.uri(), req.headers()).await {
+        Ok(p) => p,
+        Err(e) => return refusal(&e).into_response(),
+    };
+    if let Principal::Environment { environment, .. } = &principal
+        && let Err(e) = check_environment_scope(&api, environment, req.method(), req.uri().path()).await
+    {
+        return e.into_response();
+    }
+    req.extensions_mut().insert(principal);
+    next.run(req).await
+}
+
+/// What an environment key may reach (docs/adr/0013): its environment's work queue, and its
+/// environment's sessions: retrieve, and events list, stream and send (the send handler
+/// further admits only tool results). Everything else is 403.
+async fn check_environment_scope(
+    api: &ManagedAgents,
+    environment: &EnvironmentId,
+    method: &Method,
+    path: &str,
+) -> Result<(), ApiError> {
+    let refused = || {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            "an environment key is valid only for its own environment's work queue and sessions",
+        )
+    };
+    let segments: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["", "v1", "environments", env, "work", ..] if *env == environment.as_str() => Ok(()),
+        ["", "v1", "sessions", session, rest @ ..] => {
+            let readable = match rest {
+                [] | ["stream"] | ["events", "stream"] => method == Method::GET,
+                ["events"] => method == Method::GET || method == Method::POST,
+                _ => false,
+            };
+            if !readable {
+                return Err(refused());
+            }
+            let Ok(id) = session.parse::<SessionId>() else { return Err(refused()) };
+            match api.coordinator.get_session(&id).await {
+                Ok(s) if s.environment_id == *environment => Ok(()),
+                Ok(_) | Err(RuntimeError::NotFound { .. }) => Err(refused()),
+                Err(e) => Err(e.into()),
+            }
+        }
+        _ => Err(refused()),
     }
 }
 

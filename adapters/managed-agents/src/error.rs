@@ -24,11 +24,21 @@ pub struct ApiError {
     pub no_retry: bool,
     /// `retry-after` / `retry-after-ms` on an overload refusal (the SDK honours both).
     pub retry_after: Option<Duration>,
+    /// More members of `error.details` beside `error_code` (an object).
+    pub details: Option<Value>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
-        Self { status, kind, message: message.into(), error_code: None, no_retry: false, retry_after: None }
+        Self {
+            status,
+            kind,
+            message: message.into(),
+            error_code: None,
+            no_retry: false,
+            retry_after: None,
+            details: None,
+        }
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -68,11 +78,21 @@ impl ApiError {
         self
     }
 
+    /// Adds members to `error.details` (e.g. a heartbeat's `current_state`).
+    pub fn details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
     /// The envelope body for a request id.
     pub fn body(&self, request_id: &str) -> Value {
         let mut error = json!({"type": self.kind, "message": self.message});
-        if let Some(code) = self.error_code {
-            error["details"] = json!({"error_code": code});
+        if self.error_code.is_some() || self.details.is_some() {
+            let mut details = self.details.clone().filter(Value::is_object).unwrap_or_else(|| json!({}));
+            if let Some(code) = self.error_code {
+                details["error_code"] = json!(code);
+            }
+            error["details"] = details;
         }
         json!({"type": "error", "error": error, "request_id": request_id})
     }
@@ -104,6 +124,8 @@ impl From<RuntimeError> for ApiError {
                     "environment" => Some("environment_not_found"),
                     "session" => Some("session_not_found"),
                     "agent" | "agent version" => Some("agent_not_found"),
+                    "work item" => Some("work_not_found"),
+                    "webhook endpoint" => Some("webhook_not_found"),
                     _ => None,
                 };
                 let err = ApiError::not_found(message);
@@ -123,6 +145,7 @@ impl From<RuntimeError> for ApiError {
                 Guard::SessionArchived(_) => ApiError::invalid(message).code("session_archived"),
                 Guard::EnvironmentTransition { .. } | Guard::SessionStarted(_) => ApiError::invalid(message),
                 Guard::DocumentConflict { .. } | Guard::SessionExists(_) => ApiError::conflict(message, "conflict"),
+                Guard::WorkState { .. } => ApiError::conflict(message, "work_state_conflict"),
             },
             RuntimeError::Rejected(a) => match a {
                 AdmissionError::Archived => ApiError::invalid(message).code("session_archived"),

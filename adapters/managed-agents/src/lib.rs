@@ -14,6 +14,7 @@ pub mod openapi;
 mod pagination;
 mod request_id;
 mod stream;
+pub mod webhooks;
 mod wire;
 
 use std::sync::Arc;
@@ -38,15 +39,19 @@ pub struct ManagedAgents {
     pub auth: Arc<Authenticator>,
     /// The sandbox provider environments get when they name none.
     pub default_provider: ProviderTier,
+    /// The base URL executors reach this gateway at (a self-hosted session's `remote_url`).
+    pub public_url: String,
     /// How often an idle stream sends a `: keep-alive` comment.
     pub keep_alive: Duration,
+    /// Webhook endpoints (the `/v1/webhooks` extension) and their delivery.
+    pub webhooks: Arc<webhooks::Webhooks>,
     /// Cancelled at shutdown: open streams end so the server can drain.
     pub shutdown: CancellationToken,
 }
 
 /// The `/v1` routes of the Managed Agents API (mount at the root).
 pub fn router(api: ManagedAgents) -> Router {
-    use handlers::{agents, environments, events, sessions};
+    use handlers::{agents, environments, events, sessions, webhook_endpoints, work};
     let routes = Router::new()
         .route("/v1/agents", post(agents::create).get(agents::list))
         .route("/v1/agents/{id}", get(agents::retrieve).post(agents::update))
@@ -58,6 +63,15 @@ pub fn router(api: ManagedAgents) -> Router {
             get(environments::retrieve).post(environments::update).delete(environments::delete),
         )
         .route("/v1/environments/{id}/archive", post(environments::archive))
+        .route("/v1/environments/{id}/work", get(work::list))
+        .route("/v1/environments/{id}/work/poll", get(work::poll))
+        .route("/v1/environments/{id}/work/stats", get(work::stats))
+        .route("/v1/environments/{id}/work/{work_id}", get(work::retrieve).post(work::update))
+        .route("/v1/environments/{id}/work/{work_id}/ack", post(work::ack))
+        .route("/v1/environments/{id}/work/{work_id}/heartbeat", post(work::heartbeat))
+        .route("/v1/environments/{id}/work/{work_id}/stop", post(work::stop))
+        .route("/v1/environments/{id}/keys", post(work::create_key).get(work::list_keys))
+        .route("/v1/environments/{id}/keys/{key_id}", axum::routing::delete(work::revoke_key))
         .route("/v1/sessions", post(sessions::create).get(sessions::list))
         .route("/v1/sessions/{id}", get(sessions::retrieve).post(sessions::update).delete(sessions::delete))
         .route("/v1/sessions/{id}/archive", post(sessions::archive))
@@ -65,6 +79,9 @@ pub fn router(api: ManagedAgents) -> Router {
         .route("/v1/sessions/{id}/events", post(events::send).get(events::list))
         .route("/v1/sessions/{id}/events/stream", get(stream::stream))
         .route("/v1/sessions/{id}/stream", get(stream::stream))
+        .route("/v1/webhooks", post(webhook_endpoints::create).get(webhook_endpoints::list))
+        .route("/v1/webhooks/{id}", get(webhook_endpoints::retrieve).delete(webhook_endpoints::delete))
+        .route("/v1/webhooks/{id}/enable", post(webhook_endpoints::enable))
         .route("/v1/openapi.json", get(openapi::serve))
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
@@ -90,6 +107,17 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/environments/{environment_id}"),
     ("delete", "/v1/environments/{environment_id}"),
     ("post", "/v1/environments/{environment_id}/archive"),
+    ("get", "/v1/environments/{environment_id}/work"),
+    ("get", "/v1/environments/{environment_id}/work/poll"),
+    ("get", "/v1/environments/{environment_id}/work/stats"),
+    ("get", "/v1/environments/{environment_id}/work/{work_id}"),
+    ("post", "/v1/environments/{environment_id}/work/{work_id}"),
+    ("post", "/v1/environments/{environment_id}/work/{work_id}/ack"),
+    ("post", "/v1/environments/{environment_id}/work/{work_id}/heartbeat"),
+    ("post", "/v1/environments/{environment_id}/work/{work_id}/stop"),
+    ("post", "/v1/environments/{environment_id}/keys"),
+    ("get", "/v1/environments/{environment_id}/keys"),
+    ("delete", "/v1/environments/{environment_id}/keys/{key_id}"),
     ("post", "/v1/sessions"),
     ("get", "/v1/sessions"),
     ("get", "/v1/sessions/{session_id}"),
@@ -101,5 +129,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/sessions/{session_id}/events"),
     ("get", "/v1/sessions/{session_id}/events/stream"),
     ("get", "/v1/sessions/{session_id}/stream"),
+    ("post", "/v1/webhooks"),
+    ("get", "/v1/webhooks"),
+    ("get", "/v1/webhooks/{webhook_id}"),
+    ("delete", "/v1/webhooks/{webhook_id}"),
+    ("post", "/v1/webhooks/{webhook_id}/enable"),
     ("get", "/v1/openapi.json"),
 ];

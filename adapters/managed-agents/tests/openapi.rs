@@ -22,8 +22,10 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use gateway_core::agent::BackendRef;
 use gateway_core::environment::ProviderTier;
+use gateway_managed_agents::webhooks::Webhooks;
 use gateway_managed_agents::{BODY_LIMIT, ManagedAgents, ROUTES, openapi};
 use gateway_models::fake::FakeModel;
+use gateway_runtime::SecretBox;
 use gateway_runtime::auth::{Authenticator, generate_key};
 use gateway_runtime::testing::TestGateway;
 use gateway_runtime::{EnvironmentsConfig, NativeBackend, NativeConfig, RetryPolicy, WorkerConfig};
@@ -372,10 +374,13 @@ async fn start() -> Gateway {
     // A configured key: requests must present it (x-api-key or Bearer), so 401 is reachable.
     let key = generate_key();
     gw.store.create_api_key("openapi-test", &key.hash).await.unwrap();
+    let webhooks = Webhooks::start(gw.coordinator.clone(), SecretBox::generate(), Default::default()).await.unwrap();
     let api = ManagedAgents {
         coordinator: gw.coordinator.clone(),
+        webhooks,
         auth: Arc::new(Authenticator::new(Arc::clone(&gw.store))),
         default_provider: ProviderTier::local(),
+        public_url: "http://127.0.0.1".into(),
         keep_alive: Duration::from_secs(15),
         shutdown: gw.shutdown.clone(),
     };
@@ -743,6 +748,118 @@ const STREAM: &str = "/v1/sessions/{session_id}/events/stream";
 const STREAM_ALIAS: &str = "/v1/sessions/{session_id}/stream";
 const OPENAPI: &str = "/v1/openapi.json";
 
+const WORK: &str = "/v1/environments/{environment_id}/work";
+const WORK_POLL: &str = "/v1/environments/{environment_id}/work/poll";
+const WORK_STATS: &str = "/v1/environments/{environment_id}/work/stats";
+const WORK_ITEM: &str = "/v1/environments/{environment_id}/work/{work_id}";
+const WORK_ACK: &str = "/v1/environments/{environment_id}/work/{work_id}/ack";
+const WORK_HEARTBEAT: &str = "/v1/environments/{environment_id}/work/{work_id}/heartbeat";
+const WORK_STOP: &str = "/v1/environments/{environment_id}/work/{work_id}/stop";
+const KEYS: &str = "/v1/environments/{environment_id}/keys";
+const WEBHOOKS: &str = "/v1/webhooks";
+const WEBHOOK: &str = "/v1/webhooks/{webhook_id}";
+const WEBHOOK_ENABLE: &str = "/v1/webhooks/{webhook_id}/enable";
+const KEY: &str = "/v1/environments/{environment_id}/keys/{key_id}";
+
+/// A self-hosted session driven through its work queue as an executor would: a tool call asks
+/// for compute, the item is polled, acknowledged, beaten and stopped, and the call answered.
+async fn self_hosted_turn(c: &Client, env: &str, session: &str, cloud_env: &str) {
+    let w = |suffix: &str| format!("/v1/environments/{env}{suffix}");
+    let key = c.call(Method::POST, KEYS, &w("/keys"), Some(json!({"name": "executor"}))).await;
+    let key_id = key.id();
+    assert!(key.ok()["key"].as_str().is_some_and(|k| k.starts_with("gwe_")), "the secret, once");
+    let keys = c.call(Method::GET, KEYS, &w("/keys"), None).await;
+    assert!(keys.ok()["data"][0].get("key").is_none(), "a listed key never shows its secret");
+    c.call(Method::POST, KEYS, &format!("/v1/environments/{cloud_env}/keys"), None)
+        .await
+        .expect(400, Some("environment_not_self_hosted"));
+    c.call(Method::GET, WORK_POLL, &format!("/v1/environments/{cloud_env}/work/poll"), None)
+        .await
+        .expect(400, Some("environment_not_self_hosted"));
+
+    let empty = c.call(Method::GET, WORK_POLL, &w("/work/poll"), None).await;
+    assert_eq!(empty.ok(), &Value::Null, "an empty poll is 200 null");
+    c.call(Method::GET, WORK_POLL, &w("/work/poll?block_ms=0"), None).await.expect(400, None);
+    c.call(
+        Method::POST,
+        EVENTS,
+        &format!("/v1/sessions/{session}/events"),
+        Some(say(r#"tool:bash {"command":"echo hi"}"#)),
+    )
+    .await
+    .ok();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let item = loop {
+        let polled =
+            c.call(Method::GET, WORK_POLL, &w("/work/poll?block_ms=500&reclaim_older_than_ms=60000"), None).await;
+        if !polled.ok().is_null() {
+            break polled.body;
+        }
+        assert!(Instant::now() < deadline, "the tool call never queued work");
+    };
+    assert_eq!(item["data"]["id"], session);
+    assert_eq!(item["state"], "queued");
+    let work = item["id"].as_str().unwrap().to_owned();
+    let i = |suffix: &str| format!("/v1/environments/{env}/work/{work}{suffix}");
+    let stats = c.call(Method::GET, WORK_STATS, &w("/work/stats"), None).await;
+    assert_eq!(stats.ok()["pending"], 1, "polled, not yet acknowledged");
+    assert_eq!(c.call(Method::POST, WORK_ACK, &i("/ack"), None).await.ok()["state"], "starting");
+    c.call(Method::POST, WORK_ACK, &i("/ack"), None).await.expect(409, Some("work_state_conflict"));
+    let beat = c.call(Method::POST, WORK_HEARTBEAT, &i("/heartbeat?expected_last_heartbeat=NO_HEARTBEAT"), None).await;
+    assert_eq!(beat.ok()["lease_extended"], true);
+    let token = beat.ok()["last_heartbeat"].as_str().unwrap().to_owned();
+    let stale = c.call(Method::POST, WORK_HEARTBEAT, &i("/heartbeat?expected_last_heartbeat=NO_HEARTBEAT"), None).await;
+    stale.expect(412, Some("heartbeat_precondition_failed"));
+    assert_eq!(stale.body["error"]["details"]["current_state"]["state"], "active");
+    let again = format!("/heartbeat?expected_last_heartbeat={}&desired_ttl_seconds=60", urlencode(&token));
+    assert_eq!(c.call(Method::POST, WORK_HEARTBEAT, &i(&again), None).await.ok()["ttl_seconds"], 60);
+    c.call(Method::GET, WORK_ITEM, &i(""), None).await.ok();
+    let updated = c.call(Method::POST, WORK_ITEM, &i(""), Some(json!({"metadata": {"host": "vm-1"}}))).await;
+    assert_eq!(updated.ok()["metadata"]["host"], "vm-1");
+    c.call(Method::GET, WORK, &w("/work?limit=5"), None).await.ok();
+
+    // The executor answers the call; the turn ends.
+    let parked = wait_status(c, session, "idle").await;
+    assert_eq!(parked["environment"]["status"], "connected", "{}", pretty(&parked));
+    let events = c.call(Method::GET, EVENTS, &format!("/v1/sessions/{session}/events"), None).await;
+    let data = events.ok()["data"].as_array().unwrap().clone();
+    let names: Vec<&str> = data.iter().filter_map(|e| e["type"].as_str()).collect();
+    for t in
+        ["agent.session.environment.pending", "agent.session.requires_action", "agent.session.environment.connected"]
+    {
+        assert!(names.contains(&t), "{t} in {names:?}");
+    }
+    let tool_use = data.iter().find(|e| e["type"] == "agent.tool_use").expect("agent.tool_use");
+    c.call(
+        Method::POST,
+        EVENTS,
+        &format!("/v1/sessions/{session}/events"),
+        Some(json!({"events": [{"type": "user.tool_result", "tool_use_id": tool_use["id"], "is_error": false,
+                                "content": [{"type": "text", "text": "hi"}]}]})),
+    )
+    .await
+    .ok();
+    wait_status(c, session, "idle").await;
+    let stopped = c.call(Method::POST, WORK_STOP, &i("/stop"), Some(json!({"force": true}))).await;
+    assert_eq!(stopped.ok()["state"], "stopped");
+    c.call(Method::POST, WORK_STOP, &i("/stop"), None).await.expect(409, Some("work_already_stopped"));
+    let ended = c.call(Method::GET, SESSION, &format!("/v1/sessions/{session}"), None).await;
+    assert_eq!(ended.ok()["environment"]["status"], "disconnected");
+    c.call(Method::DELETE, KEY, &format!("/v1/environments/{env}/keys/{key_id}"), None).await.ok();
+    c.call(Method::DELETE, KEY, &format!("/v1/environments/{env}/keys/{key_id}"), None)
+        .await
+        .expect(404, Some("environment_key_not_found"));
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// Polls a session until `status`.
 async fn wait_status(c: &Client, session: &str, status: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -892,6 +1009,34 @@ async fn scenario(c: &Client) {
     big.resize(BODY_LIMIT + 1, b'a');
     c.call_raw(Method::POST, AGENTS, AGENTS, big).await.expect(413, None);
 
+    // ---- Webhook endpoints (their deliveries are tested against real verifiers in tests/compat)
+    let hook = c
+        .call(
+            Method::POST,
+            WEBHOOKS,
+            WEBHOOKS,
+            Some(json!({"url": "https://hooks.example.com/gw", "event_types": ["session.status_idled"]})),
+        )
+        .await;
+    let hook_id = hook.id();
+    assert!(hook.ok()["secret"].as_str().is_some_and(|s| s.starts_with("whsec_")), "the secret, once");
+    c.call(Method::POST, WEBHOOKS, WEBHOOKS, Some(json!({"url": "http://127.0.0.1:9/hook"}))).await.expect(400, None);
+    c.call(
+        Method::POST,
+        WEBHOOKS,
+        WEBHOOKS,
+        Some(json!({"url": "https://hooks.example.com", "event_types": ["bogus"]})),
+    )
+    .await
+    .expect(400, None);
+    let listed = c.call(Method::GET, WEBHOOKS, WEBHOOKS, None).await;
+    assert!(listed.ok()["data"][0].get("secret").is_none(), "a listed endpoint never shows its secret");
+    let h = |suffix: &str| format!("/v1/webhooks/{hook_id}{suffix}");
+    c.call(Method::GET, WEBHOOK, &h(""), None).await.ok();
+    assert_eq!(c.call(Method::POST, WEBHOOK_ENABLE, &h("/enable"), None).await.ok()["status"], "enabled");
+    c.call(Method::DELETE, WEBHOOK, &h(""), None).await.ok();
+    c.call(Method::GET, WEBHOOK, &h(""), None).await.expect(404, Some("webhook_not_found"));
+
     // ---- Environments
     let env = c
         .call(
@@ -968,14 +1113,16 @@ async fn scenario(c: &Client) {
     )
     .await
     .ok();
-    c.call(
-        Method::POST,
-        SESSIONS,
-        SESSIONS,
-        Some(json!({"agent": agent_id, "environment_id": self_hosted_id, "metadata": {"where": "self-hosted"}})),
-    )
-    .await
-    .ok();
+    let self_hosted_session = c
+        .call(
+            Method::POST,
+            SESSIONS,
+            SESSIONS,
+            Some(json!({"agent": agent_id, "environment_id": self_hosted_id, "metadata": {"where": "self-hosted"}})),
+        )
+        .await
+        .id();
+    self_hosted_turn(c, &self_hosted_id, &self_hosted_session, &env_id).await;
     c.call(
         Method::POST,
         SESSIONS,

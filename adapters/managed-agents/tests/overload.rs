@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use gateway_core::agent::BackendRef;
 use gateway_core::environment::ProviderTier;
 use gateway_managed_agents::ManagedAgents;
+use gateway_managed_agents::webhooks::Webhooks;
 use gateway_models::fake::FakeModel;
+use gateway_runtime::SecretBox;
 use gateway_runtime::auth::Authenticator;
 use gateway_runtime::testing::TestGateway;
 use gateway_runtime::{AdmissionLimits, NativeBackend, NativeConfig};
@@ -38,10 +40,13 @@ async fn start(limits: AdmissionLimits) -> Gateway {
         .admission(limits)
         .build()
         .await;
+    let webhooks = Webhooks::start(gw.coordinator.clone(), SecretBox::generate(), Default::default()).await.unwrap();
     let api = ManagedAgents {
         coordinator: gw.coordinator.clone(),
+        webhooks,
         auth: Arc::new(Authenticator::new(Arc::clone(&gw.store))),
         default_provider: ProviderTier::local(),
+        public_url: "http://127.0.0.1".into(),
         keep_alive: Duration::from_secs(15),
         shutdown: gw.shutdown.clone(),
     };

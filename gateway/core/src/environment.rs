@@ -101,6 +101,36 @@ pub struct CloudConfig {
     pub provider: ProviderTier,
 }
 
+/// Where a self-hosted session's executor stands (DESIGN §5a). Changes are committed as
+/// `EnvironmentConnection` events and kept on the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectionStatus {
+    /// Compute was asked for; no executor holds the session's work item yet.
+    Pending,
+    /// An executor holds the work item and renews its lease.
+    Connected,
+    /// The executor stopped, or its lease lapsed.
+    Disconnected,
+    /// No executor came within the connect timeout.
+    Failed,
+}
+
+impl ConnectionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnectionStatus::Pending => "pending",
+            ConnectionStatus::Connected => "connected",
+            ConnectionStatus::Disconnected => "disconnected",
+            ConnectionStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Pending, Self::Connected, Self::Disconnected, Self::Failed].into_iter().find(|c| c.as_str() == s)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EnvironmentConfig {

@@ -71,6 +71,9 @@ pub enum ErrorKind {
     Indeterminate,
     /// The backend (agent process, remote agent) failed.
     BackendFailed,
+    /// No self-hosted executor connected within the connect timeout; the input it was
+    /// needed for was not run.
+    EnvironmentConnectTimeout,
 }
 
 /// Whether the failed work will be retried.
@@ -136,6 +139,21 @@ pub enum EventPayload {
     SessionTerminated {},
     SessionDeleted {},
 
+    // -- self-hosted environments --
+    /// The connection of the session's self-hosted executor changed: a report of state,
+    /// never a request for compute.
+    EnvironmentConnection {
+        environment_id: crate::EnvironmentId,
+        status: crate::environment::ConnectionStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// Input needs the session's self-hosted executor and none is connected: the gateway asks
+    /// for one (announced before it waits).
+    ConnectionRequested {
+        environment_id: crate::EnvironmentId,
+    },
+
     // -- agent output --
     AgentMessage {
         content: Vec<ContentBlock>,
@@ -185,6 +203,8 @@ pub enum EventKind {
     SessionError,
     SessionTerminated,
     SessionDeleted,
+    EnvironmentConnection,
+    ConnectionRequested,
     AgentMessage,
     AgentThinking,
     ToolUse,
@@ -195,7 +215,7 @@ pub enum EventKind {
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 17] = [
+    pub const ALL: [EventKind; 19] = [
         EventKind::UserMessage,
         EventKind::UserInterrupt,
         EventKind::ToolConfirmation,
@@ -206,6 +226,8 @@ impl EventKind {
         EventKind::SessionError,
         EventKind::SessionTerminated,
         EventKind::SessionDeleted,
+        EventKind::EnvironmentConnection,
+        EventKind::ConnectionRequested,
         EventKind::AgentMessage,
         EventKind::AgentThinking,
         EventKind::ToolUse,
@@ -227,6 +249,8 @@ impl EventKind {
             EventKind::SessionError => "session_error",
             EventKind::SessionTerminated => "session_terminated",
             EventKind::SessionDeleted => "session_deleted",
+            EventKind::EnvironmentConnection => "environment_connection",
+            EventKind::ConnectionRequested => "connection_requested",
             EventKind::AgentMessage => "agent_message",
             EventKind::AgentThinking => "agent_thinking",
             EventKind::ToolUse => "tool_use",
@@ -272,6 +296,8 @@ impl EventPayload {
             EventPayload::SessionError { .. } => EventKind::SessionError,
             EventPayload::SessionTerminated {} => EventKind::SessionTerminated,
             EventPayload::SessionDeleted {} => EventKind::SessionDeleted,
+            EventPayload::EnvironmentConnection { .. } => EventKind::EnvironmentConnection,
+            EventPayload::ConnectionRequested { .. } => EventKind::ConnectionRequested,
             EventPayload::AgentMessage { .. } => EventKind::AgentMessage,
             EventPayload::AgentThinking { .. } => EventKind::AgentThinking,
             EventPayload::ToolUse { .. } => EventKind::ToolUse,
@@ -353,6 +379,12 @@ mod tests {
                 message: "m".into(),
                 retry: RetryStatus::Terminal,
             },
+            EventPayload::EnvironmentConnection {
+                environment_id: crate::EnvironmentId::new(),
+                status: crate::environment::ConnectionStatus::Failed,
+                error: Some("no executor".into()),
+            },
+            EventPayload::ConnectionRequested { environment_id: crate::EnvironmentId::new() },
             EventPayload::SessionTerminated {},
             EventPayload::SessionDeleted {},
             EventPayload::AgentMessage { content: vec![ContentBlock::text("x")] },

@@ -141,6 +141,10 @@ define_id!(/// An API key (the id, never the secret).
     ApiKeyId, "key_", "api key");
 define_id!(/// An outbound HTTP delivery (webhook, push notification).
     DeliveryId, "dlv_", "delivery");
+define_id!(/// A webhook endpoint.
+    WebhookId, "whk_", "webhook endpoint");
+define_id!(/// A self-hosted environment's work item: one executor's hold on one session.
+    WorkId, "work_", "work item");
 
 #[cfg(test)]
 mod tests {

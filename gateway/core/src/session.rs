@@ -185,6 +185,9 @@ pub struct Session {
     pub environment_state: EnvironmentState,
     /// The host the environment was realized on; later runs are claimable only there.
     pub environment_host: Option<String>,
+    /// A self-hosted session's executor connection (None until compute is first asked for,
+    /// and always on cloud environments).
+    pub connection: Option<crate::environment::ConnectionStatus>,
     /// The seq of the last committed event.
     pub last_seq: u64,
     pub created_at: Timestamp,

@@ -21,6 +21,7 @@ use tracing::info;
 use crate::backend::BackendRegistry;
 use crate::coordinator::{Coordinator, CoordinatorOptions};
 use crate::environment::Environments;
+use crate::executors::Executors;
 use crate::metrics::Metrics;
 use crate::previews::PreviewBus;
 use crate::worker::{PoolParts, WorkerConfig, WorkerIdentity, WorkerPool};
@@ -43,6 +44,8 @@ pub struct RuntimeConfig {
 pub struct Runtime {
     pub store: Arc<dyn Store>,
     pub coordinator: Coordinator,
+    /// Self-hosted executors: the work queue's waits and lease sweep.
+    pub executors: Arc<Executors>,
     pub environments: Arc<Environments>,
     pub previews: PreviewBus,
     pub metrics: Arc<Metrics>,
@@ -96,16 +99,20 @@ impl Runtime {
         let RuntimeConfig { instance, workers, coordinator: options, offer } = config;
         let previews = PreviewBus::default();
         let metrics = Arc::new(Metrics::default());
+        let executors = Arc::new(Executors::new(Arc::clone(&store), environments.config().executors()));
         let coordinator = Coordinator::new(Arc::clone(&store), previews.clone(), offer, options, Arc::clone(&metrics))
-            .with_environments(Arc::clone(&environments));
+            .with_environments(Arc::clone(&environments))
+            .with_executors(Arc::clone(&executors));
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
+        tasks.spawn(Arc::clone(&executors).sweep(shutdown.child_token()));
         tasks.spawn(Arc::clone(&environments).maintain(Arc::clone(&store), shutdown.child_token()));
         tasks.spawn(Arc::clone(coordinator.load()).measure_lag(shutdown.child_token()));
         tasks.spawn(Arc::clone(coordinator.load()).sample_queue(Arc::clone(&store), shutdown.child_token()));
         let mut runtime = Self {
             store,
             coordinator,
+            executors,
             environments,
             previews,
             metrics,
@@ -136,6 +143,7 @@ impl Runtime {
     fn parts(&self) -> PoolParts {
         PoolParts {
             store: Arc::clone(&self.store),
+            executors: Arc::clone(&self.executors),
             backends: self.backends.clone(),
             previews: self.previews.clone(),
             metrics: Arc::clone(&self.metrics),

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use caller::{Caller, OwnNames};
-use gateway_core::ApiKeyId;
+use gateway_core::{ApiKeyId, EnvironmentId};
 use gateway_store::Store;
 use http::{HeaderMap, Uri};
 use sha2::{Digest, Sha256};
@@ -30,6 +30,11 @@ pub enum Principal {
     /// No keys exist and the request is a local program's (see [`Caller`]).
     Loopback,
     Key(ApiKeyId),
+    /// An environment key: only its environment's work queue and sessions.
+    Environment {
+        key: ApiKeyId,
+        environment: EnvironmentId,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -74,7 +79,7 @@ const CACHE_TTL: Duration = Duration::from_secs(10);
 
 struct Cache {
     live_keys: Option<(u64, Instant)>,
-    known: Vec<(String, ApiKeyId, Instant)>,
+    known: Vec<(String, Principal, Instant)>,
 }
 
 /// Authenticates presented keys against the store.
@@ -90,6 +95,11 @@ pub struct NewKey {
     pub secret: String,
     pub hash: String,
 }
+
+/// How an API key's secret starts.
+const API_KEY_PREFIX: &str = "gwk_";
+/// How an environment key's secret starts.
+const ENVIRONMENT_KEY_PREFIX: &str = "gwe_";
 
 /// The key a client presented: the `x-api-key` header's value, else the token of an
 /// `Authorization: Bearer` header. Every HTTP face reads credentials this one way.
@@ -107,14 +117,23 @@ pub fn presented_key_in(headers: &HeaderMap) -> Option<&str> {
     presented_key(value("x-api-key"), value(http::header::AUTHORIZATION.as_str()))
 }
 
-/// Makes a new random key.
+/// Makes a new random API key.
 pub fn generate_key() -> NewKey {
+    random_key(API_KEY_PREFIX)
+}
+
+/// Makes a new random environment key.
+pub fn generate_environment_key() -> NewKey {
+    random_key(ENVIRONMENT_KEY_PREFIX)
+}
+
+fn random_key(prefix: &str) -> NewKey {
     const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     let mut bytes = [0u8; 32];
     // Same reasoning as ids: a failing OS random source is unrecoverable.
     getrandom::fill(&mut bytes).expect("operating system random source unavailable");
     let body: String = bytes.iter().map(|b| ALPHABET[(*b as usize) % ALPHABET.len()] as char).collect();
-    let secret = format!("gwk_{body}");
+    let secret = format!("{prefix}{body}");
     let hash = hash_key(&secret);
     NewKey { secret, hash }
 }
@@ -174,6 +193,11 @@ impl Authenticator {
     /// browser can be rebound to this host's LAN address too), then web pages, then other
     /// addresses.
     pub async fn authenticate(&self, presented: Option<&str>, caller: &Caller) -> Result<Principal, AuthError> {
+        // An environment key is its own credential, keys or no keys: an executor on another
+        // host presents it to a gateway that may have no API key at all.
+        if let Some(secret) = presented.map(str::trim).filter(|s| s.starts_with(ENVIRONMENT_KEY_PREFIX)) {
+            return self.lookup(secret).await;
+        }
         let live = self.live_keys().await?;
         if live == 0 {
             return match caller {
@@ -186,6 +210,11 @@ impl Authenticator {
         let Some(secret) = presented.map(str::trim).filter(|s| !s.is_empty()) else {
             return Err(AuthError::Missing);
         };
+        self.lookup(secret).await
+    }
+
+    /// The principal a presented secret names (cached briefly).
+    async fn lookup(&self, secret: &str) -> Result<Principal, AuthError> {
         if secret.len() > 256 {
             return Err(AuthError::Invalid);
         }
@@ -193,21 +222,35 @@ impl Authenticator {
         {
             let mut cache = self.cache.lock().await;
             cache.known.retain(|(_, _, at)| at.elapsed() < CACHE_TTL);
-            if let Some((_, id, _)) = cache.known.iter().find(|(h, _, _)| *h == hash) {
-                return Ok(Principal::Key(id.clone()));
+            if let Some((_, principal, _)) = cache.known.iter().find(|(h, _, _)| *h == hash) {
+                return Ok(principal.clone());
             }
         }
         match self.store.find_api_key(&hash).await {
             Ok(Some(key)) => {
+                let principal = match key.environment_id {
+                    Some(environment) => Principal::Environment { key: key.id, environment },
+                    None => Principal::Key(key.id),
+                };
                 let mut cache = self.cache.lock().await;
                 if cache.known.len() < 1024 {
-                    cache.known.push((hash, key.id.clone(), Instant::now()));
+                    cache.known.push((hash, principal.clone(), Instant::now()));
                 }
-                Ok(Principal::Key(key.id))
+                Ok(principal)
             }
             Ok(None) => Err(AuthError::Invalid),
             Err(e) => Err(AuthError::Unavailable(e.to_string())),
         }
+    }
+
+    /// Drops a revoked key from the cache, so this process refuses it at once (other
+    /// processes within the cache's lifetime).
+    pub async fn forget(&self, id: &ApiKeyId) {
+        let mut cache = self.cache.lock().await;
+        cache
+            .known
+            .retain(|(_, p, _)| !matches!(p, Principal::Key(k) | Principal::Environment { key: k, .. } if k == id));
+        cache.live_keys = None;
     }
 
     /// Whether any live key exists (cached briefly). Logged at start-up.

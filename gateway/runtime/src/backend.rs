@@ -136,6 +136,7 @@ pub struct RunContext {
     /// The host this Worker runs on.
     pub host: String,
     pub(crate) store: Arc<dyn Store>,
+    pub(crate) executors: Arc<crate::executors::Executors>,
     pub(crate) previews: PreviewBus,
     pub(crate) interrupted: CancellationToken,
     pub(crate) abandoned: CancellationToken,

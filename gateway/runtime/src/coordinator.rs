@@ -74,6 +74,7 @@ pub struct Coordinator {
     offer: Arc<Offer>,
     options: CoordinatorOptions,
     environments: Option<Arc<Environments>>,
+    executors: Option<Arc<crate::executors::Executors>>,
     metrics: Arc<Metrics>,
     load: Arc<Load>,
 }
@@ -89,7 +90,7 @@ impl Coordinator {
         metrics: Arc<Metrics>,
     ) -> Self {
         let load = Arc::new(Load::new(options.admission.clone(), Arc::clone(&metrics)));
-        Self { store, previews, offer: Arc::new(offer), options, environments: None, metrics, load }
+        Self { store, previews, offer: Arc::new(offer), options, environments: None, executors: None, metrics, load }
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -125,6 +126,20 @@ impl Coordinator {
     pub fn with_environments(mut self, environments: Arc<Environments>) -> Self {
         self.environments = Some(environments);
         self
+    }
+
+    /// Serves self-hosted environments' work queues through `executors`.
+    pub fn with_executors(mut self, executors: Arc<crate::executors::Executors>) -> Self {
+        self.executors = Some(executors);
+        self
+    }
+
+    /// Self-hosted executors (the work queue faces call it); `Unavailable` in a coordinator
+    /// assembled without them.
+    pub fn executors(&self) -> Result<&Arc<crate::executors::Executors>> {
+        self.executors
+            .as_ref()
+            .ok_or_else(|| crate::error::RuntimeError::Unavailable("self-hosted executors are not served here".into()))
     }
 
     /// What this deployment offers (providers, executors, remotes).
@@ -320,6 +335,11 @@ impl Coordinator {
 
     /// Adapter-owned documents (compare-and-set on `version`).
     pub fn documents(&self) -> &dyn gateway_store::Documents {
+        self.store.as_ref()
+    }
+
+    /// Webhook endpoints and the event feed that hands lifecycle events to them.
+    pub fn webhooks(&self) -> &dyn gateway_store::Webhooks {
         self.store.as_ref()
     }
 

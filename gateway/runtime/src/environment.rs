@@ -122,6 +122,24 @@ pub struct EnvironmentsConfig {
     /// place while it runs, sleeping or not, so the default is generous: four per core, at
     /// least 16.
     pub max_commands: usize,
+    /// How long a self-hosted session's input waits for an executor to connect.
+    #[serde(rename = "connect_timeout_secs", with = "gateway_core::durations::secs")]
+    pub connect_timeout: Duration,
+    /// The lease of a self-hosted executor's work item: it lapses (the session is
+    /// disconnected) when no heartbeat renews it for this long.
+    #[serde(rename = "heartbeat_ttl_secs", with = "gateway_core::durations::secs")]
+    pub heartbeat_ttl: Duration,
+}
+
+impl EnvironmentsConfig {
+    /// What self-hosted executors are held to.
+    pub fn executors(&self) -> crate::executors::ExecutorSettings {
+        crate::executors::ExecutorSettings {
+            connect_timeout: self.connect_timeout,
+            heartbeat_ttl: self.heartbeat_ttl,
+            ..Default::default()
+        }
+    }
 }
 
 impl Default for EnvironmentsConfig {
@@ -132,6 +150,8 @@ impl Default for EnvironmentsConfig {
             limits: Limits::default(),
             bwrap: PathBuf::from("bwrap"),
             max_commands: (4 * cores).max(16),
+            connect_timeout: crate::executors::ExecutorSettings::default().connect_timeout,
+            heartbeat_ttl: crate::executors::ExecutorSettings::default().heartbeat_ttl,
         }
     }
 }
@@ -219,6 +239,10 @@ impl Environments {
 
     pub fn host(&self) -> &str {
         &self.host
+    }
+
+    pub fn config(&self) -> &EnvironmentsConfig {
+        &self.config
     }
 
     /// The providers that work on this host right now, for placement.

@@ -11,12 +11,14 @@ pub mod backend;
 pub mod coordinator;
 pub mod environment;
 pub mod error;
+pub mod executors;
 pub mod load;
 pub mod metrics;
 pub mod native;
 pub mod previews;
 pub mod published;
 pub mod secrets;
+pub mod ssrf;
 pub mod subscription;
 pub mod worker;
 
@@ -28,6 +30,7 @@ pub use backend::{Backend, BackendError, BackendRegistry, RunContext, TurnOutcom
 pub use coordinator::{AgentSelection, Coordinator, CoordinatorOptions, CreateSession, TurnPass};
 pub use environment::{Environments, EnvironmentsConfig};
 pub use error::{Result, RuntimeError};
+pub use executors::{Connection, ExecutorSettings, Executors};
 pub use load::{AdmissionLimits, Busy, BusyCause, RequestPermit};
 pub use metrics::Metrics;
 pub use native::{NativeBackend, NativeConfig};
@@ -45,4 +48,7 @@ pub use gateway_store::{
     AdmissionWrites, AgentFilter, DeliveryState, Document, DocumentLease, DocumentWrite, Documents, EnvironmentFilter,
     EventFilter, Keyset, NewDelivery, Order, Outbox, Page, PageCursor, PageRequest, ReadDocuments, SessionFilter,
     SessionPatch, TimeRange,
+};
+pub use gateway_store::{
+    ApiKey, Beat, EndpointOrigin, NewEndpoint, Stop, WebhookEndpoint, WorkItem, WorkState, WorkStats,
 };

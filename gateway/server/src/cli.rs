@@ -48,11 +48,24 @@ pub enum KeysCommand {
         /// A name to recognise the key by.
         #[arg(long, default_value = "default")]
         name: String,
+        /// Make an environment key instead: valid only for this self-hosted environment's
+        /// work queue and sessions (what its executors present).
+        #[arg(long, value_name = "ENV_ID")]
+        environment: Option<String>,
     },
     /// List keys (id, state, created, name); never the secrets.
-    List,
+    List {
+        /// List this environment's keys instead of the API keys.
+        #[arg(long, value_name = "ENV_ID")]
+        environment: Option<String>,
+    },
     /// Revoke a key by id.
-    Revoke { id: String },
+    Revoke {
+        id: String,
+        /// The key is one of this environment's keys.
+        #[arg(long, value_name = "ENV_ID")]
+        environment: Option<String>,
+    },
 }
 
 /// Parses the command line and runs it; the shipped binary's whole `main`.

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
+use gateway_managed_agents::webhooks::{WebhookConfig, WebhookDelivery};
 use gateway_models::anthropic::AnthropicSettings;
 use gateway_runtime::{AdmissionLimits, EnvironmentsConfig, NativeConfig, WorkerConfig};
 use serde::{Deserialize, Serialize};
@@ -56,6 +57,13 @@ pub struct Config {
     pub remotes: RemotesConfig,
     pub acp: AcpConfig,
     pub a2a: A2aConfig,
+    /// `[[webhooks]]`: the operator's webhook endpoints (any address, private included).
+    pub webhooks: Vec<WebhookConfig>,
+    /// Lets webhook endpoints registered through the API reach private and loopback addresses.
+    #[serde(deserialize_with = "flag")]
+    pub allow_private_webhook_targets: bool,
+    /// `[webhook_delivery]`: retry pacing.
+    pub webhook_delivery: WebhookDelivery,
 }
 
 impl Default for Config {
@@ -84,6 +92,9 @@ impl Default for Config {
             remotes: RemotesConfig::default(),
             acp: AcpConfig::default(),
             a2a: A2aConfig::default(),
+            webhooks: Vec::new(),
+            allow_private_webhook_targets: false,
+            webhook_delivery: WebhookDelivery::default(),
         }
     }
 }

@@ -127,10 +127,31 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
         Ok(n) => info!(keys = n, "API keys required (x-api-key or Authorization: Bearer)"),
         Err(e) => warn!(error = %e, "cannot count API keys"),
     }
+    let webhook_settings = gateway_managed_agents::webhooks::WebhookSettings {
+        endpoints: config.webhooks.clone(),
+        allow_private_targets: config.allow_private_webhook_targets,
+        delivery: config.webhook_delivery.clone(),
+    };
+    let webhooks = match gateway_managed_agents::webhooks::Webhooks::start(
+        rt.coordinator.clone(),
+        secrets.clone(),
+        webhook_settings,
+    )
+    .await
+    {
+        Ok(w) => w,
+        Err(e) => {
+            rt.stop().await;
+            return Err(e.into());
+        }
+    };
+    rt.tasks.spawn(Arc::clone(&webhooks).run(format!("{}/webhooks", config.instance_name()), shutdown.clone()));
     let managed_agents = ManagedAgents {
         coordinator: rt.coordinator.clone(),
+        webhooks,
         auth: Arc::clone(&auth),
         default_provider: ProviderTier(config.sandbox.clone()),
+        public_url: config.public_url(),
         keep_alive: Duration::from_secs(15),
         shutdown: shutdown.clone(),
     };
@@ -250,31 +271,48 @@ async fn watch_signals(token: CancellationToken) {
     token.cancel();
 }
 
-/// `gateway keys …`: API keys are made, listed and revoked against the configured database.
+/// `gateway keys …`: API keys and environment keys are made, listed and revoked against the
+/// configured database.
 pub async fn keys(config: &Config, command: crate::cli::KeysCommand) -> anyhow::Result<()> {
     use crate::cli::KeysCommand;
     let store = open_store(config).await?;
+    let executors = gateway_runtime::Executors::new(Arc::clone(&store), config.environments.executors());
+    let env = |raw: Option<String>| raw.map(|e| gateway_core::EnvironmentId::parse(&e)).transpose();
     let result = async {
         match command {
-            KeysCommand::Create { name } => {
-                let key = gateway_runtime::auth::generate_key();
-                let stored = store.create_api_key(&name, &key.hash).await?;
-                info!(id = %stored.id, name = %stored.name, "API key created; it is shown once, on stdout");
+            KeysCommand::Create { name, environment } => {
+                let (stored, secret) = match env(environment)? {
+                    Some(environment) => executors.create_key(&environment, &name).await?,
+                    None => {
+                        let key = gateway_runtime::auth::generate_key();
+                        (store.create_api_key(&name, &key.hash).await?, key.secret)
+                    }
+                };
+                let kind = if stored.environment_id.is_some() { "environment key" } else { "API key" };
+                info!(id = %stored.id, name = %stored.name, "{kind} created; it is shown once, on stdout");
                 // The secret goes to stdout only, so it can be captured; never to the logs.
-                println!("{}", key.secret);
+                println!("{secret}");
             }
-            KeysCommand::List => {
-                for k in store.list_api_keys().await? {
+            KeysCommand::List { environment } => {
+                let keys = match env(environment)? {
+                    Some(environment) => executors.list_keys(&environment).await?,
+                    None => store.list_api_keys().await?,
+                };
+                for k in keys {
                     let state = if k.revoked_at.is_some() { "revoked" } else { "active" };
                     println!("{}\t{}\t{}\t{}", k.id, state, k.created_at.to_rfc3339(), k.name);
                 }
             }
-            KeysCommand::Revoke { id } => {
+            KeysCommand::Revoke { id, environment } => {
                 let id = gateway_core::ApiKeyId::parse(&id)?;
-                if !store.revoke_api_key(&id).await? {
+                let revoked = match env(environment)? {
+                    Some(environment) => executors.revoke_key(&environment, &id).await?,
+                    None => store.revoke_api_key(&id).await?,
+                };
+                if !revoked {
                     anyhow::bail!("no active key {id}");
                 }
-                info!(%id, "API key revoked (takes effect within 10 s)");
+                info!(%id, "key revoked (takes effect within 10 s)");
             }
         }
         Ok::<_, anyhow::Error>(())

@@ -61,6 +61,10 @@ pub enum Guard {
     SessionExists(String),
     #[error("session {0} already has history; its agent can no longer change")]
     SessionStarted(String),
+    /// A work item is not in a state the operation accepts (acknowledging an item that is
+    /// no longer queued, stopping one already stopped).
+    #[error("work item {id} is {state}")]
+    WorkState { id: String, state: &'static str },
     #[error("document {namespace}/{key} was changed concurrently (expected version {expected:?})")]
     DocumentConflict { namespace: String, key: String, expected: Option<u64> },
 }

@@ -12,6 +12,8 @@ mod model;
 #[doc(hidden)]
 pub mod rows;
 pub mod wake;
+mod webhooks;
+mod work;
 
 mod sql;
 
@@ -36,6 +38,8 @@ use gateway_core::{AgentId, ApiKeyId, DeliveryId, EnvironmentId, EventId, RunId,
 pub use error::{Guard, Result, StoreError};
 pub use model::*;
 pub use wake::{Hint, Tip, Wakeups};
+pub use webhooks::{EndpointOrigin, FEED_KINDS, NewEndpoint, WebhookEndpoint, Webhooks};
+pub use work::{Beat, ConnectionRequest, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
 
 /// Agents (versioned, archive-only) and environments.
 #[async_trait]
@@ -177,9 +181,12 @@ pub struct ApiKey {
     pub name: String,
     pub created_at: gateway_core::Timestamp,
     pub revoked_at: Option<gateway_core::Timestamp>,
+    /// Set on an environment key: valid only for that environment's work queue and sessions,
+    /// and never counted as an API key.
+    pub environment_id: Option<EnvironmentId>,
 }
 
-/// API keys, by the hash of their secret.
+/// API keys and environment keys, by the hash of their secret.
 #[async_trait]
 pub trait ApiKeys: Send + Sync {
     async fn create_api_key(&self, name: &str, hash: &str) -> Result<ApiKey>;
@@ -188,8 +195,13 @@ pub trait ApiKeys: Send + Sync {
     async fn list_api_keys(&self) -> Result<Vec<ApiKey>>;
     /// Revokes a key; false if it does not exist or was already revoked.
     async fn revoke_api_key(&self, id: &ApiKeyId) -> Result<bool>;
-    /// How many live keys exist (zero means loopback-only service).
+    /// How many live API keys exist (zero means loopback-only service). Environment keys do
+    /// not count.
     async fn count_api_keys(&self) -> Result<u64>;
+    async fn create_environment_key(&self, environment: &EnvironmentId, name: &str, hash: &str) -> Result<ApiKey>;
+    async fn list_environment_keys(&self, environment: &EnvironmentId) -> Result<Vec<ApiKey>>;
+    /// Revokes one of `environment`'s keys; false if it is not one, or already revoked.
+    async fn revoke_environment_key(&self, environment: &EnvironmentId, id: &ApiKeyId) -> Result<bool>;
 }
 
 /// Reading the adapters' documents: all a backend gets (it writes only through its fenced
@@ -263,7 +275,15 @@ pub trait Outbox: Send + Sync {
     async fn enqueue_deliveries(&self, deliveries: Vec<NewDelivery>) -> Result<Vec<DeliveryId>>;
     /// Leases up to `limit` due deliveries, each the oldest pending one of its topic, so a
     /// topic's deliveries are made in order. An expired lease makes a delivery due again.
-    async fn claim_deliveries(&self, owner: &str, limit: u32, lease: Duration) -> Result<Vec<Delivery>>;
+    /// Leases due deliveries of the topics that start with `topic_prefix` (each consumer
+    /// claims its own kind: `a2a:` pushes, `webhook:` webhooks).
+    async fn claim_deliveries(
+        &self,
+        owner: &str,
+        topic_prefix: &str,
+        limit: u32,
+        lease: Duration,
+    ) -> Result<Vec<Delivery>>;
     async fn delivered(&self, id: &DeliveryId) -> Result<()>;
     /// Schedules another attempt no earlier than `after`.
     async fn retry_delivery(&self, id: &DeliveryId, after: Duration, error: &str) -> Result<()>;
@@ -274,7 +294,9 @@ pub trait Outbox: Send + Sync {
 
 /// The whole durable state of the gateway.
 #[async_trait]
-pub trait Store: Catalog + Sessions + EventLog + RunQueue + ApiKeys + Documents + Outbox {
+pub trait Store:
+    Catalog + Sessions + EventLog + RunQueue + ApiKeys + Documents + Outbox + WorkQueue + Webhooks
+{
     /// Succeeds while the database answers.
     async fn ping(&self) -> Result<()>;
     /// Returns once every write begun before it is durable (or failed). Commits may be

@@ -4,7 +4,7 @@
 //! the database clock, so one set of row structs decodes either engine's rows.
 
 use gateway_core::agent::{Agent, AgentSpec};
-use gateway_core::environment::{Environment, EnvironmentSpec};
+use gateway_core::environment::{ConnectionStatus, Environment, EnvironmentSpec};
 use gateway_core::event::{Event, EventPayload};
 use gateway_core::run::{Run, RunState};
 use gateway_core::session::{EnvironmentState, Session, SessionStatus};
@@ -93,6 +93,7 @@ pub struct SessionRow {
     pub pending: String,
     pub env_state: String,
     pub env_host: Option<String>,
+    pub connection: Option<String>,
     pub last_seq: i64,
     pub created_at: i64,
     pub updated_at: i64,
@@ -113,6 +114,12 @@ impl SessionRow {
             environment_state: EnvironmentState::parse(&self.env_state)
                 .ok_or_else(|| StoreError::corrupt(format!("environment state {:?}", self.env_state)))?,
             environment_host: self.env_host,
+            connection: self
+                .connection
+                .map(|c| {
+                    ConnectionStatus::parse(&c).ok_or_else(|| StoreError::corrupt(format!("connection status {c:?}")))
+                })
+                .transpose()?,
             last_seq: u64::try_from(self.last_seq).map_err(StoreError::corrupt)?,
             created_at: ts(self.created_at),
             updated_at: ts(self.updated_at),
@@ -266,6 +273,7 @@ pub struct ApiKeyRow {
     pub name: String,
     pub created_at: i64,
     pub revoked_at: Option<i64>,
+    pub environment_id: Option<String>,
 }
 
 impl ApiKeyRow {
@@ -275,6 +283,7 @@ impl ApiKeyRow {
             name: self.name,
             created_at: ts(self.created_at),
             revoked_at: self.revoked_at.map(ts),
+            environment_id: self.environment_id.as_deref().map(id::<EnvironmentId>).transpose()?,
         })
     }
 }
@@ -336,4 +345,81 @@ impl DeliveryRow {
 pub struct DeliveryStateRow {
     pub state: String,
     pub attempts: i64,
+}
+
+#[derive(sqlx::FromRow)]
+pub struct WorkItemRow {
+    pub id: String,
+    pub environment_id: String,
+    pub session_id: String,
+    pub state: String,
+    pub metadata: String,
+    pub created_at: i64,
+    pub acknowledged_at: Option<i64>,
+    pub started_at: Option<i64>,
+    pub latest_heartbeat_at: Option<i64>,
+    pub stop_requested_at: Option<i64>,
+    pub stopped_at: Option<i64>,
+    pub heartbeat: Option<String>,
+    pub ttl_ms: Option<i64>,
+}
+
+impl WorkItemRow {
+    pub fn into_item(self) -> Result<crate::WorkItem> {
+        Ok(crate::WorkItem {
+            id: id::<gateway_core::WorkId>(&self.id)?,
+            environment_id: id::<EnvironmentId>(&self.environment_id)?,
+            session_id: id::<SessionId>(&self.session_id)?,
+            state: crate::WorkState::parse(&self.state)
+                .ok_or_else(|| StoreError::corrupt(format!("work state {:?}", self.state)))?,
+            metadata: serde_json::from_str(&self.metadata)?,
+            created_at: ts(self.created_at),
+            acknowledged_at: self.acknowledged_at.map(ts),
+            started_at: self.started_at.map(ts),
+            latest_heartbeat_at: self.latest_heartbeat_at.map(ts),
+            stop_requested_at: self.stop_requested_at.map(ts),
+            stopped_at: self.stopped_at.map(ts),
+            heartbeat: self.heartbeat,
+            ttl: self.ttl_ms.and_then(|ms| u64::try_from(ms).ok()).map(std::time::Duration::from_millis),
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub struct WebhookRow {
+    pub id: String,
+    pub origin: String,
+    pub url: String,
+    pub secret: String,
+    pub event_types: String,
+    pub description: Option<String>,
+    pub status: String,
+    pub consecutive_failures: i64,
+    pub created_at: i64,
+    pub disabled_at: Option<i64>,
+}
+
+impl WebhookRow {
+    pub fn into_endpoint(self) -> Result<crate::WebhookEndpoint> {
+        Ok(crate::WebhookEndpoint {
+            id: id::<gateway_core::WebhookId>(&self.id)?,
+            origin: self.origin()?,
+            event_types: serde_json::from_str(&self.event_types)?,
+            enabled: self.status == "enabled",
+            consecutive_failures: u32::try_from(self.consecutive_failures).map_err(StoreError::corrupt)?,
+            created_at: ts(self.created_at),
+            disabled_at: self.disabled_at.map(ts),
+            url: self.url,
+            secret: self.secret,
+            description: self.description,
+        })
+    }
+}
+
+/// A fed event and its place in the feed.
+#[derive(sqlx::FromRow)]
+pub struct FeedRow {
+    pub position: i64,
+    #[sqlx(flatten)]
+    pub event: EventRow,
 }

@@ -8,18 +8,28 @@ running gateway at $GATEWAY_URL (tests/compat/run-managed-agents starts one and 
 - `Watch` / `run_turn`: open the stream first, then send, collect until idle; on close every raw
   SSE frame the SDK read is validated too (`event:` == `data.type`, one `data:` line, ...).
 - `keyed_gateway`: a second gateway process with an API key (`gateway keys create`).
+- `spawn_gateway(...)`: more gateway processes with settings of their own (test_self_hosted.py);
+  `workers`: the official SDK's self-hosted worker in subprocesses (self_hosted_worker.py).
+- `receivers`, `endpoints`, `example_handlers` (test_webhooks.py): loopback HTTP servers that
+  record webhook deliveries, the gateway's webhook endpoint API (cleaned up after the test), and
+  examples/self-hosted/handler.py in subprocesses.
+- A failed test shows the logs of any fixture value with `failure_logs()` (those two do).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -29,7 +39,7 @@ import pytest
 
 from anthropic.types.beta.sessions import BetaManagedAgentsSendSessionEvents
 
-from helpers import check_event, check_sse_frame, parse_sse, raw, request_id, validate
+from helpers import check_event, check_sse_frame, check_webhook_endpoint, parse_sse, raw, request_id, validate
 
 MODEL = "claude-opus-4-7"
 TOOLSET = {"type": "agent_toolset_20260401"}
@@ -391,3 +401,503 @@ def keepalive_probe() -> Iterator[KeepAliveProbe]:
         probe.seen.set()
     yield probe
     probe.stop.set()
+
+
+# --- more gateway processes, self-hosted workers, logs on failure -----------------------------
+
+
+def file_tail(path: str | os.PathLike[str], limit: int = 8000) -> str:
+    """The last `limit` bytes of a file, as text (or why it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            data = f.read()
+    except OSError as e:
+        return f"(cannot read {path}: {e})"
+    prefix = "...\n" if size > limit else ""
+    return prefix + data.decode("utf-8", "replace")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
+    """On a failed phase, appends the logs of every fixture value that has `failure_logs()`
+    (a spawned gateway, the workers) to the report, so they print with the failure."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    for value in list(getattr(item, "funcargs", {}).values()):
+        try:
+            logs = getattr(value, "failure_logs", None)
+        except Exception:  # an object whose attribute lookup fails is not one of ours
+            continue
+        if callable(logs):
+            for title, text in logs():
+                report.sections.append((title, text))
+
+
+class GatewayProcess:
+    """A gateway a test started in a directory of its own (its ./data/ and gateway.log live there)."""
+
+    def __init__(self, name: str, url: str, api_key: str | None, proc: subprocess.Popen, workdir: str,
+                 log_path: str) -> None:
+        self.name, self.url, self.api_key, self.proc = name, url, api_key, proc
+        self.workdir, self.log_path = workdir, log_path
+
+    def log_tail(self, limit: int = 8000) -> str:
+        return file_tail(self.log_path, limit)
+
+    def failure_logs(self) -> list[tuple[str, str]]:
+        state = "running" if self.proc.poll() is None else f"exited {self.proc.returncode}"
+        return [(f"gateway {self.name} ({state}) log tail, {self.log_path}", self.log_tail())]
+
+
+@contextlib.contextmanager
+def spawn_gateway(name: str, *, api_key: bool = True, **settings: str) -> Iterator[GatewayProcess]:
+    """Starts `gateway serve` on a free port in a fresh directory, with the embedded defaults plus
+    `settings` (GATEWAY_* variables), JSON logs to ./gateway.log; with `api_key`, first makes one
+    with `gateway keys create` (so the gateway requires credentials). Waits for /readyz; on exit
+    SIGTERMs it (SIGKILL after 15 s) and removes the directory."""
+    binary = gateway_bin()
+    workdir = tempfile.mkdtemp(prefix=f"gateway-compat-{name}.")
+    port = free_port()
+    env = gateway_env(GATEWAY_LISTEN=f"127.0.0.1:{port}", GATEWAY_LOG__FORMAT="json", **settings)
+    log_path = os.path.join(workdir, "gateway.log")
+    proc: subprocess.Popen | None = None
+    log = None
+    try:
+        key = None
+        if api_key:
+            made = subprocess.run([binary, "keys", "create"], cwd=workdir, env=env, capture_output=True, text=True,
+                                  timeout=60)
+            assert made.returncode == 0, f"gateway keys create failed ({made.returncode}): {made.stderr[-2000:]}"
+            lines = made.stdout.splitlines()
+            assert len(lines) == 1 and lines[0].startswith("gwk_"), f"keys create printed {made.stdout!r}"
+            key = lines[0]
+        log = open(log_path, "wb")
+        proc = subprocess.Popen([binary, "serve"], cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT)
+        gw = GatewayProcess(name, f"http://127.0.0.1:{port}", key, proc, workdir, log_path)
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, f"gateway {name} exited with {proc.returncode}:\n{gw.log_tail(3000)}"
+            try:
+                if httpx2.get(f"{gw.url}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx2.TransportError:
+                pass
+            assert time.monotonic() < deadline, f"gateway {name} not ready within 30s:\n{gw.log_tail(3000)}"
+            time.sleep(0.1)
+        yield gw
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if log is not None:
+            log.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+WORKER_SCRIPT = Path(__file__).resolve().with_name("self_hosted_worker.py")
+
+
+class WorkerProcess:
+    """One official-SDK worker (self_hosted_worker.py): its own process group, workdir and log."""
+
+    def __init__(self, name: str, proc: subprocess.Popen, workdir: Path, log_path: Path) -> None:
+        self.name, self.proc, self.workdir, self.log_path = name, proc, workdir, log_path
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL to the whole process group: the worker and the bash (and its children) it runs."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def state(self) -> str:
+        return f"worker {self.name} " + ("running" if self.alive else f"exited {self.proc.returncode}")
+
+    def log_tail(self, limit: int = 8000) -> str:
+        return file_tail(self.log_path, limit)
+
+
+class Workers:
+    """Starts workers; at teardown kills every one still running (and its process group)."""
+
+    def __init__(self) -> None:
+        # Short paths: bash's `pwd` ends up quoted in `done: <first 200 chars>`.
+        self.root = Path(tempfile.mkdtemp(prefix="shw."))
+        self.started: list[WorkerProcess] = []
+
+    def start(self, url: str, environment_id: str, environment_key: str) -> WorkerProcess:
+        name = f"w{len(self.started) + 1}"
+        base = self.root / name
+        workdir = base / "work"
+        workdir.mkdir(parents=True)
+        log_path = base / "worker.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEWAY_"))}
+        env.update(SELF_HOSTED_ENVIRONMENT_KEY=environment_key, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen([sys.executable, str(WORKER_SCRIPT), url, environment_id, str(workdir)],
+                                    cwd=base, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        worker = WorkerProcess(name, proc, workdir, log_path)
+        self.started.append(worker)
+        return worker
+
+    def failure_logs(self) -> list[tuple[str, str]]:
+        return [(f"{w.state()} log tail, {w.log_path}", w.log_tail()) for w in self.started]
+
+    def close(self) -> None:
+        for w in self.started:
+            w.kill()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture
+def workers() -> Iterator[Workers]:
+    pool = Workers()
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+# --- webhooks: receivers, endpoints, the example handler (test_webhooks.py) -------------------
+
+
+class Received:
+    """One HTTP request a `WebhookReceiver` got, and what it answered."""
+
+    def __init__(self, at: float, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
+        self.at, self.method, self.path, self.headers, self.body = at, method, path, headers, body
+        self.status: int | None = None
+
+    @property
+    def webhook_id(self) -> str | None:
+        return self.headers.get("webhook-id")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    def kind(self) -> str | None:
+        try:
+            return self.json()["data"]["type"]
+        except Exception:
+            return None
+
+    def session_id(self) -> str | None:
+        try:
+            return self.json()["data"]["id"]
+        except Exception:
+            return None
+
+    def __repr__(self) -> str:
+        return (f"<{self.method} {self.path} {self.webhook_id} {self.kind()} {self.session_id()} "
+                f"-> {self.status} at +{self.at:.2f}s>")
+
+
+Responder = Callable[[Received, int], "tuple[int, dict[str, str]]"]
+
+
+class WebhookReceiver:
+    """A tiny HTTP server on a free loopback port that a test registers as a webhook endpoint.
+    Records every request; answers what `respond(request, attempt)` returns, `attempt` being the
+    1-based count of requests with that `webhook-id` so far (default: 200)."""
+
+    def __init__(self, name: str, respond: Responder | None = None) -> None:
+        self.name = name
+        self.respond: Responder = respond or (lambda _r, _n: (200, {}))
+        self.started = time.monotonic()
+        self.received: list[Received] = []
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _any(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length) if length else b""
+                req = Received(time.monotonic() - receiver.started, self.command, self.path,
+                               {k.lower(): v for k, v in self.headers.items()}, body)
+                with receiver._lock:
+                    attempt = 1 + sum(1 for r in receiver.received
+                                      if req.webhook_id is not None and r.webhook_id == req.webhook_id)
+                    receiver.received.append(req)
+                try:
+                    status, headers = receiver.respond(req, attempt)
+                except Exception:  # a broken script answers 599, which a test will notice
+                    status, headers = 599, {}
+                req.status = status
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("content-length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            do_POST = do_GET = do_PUT = _any
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, name=f"receiver-{name}", daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hooks/{self.name}"
+
+    def requests(self, pred: Callable[[Received], bool] = lambda _r: True) -> list[Received]:
+        with self._lock:
+            return [r for r in self.received if pred(r)]
+
+    def wait(self, done: Callable[[list[Received]], Any], what: str, timeout: float) -> list[Received]:
+        """Waits until `done(every request so far)` is truthy; returns the requests."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self.requests()
+            if done(got):
+                return got
+            assert time.monotonic() < deadline, f"receiver {self.name}: {what}: not within {timeout:.0f}s; got {got}"
+            time.sleep(0.05)
+
+    def failure_logs(self) -> list[tuple[str, str]]:
+        return [(f"webhook receiver {self.name} ({self.url})", "\n".join(map(repr, self.requests())) or "(nothing)")]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Receivers:
+    def __init__(self) -> None:
+        self.started: list[WebhookReceiver] = []
+
+    def start(self, name: str, respond: Responder | None = None) -> WebhookReceiver:
+        self.started.append(WebhookReceiver(name, respond))
+        return self.started[-1]
+
+    def failure_logs(self) -> list[tuple[str, str]]:
+        return [log for r in self.started for log in r.failure_logs()]
+
+    def close(self) -> None:
+        for r in self.started:
+            r.close()
+
+
+@pytest.fixture
+def receivers() -> Iterator[Receivers]:
+    pool = Receivers()
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+class WebhookEndpoints:
+    """The webhook extension API of one or more gateways (with their API key); deletes every
+    endpoint it registered at teardown, so later tests on a shared gateway get no strays."""
+
+    BETA = "managed-agents-2026-04-01"
+
+    def __init__(self) -> None:
+        self.clients: dict[str, httpx2.Client] = {}
+        self.made: list[tuple[str, str]] = []  # (gateway url, endpoint id)
+
+    def http(self, gw: Any) -> httpx2.Client:
+        if gw.url not in self.clients:
+            headers = {"authorization": f"Bearer {gw.api_key}", "anthropic-beta": self.BETA}
+            self.clients[gw.url] = httpx2.Client(base_url=gw.url, headers=headers, timeout=30)
+        return self.clients[gw.url]
+
+    def register(self, gw: Any, url: str, event_types: list[str] | None = None, **extra: Any) -> dict:
+        """`POST /v1/webhooks`; asserts 200 and the shape; returns the body (with `secret`)."""
+        body: dict[str, Any] = {"url": url, **extra}
+        if event_types is not None:
+            body["event_types"] = event_types
+        r = self.http(gw).post("/v1/webhooks", json=body)
+        request_id(r.headers)
+        assert r.status_code == 200, f"POST /v1/webhooks {body}: {r.status_code} {r.text[:1000]}"
+        made = check_webhook_endpoint(r.json(), secret=True)
+        self.made.append((gw.url, made["id"]))
+        assert made["url"] == url and made["status"] == "enabled" and made["consecutive_failures"] == 0, made
+        assert made["disabled_at"] is None, made
+        return made
+
+    def get(self, gw: Any, endpoint_id: str) -> dict:
+        r = self.http(gw).get(f"/v1/webhooks/{endpoint_id}")
+        request_id(r.headers)
+        assert r.status_code == 200, f"GET /v1/webhooks/{endpoint_id}: {r.status_code} {r.text[:1000]}"
+        return check_webhook_endpoint(r.json(), secret=False)
+
+    def close(self) -> None:
+        for url, endpoint_id in self.made:
+            try:
+                self.clients[url].delete(f"/v1/webhooks/{endpoint_id}")
+            except httpx2.HTTPError:
+                pass  # the gateway is already gone
+        for c in self.clients.values():
+            c.close()
+
+
+@pytest.fixture
+def endpoints() -> Iterator[WebhookEndpoints]:
+    api = WebhookEndpoints()
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+EXAMPLE_HANDLER = ROOT / "examples" / "self-hosted" / "handler.py"
+
+
+class ExampleHandler:
+    """examples/self-hosted/handler.py in a subprocess: its URL, its WORKDIR_ROOT and its log."""
+
+    def __init__(self, name: str, proc: subprocess.Popen, port: int, root: Path, log_path: Path,
+                 secrets: list[str]) -> None:
+        self.name, self.proc, self.port, self.root, self.log_path = name, proc, port, root, log_path
+        self.workdir_root = root / "sessions"
+        self.secrets = secrets
+        self.url = f"http://127.0.0.1:{port}"
+        self.executor_pids: set[int] = set()
+
+    @property
+    def webhook_url(self) -> str:
+        return f"{self.url}/webhooks"
+
+    def state(self) -> dict:
+        r = httpx2.get(f"{self.url}/state", timeout=10)
+        assert r.status_code == 200, f"GET /state: {r.status_code} {r.text}"
+        body = r.json()
+        for ex in body["executors"].values():
+            if ex.get("pid"):
+                self.executor_pids.add(ex["pid"])
+        return body
+
+    def post(self, body: str | bytes, headers: dict[str, str]) -> httpx2.Response:
+        return httpx2.post(self.webhook_url, content=body, headers=headers, timeout=30)
+
+    def children(self) -> list[int]:
+        """Pids of the processes whose parent is the handler (its executors), from /proc."""
+        out = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] != "Z" and int(fields[1]) == self.proc.pid:
+                out.append(int(entry))
+        return sorted(out)
+
+    def log_tail(self, limit: int = 12000) -> str:
+        return file_tail(self.log_path, limit)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text("utf-8", "replace")
+
+    def describe(self) -> str:
+        alive = "running" if self.proc.poll() is None else f"exited {self.proc.returncode}"
+        try:
+            state = self.state() if self.proc.poll() is None else "(gone)"
+        except Exception as e:
+            state = f"(GET /state failed: {e})"
+        return f"example handler {self.name} {alive}; state {state}"
+
+    def failure_logs(self) -> list[tuple[str, str]]:
+        return [(f"{self.describe()}; log tail, {self.log_path}", self.log_tail())]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.state()  # remember the executors' pids, to kill any the handler leaves behind
+            except Exception:
+                pass
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for pid in self.executor_pids:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+class ExampleHandlers:
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="wh-example."))
+        self.started: list[ExampleHandler] = []
+
+    def start(self, gateway_url: str, api_key: str, environment_id: str, environment_key: str, secret: str,
+              port: int | None = None, ready_timeout: float = 30.0) -> ExampleHandler:
+        name = f"h{len(self.started) + 1}"
+        base = self.root / name
+        base.mkdir(parents=True)
+        port = port or free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEWAY_"))}
+        env.update(GATEWAY_URL=gateway_url, GATEWAY_API_KEY=api_key, ENVIRONMENT_ID=environment_id,
+                   ENVIRONMENT_KEY=environment_key, WEBHOOK_SECRET=secret, LISTEN=f"127.0.0.1:{port}",
+                   WORKDIR_ROOT=str(base / "sessions"), PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
+        log_path = base / "handler.log"
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen([sys.executable, str(EXAMPLE_HANDLER)], cwd=base, env=env,
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        handler = ExampleHandler(name, proc, port, base, log_path, [api_key, environment_key, secret])
+        self.started.append(handler)
+        deadline = time.monotonic() + ready_timeout
+        while True:
+            assert proc.poll() is None, f"the example handler exited with {proc.returncode}:\n{handler.log_tail()}"
+            try:
+                if httpx2.get(f"{handler.url}/healthz", timeout=2).status_code == 200:
+                    return handler
+            except httpx2.TransportError:
+                pass
+            assert time.monotonic() < deadline, f"the example handler did not answer within {ready_timeout:.0f}s:\n" \
+                                                f"{handler.log_tail()}"
+            time.sleep(0.1)
+
+    def failure_logs(self) -> list[tuple[str, str]]:
+        return [log for h in self.started for log in h.failure_logs()]
+
+    def close(self) -> None:
+        for h in self.started:
+            h.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture
+def example_handlers() -> Iterator[ExampleHandlers]:
+    pool = ExampleHandlers()
+    try:
+        yield pool
+    finally:
+        pool.close()

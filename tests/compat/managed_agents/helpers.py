@@ -12,8 +12,11 @@ Every response is checked three ways:
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import time
+from datetime import datetime, timezone
 from typing import Any
 
 import pydantic
@@ -25,6 +28,7 @@ from anthropic.types.beta import (
     BetaManagedAgentsSession,
 )
 from anthropic.types.beta.sessions import BetaManagedAgentsSessionEvent, BetaManagedAgentsStreamSessionEvents
+from standardwebhooks import Webhook
 
 EVENT_ADAPTER = pydantic.TypeAdapter(BetaManagedAgentsSessionEvent)
 FRAME_ADAPTER = pydantic.TypeAdapter(BetaManagedAgentsStreamSessionEvents)
@@ -34,7 +38,7 @@ TS = "rfc3339 timestamp"
 _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
 
 # ADR 0007 §2: ids are the prefix plus 22 base62 characters.
-ID = {p: re.compile(rf"{p}_[0-9A-Za-z]{{22}}") for p in ("agent", "env", "sesn", "sevt")}
+ID = {p: re.compile(rf"{p}_[0-9A-Za-z]{{22}}") for p in ("agent", "env", "sesn", "sevt", "key")}
 # ADR 0007 §4: cursors are opaque `page_<base64url>` strings.
 CURSOR = re.compile(r"page_[A-Za-z0-9_-]+=*")
 
@@ -174,6 +178,7 @@ EVENT_FIELDS: dict[str, dict[str, Any]] = {
     "agent.tool_use": {"name": str, "input": dict},
     "agent.custom_tool_use": {"name": str, "input": dict},
     "agent.tool_result": {"tool_use_id": str},
+    "user.tool_result": {"tool_use_id": str},
     "session.status_running": {},
     "session.status_rescheduled": {},
     "session.status_terminated": {},
@@ -229,6 +234,131 @@ def check_frame(data: dict, where: str = "frame") -> Any:
         require(data["delta"], {"type": str, "content": dict}, f"{where}.delta")
         return validate(FRAME_ADAPTER, data)
     return check_event(data, FRAME_ADAPTER, where)
+
+
+
+# --- self-hosted environments (DESIGN §5a; gateway extensions the SDK does not type) -----------
+
+CONNECTION_STATES = ("pending", "connected", "disconnected", "failed")
+ENVIRONMENT_KEY_KEYS = {"type": str, "id": str, "environment_id": str, "name": str, "created_at": TS,
+                        "revoked_at": (TS, NULL)}
+
+
+def check_session_environment(body: dict) -> dict:
+    """The `environment` extension of a self-hosted session object; returns it."""
+    require(body, {"environment": dict}, "session")
+    env = body["environment"]
+    require(env, {"id": str, "type": str, "status": str, "remote_url": (str, NULL)}, "session.environment")
+    assert env["id"] == body["environment_id"], f"session.environment.id {env['id']!r} != {body['environment_id']!r}"
+    assert env["type"] == "self_hosted", env
+    assert env["status"] in CONNECTION_STATES, env
+    return env
+
+
+def check_self_hosted_event(e: dict, where: str = "event") -> dict:
+    """`agent.session.requires_action` and `agent.session.environment.<status>` (raw: not in the
+    SDK's event union, which a strict client would reject)."""
+    require(e, {"id": str, "type": str, "processed_at": TS}, where)
+    kind = e["type"]
+    where = f"{where}[{kind}]"
+    assert ID["sevt"].fullmatch(e["id"]), f"{where}: event id {e['id']!r}"
+    assert "session_id" not in e, f"{where}: events carry no session_id"
+    if kind == "agent.session.requires_action":
+        require(e, {"required_action": dict}, where)
+        require(e["required_action"], {"type": str}, f"{where}.required_action")
+        if e["required_action"]["type"] == "environment_connection":
+            require(e["required_action"], {"environment_id": str}, f"{where}.required_action")
+    elif kind.startswith("agent.session.environment."):
+        status = kind.rsplit(".", 1)[1]
+        assert status in CONNECTION_STATES, f"{where}: unknown connection status {status!r}"
+        require(e, {"environment": dict}, where)
+        require(e["environment"], {"id": str, "type": str, "status": str}, f"{where}.environment")
+        assert e["environment"]["type"] == "self_hosted", f"{where}: {e['environment']}"
+        assert e["environment"]["status"] == status, f"{where}: environment.status {e['environment']['status']!r}"
+    else:
+        raise AssertionError(f"{where}: unknown agent.session.* event type")
+    return e
+
+
+def check_listed_event(e: dict, where: str = "event") -> dict:
+    """Any event of a self-hosted session's log: the extensions raw, everything else as check_event."""
+    if isinstance(e, dict) and str(e.get("type", "")).startswith("agent.session."):
+        return check_self_hosted_event(e, where)
+    check_event(e, where=where)
+    return e
+
+
+def check_environment_key(body: dict, environment_id: str, secret: bool) -> dict:
+    """An environment key object; `secret`: the create response, the only one with `key`."""
+    require(body, ENVIRONMENT_KEY_KEYS, "environment_key")
+    assert body["type"] == "environment_key", body
+    assert ID["key"].fullmatch(body["id"]), f"environment key id {body['id']!r}"
+    assert body["environment_id"] == environment_id, body
+    if secret:
+        require(body, {"key": str}, "environment_key")
+        assert body["key"].startswith("gwe_"), "the key secret should start with gwe_"
+    else:
+        assert body.get("key") is None, "the key secret is shown only when the key is created"
+    return body
+
+
+# --- webhooks (gateway extension API; deliveries per Standard Webhooks) ----------------------
+
+WEBHOOK_ENDPOINT_KEYS = {"id": str, "type": str, "url": str, "event_types": list, "status": str,
+                         "consecutive_failures": int, "created_at": TS, "disabled_at": (TS, NULL)}
+WEBHOOK_ENDPOINT_ID = re.compile(r"whk_[0-9A-Za-z]{22}")
+WEBHOOK_EVENT_ID = re.compile(r"whe_[0-9A-Za-z]+")
+# `whsec_` + the *standard* base64 alphabet (standardwebhooks drops `-`/`_` silently) of 32 bytes.
+WEBHOOK_SECRET = re.compile(r"whsec_[A-Za-z0-9+/]{43}=?")
+
+
+def check_webhook_endpoint(body: dict, secret: bool) -> dict:
+    """A webhook endpoint object; `secret`: the create response, the only one with `secret`."""
+    require(body, WEBHOOK_ENDPOINT_KEYS, "webhook_endpoint")
+    assert body["type"] == "webhook_endpoint", body
+    assert WEBHOOK_ENDPOINT_ID.fullmatch(body["id"]), f"webhook endpoint id {body['id']!r}"
+    assert body["status"] in ("enabled", "disabled"), body
+    assert all(isinstance(t, str) for t in body["event_types"]), body
+    assert (body["status"] == "disabled") == (body["disabled_at"] is not None), (
+        f"disabled_at must be set exactly when the endpoint is disabled: {body}")
+    assert body["consecutive_failures"] >= 0, body
+    if "description" in body:
+        assert isinstance(body["description"], (str, NULL)), body
+    if secret:
+        require(body, {"secret": str}, "webhook_endpoint")
+        assert WEBHOOK_SECRET.fullmatch(body["secret"]), (
+            "the secret should be whsec_ + standard base64 of 32 bytes, got "
+            f"{body['secret'][:6]!r}... ({len(body['secret'])} chars)")
+        assert len(base64.b64decode(body["secret"][len("whsec_"):], validate=True)) == 32
+    else:
+        assert "secret" not in body or body["secret"] is None, "the secret is shown only when the endpoint is created"
+    return body
+
+
+def check_webhook_event(body: Any, where: str = "delivery") -> dict:
+    """The JSON body of one delivery: `{"type": "event", "id": "whe_…", "created_at", "data": {"type", "id"}}`."""
+    require(body, {"type": str, "id": str, "created_at": TS, "data": dict}, where)
+    assert body["type"] == "event", f"{where}: type {body['type']!r}"
+    assert WEBHOOK_EVENT_ID.fullmatch(body["id"]), f"{where}: id {body['id']!r}"
+    require(body["data"], {"type": str, "id": str}, f"{where}.data")
+    kind = body["data"]["type"]
+    if kind == "agent.session.action_required":
+        require(body["data"], {"required_action": dict}, f"{where}.data")
+        require(body["data"]["required_action"], {"type": str}, f"{where}.data.required_action")
+        if body["data"]["required_action"]["type"] == "environment_connection":
+            require(body["data"]["required_action"], {"environment_id": str}, f"{where}.data.required_action")
+    elif kind == "agent.session.failed":
+        require(body["data"], {"error": dict}, f"{where}.data")
+        require(body["data"]["error"], {"type": str, "message": str}, f"{where}.data.error")
+    return body
+
+
+def sign_webhook(secret: str, body: str, webhook_id: str, timestamp: int | None = None) -> dict[str, str]:
+    """Standard Webhooks headers for `body`, signed with `secret` (what the gateway sends)."""
+    ts = int(time.time()) if timestamp is None else timestamp
+    signature = Webhook(secret).sign(webhook_id, datetime.fromtimestamp(ts, tz=timezone.utc), body)
+    return {"webhook-id": webhook_id, "webhook-timestamp": str(ts), "webhook-signature": signature,
+            "content-type": "application/json"}
 
 
 # --- raw responses -----------------------------------------------------------------------------

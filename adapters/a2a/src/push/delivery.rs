@@ -28,11 +28,11 @@ use gateway_runtime::{NewDelivery, OutboxDelivery, SecretBox, SecretError};
 use tracing::{debug, info, warn};
 
 use crate::A2aContext;
-use crate::push::ssrf;
 use crate::tasks::records::{self, FEED, FeedCursor};
 use crate::tasks::watch::Watch;
 use crate::v03::{self, Shape};
 use crate::wire::StreamResponse;
+use gateway_runtime::ssrf;
 
 /// Attempts per delivery before it is given up.
 pub const MAX_ATTEMPTS: u32 = 6;
@@ -233,22 +233,27 @@ fn delivery(task_id: &str, c: &records::PushRecord, r: &Ready) -> Option<NewDeli
         headers.insert("x-a2a-notification-token".to_owned(), t.clone());
     }
     Some(NewDelivery {
-        topic: format!("a2a:{task_id}:{}", c.config.id.clone().unwrap_or_default()),
+        topic: format!("{PUSH_TOPICS}{task_id}:{}", c.config.id.clone().unwrap_or_default()),
         url: c.config.url.clone(),
         headers,
         body,
     })
 }
 
+/// The outbox topics of push deliveries (one per task and config): the delivery loop claims
+/// only these.
+pub(crate) const PUSH_TOPICS: &str = "a2a:";
+
 async fn deliver_loop(ctx: A2aContext, owner: String, http: reqwest::Client) {
     loop {
-        let claimed = match ctx.coordinator.outbox().claim_deliveries(&owner, 16, Duration::from_secs(60)).await {
-            Ok(c) => c,
-            Err(e) => {
-                warn!(error = %e, "cannot claim push deliveries");
-                vec![]
-            }
-        };
+        let claimed =
+            match ctx.coordinator.outbox().claim_deliveries(&owner, PUSH_TOPICS, 16, Duration::from_secs(60)).await {
+                Ok(c) => c,
+                Err(e) => {
+                    warn!(error = %e, "cannot claim push deliveries");
+                    vec![]
+                }
+            };
         if claimed.is_empty() {
             tokio::select! {
                 _ = ctx.shutdown.cancelled() => return,

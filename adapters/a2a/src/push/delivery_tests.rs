@@ -43,12 +43,15 @@ async fn a_cursor_held_by_another_process_is_fed_only_once_it_is_released() {
     tokio::time::sleep(POLL * 3).await;
     assert_eq!(cursor_owner(docs.get_document(FEED, &id).await.unwrap()).as_deref(), Some("elsewhere"));
     let outbox = kit.ctx.coordinator.outbox();
-    assert!(outbox.claim_deliveries("test", 64, Duration::from_secs(60)).await.unwrap().is_empty(), "not fed here");
+    assert!(
+        outbox.claim_deliveries("test", PUSH_TOPICS, 64, Duration::from_secs(60)).await.unwrap().is_empty(),
+        "not fed here"
+    );
 
     assert!(docs.release_document(FEED, &id, "elsewhere").await.unwrap());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let delivered = loop {
-        let got = outbox.claim_deliveries("test", 64, Duration::from_secs(60)).await.unwrap();
+        let got = outbox.claim_deliveries("test", PUSH_TOPICS, 64, Duration::from_secs(60)).await.unwrap();
         if !got.is_empty() {
             break got;
         }
@@ -71,7 +74,7 @@ async fn drain(kit: &Kit) -> Map<String, Vec<Value>> {
     let outbox = kit.ctx.coordinator.outbox();
     let mut by_topic: Map<String, Vec<Value>> = Map::new();
     loop {
-        let claimed = outbox.claim_deliveries("test", 64, Duration::from_secs(60)).await.unwrap();
+        let claimed = outbox.claim_deliveries("test", PUSH_TOPICS, 64, Duration::from_secs(60)).await.unwrap();
         if claimed.is_empty() {
             return by_topic;
         }
@@ -162,7 +165,8 @@ async fn push_credentials_are_sealed_at_rest_and_opened_to_be_sent() {
     let id = started.record.id.clone();
     let cursor = claim(&kit, &id).await;
     feed_task(&kit.ctx, &id, cursor, "test").await.unwrap();
-    let claimed = kit.ctx.coordinator.outbox().claim_deliveries("test", 64, Duration::from_secs(60)).await.unwrap();
+    let claimed =
+        kit.ctx.coordinator.outbox().claim_deliveries("test", PUSH_TOPICS, 64, Duration::from_secs(60)).await.unwrap();
     assert!(!claimed.is_empty());
     for d in &claimed {
         let queued = serde_json::to_string(&d.headers).unwrap();

@@ -14,7 +14,6 @@
 //! refused.
 
 pub mod delivery;
-pub mod ssrf;
 
 use gateway_core::EventId;
 use gateway_runtime::{DocumentWrite, Documents, SecretBox, SecretError};
@@ -44,7 +43,7 @@ fn header_safe(what: &str, s: &str) -> Result<()> {
 /// Checks a config before it is stored: URL (and the SSRF rule), header-safe token and
 /// credentials, a scheme only with credentials.
 pub fn validate(cfg: &PushConfig, allow_private: bool) -> Result<()> {
-    ssrf::check_url(&cfg.url, allow_private).map_err(|e| A2aError::InvalidParams(e.to_string()))?;
+    gateway_runtime::ssrf::check_url(&cfg.url, allow_private).map_err(|e| A2aError::InvalidParams(e.to_string()))?;
     if let Some(t) = &cfg.token {
         header_safe("token", t)?;
     }

@@ -2,8 +2,11 @@
 
 use std::collections::HashSet;
 
-use axum::Json;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use gateway_core::event::EventKind;
+use gateway_runtime::auth::Principal;
 use gateway_runtime::{EventFilter, Order};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -22,8 +25,11 @@ pub struct SendBody {
 
 /// Commits the batch, then echoes the client's events with their ids: "accepted" is only
 /// said after the commit (invariant 4).
+/// An environment key (a self-hosted executor) may send tool results only: it answers calls,
+/// it does not drive the agent.
 pub async fn send(
     State(api): State<ManagedAgents>,
+    principal: Option<Extension<Principal>>,
     Path(raw): Path<String>,
     ApiJson(body): ApiJson<SendBody>,
 ) -> Result<Json<Value>, ApiError> {
@@ -32,6 +38,15 @@ pub async fn send(
         return Err(ApiError::invalid("events must hold 1 to 100 events"));
     }
     let inputs = body.events.into_iter().map(EventIn::into_new_event).collect::<Result<Vec<_>, _>>()?;
+    if let Some(Extension(Principal::Environment { .. })) = principal
+        && inputs.iter().any(|e| e.payload.kind() != EventKind::ClientToolResult)
+    {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            "an environment key may send only user.tool_result and user.custom_tool_result events",
+        ));
+    }
     let sent: HashSet<_> = inputs.iter().map(|e| e.id.clone()).collect();
     let committed = api.coordinator.submit(&id, inputs).await?;
     let data: Vec<Value> = committed.iter().filter(|e| sent.contains(&e.id)).filter_map(project).collect();

@@ -4,6 +4,8 @@ pub mod agents;
 pub mod environments;
 pub mod events;
 pub mod sessions;
+pub mod webhook_endpoints;
+pub mod work;
 
 use axum::http::StatusCode;
 

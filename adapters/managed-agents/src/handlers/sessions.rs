@@ -54,11 +54,11 @@ pub async fn create(
         initial_inputs,
     };
     let (session, _) = api.coordinator.create_session(req).await?;
-    Ok(Json(session_out(&session)))
+    Ok(Json(session_out(&session, &api.public_url)))
 }
 
 pub async fn retrieve(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(session_out(&api.coordinator.get_session(&id(&raw)?).await?)))
+    Ok(Json(session_out(&api.coordinator.get_session(&id(&raw)?).await?, &api.public_url)))
 }
 
 pub async fn update(
@@ -93,11 +93,11 @@ pub async fn update(
         Patch::Set(m) => Some(merge_metadata(&current.metadata, m)?),
     };
     let session = api.coordinator.update_session(&id, SessionPatch { title, metadata }).await?;
-    Ok(Json(session_out(&session)))
+    Ok(Json(session_out(&session, &api.public_url)))
 }
 
 pub async fn archive(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(session_out(&api.coordinator.archive_session(&id(&raw)?).await?)))
+    Ok(Json(session_out(&api.coordinator.archive_session(&id(&raw)?).await?, &api.public_url)))
 }
 
 pub async fn delete(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
@@ -143,7 +143,7 @@ pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Result<Js
         include_archived: q.bool("include_archived")?,
     };
     let result = api.coordinator.list_sessions(&filter, &page).await?;
-    let data = result.items.iter().map(session_out).collect();
+    let data = result.items.iter().map(|s| session_out(s, &api.public_url)).collect();
     Ok(Json(pagination::body(&result, page.order, data, true)))
 }
 

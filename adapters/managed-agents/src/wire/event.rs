@@ -113,7 +113,8 @@ fn error_type(kind: ErrorKind) -> &'static str {
         | ErrorKind::EnvironmentLost
         | ErrorKind::PlacementFailed
         | ErrorKind::Indeterminate
-        | ErrorKind::BackendFailed => "unknown_error",
+        | ErrorKind::BackendFailed
+        | ErrorKind::EnvironmentConnectTimeout => "unknown_error",
     }
 }
 
@@ -170,6 +171,18 @@ pub fn project(e: &Event) -> Option<Value> {
         }),
         EventPayload::SessionTerminated {} => json!({"type": "session.status_terminated"}),
         EventPayload::SessionDeleted {} => json!({"type": "session.deleted"}),
+        // Self-hosted sessions only (docs/adr/0013): extensions the SDK's event union lacks.
+        EventPayload::EnvironmentConnection { environment_id, status, error } => {
+            let mut environment = json!({"id": environment_id, "type": "self_hosted", "status": status.as_str()});
+            if let Some(error) = error {
+                environment["error"] = json!({"type": "environment_connection_error", "message": error});
+            }
+            json!({"type": format!("agent.session.environment.{}", status.as_str()), "environment": environment})
+        }
+        EventPayload::ConnectionRequested { environment_id } => json!({
+            "type": "agent.session.requires_action",
+            "required_action": {"type": "environment_connection", "environment_id": environment_id},
+        }),
         EventPayload::AgentMessage { content } => {
             json!({"type": "agent.message", "content": blocks_out(content, true)})
         }
@@ -275,6 +288,11 @@ const TYPES: &[(&str, Option<EventKind>)] = &[
     ("session.thread_status_idle", None),
     ("session.thread_status_rescheduled", None),
     ("session.thread_status_terminated", None),
+    ("agent.session.requires_action", Some(EventKind::ConnectionRequested)),
+    ("agent.session.environment.pending", Some(EventKind::EnvironmentConnection)),
+    ("agent.session.environment.connected", Some(EventKind::EnvironmentConnection)),
+    ("agent.session.environment.disconnected", Some(EventKind::EnvironmentConnection)),
+    ("agent.session.environment.failed", Some(EventKind::EnvironmentConnection)),
     ("span.model_request_start", Some(EventKind::ModelRequestStarted)),
     ("span.model_request_end", Some(EventKind::ModelRequestEnded)),
     ("span.outcome_evaluation_start", None),

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use gateway_core::environment::ConnectionStatus;
+use gateway_core::placement::ToolExecution;
 use gateway_core::session::{Checkout, ResourceKind, Secret, Session};
 use gateway_core::{AgentId, Metadata};
 use serde::Deserialize;
@@ -192,9 +194,12 @@ pub struct SessionUpdate {
     pub vault_ids: Option<Value>,
 }
 
-pub fn session_out(s: &Session) -> Value {
+/// A session. A self-hosted one (its tools run on an executor) also shows its executor
+/// connection as the extension `environment` (docs/adr/0013); cloud sessions keep the SDK's
+/// exact shape.
+pub fn session_out(s: &Session, remote_url: &str) -> Value {
     let a = &s.snapshot.agent;
-    json!({
+    let mut out = json!({
         "id": s.id,
         "type": "session",
         "environment_id": s.environment_id,
@@ -213,5 +218,15 @@ pub fn session_out(s: &Session) -> Value {
         "updated_at": time(s.updated_at),
         "archived_at": opt_time(s.archived_at),
         "environment_state": s.environment_state.as_str(),
-    })
+    });
+    if s.snapshot.requirements.tool_execution == ToolExecution::External {
+        let status = s.connection.unwrap_or(ConnectionStatus::Disconnected);
+        out["environment"] = json!({
+            "id": s.environment_id,
+            "type": "self_hosted",
+            "status": status.as_str(),
+            "remote_url": remote_url,
+        });
+    }
+    out
 }

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::{Backend, BackendError, RunContext, TurnOutcome};
 use crate::environment::{Environments, Lease};
+use crate::executors::Connection;
 use crate::previews::Preview;
 
 /// `[native]`: the model loop's bounds (missing keys keep these defaults).
@@ -72,7 +73,8 @@ enum Route {
 /// How a call is handled, where it comes from, and the policy that decided it.
 fn route(agent: &AgentSpec, execution: ToolExecution, name: &str) -> (Route, ToolOrigin, Option<PermissionPolicy>) {
     match agent.builtin_tool(name) {
-        ToolAvailability::Enabled(p) if execution == ToolExecution::External => {
+        // A self-hosted executor runs the tools that touch its machine; web tools stay here.
+        ToolAvailability::Enabled(p) if execution == ToolExecution::External && is_local_tool(name) => {
             (Route::Client, ToolOrigin::Builtin, Some(p))
         }
         ToolAvailability::Enabled(p) if p.requires_approval() => (Route::Ask, ToolOrigin::Builtin, Some(p)),
@@ -183,6 +185,44 @@ impl<'a> Turn<'a> {
         Ok(())
     }
 
+    /// Before a self-hosted session's built-in calls park for their results: makes sure an
+    /// executor serves the session, asking for one and waiting (DESIGN §5a). Returns the
+    /// outcome that ends the turn instead: interrupted while waiting; or, when nobody came in
+    /// time, the calls answered with an error (a late executor must not run them) and the turn
+    /// failed with a typed error.
+    async fn await_executor(&mut self, calls: &[EventId]) -> Result<Option<TurnOutcome>, BackendError> {
+        if calls.is_empty() {
+            return Ok(None);
+        }
+        let executors = std::sync::Arc::clone(&self.ctx.executors);
+        match executors.connect(&self.ctx.session.id, &self.ctx.interrupted).await? {
+            Connection::Connected => Ok(None),
+            Connection::Cancelled => Ok(Some(TurnOutcome::Interrupted)),
+            Connection::TimedOut => {
+                let secs = executors.settings().connect_timeout.as_secs();
+                let message = format!(
+                    "no self-hosted executor connected to environment {} within {secs}s; the tool call was not run",
+                    self.ctx.session.environment_id
+                );
+                // Answered as an executor's result would be: that is what tells any executor
+                // (the official worker counts only `user.tool_result`s) the call is settled.
+                let results = calls
+                    .iter()
+                    .map(|id| {
+                        NewEvent::new(EventPayload::ClientToolResult {
+                            tool_use_id: id.clone(),
+                            content: vec![ContentBlock::text(message.clone())],
+                            is_error: true,
+                            origin: ToolOrigin::Builtin,
+                        })
+                    })
+                    .collect();
+                self.commit(results).await?;
+                Err(BackendError::Failed { kind: ErrorKind::EnvironmentConnectTimeout, message })
+            }
+        }
+    }
+
     /// Finishes what an earlier run of this turn left open. Returns an outcome when the turn
     /// must not call the model again (it parks again, or the model had already finished).
     async fn resume(&mut self) -> Result<Option<TurnOutcome>, BackendError> {
@@ -236,6 +276,7 @@ impl<'a> Turn<'a> {
         }
 
         let mut pending = Vec::new();
+        let mut executor_calls = Vec::new();
         for e in &turn {
             let EventPayload::ToolUse { name, input, origin, permission, .. } = &e.payload else { continue };
             if answered.contains(&e.id) || *origin == ToolOrigin::Backend {
@@ -246,7 +287,10 @@ impl<'a> Turn<'a> {
                 (ToolOrigin::Custom, _) => {
                     pending.push(PendingAction { event_id: id.clone(), kind: PendingKind::ClientResult })
                 }
-                _ if self.ctx.session.snapshot.requirements.tool_execution == ToolExecution::External => {
+                _ if self.ctx.session.snapshot.requirements.tool_execution == ToolExecution::External
+                    && is_local_tool(name) =>
+                {
+                    executor_calls.push(id.clone());
                     pending.push(PendingAction { event_id: id.clone(), kind: PendingKind::ClientResult })
                 }
                 _ if started.contains(id) => {
@@ -275,6 +319,9 @@ impl<'a> Turn<'a> {
                 return Ok(Some(TurnOutcome::Interrupted));
             }
         }
+        if let Some(outcome) = self.await_executor(&executor_calls).await? {
+            return Ok(Some(outcome));
+        }
         if !pending.is_empty() {
             return Ok(Some(TurnOutcome::Parked { pending }));
         }
@@ -294,7 +341,7 @@ impl<'a> Turn<'a> {
 
     /// One model request; commits its output. Returns the tool calls to handle, or the
     /// outcome if the model ended the turn.
-    async fn model_round(&mut self) -> Result<Result<Vec<(Event, Route)>, TurnOutcome>, BackendError> {
+    async fn model_round(&mut self) -> Result<Result<Vec<(NewEvent, Route)>, TurnOutcome>, BackendError> {
         let agent = &self.ctx.session.snapshot.agent.spec;
         let request = ModelRequest {
             model: agent.model.id.clone(),
@@ -402,12 +449,24 @@ impl<'a> Turn<'a> {
                 _ => TurnOutcome::EndTurn,
             }));
         }
-        let committed = self.commit(events).await?;
-        let calls = routes
-            .into_iter()
-            .filter_map(|(id, r)| committed.iter().find(|e| e.id == id).cloned().map(|e| (e, r)))
-            .collect();
-        Ok(Ok(calls))
+        let calls = |events: &[NewEvent]| {
+            routes
+                .iter()
+                .filter_map(|(id, r)| events.iter().find(|e| &e.id == id).map(|e| (e.clone(), *r)))
+                .collect::<Vec<_>>()
+        };
+        if routes.iter().all(|(_, r)| *r == Route::Client) {
+            // Calls only a client answers: their uses and the park commit together, in the
+            // settlement, so no answer can arrive before the session waits for it (a
+            // self-hosted executor answers as soon as it sees a call). Lost with a lost claim,
+            // the round is simply asked again.
+            let calls = calls(&events);
+            self.ctx.stage(events);
+            return Ok(Ok(calls));
+        }
+        let committed: Vec<NewEvent> =
+            self.commit(events).await?.into_iter().map(|e| NewEvent { id: e.id, payload: e.payload }).collect();
+        Ok(Ok(calls(&committed)))
     }
 }
 
@@ -440,6 +499,7 @@ impl Backend for NativeBackend {
                 Err(outcome) => return Ok(outcome),
             };
             let mut pending = Vec::new();
+            let mut executor_calls = Vec::new();
             for (event, r) in calls {
                 let EventPayload::ToolUse { name, input, origin, .. } = &event.payload else { continue };
                 match r {
@@ -448,6 +508,9 @@ impl Backend for NativeBackend {
                         pending.push(PendingAction { event_id: event.id.clone(), kind: PendingKind::Confirmation })
                     }
                     Route::Client => {
+                        if *origin == ToolOrigin::Builtin {
+                            executor_calls.push(event.id.clone());
+                        }
                         pending.push(PendingAction { event_id: event.id.clone(), kind: PendingKind::ClientResult })
                     }
                     Route::Unavailable => {
@@ -458,6 +521,9 @@ impl Backend for NativeBackend {
                 if ctx.is_interrupted() {
                     return Ok(TurnOutcome::Interrupted);
                 }
+            }
+            if let Some(outcome) = turn.await_executor(&executor_calls).await? {
+                return Ok(outcome);
             }
             if !pending.is_empty() {
                 return Ok(TurnOutcome::Parked { pending });

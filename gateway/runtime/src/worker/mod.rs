@@ -123,6 +123,8 @@ pub struct WorkerIdentity {
 #[derive(Clone)]
 pub struct PoolParts {
     pub store: Arc<dyn Store>,
+    /// Self-hosted executors, which a turn may wait for.
+    pub executors: Arc<crate::executors::Executors>,
     pub backends: BackendRegistry,
     pub previews: PreviewBus,
     /// Where claims and settlements are counted (shared with the Coordinator for `/metrics`).
@@ -137,6 +139,7 @@ pub struct PoolParts {
 
 struct Shared {
     store: Arc<dyn Store>,
+    executors: Arc<crate::executors::Executors>,
     backends: BackendRegistry,
     previews: PreviewBus,
     metrics: Arc<Metrics>,
@@ -161,9 +164,10 @@ pub struct WorkerPool {
 
 impl WorkerPool {
     pub fn start(parts: PoolParts, identity: WorkerIdentity, config: WorkerConfig) -> Self {
-        let PoolParts { store, backends, previews, metrics, tasks: tracker, stop } = parts;
+        let PoolParts { store, executors, backends, previews, metrics, tasks: tracker, stop } = parts;
         let shared = Arc::new(Shared {
             store,
+            executors,
             backends,
             previews,
             metrics,

@@ -81,6 +81,7 @@ pub(super) async fn execute(w: &Arc<Shared>, claim: Claim, held: &Held) {
         session,
         host: w.identity.host.clone(),
         store: Arc::clone(&w.store),
+        executors: Arc::clone(&w.executors),
         previews: w.previews.clone(),
         interrupted: held.interrupted.clone(),
         abandoned: held.abandoned.clone(),

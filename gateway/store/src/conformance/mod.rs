@@ -12,6 +12,7 @@ pub mod events;
 pub mod harness;
 pub mod runs;
 pub mod sessions;
+pub mod work;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,7 +95,13 @@ macro_rules! conformance_suite {
             admission::a_refused_admission_writes_nothing,
             admission::resources_get_the_creation_time_of_the_database,
             admission::document_leases_are_claimed_renewed_and_released_on_the_database_clock,
-            admission::racing_document_claims_take_each_document_once
+            admission::racing_document_claims_take_each_document_once,
+            work::work_items_carry_a_sessions_connection,
+            work::unanswered_requests_fail_and_lapsed_leases_disconnect,
+            work::racing_polls_take_each_item_once,
+            work::environment_keys_are_scoped_and_not_api_keys,
+            work::fed_events_become_deliveries_once,
+            work::webhook_endpoints_disable_after_failures
         );
     };
     (@each $harness:expr; $($module:ident :: $name:ident),* $(,)?) => {

@@ -24,6 +24,8 @@ mod lateness;
 mod outbox;
 mod runs;
 mod sessions;
+mod webhooks;
+mod work;
 mod write;
 
 pub mod postgres;
@@ -56,6 +58,10 @@ pub trait Engine: Database {
     const LOCK_SESSION: &'static str;
     /// `LOCK_SESSION` plus the database clock (`now_ms`) in the same round trip.
     const LOCK_SESSION_AT_NOW: &'static str;
+    /// Takes fed events for a webhook fan-out (see `webhooks.rs`).
+    const TAKE_FEED: &'static str;
+    /// Picks the work item a poll hands out (see `work.rs`).
+    const POLL_WORK: &'static str;
     /// Picks the claim candidates (see `runs.rs`).
     const CLAIM_CANDIDATE: &'static str;
     /// Run at the start of a claim's transaction: bounds how long it may wait for a session
@@ -114,6 +120,8 @@ pub struct SqlStore<DB: Database> {
     pub(crate) writer: write::Writer<DB>,
     pub(crate) wake: Arc<Wakeups>,
     pub(crate) background: tokio_util::sync::CancellationToken,
+    /// Commits feed lifecycle events to webhooks (see `webhooks.rs`).
+    pub(crate) feed: std::sync::atomic::AtomicBool,
 }
 
 /// A place to read: the read pool, while one of its connections is ours to ask for.
@@ -201,6 +209,10 @@ macro_rules! engine_impl {
             for<'r> $crate::rows::DocumentRow: sqlx::FromRow<'r, DB::Row>,
             for<'r> $crate::rows::DeliveryRow: sqlx::FromRow<'r, DB::Row>,
             for<'r> $crate::rows::DeliveryStateRow: sqlx::FromRow<'r, DB::Row>,
+            for<'r> $crate::rows::WorkItemRow: sqlx::FromRow<'r, DB::Row>,
+            for<'r> $crate::rows::WebhookRow: sqlx::FromRow<'r, DB::Row>,
+            for<'r> $crate::rows::FeedRow: sqlx::FromRow<'r, DB::Row>,
+            for<'r> (i64, i64, Option<i64>): sqlx::FromRow<'r, DB::Row>,
         {
             $($body)*
         }
@@ -211,7 +223,7 @@ pub(crate) use engine_impl;
 /// Columns of a session row, in `SessionRow` order.
 macro_rules! session_cols {
     () => {
-        "id, environment_id, snapshot, title, metadata, status, pending, env_state, env_host, last_seq, created_at, updated_at, archived_at"
+        "id, environment_id, snapshot, title, metadata, status, pending, env_state, env_host, connection, last_seq, created_at, updated_at, archived_at"
     };
 }
 pub(crate) use session_cols;
@@ -252,6 +264,11 @@ impl Hints {
         }
     }
 
+    /// The batches of events the transaction committed.
+    pub fn batches(&self) -> &[(SessionId, Vec<Event>)] {
+        &self.batches
+    }
+
     /// Delivers the hints in this process; only ever after the commit they describe.
     pub fn deliver(self, wake: &Wakeups) {
         for (session, events) in self.batches {
@@ -285,6 +302,9 @@ engine_impl! {
         /// hints were also queued with NOTIFY inside the transaction, so other processes see
         /// them only on commit.
         pub(crate) async fn finish(&self, mut tx: WriteTx<DB>, hints: Hints) -> Result<()> {
+            if self.feed.load(std::sync::atomic::Ordering::Relaxed) {
+                Self::feed_events(&mut tx, &hints).await?;
+            }
             if let Some(sql) = DB::NOTIFY.filter(|_| self.wake.enabled() && !hints.hints.is_empty()) {
                 // One NOTIFY for the whole transaction: hints joined by newlines.
                 let payload = hints.hints.iter().map(Hint::encode).collect::<Vec<_>>().join("\n");

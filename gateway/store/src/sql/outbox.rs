@@ -10,15 +10,16 @@ use super::engine_impl;
 use crate::error::Result;
 use crate::model::millis;
 use crate::rows::{DeliveryRow, DeliveryStateRow};
+use crate::sql::write::WriteTx;
 use crate::{Delivery, DeliveryState, NewDelivery, Outbox};
 
 /// Due deliveries: pending, due, not leased (or lease expired), and the oldest pending one of
-/// their topic. `$1` now, `$2` limit.
+/// their topic, of topics starting with `$3`. `$1` now, `$2` limit.
 macro_rules! claim_deliveries_sql {
     ($lock:literal) => {
         concat!(
             "SELECT o.id, o.topic, o.url, o.headers, o.body, o.attempts FROM outbox o \
-             WHERE o.state = 'pending' AND o.next_attempt_at <= $1 \
+             WHERE o.state = 'pending' AND o.next_attempt_at <= $1 AND substr(o.topic, 1, length($3)) = $3 \
                AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1) \
                AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.topic = o.topic AND p.state = 'pending' \
                                AND (p.created_at, p.id) < (o.created_at, o.id)) \
@@ -35,49 +36,18 @@ engine_impl! {
         async fn enqueue_deliveries(&self, deliveries: Vec<NewDelivery>) -> Result<Vec<DeliveryId>> {
             let mut tx = self.begin_write().await?;
             let now = Self::now(&mut tx).await?;
-            let mut ids = Vec::with_capacity(deliveries.len());
-            // created_at orders a topic's deliveries: strictly after everything the topic
-            // already holds (so a later batch never sorts before an earlier one, even if the
-            // clock stepped back or both fell in one millisecond), and in the batch's order.
-            let mut next: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
-            for d in deliveries {
-                let at = match next.get(&d.topic) {
-                    Some(at) => *at,
-                    None => {
-                        let (last,): (i64,) = sqlx::query_as("SELECT COALESCE(MAX(created_at), 0) FROM outbox WHERE topic = $1")
-                            .bind(d.topic.as_str())
-                            .fetch_one(&mut *tx)
-                            .await?;
-                        now.max(last + 1)
-                    }
-                };
-                next.insert(d.topic.clone(), at + 1);
-                let id = DeliveryId::new();
-                sqlx::query(
-                    "INSERT INTO outbox (id, topic, url, headers, body, state, next_attempt_at, created_at, updated_at) \
-                     VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $6)",
-                )
-                .bind(id.as_str())
-                .bind(d.topic)
-                .bind(d.url)
-                .bind(serde_json::to_string(&d.headers)?)
-                .bind(d.body)
-                .bind(now)
-                .bind(at)
-                .execute(&mut *tx)
-                .await?;
-                ids.push(id);
-            }
+            let ids = Self::insert_deliveries(&mut tx, deliveries, now).await?;
             self.finish(tx, Hints::default()).await?;
             Ok(ids)
         }
 
-        async fn claim_deliveries(&self, owner: &str, limit: u32, lease: Duration) -> Result<Vec<Delivery>> {
+        async fn claim_deliveries(&self, owner: &str, topic_prefix: &str, limit: u32, lease: Duration) -> Result<Vec<Delivery>> {
             let mut tx = self.begin_write().await?;
             let now = Self::now(&mut tx).await?;
             let rows = sqlx::query_as::<DB, DeliveryRow>(DB::CLAIM_DELIVERIES)
                 .bind(now)
                 .bind(i64::from(limit.max(1)))
+                .bind(topic_prefix)
                 .fetch_all(&mut *tx)
                 .await?;
             for r in &rows {
@@ -143,6 +113,48 @@ engine_impl! {
             .await?;
             self.finish(tx, Hints::default()).await?;
             Ok(())
+        }
+    }
+}
+
+engine_impl! {
+    impl SqlStore {
+        /// Inserts deliveries in a write transaction.
+        pub(crate) async fn insert_deliveries(tx: &mut WriteTx<DB>, deliveries: Vec<NewDelivery>, now: i64) -> Result<Vec<DeliveryId>> {
+            let mut ids = Vec::with_capacity(deliveries.len());
+            // created_at orders a topic's deliveries: strictly after everything the topic
+            // already holds (so a later batch never sorts before an earlier one, even if the
+            // clock stepped back or both fell in one millisecond), and in the batch's order.
+            let mut next: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+            for d in deliveries {
+                let at = match next.get(&d.topic) {
+                    Some(at) => *at,
+                    None => {
+                        let (last,): (i64,) = sqlx::query_as("SELECT COALESCE(MAX(created_at), 0) FROM outbox WHERE topic = $1")
+                            .bind(d.topic.as_str())
+                            .fetch_one(&mut **tx)
+                            .await?;
+                        now.max(last + 1)
+                    }
+                };
+                next.insert(d.topic.clone(), at + 1);
+                let id = DeliveryId::new();
+                sqlx::query(
+                    "INSERT INTO outbox (id, topic, url, headers, body, state, next_attempt_at, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $6)",
+                )
+                .bind(id.as_str())
+                .bind(d.topic)
+                .bind(d.url)
+                .bind(serde_json::to_string(&d.headers)?)
+                .bind(d.body)
+                .bind(now)
+                .bind(at)
+                .execute(&mut **tx)
+                .await?;
+                ids.push(id);
+            }
+            Ok(ids)
         }
     }
 }

@@ -15,6 +15,8 @@ use super::events::list_events_sql;
 use super::outbox::claim_deliveries_sql;
 use super::runs::claim_candidate_sql;
 use super::sessions::list_sessions_sql;
+use super::webhooks::take_feed_sql;
+use super::work::poll_work_sql;
 use super::write::Writer;
 use super::{Engine, SqlStore, WAKE_CHANNEL};
 use crate::error::{Result, StoreError};
@@ -63,6 +65,8 @@ impl Engine for Postgres {
     const LIST_EVENTS_ASC: &'static str = list_events_sql!("(SELECT json_array_elements_text($2::json))", ">", "ASC");
     const LIST_EVENTS_DESC: &'static str = list_events_sql!("(SELECT json_array_elements_text($2::json))", "<", "DESC");
     const CLAIM_DELIVERIES: &'static str = claim_deliveries_sql!(" FOR UPDATE OF o SKIP LOCKED");
+    const TAKE_FEED: &'static str = take_feed_sql!(" FOR UPDATE OF f SKIP LOCKED");
+    const POLL_WORK: &'static str = poll_work_sql!(" FOR UPDATE OF w SKIP LOCKED");
     const CLAIM_DOCUMENTS: &'static str = claim_documents_sql!(" FOR UPDATE SKIP LOCKED");
     /// Locked: a claim holds its run row from choosing it to committing its input boundary
     /// (`FOR UPDATE OF r`), so admission waits for it and then sees the run running.
@@ -96,6 +100,7 @@ impl PgStore {
         Ok(SqlStore {
             read_gate: SqlStore::read_gate(&pool),
             read_wait: Default::default(),
+            feed: Default::default(),
             read: pool.clone(),
             write: pool,
             writer,

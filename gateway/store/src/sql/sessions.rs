@@ -328,6 +328,18 @@ engine_impl! {
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
+            // Its work item ends: an unheld one at once, a held one through its executor (the
+            // next heartbeat answers `stopping`).
+            sqlx::query(
+                "UPDATE work_items SET state = CASE WHEN state = 'queued' THEN 'stopped' ELSE 'stopping' END, \
+                 stopped_at = CASE WHEN state = 'queued' THEN $2 ELSE stopped_at END, \
+                 stop_requested_at = COALESCE(stop_requested_at, $2) \
+                 WHERE session_id = $1 AND state IN ('queued', 'starting', 'active')",
+            )
+            .bind(id.as_str())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
             let mut hints = Hints::default();
             hints.push(Hint::SessionAdvanced(id.clone(), last_seq));
             hints.committed(id, &events);

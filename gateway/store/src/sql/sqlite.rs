@@ -23,6 +23,8 @@ use super::events::list_events_sql;
 use super::outbox::claim_deliveries_sql;
 use super::runs::claim_candidate_sql;
 use super::sessions::list_sessions_sql;
+use super::webhooks::take_feed_sql;
+use super::work::poll_work_sql;
 use super::write::Writer;
 use super::{Engine, SqlStore};
 use crate::error::{Result, StoreError};
@@ -69,6 +71,8 @@ impl Engine for Sqlite {
     const LIST_EVENTS_ASC: &'static str = list_events_sql!("(SELECT value FROM json_each($2))", ">", "ASC");
     const LIST_EVENTS_DESC: &'static str = list_events_sql!("(SELECT value FROM json_each($2))", "<", "DESC");
     const CLAIM_DELIVERIES: &'static str = claim_deliveries_sql!("");
+    const TAKE_FEED: &'static str = take_feed_sql!("");
+    const POLL_WORK: &'static str = poll_work_sql!("");
     const CLAIM_DOCUMENTS: &'static str = claim_documents_sql!("");
     /// No row locks: `BEGIN IMMEDIATE` already serializes every writer.
     const RUN_PRESENCE: &'static str = "SELECT CASE WHEN state = 'running' THEN 'running' WHEN started THEN 'retrying' ELSE 'queued' END \
@@ -119,6 +123,7 @@ impl SqliteStore {
         Ok(SqlStore {
             read_gate: SqlStore::read_gate(&read),
             read_wait: Default::default(),
+            feed: Default::default(),
             read,
             write,
             writer,

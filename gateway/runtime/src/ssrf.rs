@@ -1,6 +1,7 @@
-//! The SSRF filter for push targets (protocols/a2a.md §7): loopback, private, link-local,
-//! unspecified and other non-global addresses are refused unless the operator allowed
-//! private targets. The check runs when a config is registered and again at connect time,
+//! The SSRF filter for outbound deliveries to addresses clients name (A2A push targets,
+//! protocols/a2a.md §7; webhook endpoints registered through the API): loopback, private,
+//! link-local, unspecified and other non-global addresses are refused unless the operator
+//! allowed private targets. The check runs when a config is registered and again at connect time,
 //! through a DNS resolver that drops refused addresses, so a name that re-resolves to a
 //! private address later (DNS rebinding) still cannot be reached. Redirects are never followed.
 

@@ -1,0 +1,95 @@
+//! `/v1/webhooks`: webhook endpoints (an extension, docs/adr/0013). The signing secret is in
+//! the creation's answer only.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use gateway_core::WebhookId;
+use gateway_runtime::{EndpointOrigin, WebhookEndpoint};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::path_id;
+use crate::ManagedAgents;
+use crate::error::ApiError;
+use crate::extract::ApiJson;
+use crate::webhooks::WebhookError;
+use crate::wire::{opt_time, time};
+
+/// Longest endpoint URL and description.
+const MAX_URL: usize = 2048;
+const MAX_DESCRIPTION: usize = 512;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointCreate {
+    url: String,
+    #[serde(default)]
+    event_types: Vec<String>,
+    #[serde(default)]
+    description: Option<String>,
+}
+
+impl From<WebhookError> for ApiError {
+    fn from(e: WebhookError) -> Self {
+        match e {
+            WebhookError::Invalid(m) => ApiError::invalid(m),
+            WebhookError::Runtime(r) => r.into(),
+        }
+    }
+}
+
+fn id(raw: &str) -> Result<WebhookId, ApiError> {
+    path_id("webhook endpoint", "webhook_not_found", raw)
+}
+
+fn endpoint_out(e: &WebhookEndpoint, secret: Option<&str>) -> Value {
+    let mut v = json!({
+        "id": e.id,
+        "type": "webhook_endpoint",
+        "url": e.url,
+        "event_types": e.event_types,
+        "description": e.description,
+        "origin": match e.origin { EndpointOrigin::Config => "config", EndpointOrigin::Api => "api" },
+        "status": if e.enabled { "enabled" } else { "disabled" },
+        "consecutive_failures": e.consecutive_failures,
+        "created_at": time(e.created_at),
+        "disabled_at": opt_time(e.disabled_at),
+    });
+    if let Some(secret) = secret {
+        v["secret"] = json!(secret);
+    }
+    v
+}
+
+pub async fn create(
+    State(api): State<ManagedAgents>,
+    ApiJson(body): ApiJson<EndpointCreate>,
+) -> Result<Json<Value>, ApiError> {
+    if body.url.len() > MAX_URL || body.description.as_ref().is_some_and(|d| d.len() > MAX_DESCRIPTION) {
+        return Err(ApiError::invalid(format!("url holds at most {MAX_URL} bytes, description {MAX_DESCRIPTION}")));
+    }
+    let (endpoint, secret) = api.webhooks.create(&body.url, body.event_types, body.description).await?;
+    Ok(Json(endpoint_out(&endpoint, Some(&secret))))
+}
+
+pub async fn list(State(api): State<ManagedAgents>) -> Result<Json<Value>, ApiError> {
+    let data: Vec<Value> = api.webhooks.list().await?.iter().map(|e| endpoint_out(e, None)).collect();
+    Ok(Json(json!({"data": data, "next_page": null})))
+}
+
+pub async fn retrieve(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(endpoint_out(&api.webhooks.get(&id(&raw)?).await?, None)))
+}
+
+pub async fn delete(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
+    let id = id(&raw)?;
+    if !api.webhooks.delete(&id).await? {
+        return Err(ApiError::not_found(format!("webhook endpoint {raw:?} not found")).code("webhook_not_found"));
+    }
+    Ok(Json(json!({"id": id, "type": "webhook_endpoint_deleted"})))
+}
+
+/// Re-enables an endpoint (after it was disabled for failing); its failure count restarts.
+pub async fn enable(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(endpoint_out(&api.webhooks.enable(&id(&raw)?).await?, None)))
+}

@@ -1,0 +1,376 @@
+//! Webhooks (docs/adr/0013): signed, at-least-once notifications of session lifecycle events
+//! to the application's endpoints.
+//!
+//! The path of one webhook: the commit that appends a lifecycle event also feeds it (the
+//! store's event feed, while any endpoint is enabled); this service's loop turns fed events
+//! into one outbox delivery per interested endpoint, in one transaction; the outbox then
+//! leases, retries and orders them per endpoint (topic `webhook:<endpoint id>`). Each attempt
+//! is signed when it is sent (Standard Webhooks: the timestamp is the attempt's), with the id
+//! the delivery was made with, so every retry carries the same `webhook-id`.
+//!
+//! Retried: network errors, 408, 429 and 5xx. A redirect is never followed (it fails the
+//! delivery, like any other answer). After `DISABLE_AFTER` failed attempts in a row an
+//! endpoint is disabled until it is re-enabled. Endpoints from the config file are the
+//! operator's and may be private or loopback; endpoints registered through the API reach
+//! public addresses only, unless `allow_private_webhook_targets` says otherwise.
+
+mod payload;
+pub mod sign;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gateway_core::WebhookId;
+use gateway_runtime::{
+    Coordinator, EndpointOrigin, NewDelivery, NewEndpoint, OutboxDelivery, SecretBox, WebhookEndpoint, ssrf,
+};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+pub use payload::TYPES;
+
+/// Failed attempts in a row after which an endpoint is disabled.
+pub const DISABLE_AFTER: u32 = 20;
+/// Outbox topics of webhooks: `webhook:<endpoint id>`.
+const TOPICS: &str = "webhook:";
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the loop looks again when it found nothing to do.
+const IDLE: Duration = Duration::from_millis(200);
+/// How often whether any endpoint is enabled is read again (another process may add one).
+const REFRESH: Duration = Duration::from_secs(5);
+
+/// `[[webhooks]]`: an endpoint of the operator's own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookConfig {
+    pub url: String,
+    /// `whsec_` and base64 of the signing key.
+    pub secret: String,
+    /// The webhook types to send; empty: all.
+    #[serde(default)]
+    pub event_types: Vec<String>,
+}
+
+/// `[webhook_delivery]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WebhookDelivery {
+    /// The longest wait between two attempts (the backoff doubles from one second).
+    pub max_backoff_ms: u64,
+}
+
+impl Default for WebhookDelivery {
+    fn default() -> Self {
+        Self { max_backoff_ms: 60_000 }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct WebhookSettings {
+    pub endpoints: Vec<WebhookConfig>,
+    /// Let endpoints registered through the API reach private and loopback addresses.
+    pub allow_private_targets: bool,
+    pub delivery: WebhookDelivery,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Runtime(#[from] gateway_runtime::RuntimeError),
+}
+
+/// The webhooks of this process: the endpoints API's backing and the delivery loop.
+pub struct Webhooks {
+    coordinator: Coordinator,
+    secrets: SecretBox,
+    settings: WebhookSettings,
+    /// For the operator's endpoints: any address.
+    trusted: reqwest::Client,
+    /// For endpoints registered through the API.
+    registered: reqwest::Client,
+    /// The endpoints as last read: what fan-outs use. Read again after every change made
+    /// here and every `REFRESH` (for changes made by other processes).
+    endpoints: std::sync::RwLock<Vec<WebhookEndpoint>>,
+}
+
+/// A config endpoint's id: stable across restarts, derived from its URL.
+fn config_id(url: &str) -> WebhookId {
+    const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let digest = Sha256::digest(url.as_bytes());
+    let body: String = digest.iter().take(22).map(|b| ALPHABET[(*b as usize) % ALPHABET.len()] as char).collect();
+    WebhookId::parse(&format!("whk_{body}")).unwrap_or_else(|_| WebhookId::new())
+}
+
+fn check_types(types: &[String]) -> Result<(), WebhookError> {
+    match types.iter().find(|t| !TYPES.contains(&t.as_str())) {
+        Some(t) => Err(WebhookError::Invalid(format!("event_types: {t:?} is not one of {}", TYPES.join(", ")))),
+        None => Ok(()),
+    }
+}
+
+impl Webhooks {
+    /// Writes the config file's endpoints (and forgets those removed from it), then turns the
+    /// event feed on if any endpoint is enabled.
+    pub async fn start(
+        coordinator: Coordinator,
+        secrets: SecretBox,
+        settings: WebhookSettings,
+    ) -> Result<Arc<Self>, WebhookError> {
+        let store = coordinator.webhooks();
+        let mut keep = Vec::new();
+        for c in &settings.endpoints {
+            reqwest::Url::parse(&c.url)
+                .map_err(|e| WebhookError::Invalid(format!("[[webhooks]] url {:?}: {e}", c.url)))?;
+            if !sign::is_valid_secret(&c.secret) {
+                return Err(WebhookError::Invalid(format!(
+                    "[[webhooks]] {}: secret must be whsec_ and the base64 of at least 16 bytes",
+                    c.url
+                )));
+            }
+            check_types(&c.event_types)?;
+            let id = config_id(&c.url);
+            store
+                .put_webhook(NewEndpoint {
+                    id: id.clone(),
+                    origin: EndpointOrigin::Config,
+                    url: c.url.clone(),
+                    secret: secrets.seal(&c.secret),
+                    event_types: c.event_types.clone(),
+                    description: Some("from the config file".into()),
+                })
+                .await
+                .map_err(gateway_runtime::RuntimeError::from)?;
+            keep.push(id);
+        }
+        store.prune_config_webhooks(&keep).await.map_err(gateway_runtime::RuntimeError::from)?;
+        let me = Arc::new(Self {
+            trusted: ssrf::client(true, REQUEST_TIMEOUT),
+            registered: ssrf::client(settings.allow_private_targets, REQUEST_TIMEOUT),
+            coordinator,
+            secrets,
+            settings,
+            endpoints: Default::default(),
+        });
+        me.refresh_feed().await;
+        if !keep.is_empty() {
+            info!(endpoints = keep.len(), "webhook endpoints from the config file");
+        }
+        Ok(me)
+    }
+
+    /// Reads the endpoints again, and turns the event feed on while any is enabled.
+    async fn refresh_feed(&self) {
+        match self.coordinator.webhooks().list_webhooks().await {
+            Ok(all) => {
+                self.coordinator.webhooks().set_event_feed(all.iter().any(|e| e.enabled));
+                *self.endpoints.write().unwrap_or_else(|p| p.into_inner()) = all;
+            }
+            Err(e) => warn!(error = %e, "cannot read webhook endpoints"),
+        }
+    }
+
+    // ---- the endpoints API ----
+
+    /// Registers an endpoint; returns it and its secret (shown once).
+    pub async fn create(
+        &self,
+        url: &str,
+        event_types: Vec<String>,
+        description: Option<String>,
+    ) -> Result<(WebhookEndpoint, String), WebhookError> {
+        ssrf::check_url(url, self.settings.allow_private_targets)
+            .map_err(|e| WebhookError::Invalid(format!("url: {e}")))?;
+        check_types(&event_types)?;
+        let secret = sign::new_secret();
+        let endpoint = self
+            .coordinator
+            .webhooks()
+            .put_webhook(NewEndpoint {
+                id: WebhookId::new(),
+                origin: EndpointOrigin::Api,
+                url: url.to_owned(),
+                secret: self.secrets.seal(&secret),
+                event_types,
+                description,
+            })
+            .await
+            .map_err(gateway_runtime::RuntimeError::from)?;
+        self.refresh_feed().await;
+        Ok((endpoint, secret))
+    }
+
+    pub async fn list(&self) -> Result<Vec<WebhookEndpoint>, WebhookError> {
+        Ok(self.coordinator.webhooks().list_webhooks().await.map_err(gateway_runtime::RuntimeError::from)?)
+    }
+
+    pub async fn get(&self, id: &WebhookId) -> Result<WebhookEndpoint, WebhookError> {
+        Ok(self.coordinator.webhooks().get_webhook(id).await.map_err(gateway_runtime::RuntimeError::from)?)
+    }
+
+    pub async fn delete(&self, id: &WebhookId) -> Result<bool, WebhookError> {
+        let gone = self.coordinator.webhooks().delete_webhook(id).await.map_err(gateway_runtime::RuntimeError::from)?;
+        self.refresh_feed().await;
+        Ok(gone)
+    }
+
+    pub async fn enable(&self, id: &WebhookId) -> Result<WebhookEndpoint, WebhookError> {
+        let e = self
+            .coordinator
+            .webhooks()
+            .set_webhook_enabled(id, true)
+            .await
+            .map_err(gateway_runtime::RuntimeError::from)?;
+        self.refresh_feed().await;
+        Ok(e)
+    }
+
+    // ---- delivery ----
+
+    /// Fans fed events out and delivers what is due, until `stop`.
+    pub async fn run(self: Arc<Self>, owner: String, stop: CancellationToken) {
+        let mut refreshed = tokio::time::Instant::now();
+        loop {
+            if refreshed.elapsed() >= REFRESH {
+                self.refresh_feed().await;
+                refreshed = tokio::time::Instant::now();
+            }
+            let endpoints = self.endpoints.read().unwrap_or_else(|p| p.into_inner()).clone();
+            let fed = self.fan_out(&endpoints).await;
+            let claimed =
+                match self.coordinator.outbox().claim_deliveries(&owner, TOPICS, 16, Duration::from_secs(60)).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        warn!(error = %e, "cannot claim webhook deliveries");
+                        vec![]
+                    }
+                };
+            if fed == 0 && claimed.is_empty() {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(IDLE) => {}
+                }
+                continue;
+            }
+            futures::future::join_all(claimed.into_iter().map(|d| self.deliver(d))).await;
+        }
+    }
+
+    async fn fan_out(&self, endpoints: &[WebhookEndpoint]) -> usize {
+        let fan = |e: &gateway_core::event::Event| {
+            payload::deliveries(e, endpoints)
+                .into_iter()
+                .map(|(ep, id, body)| NewDelivery {
+                    topic: format!("{TOPICS}{}", ep.id),
+                    url: ep.url.clone(),
+                    headers: BTreeMap::from([("webhook-id".to_owned(), id)]),
+                    body,
+                })
+                .collect()
+        };
+        match self.coordinator.webhooks().fan_out_feed(64, &fan).await {
+            Ok(n) => n,
+            Err(e) => {
+                warn!(error = %e, "cannot fan webhook events out");
+                0
+            }
+        }
+    }
+
+    async fn deliver(&self, d: OutboxDelivery) {
+        let outbox = self.coordinator.outbox();
+        let Some(endpoint_id) = d.topic.strip_prefix(TOPICS).and_then(|id| WebhookId::parse(id).ok()) else {
+            let _ = outbox.fail_delivery(&d.id, "not a webhook topic").await;
+            return;
+        };
+        let endpoint = match self.coordinator.webhooks().get_webhook(&endpoint_id).await {
+            Ok(e) => e,
+            Err(e) => {
+                let _ = outbox.fail_delivery(&d.id, &format!("endpoint gone: {e}")).await;
+                return;
+            }
+        };
+        if !endpoint.enabled {
+            let _ = outbox.fail_delivery(&d.id, "endpoint disabled").await;
+            return;
+        }
+        let attempt = self.post(&endpoint, &d).await;
+        let ok = attempt.is_ok();
+        let settled = match attempt {
+            Ok(()) => {
+                debug!(endpoint = %endpoint.id, attempts = d.attempts + 1, "webhook delivered");
+                outbox.delivered(&d.id).await
+            }
+            Err(Attempt::Retry(e)) => {
+                info!(endpoint = %endpoint.id, attempt = d.attempts + 1, error = %e, "webhook failed; will retry");
+                outbox.retry_delivery(&d.id, self.backoff(d.attempts), &e).await
+            }
+            Err(Attempt::Fail(e)) => {
+                warn!(endpoint = %endpoint.id, error = %e, "webhook refused; not retried");
+                outbox.fail_delivery(&d.id, &e).await
+            }
+        };
+        if let Err(e) = settled {
+            warn!(error = %e, "cannot record a webhook delivery's outcome; its lease will expire");
+        }
+        match self.coordinator.webhooks().record_webhook_attempt(&endpoint.id, ok, DISABLE_AFTER).await {
+            Ok(after) if !after.enabled && endpoint.enabled => {
+                warn!(endpoint = %endpoint.id, failures = after.consecutive_failures, "webhook endpoint disabled")
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "cannot record a webhook attempt"),
+        }
+    }
+
+    fn backoff(&self, attempts: u32) -> Duration {
+        let max = Duration::from_millis(self.settings.delivery.max_backoff_ms.max(1));
+        Duration::from_secs(1).saturating_mul(1 << attempts.min(16)).min(max)
+    }
+
+    async fn post(&self, endpoint: &WebhookEndpoint, d: &OutboxDelivery) -> Result<(), Attempt> {
+        let secret =
+            self.secrets.open(&endpoint.secret).map_err(|e| Attempt::Fail(format!("cannot open its secret: {e}")))?;
+        let id = d.headers.get("webhook-id").cloned().unwrap_or_default();
+        // The receiver compares this with its own clock (within five minutes): the wall clock of
+        // the attempt, not a stored time.
+        let timestamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let signature = sign::signature(&secret.0, &id, timestamp, &d.body)
+            .ok_or_else(|| Attempt::Fail("its secret is not a signing key".into()))?;
+        let client = match endpoint.origin {
+            EndpointOrigin::Config => &self.trusted,
+            EndpointOrigin::Api => {
+                ssrf::check_url(&d.url, self.settings.allow_private_targets)
+                    .map_err(|e| Attempt::Fail(e.to_string()))?;
+                &self.registered
+            }
+        };
+        let response = client
+            .post(&d.url)
+            .header("content-type", "application/json")
+            .header("user-agent", concat!("gateway-webhooks/", env!("CARGO_PKG_VERSION")))
+            .header("webhook-id", &id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signature)
+            .body(d.body.clone())
+            .send()
+            .await
+            .map_err(|e| Attempt::Retry(format!("{e}")))?;
+        let status = response.status();
+        match status.as_u16() {
+            200..=299 => Ok(()),
+            408 | 429 | 500..=599 => Err(Attempt::Retry(format!("HTTP {status}"))),
+            300..=399 => Err(Attempt::Fail(format!("HTTP {status}: redirects are not followed"))),
+            _ => Err(Attempt::Fail(format!("HTTP {status}"))),
+        }
+    }
+}
+
+enum Attempt {
+    Retry(String),
+    Fail(String),
+}

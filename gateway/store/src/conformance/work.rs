@@ -1,0 +1,288 @@
+//! The self-hosted work queue and environment keys.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gateway_core::agent::BackendRef;
+use gateway_core::environment::{ConnectionStatus, EnvironmentConfig};
+use gateway_core::event::{Event, EventPayload};
+use gateway_core::placement::{LocalInputs, place};
+use gateway_core::session::{Session, SessionSnapshot};
+
+use super::Harness;
+use super::{agent_spec, env_spec, new_session, placement_offer};
+use crate::{Beat, EventFilter, Guard, Order, PageRequest, Stop, Store, StoreError, WorkState};
+
+const LEASE: Duration = Duration::from_secs(30);
+const RECLAIM: Duration = Duration::from_secs(5);
+
+async fn self_hosted_session(store: &Arc<dyn Store>) -> Session {
+    let agent = store.create_agent(agent_spec("a")).await.unwrap();
+    let mut spec = env_spec("self");
+    spec.config = EnvironmentConfig::SelfHosted;
+    let env = store.create_environment(spec).await.unwrap();
+    let requirements =
+        place(&BackendRef::Native, &env.spec.config, &LocalInputs::default(), &placement_offer()).unwrap();
+    let snapshot = SessionSnapshot { agent, requirements, resources: vec![] };
+    store.create_session(new_session(env.id, snapshot, vec![])).await.unwrap().0
+}
+
+async fn connection_events(store: &Arc<dyn Store>, s: &Session) -> Vec<Event> {
+    let filter = EventFilter { kinds: vec![], created: Default::default() };
+    let all = store.list_events(&s.id, &filter, &PageRequest::first(100, Order::Asc)).await.unwrap().items;
+    all.into_iter()
+        .filter(|e| {
+            matches!(e.payload, EventPayload::EnvironmentConnection { .. } | EventPayload::ConnectionRequested { .. })
+        })
+        .collect()
+}
+
+fn statuses(events: &[Event]) -> Vec<&'static str> {
+    events
+        .iter()
+        .map(|e| match &e.payload {
+            EventPayload::EnvironmentConnection { status, .. } => status.as_str(),
+            _ => "requested",
+        })
+        .collect()
+}
+
+/// Asking, polling, acknowledging, beating and stopping: every connection change is an event
+/// and the session's `connection`, and one live item per session.
+pub async fn work_items_carry_a_sessions_connection(h: &dyn Harness) {
+    let store = h.fresh().await;
+    let s = self_hosted_session(&store).await;
+    let env = s.environment_id.clone();
+    assert_eq!(store.poll_work(&env, Some("w1"), RECLAIM).await.unwrap(), None, "nothing asked for yet");
+
+    let asked = store.request_connection(&s.id).await.unwrap();
+    assert!(asked.announced);
+    assert_eq!(asked.item.state, WorkState::Queued);
+    let again = store.request_connection(&s.id).await.unwrap();
+    assert_eq!(again.item.id, asked.item.id, "one live item per session");
+    assert_eq!(statuses(&connection_events(&store, &s).await), ["pending", "requested", "requested"]);
+    assert_eq!(store.get_session(&s.id).await.unwrap().connection, Some(ConnectionStatus::Pending));
+
+    let stats = store.work_stats(&env, Duration::from_secs(30)).await.unwrap();
+    assert_eq!((stats.depth, stats.pending), (1, 0));
+    let polled = store.poll_work(&env, Some("w1"), RECLAIM).await.unwrap().expect("the queued item");
+    assert_eq!(polled.id, asked.item.id);
+    assert_eq!(store.poll_work(&env, Some("w2"), RECLAIM).await.unwrap(), None, "handed out once");
+    let stats = store.work_stats(&env, Duration::from_secs(30)).await.unwrap();
+    assert_eq!((stats.depth, stats.pending, stats.workers_polling), (0, 1, 2));
+    // Not acknowledged: handed out again once the reclaim time has passed.
+    let redelivered = store.poll_work(&env, Some("w2"), Duration::ZERO).await.unwrap();
+    assert_eq!(redelivered.map(|w| w.id), Some(asked.item.id.clone()));
+
+    let acked = store.ack_work(&env, &polled.id, LEASE).await.unwrap();
+    assert_eq!(acked.state, WorkState::Starting);
+    assert!(acked.acknowledged_at.is_some());
+    let err = store.ack_work(&env, &polled.id, LEASE).await.unwrap_err();
+    assert!(matches!(err, StoreError::Guard(Guard::WorkState { .. })), "{err}");
+    assert_eq!(store.get_session(&s.id).await.unwrap().connection, Some(ConnectionStatus::Connected));
+    let held = store.request_connection(&s.id).await.unwrap();
+    assert!(!held.announced, "a held item needs no request");
+
+    // Heartbeats: the first presents NO_HEARTBEAT, each later one the value the last returned.
+    let Beat::Extended { item: first, .. } =
+        store.heartbeat_work(&env, &polled.id, "NO_HEARTBEAT", LEASE).await.unwrap()
+    else {
+        panic!("the first beat extends the lease")
+    };
+    assert_eq!(first.state, WorkState::Active);
+    let token = first.heartbeat.clone().expect("a beat leaves a value");
+    assert!(!token.is_empty());
+    let stale = store.heartbeat_work(&env, &polled.id, "NO_HEARTBEAT", LEASE).await.unwrap();
+    assert!(matches!(stale, Beat::Mismatch { .. }), "a second first beat is another executor's");
+    let Beat::Extended { item: second, .. } = store.heartbeat_work(&env, &polled.id, &token, LEASE).await.unwrap()
+    else {
+        panic!("the right value extends the lease")
+    };
+    assert_ne!(second.heartbeat, first.heartbeat, "each beat leaves a new value, even in the same millisecond");
+    assert!(matches!(store.heartbeat_work(&env, &polled.id, &token, LEASE).await.unwrap(), Beat::Mismatch { .. }));
+
+    // A graceful stop: `stopping` (still held), then the executor's force stop ends it.
+    let Stop::Done { item, disconnected } = store.stop_work(&env, &polled.id, false).await.unwrap() else {
+        panic!("stoppable")
+    };
+    assert_eq!((item.state, disconnected), (WorkState::Stopping, false));
+    let ending = store.heartbeat_work(&env, &polled.id, "anything", LEASE).await.unwrap();
+    assert!(matches!(ending, Beat::Ending { ref item } if item.state == WorkState::Stopping), "{ending:?}");
+    let Stop::Done { item, disconnected } = store.stop_work(&env, &polled.id, true).await.unwrap() else {
+        panic!("stoppable")
+    };
+    assert_eq!((item.state, disconnected), (WorkState::Stopped, true));
+    assert!(item.stopped_at.is_some());
+    assert!(matches!(store.stop_work(&env, &polled.id, true).await.unwrap(), Stop::AlreadyStopped { .. }));
+    assert_eq!(store.get_session(&s.id).await.unwrap().connection, Some(ConnectionStatus::Disconnected));
+    assert_eq!(
+        statuses(&connection_events(&store, &s).await),
+        ["pending", "requested", "requested", "connected", "disconnected"]
+    );
+
+    // The next request queues a new item.
+    let next = store.request_connection(&s.id).await.unwrap();
+    assert_ne!(next.item.id, polled.id);
+    let listed = store.list_work(&env, &PageRequest::first(10, Order::Desc)).await.unwrap().items;
+    assert_eq!(listed.iter().map(|w| &w.id).collect::<Vec<_>>(), [&next.item.id, &polled.id]);
+}
+
+/// Giving up on a queued item fails the connection and leaves nothing to poll; giving up on a
+/// held one changes nothing. A lapsed lease disconnects; a deleted session's item is ended.
+pub async fn unanswered_requests_fail_and_lapsed_leases_disconnect(h: &dyn Harness) {
+    let store = h.fresh().await;
+    let s = self_hosted_session(&store).await;
+    let env = s.environment_id.clone();
+    store.request_connection(&s.id).await.unwrap();
+    assert!(store.give_up_connection(&s.id, "nobody came").await.unwrap());
+    assert_eq!(store.poll_work(&env, None, RECLAIM).await.unwrap(), None, "a late executor finds nothing");
+    let events = connection_events(&store, &s).await;
+    assert!(matches!(
+        &events.last().unwrap().payload,
+        EventPayload::EnvironmentConnection { status: ConnectionStatus::Failed, error: Some(e), .. } if e == "nobody came"
+    ));
+    assert_eq!(store.get_session(&s.id).await.unwrap().connection, Some(ConnectionStatus::Failed));
+
+    // Held in time: giving up is refused.
+    let item = store.request_connection(&s.id).await.unwrap().item;
+    store.poll_work(&env, None, RECLAIM).await.unwrap().unwrap();
+    store.ack_work(&env, &item.id, Duration::from_millis(200)).await.unwrap();
+    assert!(!store.give_up_connection(&s.id, "late").await.unwrap());
+    assert_eq!(store.expire_work().await.unwrap(), vec![], "the lease still runs");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(store.expire_work().await.unwrap(), vec![s.id.clone()]);
+    assert_eq!(store.get_work(&env, &item.id).await.unwrap().state, WorkState::Stopped);
+    assert_eq!(store.get_session(&s.id).await.unwrap().connection, Some(ConnectionStatus::Disconnected));
+    assert!(matches!(store.heartbeat_work(&env, &item.id, "x", LEASE).await.unwrap(), Beat::Ending { .. }));
+
+    // Deleting the session ends its work item.
+    let item = store.request_connection(&s.id).await.unwrap().item;
+    store.delete_session(&s.id).await.unwrap();
+    assert_eq!(store.get_work(&env, &item.id).await.unwrap().state, WorkState::Stopped);
+    assert_eq!(store.poll_work(&env, None, RECLAIM).await.unwrap(), None);
+}
+
+/// Two stores polling one queue hand each item to one of them.
+pub async fn racing_polls_take_each_item_once(h: &dyn Harness) {
+    let a = h.fresh().await;
+    let b = h.second(&a).await;
+    let mut sessions = Vec::new();
+    let first = self_hosted_session(&a).await;
+    let env = first.environment_id.clone();
+    sessions.push(first);
+    for _ in 0..5 {
+        let snapshot = sessions[0].snapshot.clone();
+        sessions.push(a.create_session(new_session(env.clone(), snapshot, vec![])).await.unwrap().0);
+    }
+    for s in &sessions {
+        a.request_connection(&s.id).await.unwrap();
+    }
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store = if i % 2 == 0 { Arc::clone(&a) } else { Arc::clone(&b) };
+        let env = env.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(w) = store.poll_work(&env, None, Duration::from_secs(60)).await.unwrap() {
+                got.push(w.id);
+            }
+            got
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all.sort();
+    let before = all.len();
+    all.dedup();
+    assert_eq!((before, all.len()), (6, 6), "every item handed out exactly once");
+}
+
+/// Environment keys: found by hash with their environment, never counted or listed as API keys.
+pub async fn environment_keys_are_scoped_and_not_api_keys(h: &dyn Harness) {
+    let store = h.fresh().await;
+    let s = self_hosted_session(&store).await;
+    let env = s.environment_id.clone();
+    let k = store.create_environment_key(&env, "worker", "ee11").await.unwrap();
+    assert_eq!(k.environment_id.as_ref(), Some(&env));
+    assert_eq!(store.count_api_keys().await.unwrap(), 0, "an environment key does not close a keyless gateway");
+    assert!(store.list_api_keys().await.unwrap().is_empty());
+    let found = store.find_api_key("ee11").await.unwrap().unwrap();
+    assert_eq!(found.environment_id, Some(env.clone()));
+    let api = store.create_api_key("ci", "aa22").await.unwrap();
+    assert!(!store.revoke_environment_key(&env, &api.id).await.unwrap(), "an API key is not the environment's");
+    assert!(!store.revoke_api_key(&k.id).await.unwrap(), "nor is an environment key an API key");
+    assert_eq!(store.list_environment_keys(&env).await.unwrap().len(), 1);
+    assert!(store.revoke_environment_key(&env, &k.id).await.unwrap());
+    assert!(store.find_api_key("ee11").await.unwrap().is_none());
+}
+
+/// While the feed is on, a committed lifecycle event becomes the deliveries a fan-out makes
+/// of it, once; with it off, nothing is fed.
+pub async fn fed_events_become_deliveries_once(h: &dyn Harness) {
+    let store = h.fresh().await;
+    let s = self_hosted_session(&store).await;
+    let fan = |e: &Event| {
+        vec![crate::NewDelivery {
+            topic: format!("webhook:{}", e.kind().as_str()),
+            url: "https://example.com/hook".into(),
+            headers: Default::default(),
+            body: e.id.to_string(),
+        }]
+    };
+    store.request_connection(&s.id).await.unwrap();
+    assert_eq!(store.fan_out_feed(10, &fan).await.unwrap(), 0, "the feed was off");
+    store.set_event_feed(true);
+    store.request_connection(&s.id).await.unwrap();
+    let requested = connection_events(&store, &s).await.pop().unwrap();
+    assert_eq!(store.fan_out_feed(10, &fan).await.unwrap(), 1);
+    assert_eq!(store.fan_out_feed(10, &fan).await.unwrap(), 0, "fanned out once");
+    let other = store.claim_deliveries("w", "a2a:", 10, Duration::from_secs(30)).await.unwrap();
+    assert!(other.is_empty(), "another consumer's prefix sees none of them");
+    let got = store.claim_deliveries("w", "webhook:", 10, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(got.iter().map(|d| d.body.clone()).collect::<Vec<_>>(), [requested.id.to_string()]);
+    store.set_event_feed(false);
+}
+
+/// Endpoints: replaced by id keeping their record, disabled by the n-th failure in a row,
+/// re-enabled with a fresh count; config endpoints no longer in the file are pruned.
+pub async fn webhook_endpoints_disable_after_failures(h: &dyn Harness) {
+    use crate::{EndpointOrigin, NewEndpoint};
+    let store = h.fresh().await;
+    let new = |origin, url: &str| NewEndpoint {
+        id: gateway_core::WebhookId::new(),
+        origin,
+        url: url.into(),
+        secret: "sealed".into(),
+        event_types: vec!["session.status_idled".into()],
+        description: None,
+    };
+    let api = store.put_webhook(new(EndpointOrigin::Api, "https://a.example")).await.unwrap();
+    let config = store.put_webhook(new(EndpointOrigin::Config, "https://b.example")).await.unwrap();
+    assert!(api.enabled && api.consecutive_failures == 0);
+    for _ in 0..2 {
+        assert!(store.record_webhook_attempt(&api.id, false, 3).await.unwrap().enabled);
+    }
+    assert_eq!(
+        store.record_webhook_attempt(&api.id, true, 3).await.unwrap().consecutive_failures,
+        0,
+        "a success resets"
+    );
+    for _ in 0..2 {
+        store.record_webhook_attempt(&api.id, false, 3).await.unwrap();
+    }
+    let off = store.record_webhook_attempt(&api.id, false, 3).await.unwrap();
+    assert!(!off.enabled && off.disabled_at.is_some(), "{off:?}");
+    let mut again = new(EndpointOrigin::Api, "https://a2.example");
+    again.id = api.id.clone();
+    let replaced = store.put_webhook(again).await.unwrap();
+    assert_eq!((replaced.url.as_str(), replaced.enabled), ("https://a2.example", false), "replacing keeps its record");
+    let on = store.set_webhook_enabled(&api.id, true).await.unwrap();
+    assert!(on.enabled && on.consecutive_failures == 0 && on.disabled_at.is_none());
+    store.prune_config_webhooks(&[]).await.unwrap();
+    let left: Vec<_> = store.list_webhooks().await.unwrap().into_iter().map(|e| e.id).collect();
+    assert_eq!(left, [api.id.clone()], "the config endpoint was pruned: {:?}", config.id);
+    assert!(store.delete_webhook(&api.id).await.unwrap());
+    assert!(!store.delete_webhook(&api.id).await.unwrap());
+}
