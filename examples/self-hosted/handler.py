@@ -353,7 +353,10 @@ class Launcher:
         if action.get("environment_id") != self.config.environment_id:
             return self.ignore(item, f"{session_id}: a connection to {action.get('environment_id')!r}, "
                                      f"not to {self.config.environment_id}")
-        if True:
+        with self.executors.session_lock(session_id):
+            ex = self.executors.running(session_id)
+            if ex is not None:
+                return self.ignore(item, f"{session_id}: its executor already runs (pid {ex.proc.pid})")
             session = self.fetch_session(session_id)
             if session is None:
                 return self.ignore(item, f"{session_id}: the session is deleted")

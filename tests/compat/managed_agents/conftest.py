@@ -835,8 +835,10 @@ class ExampleHandler:
 
     def close(self) -> None:
         if self.proc.poll() is None:
+            # Remember the executors (each leads its process group), to kill any left behind.
+            self.executor_pids.update(self.children())
             try:
-                self.state()  # remember the executors' pids, to kill any the handler leaves behind
+                self.state()
             except Exception:
                 pass
             self.proc.send_signal(signal.SIGTERM)

@@ -255,7 +255,7 @@ pub async fn webhook_endpoints_disable_after_failures(h: &dyn Harness) {
         origin,
         url: url.into(),
         secret: "sealed".into(),
-        event_types: vec!["session.status_idled".into()],
+        event_types: vec!["idle".into()],
         description: None,
     };
     let api = store.put_webhook(new(EndpointOrigin::Api, "https://a.example")).await.unwrap();
