@@ -9,20 +9,18 @@
 //!   the work item by then, the item is stopped and the connection reported `failed`, so a
 //!   late executor finds nothing to run; if one did, the turn goes on.
 //! - **Losing.** An executor that stops or whose lease lapses leaves the session
-//!   `disconnected`. Calls it was answering get an error result (never re-run: the command may
-//!   have run), admitted like any client answer, so the turn resumes. Nothing asks for a new
-//!   executor by itself; the next call that needs one does.
+//!   `disconnected`; in the same transaction the calls it was answering get an error result
+//!   (never re-run: the command may have run), admitted like any client answer, so the turn
+//!   resumes. This module only sweeps for lapsed leases. Nothing asks for a new executor by
+//!   itself; the next call that needs one does.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway_core::content::ContentBlock;
 use gateway_core::environment::EnvironmentConfig;
-use gateway_core::event::{EventPayload, NewEvent, ToolOrigin};
-use gateway_core::session::PendingKind;
 use gateway_core::{ApiKeyId, EnvironmentId, SessionId, WorkId};
-use gateway_store::{AdmissionWrites, ApiKey, Beat, Page, PageRequest, Stop, Store, StoreError, WorkItem, WorkStats};
+use gateway_store::{ApiKey, Beat, Page, PageRequest, Stop, Store, StoreError, WorkItem, WorkStats};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -63,10 +61,6 @@ const POLLING_WINDOW: Duration = Duration::from_secs(30);
 const EXPIRY_SWEEP: Duration = Duration::from_secs(1);
 /// How often a waiting turn looks again without a wake-up.
 const CONNECT_POLL: Duration = Duration::from_millis(200);
-
-/// What a call left open by a lost executor is answered with.
-const LOST_RESULT: &str = "the self-hosted executor running this tool call disconnected before answering; the call \
-                           was not run again (it may or may not have taken effect)";
 
 /// The process's view of self-hosted executors.
 pub struct Executors {
@@ -171,15 +165,9 @@ impl Executors {
         Ok(self.store.heartbeat_work(environment, id, expected, ttl).await?)
     }
 
-    /// Stops an item; a session it disconnects has its open calls failed.
+    /// Stops an item (a session it disconnects has its open calls failed, by the store).
     pub async fn stop(&self, environment: &EnvironmentId, id: &WorkId, force: bool) -> Result<Stop> {
-        let stop = self.store.stop_work(environment, id, force).await?;
-        if let Stop::Done { item, disconnected: true } = &stop
-            && let Err(e) = self.fail_orphaned_calls(&item.session_id).await
-        {
-            warn!(session = %item.session_id, error = %e, "cannot fail the calls a stopped executor left open");
-        }
-        Ok(stop)
+        Ok(self.store.stop_work(environment, id, force).await?)
     }
 
     pub async fn get(&self, environment: &EnvironmentId, id: &WorkId) -> Result<WorkItem> {
@@ -227,37 +215,6 @@ impl Executors {
         Ok(self.store.revoke_environment_key(environment, id).await?)
     }
 
-    /// Answers, with an error result, every call on `session` that waits for its executor: the
-    /// executor is gone, and the call must not run again (invariant 5).
-    pub async fn fail_orphaned_calls(&self, session: &SessionId) -> Result<()> {
-        let s = match self.store.get_session(session).await {
-            Ok(s) => s,
-            Err(StoreError::NotFound { .. }) => return Ok(()),
-            Err(e) => return Err(e.into()),
-        };
-        let mut answers = Vec::new();
-        for p in s.pending_actions.iter().filter(|p| p.kind == PendingKind::ClientResult) {
-            let Some(e) = self.store.find_event(session, &p.event_id).await? else { continue };
-            if let EventPayload::ToolUse { origin: ToolOrigin::Builtin, .. } = e.payload {
-                answers.push(NewEvent::new(EventPayload::ClientToolResult {
-                    tool_use_id: p.event_id.clone(),
-                    content: vec![ContentBlock::text(LOST_RESULT)],
-                    is_error: true,
-                    origin: ToolOrigin::Builtin,
-                }));
-            }
-        }
-        if answers.is_empty() {
-            return Ok(());
-        }
-        info!(session = %session, calls = answers.len(), "failing the calls a lost executor left open");
-        match self.store.submit_inputs(session, answers, AdmissionWrites::default()).await {
-            // Answered meanwhile (the executor's result won the race): nothing is left open.
-            Ok(_) | Err(StoreError::Rejected(_)) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
-    }
-
     /// Ends the holds whose executors stopped renewing them, until `stop`.
     pub async fn sweep(self: Arc<Self>, stop: CancellationToken) {
         loop {
@@ -274,9 +231,6 @@ impl Executors {
             };
             for session in lapsed {
                 info!(session = %session, "a self-hosted executor's lease lapsed; the session is disconnected");
-                if let Err(e) = self.fail_orphaned_calls(&session).await {
-                    warn!(session = %session, error = %e, "cannot fail the calls a lost executor left open");
-                }
             }
         }
     }

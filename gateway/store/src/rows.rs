@@ -101,6 +101,11 @@ pub struct SessionRow {
 }
 
 impl SessionRow {
+    /// The pending actions, without taking the row apart.
+    pub fn clone_pending(&self) -> Result<Vec<gateway_core::session::PendingAction>> {
+        Ok(serde_json::from_str(&self.pending)?)
+    }
+
     pub fn into_session(self) -> Result<Session> {
         Ok(Session {
             id: id::<SessionId>(&self.id)?,

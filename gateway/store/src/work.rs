@@ -157,7 +157,9 @@ pub trait WorkQueue: Send + Sync {
     ) -> Result<Beat>;
 
     /// Stops an item: `force` (or an item nobody holds) goes straight to `stopped`, otherwise
-    /// to `stopping`. A held item's session becomes `disconnected` (event appended).
+    /// to `stopping`. A held item's session becomes `disconnected` (event appended), and the
+    /// built-in calls it waited for are answered with an error result (never run again), in
+    /// the same transaction.
     async fn stop_work(&self, environment: &EnvironmentId, id: &WorkId, force: bool) -> Result<Stop>;
 
     async fn get_work(&self, environment: &EnvironmentId, id: &WorkId) -> Result<WorkItem>;
@@ -176,6 +178,7 @@ pub trait WorkQueue: Send + Sync {
     async fn work_stats(&self, environment: &EnvironmentId, polling_window: Duration) -> Result<WorkStats>;
 
     /// Stops every held item whose lease lapsed (its executor is gone): each session becomes
-    /// `disconnected` (event appended). Returns those sessions.
+    /// `disconnected` and its open built-in calls are answered with an error result, as by a
+    /// stop. Returns those sessions.
     async fn expire_work(&self) -> Result<Vec<SessionId>>;
 }

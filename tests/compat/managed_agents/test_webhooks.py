@@ -34,11 +34,20 @@ from urllib.parse import urlsplit
 import anthropic
 import httpx2
 import pytest
+from anthropic.types.beta import BetaWebhookEvent
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from conftest import CLOUD, MODEL, TOOLSET, Received, Recorder, free_port, spawn_gateway
-from helpers import check_error_response, check_webhook_endpoint, check_webhook_event, raw, request_id, sign_webhook
+from helpers import (
+    check_error_response,
+    check_webhook_endpoint,
+    check_webhook_event,
+    raw,
+    request_id,
+    sign_webhook,
+    validate,
+)
 from test_self_hosted import (
     TTL,
     TURN,
@@ -65,6 +74,8 @@ CONNECT_TIMEOUT = 20  # the main gateway: long enough for the example to start a
 SHORT_CONNECT_TIMEOUT = 3  # the fast gateway (test 3)
 MAX_BACKOFF_MS = 200  # the fast gateway: so that 20 failed attempts take seconds (test 4c)
 DISABLE_AFTER = 20  # consecutive failed attempts that disable an endpoint
+# Delivered types the SDK's BetaWebhookEventData union knows; the agent.session.* ones it does not.
+SDK_TYPED = (RUN_STARTED, IDLED, "session.status_terminated")
 
 HI = 'tool:bash {"command": "echo hi > hi.txt"}'
 HI_ENV = 'tool:bash {"command": "echo hi > hi.txt; env > env.txt"}'
@@ -163,6 +174,9 @@ def check_delivery(req: Received, endpoint_url: str, secret: str) -> dict:
         version, _, sig = entry.partition(",")
         assert version == "v1" and sig, f"signature entry {entry!r} is not v1,<base64>"
     verify_both(secret, req)
+    if body["data"]["type"] in SDK_TYPED:
+        # The SDK's own model (organization_id and workspace_id are required strings there).
+        validate(BetaWebhookEvent, body)
     return body
 
 

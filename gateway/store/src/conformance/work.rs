@@ -282,7 +282,7 @@ pub async fn webhook_endpoints_disable_after_failures(h: &dyn Harness) {
     assert!(on.enabled && on.consecutive_failures == 0 && on.disabled_at.is_none());
     store.prune_config_webhooks(&[]).await.unwrap();
     let left: Vec<_> = store.list_webhooks().await.unwrap().into_iter().map(|e| e.id).collect();
-    assert_eq!(left, [api.id.clone()], "the config endpoint was pruned: {:?}", config.id);
+    assert_eq!(left, std::slice::from_ref(&api.id), "the config endpoint was pruned: {:?}", config.id);
     assert!(store.delete_webhook(&api.id).await.unwrap());
     assert!(!store.delete_webhook(&api.id).await.unwrap());
 }

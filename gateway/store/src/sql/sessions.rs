@@ -66,7 +66,7 @@ engine_impl! {
         }
 
         /// Runs admission on a locked session row and applies its decision.
-        async fn admit_locked(
+        pub(crate) async fn admit_locked(
             tx: &mut WriteTx<DB>,
             row: SessionRow,
             inputs: Vec<NewEvent>,

@@ -18,6 +18,8 @@ macro_rules! webhook_cols {
     };
 }
 
+const WEBHOOK_BY_ID: &str = concat!("SELECT ", webhook_cols!(), " FROM webhook_endpoints WHERE id = $1");
+
 /// The fed events a fan-out takes: `$1` limit.
 macro_rules! take_feed_sql {
     ($lock:literal) => {
@@ -48,7 +50,7 @@ engine_impl! {
         }
 
         async fn webhook_row(tx: &mut WriteTx<DB>, id: &WebhookId) -> Result<WebhookEndpoint> {
-            sqlx::query_as::<DB, WebhookRow>(concat!("SELECT ", webhook_cols!(), " FROM webhook_endpoints WHERE id = $1"))
+            sqlx::query_as::<DB, WebhookRow>(WEBHOOK_BY_ID)
                 .bind(id.as_str())
                 .fetch_optional(&mut **tx)
                 .await?
@@ -109,7 +111,7 @@ engine_impl! {
         }
 
         async fn get_webhook(&self, id: &WebhookId) -> Result<WebhookEndpoint> {
-            sqlx::query_as::<DB, WebhookRow>(concat!("SELECT ", webhook_cols!(), " FROM webhook_endpoints WHERE id = $1"))
+            sqlx::query_as::<DB, WebhookRow>(WEBHOOK_BY_ID)
                 .bind(id.as_str())
                 .fetch_optional(&*self.reader().await?)
                 .await?

@@ -8,8 +8,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use gateway_core::content::ContentBlock;
 use gateway_core::environment::ConnectionStatus;
-use gateway_core::event::{Event, EventPayload, NewEvent};
+use gateway_core::event::{Event, EventPayload, NewEvent, ToolOrigin};
+use gateway_core::session::PendingKind;
 use gateway_core::{EnvironmentId, SessionId, WorkId};
 
 use super::{Hints, engine_impl};
@@ -27,6 +29,13 @@ macro_rules! work_cols {
     };
 }
 
+const WORK_BY_ID: &str = concat!("SELECT ", work_cols!(), " FROM work_items WHERE id = $1 AND environment_id = $2");
+const LIVE_WORK: &str =
+    concat!("SELECT ", work_cols!(), " FROM work_items WHERE session_id = $1 AND state <> 'stopped'");
+/// Ends the item of a deleted session (nobody reports its connection any more): `$1` id, `$2` now.
+const END_ORPHANED: &str = "UPDATE work_items SET state = 'stopped', stopped_at = $2, \
+     stop_requested_at = COALESCE(stop_requested_at, $2) WHERE id = $1 AND state <> 'stopped'";
+
 /// The item a poll hands out: `$1` environment, `$2` now, `$3` re-deliver after (ms).
 macro_rules! poll_work_sql {
     ($lock:literal) => {
@@ -40,6 +49,10 @@ macro_rules! poll_work_sql {
     };
 }
 pub(crate) use poll_work_sql;
+
+/// The result of a call whose executor was lost before it answered.
+const LOST_CALL: &str = "the self-hosted executor running this tool call disconnected before answering; the call \
+                         was not run again (it may or may not have taken effect)";
 
 /// What a first heartbeat presents (the SDK's constant), or an empty value.
 const NO_HEARTBEAT: &str = "NO_HEARTBEAT";
@@ -60,7 +73,7 @@ fn heartbeat_value(now: i64, previous: Option<&str>) -> String {
 engine_impl! {
     impl SqlStore {
         async fn work_row(tx: &mut WriteTx<DB>, environment: &EnvironmentId, id: &WorkId) -> Result<WorkItem> {
-            sqlx::query_as::<DB, WorkItemRow>(concat!("SELECT ", work_cols!(), " FROM work_items WHERE id = $1 AND environment_id = $2"))
+            sqlx::query_as::<DB, WorkItemRow>(WORK_BY_ID)
                 .bind(id.as_str())
                 .bind(environment.as_str())
                 .fetch_optional(&mut **tx)
@@ -70,7 +83,7 @@ engine_impl! {
         }
 
         async fn live_row(tx: &mut WriteTx<DB>, session: &SessionId) -> Result<Option<WorkItem>> {
-            sqlx::query_as::<DB, WorkItemRow>(concat!("SELECT ", work_cols!(), " FROM work_items WHERE session_id = $1 AND state <> 'stopped'"))
+            sqlx::query_as::<DB, WorkItemRow>(LIVE_WORK)
                 .bind(session.as_str())
                 .fetch_optional(&mut **tx)
                 .await?
@@ -143,8 +156,38 @@ engine_impl! {
             if disconnect {
                 let event = Self::connection_event(session, ConnectionStatus::Disconnected, None);
                 Self::append_connection(tx, session, ConnectionStatus::Disconnected, vec![event], now, hints).await?;
+                Self::answer_lost_calls(tx, &session.id, now, hints).await?;
             }
             Ok(Some(disconnect))
+        }
+
+        /// Answers, with an error result, every built-in call of the session that waits for
+        /// its executor, in the transaction that disconnects it: the executor is gone, and the
+        /// call must not run again (invariant 5). Admitted like any answer, so the turn resumes.
+        async fn answer_lost_calls(tx: &mut WriteTx<DB>, session: &SessionId, now: i64, hints: &mut Hints) -> Result<()> {
+            let row = Self::lock_session(tx, session).await?;
+            let pending = row.clone_pending()?;
+            let mut answers = Vec::new();
+            for p in pending.iter().filter(|p| p.kind == PendingKind::ClientResult) {
+                let found = sqlx::query_as::<DB, (String,)>("SELECT payload FROM events WHERE session_id = $1 AND id = $2")
+                    .bind(session.as_str())
+                    .bind(p.event_id.as_str())
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                let Some((payload,)) = found else { continue };
+                if let EventPayload::ToolUse { origin: ToolOrigin::Builtin, .. } = serde_json::from_str(&payload)? {
+                    answers.push(NewEvent::new(EventPayload::ClientToolResult {
+                        tool_use_id: p.event_id.clone(),
+                        content: vec![ContentBlock::text(LOST_CALL)],
+                        is_error: true,
+                        origin: ToolOrigin::Builtin,
+                    }));
+                }
+            }
+            if !answers.is_empty() {
+                Self::admit_locked(tx, row, answers, now, hints).await?;
+            }
+            Ok(())
         }
     }
 }
@@ -191,7 +234,7 @@ engine_impl! {
         }
 
         async fn live_work(&self, session: &SessionId) -> Result<Option<WorkItem>> {
-            sqlx::query_as::<DB, WorkItemRow>(concat!("SELECT ", work_cols!(), " FROM work_items WHERE session_id = $1 AND state <> 'stopped'"))
+            sqlx::query_as::<DB, WorkItemRow>(LIVE_WORK)
                 .bind(session.as_str())
                 .fetch_optional(&*self.reader().await?)
                 .await?
@@ -335,14 +378,10 @@ engine_impl! {
             }
             let (row, now) = match Self::lock_session_at_now(&mut tx, &item.session_id).await {
                 Ok(locked) => locked,
-                // A deleted session's item: nobody reports its connection any more.
+                // A deleted session's item.
                 Err(StoreError::NotFound { .. }) => {
                     let now = Self::now(&mut tx).await?;
-                    sqlx::query("UPDATE work_items SET state = 'stopped', stopped_at = $2, stop_requested_at = COALESCE(stop_requested_at, $2) WHERE id = $1")
-                        .bind(id.as_str())
-                        .bind(now)
-                        .execute(&mut *tx)
-                        .await?;
+                    sqlx::query(END_ORPHANED).bind(id.as_str()).bind(now).execute(&mut *tx).await?;
                     let item = Self::work_row(&mut tx, environment, id).await?;
                     self.finish(tx, Hints::default()).await?;
                     return Ok(Stop::Done { item, disconnected: false });
@@ -366,7 +405,7 @@ engine_impl! {
         }
 
         async fn get_work(&self, environment: &EnvironmentId, id: &WorkId) -> Result<WorkItem> {
-            sqlx::query_as::<DB, WorkItemRow>(concat!("SELECT ", work_cols!(), " FROM work_items WHERE id = $1 AND environment_id = $2"))
+            sqlx::query_as::<DB, WorkItemRow>(WORK_BY_ID)
                 .bind(id.as_str())
                 .bind(environment.as_str())
                 .fetch_optional(&*self.reader().await?)
@@ -466,13 +505,9 @@ engine_impl! {
                 let mut tx = self.begin_write().await?;
                 let item = Self::work_row(&mut tx, &environment, &id).await?;
                 let Ok((row, now)) = Self::lock_session_at_now(&mut tx, &item.session_id).await else {
-                    // Deleted session: just end the item.
+                    // A deleted session's item.
                     let now = Self::now(&mut tx).await?;
-                    sqlx::query("UPDATE work_items SET state = 'stopped', stopped_at = $2 WHERE id = $1 AND state <> 'stopped'")
-                        .bind(id.as_str())
-                        .bind(now)
-                        .execute(&mut *tx)
-                        .await?;
+                    sqlx::query(END_ORPHANED).bind(id.as_str()).bind(now).execute(&mut *tx).await?;
                     self.finish(tx, Hints::default()).await?;
                     continue;
                 };
