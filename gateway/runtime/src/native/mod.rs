@@ -68,6 +68,9 @@ enum Route {
     Client,
     /// Not offered to this agent.
     Unavailable,
+    /// A built-in whose policy asks for approval, on a session whose executor runs its tools:
+    /// refused, never run unapproved (the approval cannot yet be routed to the executor).
+    NeedsApproval,
 }
 
 /// How a call is handled, where it comes from, and the policy that decided it.
@@ -75,7 +78,8 @@ fn route(agent: &AgentSpec, execution: ToolExecution, name: &str) -> (Route, Too
     match agent.builtin_tool(name) {
         // A self-hosted executor runs the tools that touch its machine; web tools stay here.
         ToolAvailability::Enabled(p) if execution == ToolExecution::External && is_local_tool(name) => {
-            (Route::Client, ToolOrigin::Builtin, Some(p))
+            let r = if p.requires_approval() { Route::NeedsApproval } else { Route::Client };
+            (r, ToolOrigin::Builtin, Some(p))
         }
         ToolAvailability::Enabled(p) if p.requires_approval() => (Route::Ask, ToolOrigin::Builtin, Some(p)),
         ToolAvailability::Enabled(p) => (Route::Execute, ToolOrigin::Builtin, Some(p)),
@@ -287,8 +291,9 @@ impl<'a> Turn<'a> {
                 (ToolOrigin::Custom, _) => {
                     pending.push(PendingAction { event_id: id.clone(), kind: PendingKind::ClientResult })
                 }
-                _ if self.ctx.session.snapshot.requirements.tool_execution == ToolExecution::External
-                    && is_local_tool(name) =>
+                (_, ToolPermission::Allow)
+                    if self.ctx.session.snapshot.requirements.tool_execution == ToolExecution::External
+                        && is_local_tool(name) =>
                 {
                     executor_calls.push(id.clone());
                     pending.push(PendingAction { event_id: id.clone(), kind: PendingKind::ClientResult })
@@ -417,7 +422,7 @@ impl<'a> Turn<'a> {
                 // ever execute it.
                 let permission = match r {
                     Route::Ask => ToolPermission::Ask,
-                    Route::Unavailable => ToolPermission::Deny,
+                    Route::Unavailable | Route::NeedsApproval => ToolPermission::Deny,
                     Route::Execute | Route::Client => ToolPermission::Allow,
                 };
                 let event = NewEvent::new(EventPayload::ToolUse {
@@ -515,6 +520,13 @@ impl Backend for NativeBackend {
                     }
                     Route::Unavailable => {
                         let text = format!("tool {name} is not available to this agent");
+                        turn.commit(vec![text_result(&event.id, origin.clone(), text, true)]).await?;
+                    }
+                    Route::NeedsApproval => {
+                        let text = format!(
+                            "tool {name} needs approval, which sessions on a self-hosted environment do not support \
+                             yet; the call was not run"
+                        );
                         turn.commit(vec![text_result(&event.id, origin.clone(), text, true)]).await?;
                     }
                 }

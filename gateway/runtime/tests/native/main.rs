@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::{events, kinds, say, stop_of, texts, turn_ended, until};
 use gateway_core::agent::{PermissionPolicy, ToolSpec};
 use gateway_core::environment::Provisioning;
-use gateway_core::event::{ErrorKind, EventKind, EventPayload, NewEvent, RetryStatus, StopReason};
+use gateway_core::event::{ErrorKind, EventKind, EventPayload, NewEvent, RetryStatus, StopReason, ToolPermission};
 use gateway_core::session::{EnvironmentState, ResourceKind};
 use gateway_models::fake::FakeModel;
 use gateway_runtime::{Delivery, RuntimeError};
@@ -463,5 +463,30 @@ async fn previews_always_precede_their_committed_message() {
         let span = events(&got).into_iter().find(|e| e.kind() == EventKind::ModelRequestStarted).unwrap();
         assert_eq!(span.seq + 1, msg.seq, "turn {i}: the span start is committed with its message");
     }
+    pool.shutdown().await;
+}
+
+/// A built-in that needs approval is refused on a self-hosted session (the approval cannot be
+/// routed to the executor yet): an error result, and no executor is asked for; never run
+/// unapproved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_approval_tool_on_a_self_hosted_session_is_refused_not_run_unapproved() {
+    let n = native().await;
+    let pool = n.workers(0);
+    let s = n
+        .session(toolset(PermissionPolicy::AlwaysAsk), gateway_core::environment::EnvironmentConfig::SelfHosted, vec![])
+        .await
+        .unwrap();
+    let es = n.turn(&s, r#"tool:bash {"command": "echo unapproved"}"#).await;
+    let results = tool_results(&es);
+    assert_eq!(results.len(), 1, "{es:?}");
+    assert!(results[0].1 && results[0].0.contains("needs approval"), "{results:?}");
+    assert!(
+        !es.iter().any(|e| matches!(e.payload, EventPayload::ConnectionRequested { .. })),
+        "no executor is asked for a call that will not run"
+    );
+    let use_event = es.iter().find(|e| e.kind() == EventKind::ToolUse).unwrap();
+    assert!(matches!(&use_event.payload, EventPayload::ToolUse { permission: ToolPermission::Deny, .. }));
+    assert_eq!(n.coordinator.get_session(&s.id).await.unwrap().pending_actions, vec![]);
     pool.shutdown().await;
 }
