@@ -239,15 +239,23 @@ impl Webhooks {
                 refreshed = tokio::time::Instant::now();
             }
             let endpoints = self.endpoints.read().unwrap_or_else(|p| p.into_inner()).clone();
-            let fed = self.fan_out(&endpoints).await;
-            let claimed =
-                match self.coordinator.outbox().claim_deliveries(&owner, TOPICS, 16, Duration::from_secs(60)).await {
-                    Ok(c) => c,
-                    Err(e) => {
+            // Without endpoints nothing is fed or queued: no write for the store's writer.
+            // (Deliveries queued before the last endpoint went are failed once one exists again.)
+            let (fed, claimed) = if endpoints.is_empty() {
+                (0, vec![])
+            } else {
+                let fed = self.fan_out(&endpoints).await;
+                let claimed = self
+                    .coordinator
+                    .outbox()
+                    .claim_deliveries(&owner, TOPICS, 16, Duration::from_secs(60))
+                    .await
+                    .unwrap_or_else(|e| {
                         warn!(error = %e, "cannot claim webhook deliveries");
                         vec![]
-                    }
-                };
+                    });
+                (fed, claimed)
+            };
             if fed == 0 && claimed.is_empty() {
                 tokio::select! {
                     _ = stop.cancelled() => return,

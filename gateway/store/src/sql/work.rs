@@ -485,18 +485,19 @@ engine_impl! {
         }
 
         async fn expire_work(&self) -> Result<Vec<SessionId>> {
+            // Read first, on the read pool: the sweep runs every second and mostly finds
+            // nothing, which must cost the single writer nothing. Each lapse is checked again
+            // under the session's lock before it is ended.
             let lapsed = {
-                let mut tx = self.begin_write().await?;
-                let now = Self::now(&mut tx).await?;
-                let rows = sqlx::query_as::<DB, (String, String)>(
+                let reader = self.reader().await?;
+                let (now,): (i64,) = sqlx::query_as(DB::NOW).fetch_one(&*reader).await?;
+                sqlx::query_as::<DB, (String, String)>(
                     "SELECT id, environment_id FROM work_items WHERE state IN ('starting', 'active', 'stopping') AND lease_expires_at < $1 \
                      ORDER BY lease_expires_at LIMIT 100",
                 )
                 .bind(now)
-                .fetch_all(&mut *tx)
-                .await?;
-                drop(tx);
-                rows
+                .fetch_all(&*reader)
+                .await?
             };
             let mut sessions = Vec::new();
             for (id, environment) in lapsed {
