@@ -48,10 +48,11 @@ from helpers import (
     sign_webhook,
     validate,
 )
-from test_self_hosted import (
+from test_self_hosted import (  # `connect`: the fixture making the application's clients
     TTL,
     TURN,
     App,
+    connect,
     after,
     asks_for,
     index,
@@ -102,19 +103,6 @@ def fast_gateway() -> Iterator[Any]:
                        GATEWAY_ENVIRONMENTS__CONNECT_TIMEOUT_SECS=str(SHORT_CONNECT_TIMEOUT),
                        GATEWAY_WEBHOOK_DELIVERY__MAX_BACKOFF_MS=str(MAX_BACKOFF_MS)) as gw:
         yield gw
-
-
-@pytest.fixture
-def connect(recorder: Recorder) -> Iterator[Callable[[Any], App]]:
-    made: list[App] = []
-
-    def make(gw: Any) -> App:
-        made.append(App(gw, recorder))
-        return made[-1]
-
-    yield make
-    for app in made:
-        app.close()
 
 
 @pytest.fixture
