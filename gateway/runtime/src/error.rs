@@ -4,7 +4,7 @@
 use gateway_core::admission::AdmissionError;
 use gateway_core::placement::PlacementError;
 pub use gateway_store::Guard;
-use gateway_store::StoreError;
+pub use gateway_store::StoreError;
 
 use crate::load::Busy;
 

@@ -96,12 +96,12 @@ impl Executors {
         session: &SessionId,
         stop: &CancellationToken,
     ) -> std::result::Result<Connection, StoreError> {
-        let request = self.store.request_connection(session).await?;
-        if request.item.state.is_held() {
+        let item = self.store.request_connection(session).await?;
+        if item.state.is_held() {
             return Ok(Connection::Connected);
         }
         self.queued.notify_waiters();
-        info!(session = %session, work = %request.item.id, "waiting for a self-hosted executor");
+        info!(session = %session, work = %item.id, "waiting for a self-hosted executor");
         let deadline = tokio::time::Instant::now() + self.settings.connect_timeout;
         loop {
             tokio::select! {

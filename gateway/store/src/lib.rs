@@ -39,7 +39,7 @@ pub use error::{Guard, Result, StoreError};
 pub use model::*;
 pub use wake::{Hint, Tip, Wakeups};
 pub use webhooks::{EndpointOrigin, FEED_KINDS, NewEndpoint, WebhookEndpoint, Webhooks};
-pub use work::{Beat, ConnectionRequest, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
+pub use work::{Beat, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
 
 /// Agents (versioned, archive-only) and environments.
 #[async_trait]

@@ -95,16 +95,6 @@ pub enum Stop {
     AlreadyStopped { item: WorkItem },
 }
 
-/// What asking for compute found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConnectionRequest {
-    /// The session's live item (queued now, or the one already live).
-    pub item: WorkItem,
-    /// The request was announced: a `ConnectionRequested` event was appended (always, unless
-    /// the item was already held, in which case nothing was written).
-    pub announced: bool,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkStats {
     /// Items waiting to be polled.
@@ -121,8 +111,10 @@ pub struct WorkStats {
 pub trait WorkQueue: Send + Sync {
     /// Asks for an executor for `session`: queues a work item unless one is live, and, unless
     /// the live item is already held, appends `EnvironmentConnection{pending}` (when it queued
-    /// one) and `ConnectionRequested` to the session's log, in one transaction.
-    async fn request_connection(&self, session: &SessionId) -> Result<ConnectionRequest>;
+    /// one) and `ConnectionRequested` to the session's log, in one transaction. Returns the
+    /// session's live item: the one queued now, or the one already live (a held one means
+    /// nothing was written).
+    async fn request_connection(&self, session: &SessionId) -> Result<WorkItem>;
 
     /// The session's live item, if any.
     async fn live_work(&self, session: &SessionId) -> Result<Option<WorkItem>>;

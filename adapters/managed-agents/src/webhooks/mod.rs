@@ -83,6 +83,12 @@ pub enum WebhookError {
     Runtime(#[from] gateway_runtime::RuntimeError),
 }
 
+impl From<gateway_runtime::error::StoreError> for WebhookError {
+    fn from(e: gateway_runtime::error::StoreError) -> Self {
+        WebhookError::Runtime(e.into())
+    }
+}
+
 /// The webhooks of this process: the endpoints API's backing and the delivery loop.
 pub struct Webhooks {
     coordinator: Coordinator,
@@ -142,11 +148,10 @@ impl Webhooks {
                     event_types: c.event_types.clone(),
                     description: Some("from the config file".into()),
                 })
-                .await
-                .map_err(gateway_runtime::RuntimeError::from)?;
+                .await?;
             keep.push(id);
         }
-        store.prune_config_webhooks(&keep).await.map_err(gateway_runtime::RuntimeError::from)?;
+        store.prune_config_webhooks(&keep).await?;
         let me = Arc::new(Self {
             trusted: ssrf::client(true, REQUEST_TIMEOUT),
             registered: ssrf::client(settings.allow_private_targets, REQUEST_TIMEOUT),
@@ -197,33 +202,27 @@ impl Webhooks {
                 event_types,
                 description,
             })
-            .await
-            .map_err(gateway_runtime::RuntimeError::from)?;
+            .await?;
         self.refresh_feed().await;
         Ok((endpoint, secret))
     }
 
     pub async fn list(&self) -> Result<Vec<WebhookEndpoint>, WebhookError> {
-        Ok(self.coordinator.webhooks().list_webhooks().await.map_err(gateway_runtime::RuntimeError::from)?)
+        Ok(self.coordinator.webhooks().list_webhooks().await?)
     }
 
     pub async fn get(&self, id: &WebhookId) -> Result<WebhookEndpoint, WebhookError> {
-        Ok(self.coordinator.webhooks().get_webhook(id).await.map_err(gateway_runtime::RuntimeError::from)?)
+        Ok(self.coordinator.webhooks().get_webhook(id).await?)
     }
 
     pub async fn delete(&self, id: &WebhookId) -> Result<bool, WebhookError> {
-        let gone = self.coordinator.webhooks().delete_webhook(id).await.map_err(gateway_runtime::RuntimeError::from)?;
+        let gone = self.coordinator.webhooks().delete_webhook(id).await?;
         self.refresh_feed().await;
         Ok(gone)
     }
 
     pub async fn enable(&self, id: &WebhookId) -> Result<WebhookEndpoint, WebhookError> {
-        let e = self
-            .coordinator
-            .webhooks()
-            .set_webhook_enabled(id, true)
-            .await
-            .map_err(gateway_runtime::RuntimeError::from)?;
+        let e = self.coordinator.webhooks().set_webhook_enabled(id, true).await?;
         self.refresh_feed().await;
         Ok(e)
     }

@@ -56,23 +56,22 @@ pub async fn work_items_carry_a_sessions_connection(h: &dyn Harness) {
     assert_eq!(store.poll_work(&env, Some("w1"), RECLAIM).await.unwrap(), None, "nothing asked for yet");
 
     let asked = store.request_connection(&s.id).await.unwrap();
-    assert!(asked.announced);
-    assert_eq!(asked.item.state, WorkState::Queued);
+    assert_eq!(asked.state, WorkState::Queued);
     let again = store.request_connection(&s.id).await.unwrap();
-    assert_eq!(again.item.id, asked.item.id, "one live item per session");
+    assert_eq!(again.id, asked.id, "one live item per session");
     assert_eq!(statuses(&connection_events(&store, &s).await), ["pending", "requested", "requested"]);
     assert_eq!(store.get_session(&s.id).await.unwrap().connection, Some(ConnectionStatus::Pending));
 
     let stats = store.work_stats(&env, Duration::from_secs(30)).await.unwrap();
     assert_eq!((stats.depth, stats.pending), (1, 0));
     let polled = store.poll_work(&env, Some("w1"), RECLAIM).await.unwrap().expect("the queued item");
-    assert_eq!(polled.id, asked.item.id);
+    assert_eq!(polled.id, asked.id);
     assert_eq!(store.poll_work(&env, Some("w2"), RECLAIM).await.unwrap(), None, "handed out once");
     let stats = store.work_stats(&env, Duration::from_secs(30)).await.unwrap();
     assert_eq!((stats.depth, stats.pending, stats.workers_polling), (0, 1, 2));
     // Not acknowledged: handed out again once the reclaim time has passed.
     let redelivered = store.poll_work(&env, Some("w2"), Duration::ZERO).await.unwrap();
-    assert_eq!(redelivered.map(|w| w.id), Some(asked.item.id.clone()));
+    assert_eq!(redelivered.map(|w| w.id), Some(asked.id.clone()));
 
     let acked = store.ack_work(&env, &polled.id, LEASE).await.unwrap();
     assert_eq!(acked.state, WorkState::Starting);
@@ -80,8 +79,10 @@ pub async fn work_items_carry_a_sessions_connection(h: &dyn Harness) {
     let err = store.ack_work(&env, &polled.id, LEASE).await.unwrap_err();
     assert!(matches!(err, StoreError::Guard(Guard::WorkState { .. })), "{err}");
     assert_eq!(store.get_session(&s.id).await.unwrap().connection, Some(ConnectionStatus::Connected));
+    let before = connection_events(&store, &s).await.len();
     let held = store.request_connection(&s.id).await.unwrap();
-    assert!(!held.announced, "a held item needs no request");
+    assert_eq!(held.state, WorkState::Starting);
+    assert_eq!(connection_events(&store, &s).await.len(), before, "a held item needs no request: nothing written");
 
     // Heartbeats: the first presents NO_HEARTBEAT, each later one the value the last returned.
     let Beat::Extended { item: first, .. } =
@@ -122,9 +123,9 @@ pub async fn work_items_carry_a_sessions_connection(h: &dyn Harness) {
 
     // The next request queues a new item.
     let next = store.request_connection(&s.id).await.unwrap();
-    assert_ne!(next.item.id, polled.id);
+    assert_ne!(next.id, polled.id);
     let listed = store.list_work(&env, &PageRequest::first(10, Order::Desc)).await.unwrap().items;
-    assert_eq!(listed.iter().map(|w| &w.id).collect::<Vec<_>>(), [&next.item.id, &polled.id]);
+    assert_eq!(listed.iter().map(|w| &w.id).collect::<Vec<_>>(), [&next.id, &polled.id]);
 }
 
 /// Giving up on a queued item fails the connection and leaves nothing to poll; giving up on a
@@ -144,7 +145,7 @@ pub async fn unanswered_requests_fail_and_lapsed_leases_disconnect(h: &dyn Harne
     assert_eq!(store.get_session(&s.id).await.unwrap().connection, Some(ConnectionStatus::Failed));
 
     // Held in time: giving up is refused.
-    let item = store.request_connection(&s.id).await.unwrap().item;
+    let item = store.request_connection(&s.id).await.unwrap();
     store.poll_work(&env, None, RECLAIM).await.unwrap().unwrap();
     store.ack_work(&env, &item.id, Duration::from_millis(200)).await.unwrap();
     assert!(!store.give_up_connection(&s.id, "late").await.unwrap());
@@ -156,7 +157,7 @@ pub async fn unanswered_requests_fail_and_lapsed_leases_disconnect(h: &dyn Harne
     assert!(matches!(store.heartbeat_work(&env, &item.id, "x", LEASE).await.unwrap(), Beat::Ending { .. }));
 
     // Deleting the session ends its work item.
-    let item = store.request_connection(&s.id).await.unwrap().item;
+    let item = store.request_connection(&s.id).await.unwrap();
     store.delete_session(&s.id).await.unwrap();
     assert_eq!(store.get_work(&env, &item.id).await.unwrap().state, WorkState::Stopped);
     assert_eq!(store.poll_work(&env, None, RECLAIM).await.unwrap(), None);

@@ -19,7 +19,7 @@ use crate::error::{Guard, Result, StoreError};
 use crate::model::{Keyset, Page, PageRequest, millis};
 use crate::rows::{Scan, WorkItemRow, paginate};
 use crate::sql::write::WriteTx;
-use crate::{Beat, ConnectionRequest, Hint, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
+use crate::{Beat, Hint, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
 
 /// Columns of a work item row, in `WorkItemRow` order.
 macro_rules! work_cols {
@@ -195,21 +195,21 @@ engine_impl! {
 engine_impl! {
     #[async_trait]
     impl WorkQueue for SqlStore {
-        async fn request_connection(&self, session: &SessionId) -> Result<ConnectionRequest> {
+        async fn request_connection(&self, session: &SessionId) -> Result<WorkItem> {
             let mut tx = self.begin_write().await?;
             let (row, now) = Self::lock_session_at_now(&mut tx, session).await?;
             let s = row.into_session()?;
             if let Some(item) = Self::live_row(&mut tx, session).await? {
                 if item.state.is_held() {
                     drop(tx);
-                    return Ok(ConnectionRequest { item, announced: false });
+                    return Ok(item);
                 }
                 // Still waiting for an executor: announce the request again, nothing else.
                 let mut hints = Hints::default();
                 let ask = NewEvent::new(EventPayload::ConnectionRequested { environment_id: s.environment_id.clone() });
                 Self::append_connection(&mut tx, &s, ConnectionStatus::Pending, vec![ask], now, &mut hints).await?;
                 self.finish(tx, hints).await?;
-                return Ok(ConnectionRequest { item, announced: true });
+                return Ok(item);
             }
             let id = WorkId::new();
             sqlx::query(
@@ -230,7 +230,7 @@ engine_impl! {
             Self::append_connection(&mut tx, &s, ConnectionStatus::Pending, events, now, &mut hints).await?;
             let item = Self::work_row(&mut tx, &s.environment_id, &id).await?;
             self.finish(tx, hints).await?;
-            Ok(ConnectionRequest { item, announced: true })
+            Ok(item)
         }
 
         async fn live_work(&self, session: &SessionId) -> Result<Option<WorkItem>> {
