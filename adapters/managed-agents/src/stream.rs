@@ -121,10 +121,8 @@ pub async fn stream(
             api.coordinator.find_event(&session_id, &event_id).await?.ok_or_else(unknown)?.seq
         }
     };
-    let deliveries = api
-        .coordinator
-        .subscribe(&session_id, SubscribeOptions { after_seq, previews: !wanted.is_empty(), poll: None })
-        .await?;
+    let deliveries =
+        api.coordinator.subscribe(&session, SubscribeOptions { after_seq, previews: !wanted.is_empty(), poll: None });
     let state = Sse {
         deliveries: Box::pin(deliveries),
         wanted,

@@ -158,9 +158,9 @@ async fn turn_rate(store: &Arc<dyn Store>, sessions: usize, turns_each: usize) -
         let c = c.clone();
         tasks.push(tokio::spawn(async move {
             for t in 0..turns_each {
-                let after = c.get_session(&id).await.unwrap().last_seq;
+                let read = c.get_session(&id).await.unwrap();
                 let stream =
-                    c.subscribe(&id, SubscribeOptions { after_seq: after, previews: false, poll: None }).await.unwrap();
+                    c.subscribe(&read, SubscribeOptions { after_seq: read.last_seq, previews: false, poll: None });
                 c.submit(&id, vec![say(&format!("turn {t}"))]).await.unwrap();
                 let mut stream = Box::pin(stream);
                 while let Some(d) = stream.next().await {
@@ -188,7 +188,7 @@ async fn fanout_latency(store: &Arc<dyn Store>, fanout: usize, events: usize) ->
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Instant)>();
     let mut subs = Vec::new();
     for _ in 0..fanout {
-        let stream = c.subscribe(&s.id, SubscribeOptions::default()).await.unwrap();
+        let stream = c.subscribe(&s, SubscribeOptions::default());
         let tx = tx.clone();
         subs.push(tokio::spawn(async move {
             let mut stream = Box::pin(stream);
@@ -244,7 +244,7 @@ async fn memory_per_subscription(store: &Arc<dyn Store>, n: usize) -> u64 {
     // Each subscription driven by a task of its own, as an open stream connection is.
     let mut held = Vec::new();
     for _ in 0..n {
-        let stream = c.subscribe(&s.id, SubscribeOptions { previews: true, ..Default::default() }).await.unwrap();
+        let stream = c.subscribe(&s, SubscribeOptions { previews: true, ..Default::default() });
         held.push(tokio::spawn(async move {
             let mut stream = Box::pin(stream);
             while stream.next().await.is_some() {}

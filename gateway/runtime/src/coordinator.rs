@@ -392,21 +392,21 @@ impl Coordinator {
     }
 
     /// Committed events after `options.after_seq`, then the live tail (and previews if asked).
-    /// Fails at once if the session does not exist.
-    pub async fn subscribe(
+    /// Takes the session as read (every subscriber reads it first, for its `last_seq` or its
+    /// agent): the read is the proof that it exists, and is not made twice.
+    pub fn subscribe(
         &self,
-        session: &SessionId,
+        session: &Session,
         mut options: SubscribeOptions,
-    ) -> Result<impl Stream<Item = Result<Delivery>> + Send + 'static> {
-        self.store.get_session(session).await?;
+    ) -> impl Stream<Item = Result<Delivery>> + Send + use<> {
         options.poll = options.poll.or(Some(self.options.subscription_poll));
-        Ok(subscription::subscribe(
+        subscription::subscribe(
             Arc::clone(&self.store),
             &self.previews,
-            session.clone(),
+            session.id.clone(),
             options,
             Arc::clone(&self.metrics),
-        ))
+        )
     }
 }
 

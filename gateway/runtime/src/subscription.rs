@@ -161,7 +161,7 @@ pub(crate) fn subscribe(
     session: SessionId,
     options: SubscribeOptions,
     metrics: Arc<Metrics>,
-) -> impl Stream<Item = Result<Delivery, RuntimeError>> + Send + 'static {
+) -> impl Stream<Item = Result<Delivery, RuntimeError>> + Send + use<> {
     metrics.subscriptions_open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let watch = store.wakeups().watch_session(&session);
     let poll = options.poll.unwrap_or(Duration::from_millis(500));

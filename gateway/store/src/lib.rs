@@ -253,6 +253,10 @@ pub trait Documents: ReadDocuments {
     /// replaces the body, if and only if `owner` still holds the lease. A lease that expired
     /// but was not claimed by anyone else is still held (as with run leases). None, writing
     /// nothing, when the lease was lost or the document is gone: the caller must stop.
+    ///
+    /// `also` are written in the same transaction, only while the lease is held (the work
+    /// the lease guards, recorded with the progress that covers it: one commit, not several);
+    /// a conflict in any of them fails the call and writes nothing, the renewal included.
     async fn renew_document(
         &self,
         namespace: &str,
@@ -260,7 +264,12 @@ pub trait Documents: ReadDocuments {
         owner: &str,
         lease: Duration,
         body: Option<&serde_json::Value>,
+        also: &[DocumentWrite],
     ) -> Result<Option<Document>>;
+    /// Deletes a leased document its holder is done with, writing `also` with it (all or
+    /// nothing, as for [`Documents::renew_document`]); false, writing nothing, if `owner` no
+    /// longer holds the lease.
+    async fn retire_document(&self, namespace: &str, key: &str, owner: &str, also: &[DocumentWrite]) -> Result<bool>;
     /// Gives `owner`'s lease up so the next claim takes the document at once; false if
     /// `owner` did not hold it.
     async fn release_document(&self, namespace: &str, key: &str, owner: &str) -> Result<bool>;

@@ -524,10 +524,20 @@ impl RemoteBackend {
             }
         }
         let mut bindings = remote.bindings();
-        if let Some(seq) = sent {
-            bindings.push((K_SENT.to_owned(), seq.to_string()));
+        match sent {
+            // The remote has the message: durable now, so no reclaim sends it again.
+            Some(seq) => {
+                bindings.push((K_SENT.to_owned(), seq.to_string()));
+                ctx.commit_bindings(out, bindings).await?;
+            }
+            // The remote task settled: its last word rides with the settlement, the next
+            // commit (one fewer per turn). Lost with the claim, it is not lost for good: the
+            // resumed run finds the message sent and asks the remote task again.
+            None if outcome.is_some() => ctx.stage_with_bindings(out, bindings),
+            None => {
+                ctx.commit_bindings(out, bindings).await?;
+            }
         }
-        ctx.commit_bindings(out, bindings).await?;
         match outcome {
             Some(Ok(o)) => {
                 info!(remote_task = ?remote.task, state = ?remote.state.map(TaskState::name), "remote task settled");

@@ -154,65 +154,68 @@ async fn feed_task(
     let mut known_state = rec.state;
     let mut ended = false;
     loop {
-        if w.proj.is_final() {
-            records::set_state(docs, task_id, w.proj.state(), w.proj.status_at().millis()).await?;
-            info!(task = %task_id, state = w.proj.state().name(), "task finished; push feeder done");
-            return records::delete(docs, FEED, task_id).await;
-        }
-        let next = if ended {
-            None
-        } else {
-            tokio::select! {
-                n = w.next() => n,
-                _ = tokio::time::sleep(LEASE / 3) => Some(Ok(vec![])),
-                _ = ctx.shutdown.cancelled() => None,
-            }
-        };
-        let Some(first) = next else {
-            release(ctx, task_id, owner).await;
-            return Ok(());
-        };
-        // This event's updates and those of every event ready right after it: one batch.
-        let mut pass = Vec::new();
-        ready(&w, first?, &mut pass);
-        while !pass.is_empty() && pass.len() < MAX_PASS_UPDATES && !w.proj.is_final() {
-            match tokio::time::timeout(GATHER, w.next()).await {
-                Ok(Some(updates)) => ready(&w, updates?, &mut pass),
-                Ok(None) => {
-                    ended = true;
-                    break;
+        if !w.proj.is_final() {
+            let next = if ended {
+                None
+            } else {
+                tokio::select! {
+                    n = w.next() => n,
+                    _ = tokio::time::sleep(LEASE / 3) => Some(Ok(vec![])),
+                    _ = ctx.shutdown.cancelled() => None,
                 }
-                Err(_) => break,
+            };
+            let Some(first) = next else {
+                release(ctx, task_id, owner).await;
+                return Ok(());
+            };
+            // This event's updates and those of every event ready right after it: one batch.
+            let mut pass = Vec::new();
+            ready(&w, first?, &mut pass);
+            while !pass.is_empty() && pass.len() < MAX_PASS_UPDATES && !w.proj.is_final() {
+                match tokio::time::timeout(GATHER, w.next()).await {
+                    Ok(Some(updates)) => ready(&w, updates?, &mut pass),
+                    Ok(None) => {
+                        ended = true;
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            if !pass.is_empty() {
+                let configs = crate::push::records(docs, task_id).await?;
+                let task = rec.id.as_str();
+                let batch: Vec<NewDelivery> =
+                    pass.iter().flat_map(|r| configs.iter().filter_map(move |c| delivery(task, c, r))).collect();
+                if !batch.is_empty() {
+                    ctx.coordinator.outbox().enqueue_deliveries(batch).await.map_err(store_err)?;
+                }
             }
         }
-        if !pass.is_empty() {
-            let configs = crate::push::records(docs, task_id).await?;
-            let task = rec.id.as_str();
-            let batch: Vec<NewDelivery> =
-                pass.iter().flat_map(|r| configs.iter().filter_map(move |c| delivery(task, c, r))).collect();
-            if !batch.is_empty() {
-                ctx.coordinator
-                    .outbox()
-                    .enqueue_deliveries(batch)
-                    .await
-                    .map_err(|e| crate::error::A2aError::from(gateway_runtime::RuntimeError::from(e)))?;
-            }
-        }
+        // The task's new state, if any, is written with the cursor's lease: one commit per
+        // pass, and none at all by a feeder that lost the task to another.
+        let mut also = Vec::new();
         if w.proj.state() != known_state {
-            known_state = w.proj.state();
-            records::set_state(docs, task_id, known_state, w.proj.status_at().millis()).await?;
+            also.extend(records::state_write(docs, &rec, w.proj.state(), w.proj.status_at().millis()).await?);
         }
+        if w.proj.is_final() {
+            if docs.retire_document(FEED, task_id, owner, &also).await.map_err(store_err)? {
+                info!(task = %task_id, state = w.proj.state().name(), "task finished; push feeder done");
+            }
+            return Ok(());
+        }
+        known_state = w.proj.state();
         cursor.after_seq = cursor.after_seq.max(w.proj.last_seq());
         let body = serde_json::to_value(&cursor).map_err(|e| crate::error::A2aError::Internal(e.to_string()))?;
-        let renewed = docs
-            .renew_document(FEED, task_id, owner, LEASE, Some(&body))
-            .await
-            .map_err(|e| crate::error::A2aError::from(gateway_runtime::RuntimeError::from(e)))?;
+        let renewed = docs.renew_document(FEED, task_id, owner, LEASE, Some(&body), &also).await.map_err(store_err)?;
         if renewed.is_none() {
             debug!(task = %task_id, "another process took this task's push feed over");
             return Ok(());
         }
     }
+}
+
+fn store_err(e: impl Into<gateway_runtime::RuntimeError>) -> crate::error::A2aError {
+    crate::error::A2aError::from(e.into())
 }
 
 /// One delivery of an update to one config: the v1.0 `StreamResponse`, or for configs

@@ -127,7 +127,21 @@ async fn deliveries_keep_the_task_order_and_v03_receivers_get_status_changes_onl
     assert!(v03.iter().all(|b| b["kind"] == "task"));
     assert_eq!(v03[1]["artifacts"][0]["parts"].as_array().unwrap().len(), 2, "the final Task has the output");
     assert!(v03[0]["artifacts"].as_array().is_none_or(Vec::is_empty), "each snapshot is as of its own status");
-    assert!(records::get::<FeedCursor>(kit.ctx.coordinator.documents(), FEED, &id).await.unwrap().is_none());
+    let docs = kit.ctx.coordinator.documents();
+    assert!(records::get::<FeedCursor>(docs, FEED, &id).await.unwrap().is_none(), "retired with the task");
+    // The state ListTasks filters on was written with the feed, in the index entry.
+    let key = records::index_key(&started.record);
+    let (entry, _) = records::get::<records::TaskRecord>(docs, records::TASK_INDEX, &key).await.unwrap().unwrap();
+    assert_eq!(entry.state, TaskState::Completed);
+    assert_eq!(entry.status_at, done.proj.status_at().millis());
+    let listed = crate::tasks::service::list_tasks(
+        &kit.ctx,
+        "conformance",
+        &crate::wire::ListTasksRequest { status: Some(json!("TASK_STATE_COMPLETED")), ..Default::default() },
+    )
+    .await
+    .unwrap();
+    assert_eq!(listed.tasks.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), vec![id.as_str()]);
     kit.shutdown().await;
 }
 

@@ -4,7 +4,8 @@
 //!
 //! Documents list only in ascending key order, so ListTasks reads an index whose keys sort
 //! newest first: `a2a.task_index/{agent}/{inverted creation time}/{task}`, each entry a copy
-//! of the task record (created with it by [`task_writes`], kept in step by [`set_state`]).
+//! of the task record (created with it by [`task_writes`]) whose state the push feeder keeps
+//! current ([`state_write`]).
 //!
 //! A task id is derived from the id of the event that started it (`sevt_X` -> `task_X`), so
 //! the event log alone says which message started a task, and a backend running the turn can
@@ -61,7 +62,8 @@ pub struct TaskRecord {
     /// of its record document: the database time of the commit that admitted its message.
     #[serde(default)]
     pub created_at: i64,
-    /// Last known state and its time, maintained by the feeder (for ListTasks filters).
+    /// Last known state and its time: in the index entry, maintained by the feeder (for
+    /// ListTasks filters); in the record, the state it was created in.
     pub state: TaskState,
     /// 0 until the feeder first records a state; read as the record's creation time then.
     #[serde(default)]
@@ -206,42 +208,26 @@ pub async fn task(docs: &dyn Documents, id: &str) -> Result<Option<(TaskRecord, 
     docs.get_document(TASKS, id).await.map_err(|e| store_err(e.into()))?.map(decode_task).transpose()
 }
 
-/// Records the last known state of a task in the record, then in its index entry
-/// (compare-and-set, a few attempts each).
-pub async fn set_state(docs: &dyn Documents, id: &str, state: TaskState, at: i64) -> Result<(), A2aError> {
-    let mut updated = None;
-    for _ in 0..5 {
-        let Some((mut rec, version)) = task(docs, id).await? else { return Ok(()) };
-        if rec.state == state && rec.status_at >= at {
-            updated = Some(rec);
-            break;
-        }
-        rec.state = state;
-        rec.status_at = rec.status_at.max(at);
-        match put(docs, TASKS, id, &rec, Some(version)).await {
-            Ok(_) => {
-                updated = Some(rec);
-                break;
-            }
-            Err(A2aError::Conflict(_)) => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    let Some(rec) = updated else { return Ok(()) };
-    let key = index_key(&rec);
-    for _ in 0..5 {
-        let version = match get::<TaskRecord>(docs, TASK_INDEX, &key).await? {
-            Some((entry, _)) if entry.state == rec.state && entry.status_at >= rec.status_at => return Ok(()),
-            Some((_, v)) => Some(v),
-            None => None,
-        };
-        match put(docs, TASK_INDEX, &key, &rec, version).await {
-            Ok(_) => return Ok(()),
-            Err(A2aError::Conflict(_)) => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+/// The write that records a task's last known state in its index entry (for ListTasks
+/// filters), compare-and-set on the entry as read now; None when the entry already says so.
+/// Only the holder of the task's feeder lease records states, and it writes this with its
+/// lease (`Documents::renew_document`'s `also`), so a former holder can never overwrite a
+/// newer state. The task record itself keeps the task as created.
+pub async fn state_write(
+    docs: &dyn ReadDocuments,
+    rec: &TaskRecord,
+    state: TaskState,
+    at: i64,
+) -> Result<Option<DocumentWrite>, A2aError> {
+    let key = index_key(rec);
+    let (mut entry, version) = match get::<TaskRecord>(docs, TASK_INDEX, &key).await? {
+        Some((entry, _)) if entry.state == state && entry.status_at >= at => return Ok(None),
+        Some((entry, v)) => (entry, Some(v)),
+        None => (rec.clone(), None),
+    };
+    entry.state = state;
+    entry.status_at = entry.status_at.max(at);
+    Ok(Some(DocumentWrite { namespace: TASK_INDEX.into(), key, body: body(&entry)?, expected: version }))
 }
 
 #[cfg(test)]

@@ -42,9 +42,8 @@ impl Watch {
             other => other.into(),
         })?;
         let start_seq = coordinator.find_event(&rec.session_id, &start).await?.ok_or_else(not_found)?.seq;
-        let events = coordinator
-            .subscribe(&rec.session_id, SubscribeOptions { after_seq: start_seq - 1, previews: false, poll: None })
-            .await?;
+        let events =
+            coordinator.subscribe(&session, SubscribeOptions { after_seq: start_seq - 1, previews: false, poll: None });
         let hints = crate::conformance::is_conformance(&session.snapshot.agent.spec.backend);
         let mut w = Watch {
             proj: Projector::new(&rec.id, &rec.context_id, start, &rec.message_id).honour_hints(hints),

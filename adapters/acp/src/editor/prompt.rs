@@ -98,7 +98,7 @@ async fn drive(
     // creation, whichever face the turn came from (invariant 19).
     let content = wire::prompt_to_core(&p.prompt, Editor::support(&session))?;
     let options = SubscribeOptions { after_seq: session.last_seq, previews: true, poll: None };
-    let stream = coordinator.subscribe(&id, options).await.map_err(runtime_error)?;
+    let stream = coordinator.subscribe(&session, options);
     tokio::pin!(stream);
     // A turn parked while no editor was connected to answer (it went away mid-turn) would
     // refuse every new message: the new prompt interrupts it (the parked calls are not run).

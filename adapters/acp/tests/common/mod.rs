@@ -157,11 +157,7 @@ impl Rig {
     }
 
     pub async fn stream(&self, session: &Session, after: u64) -> BoxStream<'static, Result<Delivery, RuntimeError>> {
-        self.coordinator
-            .subscribe(&session.id, SubscribeOptions { after_seq: after, previews: false, poll: None })
-            .await
-            .unwrap()
-            .boxed()
+        self.coordinator.subscribe(session, SubscribeOptions { after_seq: after, previews: false, poll: None }).boxed()
     }
 
     pub async fn events(&self, session: &Session) -> Vec<Event> {

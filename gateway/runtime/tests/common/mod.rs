@@ -194,7 +194,7 @@ async fn subscribe(
     after_seq: u64,
     previews: bool,
 ) -> impl Stream<Item = Result<Delivery, RuntimeError>> {
-    r.coordinator.subscribe(&s.id, SubscribeOptions { after_seq, previews, poll: None }).await.unwrap()
+    r.coordinator.subscribe(s, SubscribeOptions { after_seq, previews, poll: None })
 }
 
 // ---------------- the suite ----------------

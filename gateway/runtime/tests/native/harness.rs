@@ -111,8 +111,8 @@ impl Native {
         s: &Session,
         previews: bool,
     ) -> impl Stream<Item = Result<Delivery, RuntimeError>> + Send + 'static {
-        let after_seq = self.coordinator.get_session(&s.id).await.unwrap().last_seq;
-        self.coordinator.subscribe(&s.id, SubscribeOptions { after_seq, previews, poll: None }).await.unwrap()
+        let read = self.coordinator.get_session(&s.id).await.unwrap();
+        self.coordinator.subscribe(&read, SubscribeOptions { after_seq: read.last_seq, previews, poll: None })
     }
 
     /// Sends `text` and returns the deliveries of the turn it starts, up to its end.

@@ -176,11 +176,11 @@ pub async fn document_leases_are_claimed_renewed_and_released_on_the_database_cl
         Err(StoreError::Guard(Guard::DocumentConflict { .. }))
     ));
     // Only the holder renews, and may replace the body as it does.
-    let renewed = s.renew_document("ns", "c/1", "a", short, Some(&json!({"after": 5}))).await.unwrap().unwrap();
+    let renewed = s.renew_document("ns", "c/1", "a", short, Some(&json!({"after": 5})), &[]).await.unwrap().unwrap();
     assert_eq!((renewed.body.clone(), renewed.version), (json!({"after": 5}), 3));
-    assert!(s.renew_document("ns", "c/1", "b", long, Some(&json!({"stolen": true}))).await.unwrap().is_none());
+    assert!(s.renew_document("ns", "c/1", "b", long, Some(&json!({"stolen": true})), &[]).await.unwrap().is_none());
     assert_eq!(s.get_document("ns", "c/1").await.unwrap().unwrap().body, json!({"after": 5}));
-    let kept = s.renew_document("ns", "c/2", "a", short, None).await.unwrap().unwrap();
+    let kept = s.renew_document("ns", "c/2", "a", short, None, &[]).await.unwrap().unwrap();
     assert_eq!(kept.body, json!({"k": "c/2"}), "renewing without a body keeps it");
 
     // A released lease is claimable at once; releasing another's lease does nothing.
@@ -192,14 +192,37 @@ pub async fn document_leases_are_claimed_renewed_and_released_on_the_database_cl
 
     // An expired lease is still its holder's until someone claims it; then it is lost.
     super::outlive(200).await;
-    assert!(s.renew_document("ns", "c/1", "a", short, None).await.unwrap().is_some(), "expired, not yet claimed");
+    assert!(s.renew_document("ns", "c/1", "a", short, None, &[]).await.unwrap().is_some(), "expired, not yet claimed");
     super::outlive(200).await;
     let taken = s.claim_documents("ns", "c/", "b", long, 10).await.unwrap();
     assert_eq!(taken.iter().map(|d| d.key.as_str()).collect::<Vec<_>>(), vec!["c/1"]);
-    assert!(s.renew_document("ns", "c/1", "a", short, Some(&json!({"late": true}))).await.unwrap().is_none());
+    assert!(s.renew_document("ns", "c/1", "a", short, Some(&json!({"late": true})), &[]).await.unwrap().is_none());
     assert!(!s.release_document("ns", "c/1", "a").await.unwrap());
     assert_eq!(s.get_document("ns", "c/1").await.unwrap().unwrap().lease.map(|l| l.owner), Some("b".to_owned()));
     assert!(s.get_document("ns", "d/1").await.unwrap().unwrap().lease.is_none(), "other prefixes untouched");
+
+    // What the lease guards is written with its renewal, only while it is held, all or nothing.
+    let state = |v: u64| DocumentWrite { namespace: "ns".into(), key: "d/1".into(), body: json!({"v": v}), expected: Some(v) };
+    let d1 = s.get_document("ns", "d/1").await.unwrap().unwrap().version;
+    assert!(s.renew_document("ns", "c/1", "a", short, None, &[state(d1)]).await.unwrap().is_none());
+    assert_eq!(s.get_document("ns", "d/1").await.unwrap().unwrap().version, d1, "a lost lease writes nothing");
+    let before = s.get_document("ns", "c/1").await.unwrap().unwrap();
+    assert!(matches!(
+        s.renew_document("ns", "c/1", "b", long, Some(&json!({"x": 1})), &[state(d1 + 7)]).await,
+        Err(StoreError::Guard(Guard::DocumentConflict { .. }))
+    ));
+    let after = s.get_document("ns", "c/1").await.unwrap().unwrap();
+    assert_eq!((after.version, after.body), (before.version, before.body), "a conflict fails the renewal too");
+    s.renew_document("ns", "c/1", "b", long, Some(&json!({"x": 1})), &[state(d1)]).await.unwrap().unwrap();
+    assert_eq!(s.get_document("ns", "d/1").await.unwrap().unwrap().body, json!({"v": d1}));
+
+    // Retiring: only the holder deletes, with what it writes last.
+    assert!(!s.retire_document("ns", "c/1", "a", &[state(d1 + 1)]).await.unwrap());
+    assert!(s.get_document("ns", "c/1").await.unwrap().is_some());
+    assert_eq!(s.get_document("ns", "d/1").await.unwrap().unwrap().version, d1 + 1, "not retired, not written");
+    assert!(s.retire_document("ns", "c/1", "b", &[state(d1 + 1)]).await.unwrap());
+    assert!(s.get_document("ns", "c/1").await.unwrap().is_none());
+    assert_eq!(s.get_document("ns", "d/1").await.unwrap().unwrap().body, json!({"v": d1 + 1}));
 }
 
 pub async fn racing_document_claims_take_each_document_once(h: &dyn Harness) {

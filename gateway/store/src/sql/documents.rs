@@ -207,6 +207,7 @@ engine_impl! {
             owner: &str,
             lease: Duration,
             body: Option<&Value>,
+            also: &[DocumentWrite],
         ) -> Result<Option<Document>> {
             let text = body.map(serde_json::to_string).transpose()?;
             let mut tx = self.begin_write().await?;
@@ -224,8 +225,36 @@ engine_impl! {
             .bind(now)
             .fetch_optional(&mut *tx)
             .await?;
+            // Lost: dropping the transaction writes nothing.
+            let Some(row) = row else { return Ok(None) };
+            for write in also {
+                Self::write_document(&mut tx, write, now).await?;
+            }
             self.finish(tx, Hints::default()).await?;
-            row.map(DocumentRow::into_document).transpose()
+            row.into_document().map(Some)
+        }
+
+        async fn retire_document(&self, namespace: &str, key: &str, owner: &str, also: &[DocumentWrite]) -> Result<bool> {
+            let mut tx = self.begin_write().await?;
+            let deleted = sqlx::query_as::<DB, (String,)>(
+                "DELETE FROM documents WHERE namespace = $1 AND key = $2 AND lease_owner = $3 RETURNING key",
+            )
+            .bind(namespace)
+            .bind(key)
+            .bind(owner)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if deleted.is_none() {
+                return Ok(false);
+            }
+            if !also.is_empty() {
+                let now = Self::now(&mut tx).await?;
+                for write in also {
+                    Self::write_document(&mut tx, write, now).await?;
+                }
+            }
+            self.finish(tx, Hints::default()).await?;
+            Ok(true)
         }
 
         async fn release_document(&self, namespace: &str, key: &str, owner: &str) -> Result<bool> {

@@ -361,42 +361,49 @@ engine_impl! {
     }
 }
 
-/// Rows per multi-row event insert: one statement per chunk instead of one per event.
+/// Rows per multi-row insert: one statement per chunk instead of one per row.
 const INSERT_CHUNK: usize = 32;
 
-/// `INSERT INTO events ... VALUES (...), (...)` for `n` rows (1..=INSERT_CHUNK). The text is
-/// made of placeholders only, built once per size and kept for the process's life, so it is as
-/// safe as a literal and each size is prepared once.
-fn insert_events_sql(n: usize) -> &'static str {
-    static SQL: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
-    let all = SQL.get_or_init(|| {
+/// A multi-row statement, `{head}(..), (..){tail}` with `n` rows (1..=INSERT_CHUNK) of `cols`
+/// placeholders each. The text is made of placeholders and the caller's literals only, built
+/// once per size and kept for the process's life, so it is as safe as a literal and each
+/// size is prepared once.
+fn multi_row_sql(
+    cache: &'static std::sync::OnceLock<Vec<&'static str>>,
+    head: &str,
+    cols: usize,
+    tail: &str,
+    n: usize,
+) -> &'static str {
+    let all = cache.get_or_init(|| {
         (0..=INSERT_CHUNK)
             .map(|rows| {
                 let values: Vec<String> = (0..rows)
                     .map(|r| {
-                        let b = r * 8;
-                        format!(
-                            "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                            b + 1,
-                            b + 2,
-                            b + 3,
-                            b + 4,
-                            b + 5,
-                            b + 6,
-                            b + 7,
-                            b + 8
-                        )
+                        let row: Vec<String> = (1..=cols).map(|c| format!("${}", r * cols + c)).collect();
+                        format!("({})", row.join(", "))
                     })
                     .collect();
-                let sql = format!(
-                    "INSERT INTO events (session_id, seq, id, kind, payload, created_at, run_id, epoch) VALUES {}",
-                    values.join(", ")
-                );
-                &*Box::leak(sql.into_boxed_str())
+                &*Box::leak(format!("{head}{}{tail}", values.join(", ")).into_boxed_str())
             })
             .collect()
     });
     all[n.clamp(1, INSERT_CHUNK)]
+}
+
+/// `INSERT INTO events ... VALUES (...), (...)` for `n` rows.
+fn insert_events_sql(n: usize) -> &'static str {
+    static SQL: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    let head = "INSERT INTO events (session_id, seq, id, kind, payload, created_at, run_id, epoch) VALUES ";
+    multi_row_sql(&SQL, head, 8, "", n)
+}
+
+/// The upsert of `n` session bindings.
+pub(crate) fn upsert_bindings_sql(n: usize) -> &'static str {
+    static SQL: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    let head = "INSERT INTO session_bindings (session_id, key, value, updated_at) VALUES ";
+    let tail = " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at";
+    multi_row_sql(&SQL, head, 4, tail, n)
 }
 
 /// Decodes fetched event rows.

@@ -137,24 +137,23 @@ engine_impl! {
         }
 
         /// Sets session bindings (key, value) inside `tx`: the one upsert behind both the
-        /// fenced commit's bindings and an admission's.
+        /// fenced commit's bindings and an admission's. A key given twice takes its last value
+        /// (one multi-row upsert may not touch a row twice on PostgreSQL).
         pub(crate) async fn write_bindings(
             tx: &mut WriteTx<DB>,
             session: &SessionId,
             bindings: &[(String, String)],
             now: i64,
         ) -> Result<()> {
-            for (key, value) in bindings {
-                sqlx::query(
-                    "INSERT INTO session_bindings (session_id, key, value, updated_at) VALUES ($1, $2, $3, $4) \
-                     ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-                )
-                .bind(session.as_str())
-                .bind(key.as_str())
-                .bind(value.as_str())
-                .bind(now)
-                .execute(&mut **tx)
-                .await?;
+            let last: std::collections::BTreeMap<&str, &str> =
+                bindings.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let rows: Vec<(&str, &str)> = last.into_iter().collect();
+            for chunk in rows.chunks(super::INSERT_CHUNK) {
+                let mut q = sqlx::query(super::upsert_bindings_sql(chunk.len()));
+                for (key, value) in chunk {
+                    q = q.bind(session.as_str()).bind(*key).bind(*value).bind(now);
+                }
+                q.execute(&mut **tx).await?;
             }
             Ok(())
         }
