@@ -154,42 +154,9 @@ async fn feed_task(
     let mut known_state = rec.state;
     let mut ended = false;
     loop {
-        if !w.proj.is_final() {
-            let next = if ended {
-                None
-            } else {
-                tokio::select! {
-                    n = w.next() => n,
-                    _ = tokio::time::sleep(LEASE / 3) => Some(Ok(vec![])),
-                    _ = ctx.shutdown.cancelled() => None,
-                }
-            };
-            let Some(first) = next else {
-                release(ctx, task_id, owner).await;
-                return Ok(());
-            };
-            // This event's updates and those of every event ready right after it: one batch.
-            let mut pass = Vec::new();
-            ready(&w, first?, &mut pass);
-            while !pass.is_empty() && pass.len() < MAX_PASS_UPDATES && !w.proj.is_final() {
-                match tokio::time::timeout(GATHER, w.next()).await {
-                    Ok(Some(updates)) => ready(&w, updates?, &mut pass),
-                    Ok(None) => {
-                        ended = true;
-                        break;
-                    }
-                    Err(_) => break,
-                }
-            }
-            if !pass.is_empty() {
-                let configs = crate::push::records(docs, task_id).await?;
-                let task = rec.id.as_str();
-                let batch: Vec<NewDelivery> =
-                    pass.iter().flat_map(|r| configs.iter().filter_map(move |c| delivery(task, c, r))).collect();
-                if !batch.is_empty() {
-                    ctx.coordinator.outbox().enqueue_deliveries(batch).await.map_err(store_err)?;
-                }
-            }
+        if !w.proj.is_final() && !feed_pass(ctx, &mut w, &rec, &mut ended).await? {
+            release(ctx, task_id, owner).await;
+            return Ok(());
         }
         // The task's new state, if any, is written with the cursor's lease: one commit per
         // pass, and none at all by a feeder that lost the task to another.
@@ -200,6 +167,8 @@ async fn feed_task(
         if w.proj.is_final() {
             if docs.retire_document(FEED, task_id, owner, &also).await.map_err(store_err)? {
                 info!(task = %task_id, state = w.proj.state().name(), "task finished; push feeder done");
+            } else {
+                debug!(task = %task_id, "another process took this finished task's push feed over");
             }
             return Ok(());
         }
@@ -212,6 +181,50 @@ async fn feed_task(
             return Ok(());
         }
     }
+}
+
+/// One pass: waits for the task's next event (or a third of the lease, to renew it), gathers
+/// every update ready right after it, and enqueues their deliveries in one batch. False when
+/// the feed should stop (shutdown, or the session's stream ended).
+async fn feed_pass(
+    ctx: &A2aContext,
+    w: &mut Watch,
+    rec: &records::TaskRecord,
+    ended: &mut bool,
+) -> Result<bool, crate::error::A2aError> {
+    let next = if *ended {
+        None
+    } else {
+        tokio::select! {
+            n = w.next() => n,
+            _ = tokio::time::sleep(LEASE / 3) => Some(Ok(vec![])),
+            _ = ctx.shutdown.cancelled() => None,
+        }
+    };
+    let Some(first) = next else { return Ok(false) };
+    let mut pass = Vec::new();
+    ready(w, first?, &mut pass);
+    while !pass.is_empty() && pass.len() < MAX_PASS_UPDATES && !w.proj.is_final() {
+        match tokio::time::timeout(GATHER, w.next()).await {
+            Ok(Some(updates)) => ready(w, updates?, &mut pass),
+            Ok(None) => {
+                *ended = true;
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    if !pass.is_empty() {
+        let docs = ctx.coordinator.documents();
+        let configs = crate::push::records(docs, &rec.id).await?;
+        let task = rec.id.as_str();
+        let batch: Vec<NewDelivery> =
+            pass.iter().flat_map(|r| configs.iter().filter_map(move |c| delivery(task, c, r))).collect();
+        if !batch.is_empty() {
+            ctx.coordinator.outbox().enqueue_deliveries(batch).await.map_err(store_err)?;
+        }
+    }
+    Ok(true)
 }
 
 fn store_err(e: impl Into<gateway_runtime::RuntimeError>) -> crate::error::A2aError {

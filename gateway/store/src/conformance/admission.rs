@@ -202,7 +202,8 @@ pub async fn document_leases_are_claimed_renewed_and_released_on_the_database_cl
     assert!(s.get_document("ns", "d/1").await.unwrap().unwrap().lease.is_none(), "other prefixes untouched");
 
     // What the lease guards is written with its renewal, only while it is held, all or nothing.
-    let state = |v: u64| DocumentWrite { namespace: "ns".into(), key: "d/1".into(), body: json!({"v": v}), expected: Some(v) };
+    let state =
+        |v: u64| DocumentWrite { namespace: "ns".into(), key: "d/1".into(), body: json!({"v": v}), expected: Some(v) };
     let d1 = s.get_document("ns", "d/1").await.unwrap().unwrap().version;
     assert!(s.renew_document("ns", "c/1", "a", short, None, &[state(d1)]).await.unwrap().is_none());
     assert_eq!(s.get_document("ns", "d/1").await.unwrap().unwrap().version, d1, "a lost lease writes nothing");
