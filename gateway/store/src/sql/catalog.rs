@@ -31,7 +31,7 @@ macro_rules! list_agents_sql {
             $dir,
             ", a.id ",
             $dir,
-            " LIMIT $8"
+            $crate::sql::limit!(8)
         )
     };
 }
@@ -46,7 +46,7 @@ macro_rules! list_versions_sql {
             $cmp,
             " $2) ORDER BY v.version ",
             $dir,
-            " LIMIT $3"
+            $crate::sql::limit!(3)
         )
     };
 }
@@ -63,7 +63,7 @@ macro_rules! list_environments_sql {
             $dir,
             ", id ",
             $dir,
-            " LIMIT $4"
+            $crate::sql::limit!(4)
         )
     };
 }

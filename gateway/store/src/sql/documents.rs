@@ -36,7 +36,8 @@ macro_rules! claim_documents_sql {
              WHERE namespace = $1 AND key IN (SELECT key FROM documents \
                WHERE namespace = $1 AND key >= $2 AND key < $3 \
                  AND (lease_owner IS NULL OR lease_expires_at <= $6) \
-               ORDER BY key LIMIT $7",
+               ORDER BY key",
+            $crate::sql::limit!(7),
             $lock,
             ") RETURNING ",
             $crate::sql::documents::document_cols!()
@@ -137,7 +138,8 @@ engine_impl! {
             let rows = sqlx::query_as::<DB, DocumentRow>(concat!(
                 "SELECT ",
                 document_cols!(),
-                " FROM documents WHERE namespace = $1 AND key >= $2 AND key < $3 AND ($4 IS NULL OR key > $4) ORDER BY key LIMIT $5"
+                " FROM documents WHERE namespace = $1 AND key >= $2 AND key < $3 AND ($4 IS NULL OR key > $4) ORDER BY key",
+                crate::sql::limit!(5)
             ))
             .bind(namespace)
             .bind(prefix)

@@ -39,7 +39,7 @@ engine_impl! {
 
         async fn events_after(&self, session: &SessionId, after: u64, limit: u32) -> Result<Vec<Event>> {
             let rows = sqlx::query_as::<DB, EventRow>(concat!(
-                "SELECT ", event_cols!(), " FROM events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+                "SELECT ", event_cols!(), " FROM events WHERE session_id = $1 AND seq > $2 ORDER BY seq", crate::sql::limit!(3)
             ))
             .bind(session.as_str())
             .bind(after as i64)
@@ -78,7 +78,7 @@ macro_rules! list_events_sql {
             $cmp,
             " $7) ORDER BY seq ",
             $dir,
-            " LIMIT $8"
+            $crate::sql::limit!(8)
         )
     };
 }

@@ -23,7 +23,8 @@ macro_rules! claim_deliveries_sql {
                AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1) \
                AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.topic = o.topic AND p.state = 'pending' \
                                AND (p.created_at, p.id) < (o.created_at, o.id)) \
-             ORDER BY o.next_attempt_at, o.id LIMIT $2",
+             ORDER BY o.next_attempt_at, o.id",
+            $crate::sql::limit!(2),
             $lock
         )
     };

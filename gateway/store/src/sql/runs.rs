@@ -49,7 +49,8 @@ macro_rules! claim_candidate_sql {
             ") AND (s.env_host IS NULL OR s.env_host = $3)) \
                  OR (s.env_host IS NOT NULL AND s.env_host <> $3 \
                      AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.id = s.env_host AND h.last_seen_at > $5))) \
-             ORDER BY r.available_at, r.id LIMIT $6",
+             ORDER BY r.available_at, r.id",
+            $crate::sql::limit!(6),
             $lock
         )
     };

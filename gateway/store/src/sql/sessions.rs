@@ -436,7 +436,7 @@ macro_rules! list_sessions_sql {
             $dir,
             ", id ",
             $dir,
-            " LIMIT $11"
+            $crate::sql::limit!(11)
         )
     };
 }

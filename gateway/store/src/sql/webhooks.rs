@@ -26,7 +26,8 @@ macro_rules! take_feed_sql {
         concat!(
             "SELECT f.id AS position, e.session_id, e.seq, e.id, e.payload, e.created_at, e.run_id, e.epoch \
              FROM event_feed f JOIN events e ON e.session_id = f.session_id AND e.id = f.event_id \
-             ORDER BY f.id LIMIT $1",
+             ORDER BY f.id",
+            $crate::sql::limit!(1),
             $lock
         )
     };

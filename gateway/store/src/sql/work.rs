@@ -441,10 +441,10 @@ engine_impl! {
             let scan = Scan::plan(page);
             let sql = if scan.ascending {
                 concat!("SELECT ", work_cols!(), " FROM work_items WHERE environment_id = $1 \
-                         AND ($2 IS NULL OR (created_at, id) > ($2, $3)) ORDER BY created_at ASC, id ASC LIMIT $4")
+                         AND ($2 IS NULL OR (created_at, id) > ($2, $3)) ORDER BY created_at ASC, id ASC", crate::sql::limit!(4))
             } else {
                 concat!("SELECT ", work_cols!(), " FROM work_items WHERE environment_id = $1 \
-                         AND ($2 IS NULL OR (created_at, id) < ($2, $3)) ORDER BY created_at DESC, id DESC LIMIT $4")
+                         AND ($2 IS NULL OR (created_at, id) < ($2, $3)) ORDER BY created_at DESC, id DESC", crate::sql::limit!(4))
             };
             let (bound_at, bound_id) = scan.bound_parts();
             let rows = sqlx::query_as::<DB, WorkItemRow>(sql)
