@@ -24,9 +24,13 @@ pub async fn bindings_commit_with_their_events_under_the_fence(h: &dyn Harness) 
     let stale = Commit { events: vec![], environment: None, bindings: vec![("remote.task".into(), "task-2".into())] };
     assert!(s.commit(&a.fence, stale).await.unwrap_err().is_fenced());
     assert_eq!(s.bindings(&sess.id).await.unwrap()["remote.task"], "task-1", "a fenced binding is not written");
-    let update = Commit { events: vec![], environment: None, bindings: vec![("remote.task".into(), "task-3".into())] };
-    s.commit(&b.fence, update).await.unwrap();
-    assert_eq!(s.bindings(&sess.id).await.unwrap()["remote.task"], "task-3");
+    // More keys than one statement takes, and a key given twice: the last value wins.
+    let mut many: Vec<(String, String)> = vec![("remote.task".into(), "task-2b".into())];
+    many.extend((0..40).map(|i| (format!("k/{i:02}"), i.to_string())));
+    many.push(("remote.task".into(), "task-3".into()));
+    s.commit(&b.fence, Commit { events: vec![], environment: None, bindings: many }).await.unwrap();
+    let bound = s.bindings(&sess.id).await.unwrap();
+    assert_eq!((bound["remote.task"].as_str(), bound.len(), bound["k/39"].as_str()), ("task-3", 41, "39"));
     // A stale settlement writes none of its bindings; the owner's writes them with the end.
     let stale = Settlement {
         events: vec![],
@@ -42,12 +46,10 @@ pub async fn bindings_commit_with_their_events_under_the_fence(h: &dyn Harness) 
     };
     let ended = s.settle(&b.fence, last).await.unwrap();
     assert_eq!(ended.len(), 1, "the settlement's own events: {ended:?}");
+    let bound = s.bindings(&sess.id).await.unwrap();
     assert_eq!(
-        s.bindings(&sess.id).await.unwrap(),
-        BTreeMap::from([
-            ("remote.answered".to_owned(), "7".to_owned()),
-            ("remote.task".to_owned(), "task-5".to_owned())
-        ]),
+        (bound["remote.answered"].as_str(), bound["remote.task"].as_str(), bound.len()),
+        ("7", "task-5", 42),
         "the settlement's bindings commit with it"
     );
 }
