@@ -441,6 +441,8 @@ impl RemoteBackend {
         sent: Option<u64>,
         event: StreamResponse,
     ) -> Result<Option<TurnOutcome>, BackendError> {
+        // The remote task this run already made durable (every absorb commits it, save the last).
+        let durable_task = remote.task.clone();
         let mut out = Vec::new();
         let mut status = None;
         match event {
@@ -531,9 +533,14 @@ impl RemoteBackend {
                 ctx.commit_bindings(out, bindings).await?;
             }
             // The remote task settled: its last word rides with the settlement, the next
-            // commit (one fewer per turn). Lost with the claim, it is not lost for good: the
-            // resumed run finds the message sent and asks the remote task again.
-            None if outcome.is_some() => ctx.stage_with_bindings(out, bindings),
+            // commit (one fewer per turn), provided the task it settled is already durable.
+            // Lost with the claim, it is then not lost for good: the resumed run finds the
+            // message sent and the task unfinished, and asks the remote task again. (A task
+            // first named by its final event is committed now: a resumed run that knew no
+            // task would end the turn without the answer.)
+            None if outcome.is_some() && durable_task.is_some() && durable_task == remote.task => {
+                ctx.stage_with_bindings(out, bindings)
+            }
             None => {
                 ctx.commit_bindings(out, bindings).await?;
             }
