@@ -378,14 +378,14 @@ engine_impl! {
 const INSERT_CHUNK: usize = 32;
 
 /// A multi-row statement, `{head}(..), (..){tail}` with `n` rows (1..=INSERT_CHUNK) of `cols`
-/// placeholders each. The text is made of placeholders and the caller's literals only, built
+/// placeholders each. The text is made of placeholders and the caller's static text only, built
 /// once per size and kept for the process's life, so it is as safe as a literal and each
 /// size is prepared once.
 fn multi_row_sql(
     cache: &'static std::sync::OnceLock<Vec<&'static str>>,
-    head: &str,
+    head: &'static str,
     cols: usize,
-    tail: &str,
+    tail: &'static str,
     n: usize,
 ) -> &'static str {
     let all = cache.get_or_init(|| {
