@@ -28,7 +28,7 @@ use gateway_runtime::{NewDelivery, OutboxDelivery, SecretBox, SecretError};
 use tracing::{debug, info, warn};
 
 use crate::A2aContext;
-use crate::tasks::records::{self, FEED, FeedCursor};
+use crate::tasks::records::{self, FEED, FeedCursor, store_err};
 use crate::tasks::watch::Watch;
 use crate::v03::{self, Shape};
 use crate::wire::StreamResponse;
@@ -225,10 +225,6 @@ async fn feed_pass(
         }
     }
     Ok(true)
-}
-
-fn store_err(e: impl Into<gateway_runtime::RuntimeError>) -> crate::error::A2aError {
-    crate::error::A2aError::from(e.into())
 }
 
 /// One delivery of an update to one config: the v1.0 `StreamResponse`, or for configs

@@ -97,8 +97,9 @@ pub struct FeedCursor {
     pub after_seq: u64,
 }
 
-fn store_err(e: gateway_runtime::RuntimeError) -> A2aError {
-    e.into()
+/// A store error as the adapter's error (the one mapping for every document call).
+pub(crate) fn store_err(e: impl Into<gateway_runtime::RuntimeError>) -> A2aError {
+    A2aError::from(e.into())
 }
 
 /// The index prefix of an agent's tasks. The name's length comes first, so one agent's
@@ -157,7 +158,7 @@ pub async fn get<T: DeserializeOwned>(
     ns: &str,
     key: &str,
 ) -> Result<Option<(T, u64)>, A2aError> {
-    docs.get_document(ns, key).await.map_err(|e| store_err(e.into()))?.map(decode).transpose()
+    docs.get_document(ns, key).await.map_err(store_err)?.map(decode).transpose()
 }
 
 pub async fn put<T: Serialize>(
@@ -167,7 +168,7 @@ pub async fn put<T: Serialize>(
     value: &T,
     expected: Option<u64>,
 ) -> Result<u64, A2aError> {
-    let d = docs.put_document(ns, key, &body(value)?, expected).await.map_err(|e| store_err(e.into()))?;
+    let d = docs.put_document(ns, key, &body(value)?, expected).await.map_err(store_err)?;
     Ok(d.version)
 }
 
@@ -177,7 +178,7 @@ pub async fn task_index(docs: &dyn Documents, agent: &str, cap: usize) -> Result
     let mut out = Vec::new();
     let mut after: Option<String> = None;
     while out.len() < cap {
-        let batch = docs.list_documents(ns, &prefix, after.as_deref(), 200).await.map_err(|e| store_err(e.into()))?;
+        let batch = docs.list_documents(ns, &prefix, after.as_deref(), 200).await.map_err(store_err)?;
         let done = batch.len() < 200;
         for d in batch {
             let key = d.key.clone();
@@ -197,7 +198,7 @@ pub async fn task_index(docs: &dyn Documents, agent: &str, cap: usize) -> Result
 }
 
 pub async fn delete(docs: &dyn Documents, ns: &str, key: &str) -> Result<(), A2aError> {
-    docs.delete_document(ns, key).await.map_err(|e| store_err(e.into()))?;
+    docs.delete_document(ns, key).await.map_err(store_err)?;
     Ok(())
 }
 
@@ -205,7 +206,7 @@ pub async fn task(docs: &dyn Documents, id: &str) -> Result<Option<(TaskRecord, 
     if event_for(id).is_none() {
         return Ok(None);
     }
-    docs.get_document(TASKS, id).await.map_err(|e| store_err(e.into()))?.map(decode_task).transpose()
+    docs.get_document(TASKS, id).await.map_err(store_err)?.map(decode_task).transpose()
 }
 
 /// The write that records a task's last known state in its index entry (for ListTasks
