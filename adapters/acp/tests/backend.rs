@@ -38,7 +38,7 @@ async fn a_run_whose_agent_was_lost_mid_turn_fails_explicitly() {
     let seen = r.fake.seen.clone();
     eventually(10, || seen.count("session/prompt") == 1).await;
     // The gateway dies mid-turn, and its agent process with it.
-    r.crash_workers();
+    r.crash_workers().await;
     r.processes.close(&s.id).await;
     let after = r.events(&s).await.last().unwrap().seq;
     let stream = r.stream(&s, after).await;

@@ -89,7 +89,7 @@ impl BackendUnderTest for Acp {
     }
 
     async fn crash(&self, gw: &mut TestGateway, session: &Session) {
-        gw.crash_workers();
+        gw.crash_workers().await;
         if !self.agent_survives {
             self.processes.close(&session.id).await;
         }

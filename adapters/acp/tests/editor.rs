@@ -252,7 +252,7 @@ async fn a_prompt_past_the_queued_runs_bound_gets_an_error_naming_the_cause() {
     let admission = gateway_runtime::AdmissionLimits { max_queued_runs: 1, ..Default::default() };
     let mut r = rig(Options { admission, ..Default::default() }).await;
     // Another client's message waits for a Worker (there is none now).
-    r.crash_workers();
+    r.crash_workers().await;
     let busy = r.session("scripted").await;
     r.coordinator.submit(&busy.id, vec![common::user("queued")]).await.unwrap();
     tokio::time::sleep(gateway_runtime::load::SAMPLE_EVERY + Duration::from_millis(50)).await;

@@ -170,10 +170,11 @@ impl Runtime {
         }
     }
 
-    /// Kills the Workers without settling or releasing anything: what a crash does.
-    pub fn crash_workers(&mut self) {
+    /// Kills the Workers without settling or releasing anything: what a crash does. Returns
+    /// once none of their turns is left (`WorkerPool::abort`).
+    pub async fn crash_workers(&mut self) {
         if let Some(pool) = self.pool.take() {
-            pool.abort();
+            pool.abort().await;
         }
     }
 

@@ -35,7 +35,7 @@ pub enum StoreError {
     Corrupt(String),
 
     #[error("database error: {0}")]
-    Database(sqlx::Error),
+    Database(String),
 
     #[error("migration failed: {0}")]
     Migration(#[from] sqlx::migrate::MigrateError),
@@ -83,17 +83,23 @@ impl StoreError {
     }
 }
 
+impl From<crate::sql::conn::DbError> for StoreError {
+    fn from(e: crate::sql::conn::DbError) -> Self {
+        use crate::sql::conn::DbErrorKind;
+        match e.kind {
+            DbErrorKind::Unavailable => StoreError::Unavailable(e.message),
+            DbErrorKind::Decode => StoreError::Corrupt(e.message),
+            DbErrorKind::UniqueViolation | DbErrorKind::LockTimeout | DbErrorKind::Other => {
+                StoreError::Database(e.message)
+            }
+        }
+    }
+}
+
+/// Errors of sqlx itself: opening a migration connection, a PostgreSQL pool or listener.
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
-        match e {
-            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => {
-                StoreError::Unavailable(e.to_string())
-            }
-            sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) | sqlx::Error::ColumnNotFound(_) => {
-                StoreError::Corrupt(e.to_string())
-            }
-            other => StoreError::Database(other),
-        }
+        crate::sql::postgres::pg_error(e).into()
     }
 }
 

@@ -12,6 +12,7 @@ use gateway_core::{AgentId, EnvironmentId, EventId, RunId, SessionId, Timestamp}
 
 use crate::error::{Result, StoreError};
 use crate::model::{Keyset, Order, Page, PageCursor, PageRequest};
+use crate::sql::conn::{DbError, FromRow, Row, from_row};
 
 fn ts(ms: i64) -> Timestamp {
     Timestamp(ms)
@@ -28,7 +29,6 @@ fn version(v: i64) -> Result<u32> {
     u32::try_from(v).map_err(|_| StoreError::corrupt(format!("version {v} out of range")))
 }
 
-#[derive(sqlx::FromRow)]
 pub struct AgentRow {
     pub id: String,
     pub version: i64,
@@ -52,7 +52,6 @@ impl AgentRow {
     }
 }
 
-#[derive(sqlx::FromRow)]
 pub struct EnvironmentRow {
     pub id: String,
     pub spec: String,
@@ -75,14 +74,11 @@ impl EnvironmentRow {
 }
 
 /// A locked session row and the database clock, read together.
-#[derive(sqlx::FromRow)]
 pub struct LockedSessionRow {
-    #[sqlx(flatten)]
     pub row: SessionRow,
     pub now_ms: i64,
 }
 
-#[derive(sqlx::FromRow)]
 pub struct SessionRow {
     pub id: String,
     pub environment_id: String,
@@ -133,7 +129,6 @@ impl SessionRow {
     }
 }
 
-#[derive(sqlx::FromRow)]
 pub struct EventRow {
     pub session_id: String,
     pub seq: i64,
@@ -159,7 +154,6 @@ impl EventRow {
     }
 }
 
-#[derive(sqlx::FromRow)]
 pub struct RunRow {
     pub id: String,
     pub session_id: String,
@@ -249,7 +243,6 @@ pub(crate) fn paginate<T>(req: &PageRequest, mut rows: Vec<T>, key: impl Fn(&T) 
 }
 
 /// The lease facts of a run, read to explain a fenced write.
-#[derive(sqlx::FromRow)]
 pub struct RunRefRow {
     pub lease_owner: Option<String>,
     pub lease_epoch: i64,
@@ -257,22 +250,18 @@ pub struct RunRefRow {
 }
 
 /// A claim candidate: the run and where its session's environment lives.
-#[derive(sqlx::FromRow)]
 pub struct ClaimCandidateRow {
-    #[sqlx(flatten)]
     pub run: RunRow,
     pub env_host: Option<String>,
 }
 
 /// Existence and lifecycle facts used to explain a refused write.
-#[derive(sqlx::FromRow)]
 pub struct GuardRow {
     pub version: i64,
     pub archived_at: Option<i64>,
     pub deleted_at: Option<i64>,
 }
 
-#[derive(sqlx::FromRow)]
 pub struct ApiKeyRow {
     pub id: String,
     pub name: String,
@@ -293,7 +282,6 @@ impl ApiKeyRow {
     }
 }
 
-#[derive(sqlx::FromRow)]
 pub struct DocumentRow {
     pub namespace: String,
     pub key: String,
@@ -323,7 +311,6 @@ impl DocumentRow {
     }
 }
 
-#[derive(sqlx::FromRow)]
 pub struct DeliveryRow {
     pub id: String,
     pub topic: String,
@@ -346,13 +333,11 @@ impl DeliveryRow {
     }
 }
 
-#[derive(sqlx::FromRow)]
 pub struct DeliveryStateRow {
     pub state: String,
     pub attempts: i64,
 }
 
-#[derive(sqlx::FromRow)]
 pub struct WorkItemRow {
     pub id: String,
     pub environment_id: String,
@@ -390,7 +375,6 @@ impl WorkItemRow {
     }
 }
 
-#[derive(sqlx::FromRow)]
 pub struct WebhookRow {
     pub id: String,
     pub origin: String,
@@ -422,9 +406,97 @@ impl WebhookRow {
 }
 
 /// A fed event and its place in the feed.
-#[derive(sqlx::FromRow)]
 pub struct FeedRow {
     pub position: i64,
-    #[sqlx(flatten)]
     pub event: EventRow,
+}
+
+// Each row struct from the columns of its fields' names.
+from_row!(AgentRow { id, version, spec, created_at, updated_at, archived_at });
+from_row!(EnvironmentRow { id, spec, created_at, updated_at, archived_at });
+from_row!(SessionRow {
+    id,
+    environment_id,
+    snapshot,
+    title,
+    metadata,
+    status,
+    pending,
+    env_state,
+    env_host,
+    connection,
+    last_seq,
+    created_at,
+    updated_at,
+    archived_at
+});
+from_row!(EventRow { session_id, seq, id, payload, created_at, run_id, epoch });
+from_row!(RunRow {
+    id,
+    session_id,
+    state,
+    backend,
+    provider,
+    lease_owner,
+    lease_epoch,
+    lease_expires_at,
+    crash_count,
+    attempt,
+    available_at,
+    cancel_requested,
+    started,
+    input_seq,
+    created_at,
+    updated_at
+});
+from_row!(RunRefRow { lease_owner, lease_epoch, state });
+from_row!(GuardRow { version, archived_at, deleted_at });
+from_row!(ApiKeyRow { id, name, created_at, revoked_at, environment_id });
+from_row!(DocumentRow { namespace, key, body, version, created_at, updated_at, lease_owner, lease_expires_at });
+from_row!(DeliveryRow { id, topic, url, headers, body, attempts });
+from_row!(DeliveryStateRow { state, attempts });
+from_row!(WorkItemRow {
+    id,
+    environment_id,
+    session_id,
+    state,
+    metadata,
+    created_at,
+    acknowledged_at,
+    started_at,
+    latest_heartbeat_at,
+    stop_requested_at,
+    stopped_at,
+    heartbeat,
+    ttl_ms
+});
+from_row!(WebhookRow {
+    id,
+    origin,
+    url,
+    secret,
+    event_types,
+    description,
+    status,
+    consecutive_failures,
+    created_at,
+    disabled_at
+});
+
+impl FromRow for LockedSessionRow {
+    fn from_row<R: Row>(row: &R) -> Result<Self, DbError> {
+        Ok(Self { row: SessionRow::from_row(row)?, now_ms: row.get("now_ms")? })
+    }
+}
+
+impl FromRow for ClaimCandidateRow {
+    fn from_row<R: Row>(row: &R) -> Result<Self, DbError> {
+        Ok(Self { run: RunRow::from_row(row)?, env_host: row.get("env_host")? })
+    }
+}
+
+impl FromRow for FeedRow {
+    fn from_row<R: Row>(row: &R) -> Result<Self, DbError> {
+        Ok(Self { position: row.get("position")?, event: EventRow::from_row(row)? })
+    }
 }

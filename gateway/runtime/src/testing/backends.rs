@@ -91,7 +91,7 @@ pub trait BackendUnderTest: Send + Sync {
     /// releasing anything. A backend whose state dies with the process (agent processes) stops
     /// it too.
     async fn crash(&self, gw: &mut TestGateway, _session: &Session) {
-        gw.crash_workers();
+        gw.crash_workers().await;
     }
 
     /// For a backend that cannot finish a turn a lost claim interrupted (the agent that was

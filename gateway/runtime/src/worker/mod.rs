@@ -147,6 +147,8 @@ struct Shared {
     identity: WorkerIdentity,
     config: WorkerConfig,
     leases: Arc<Leases>,
+    /// This pool's turns, so a crash ([`WorkerPool::abort`]) can wait until none is left.
+    turns: TaskTracker,
     /// Stop claiming new runs.
     stop: CancellationToken,
     /// Grace is over: abandon running turns and release their leases.
@@ -175,6 +177,7 @@ impl WorkerPool {
             identity,
             config,
             leases: Arc::new(Leases::default()),
+            turns: TaskTracker::new(),
             stop,
             drain: CancellationToken::new(),
         });
@@ -209,13 +212,19 @@ impl WorkerPool {
     }
 
     /// Stops everything at once without settling or releasing anything: what a crash does.
-    /// For fault-injection tests.
-    pub fn abort(mut self) {
+    /// For fault-injection tests. Returns once no turn of the pool is left: a task is only
+    /// cancelled when it is next polled, and a turn polled on another thread meanwhile could
+    /// otherwise still act after the "crash" (settle a turn the test meant to leave behind).
+    pub async fn abort(mut self) {
         if let Some(dispatcher) = self.dispatcher.take() {
             dispatcher.abort();
+            // Dropping the dispatcher drops its turns' JoinSet, which aborts every turn.
+            let _ = dispatcher.await;
         }
         self.tasks.abort_all();
-        self.tasks.detach_all();
+        while self.tasks.join_next().await.is_some() {}
+        self.shared.turns.close();
+        self.shared.turns.wait().await;
     }
 }
 
@@ -280,7 +289,7 @@ async fn dispatch(w: Arc<Shared>) {
                             drop(slot);
                         }
                     };
-                    turns.spawn(w.tasks.track_future(task.instrument(span)));
+                    turns.spawn(w.tasks.track_future(w.turns.track_future(task).instrument(span)));
                 }
             }
             Err(e) => warn!(error = %e, "claim failed"),

@@ -366,7 +366,7 @@ pub async fn crashes_past_the_budget_end_the_run_indeterminate(h: &dyn Harness) 
         })
         .await;
         assert!(claimed.is_some(), "claim {expected_crashes} happened");
-        pool.abort();
+        pool.abort().await;
     }
     let pool = workers(&r, cfg);
     let ended = wait_for(10, || async {

@@ -290,7 +290,7 @@ async fn a_started_tool_is_never_run_again_after_a_lost_claim() {
     common::wait_for(10, || async { n.workspaces.path().join(s.id.as_str()).join("marker").exists().then_some(()) })
         .await
         .unwrap();
-    first.abort(); // a crash: no settle, no release
+    first.abort().await; // a crash: no settle, no release
     let stream = n.stream(&s, false).await;
     let second = n.workers(0);
     let rest = events(&until(stream, 30, turn_ended).await);

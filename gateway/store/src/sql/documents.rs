@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use gateway_core::SessionId;
 use serde_json::Value;
 
-use super::engine_impl;
+use super::{Engine, SqlStore, query_as};
 use super::{Hints, WriteTx};
 use crate::error::{Guard, Result, StoreError};
 use crate::model::{AdmissionWrites, DocumentWrite, millis};
@@ -56,224 +56,224 @@ fn version_param(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-engine_impl! {
-    impl SqlStore {
-        /// Creates (`expected` None) or compare-and-set updates one document at `now`, inside
-        /// `tx`. A conflict is `Guard::DocumentConflict` and writes nothing; the caller's
-        /// transaction then rolls back as a whole.
-        pub(crate) async fn write_document(tx: &mut WriteTx<DB>, w: &DocumentWrite, now: i64) -> Result<Document> {
-            let text = serde_json::to_string(&w.body)?;
-            let row = match w.expected {
-                None => {
-                    sqlx::query_as::<DB, DocumentRow>(concat!(
-                        "INSERT INTO documents (namespace, key, body, version, created_at, updated_at) VALUES ($1, $2, $3, 1, $4, $4) \
-                         ON CONFLICT (namespace, key) DO NOTHING RETURNING ",
-                        document_cols!()
-                    ))
-                    .bind(w.namespace.as_str())
-                    .bind(w.key.as_str())
-                    .bind(&text)
-                    .bind(now)
-                    .fetch_optional(&mut **tx)
-                    .await?
-                }
-                Some(v) => {
-                    sqlx::query_as::<DB, DocumentRow>(concat!(
-                        "UPDATE documents SET body = $3, version = version + 1, updated_at = $4 \
-                         WHERE namespace = $1 AND key = $2 AND version = $5 RETURNING ",
-                        document_cols!()
-                    ))
-                    .bind(w.namespace.as_str())
-                    .bind(w.key.as_str())
-                    .bind(&text)
-                    .bind(now)
-                    .bind(version_param(v))
-                    .fetch_optional(&mut **tx)
-                    .await?
-                }
-            };
-            match row {
-                Some(row) => row.into_document(),
-                None => Err(StoreError::Guard(Guard::DocumentConflict {
-                    namespace: w.namespace.clone(),
-                    key: w.key.clone(),
-                    expected: w.expected,
-                })),
+impl<E: Engine> SqlStore<E> {
+    /// Creates (`expected` None) or compare-and-set updates one document at `now`, inside
+    /// `tx`. A conflict is `Guard::DocumentConflict` and writes nothing; the caller's
+    /// transaction then rolls back as a whole.
+    pub(crate) async fn write_document(tx: &mut WriteTx<E>, w: &DocumentWrite, now: i64) -> Result<Document> {
+        let text = serde_json::to_string(&w.body)?;
+        let row = match w.expected {
+            None => {
+                query_as::<DocumentRow>(concat!(
+                    "INSERT INTO documents (namespace, key, body, version, created_at, updated_at) VALUES ($1, $2, $3, 1, $4, $4) \
+                     ON CONFLICT (namespace, key) DO NOTHING RETURNING ",
+                    document_cols!()
+                ))
+                .bind(w.namespace.as_str())
+                .bind(w.key.as_str())
+                .bind(&text)
+                .bind(now)
+                .fetch_optional(&mut **tx)
+                .await?
             }
+            Some(v) => {
+                query_as::<DocumentRow>(concat!(
+                    "UPDATE documents SET body = $3, version = version + 1, updated_at = $4 \
+                     WHERE namespace = $1 AND key = $2 AND version = $5 RETURNING ",
+                    document_cols!()
+                ))
+                .bind(w.namespace.as_str())
+                .bind(w.key.as_str())
+                .bind(&text)
+                .bind(now)
+                .bind(version_param(v))
+                .fetch_optional(&mut **tx)
+                .await?
+            }
+        };
+        match row {
+            Some(row) => row.into_document(),
+            None => Err(StoreError::Guard(Guard::DocumentConflict {
+                namespace: w.namespace.clone(),
+                key: w.key.clone(),
+                expected: w.expected,
+            })),
         }
+    }
 
-        /// Writes an admission's documents and bindings inside its transaction, after its
-        /// inputs (`sessions.rs`). Any failure aborts the admission.
-        pub(crate) async fn apply_admission_writes(
-            tx: &mut WriteTx<DB>,
-            session: &SessionId,
-            writes: &AdmissionWrites,
-            now: i64,
-        ) -> Result<()> {
-            for w in &writes.documents {
-                Self::write_document(tx, w, now).await?;
-            }
-            Self::write_bindings(tx, session, &writes.bindings, now).await
+    /// Writes an admission's documents and bindings inside its transaction, after its
+    /// inputs (`sessions.rs`). Any failure aborts the admission.
+    pub(crate) async fn apply_admission_writes(
+        tx: &mut WriteTx<E>,
+        session: &SessionId,
+        writes: &AdmissionWrites,
+        now: i64,
+    ) -> Result<()> {
+        for w in &writes.documents {
+            Self::write_document(tx, w, now).await?;
         }
+        Self::write_bindings(tx, session, &writes.bindings, now).await
     }
 }
 
-engine_impl! {
-    #[async_trait]
-    impl ReadDocuments for SqlStore {
-        async fn get_document(&self, namespace: &str, key: &str) -> Result<Option<Document>> {
-            let row = sqlx::query_as::<DB, DocumentRow>(concat!(
-                "SELECT ",
-                document_cols!(),
-                " FROM documents WHERE namespace = $1 AND key = $2"
-            ))
+#[async_trait]
+impl<E: Engine> ReadDocuments for SqlStore<E> {
+    async fn get_document(&self, namespace: &str, key: &str) -> Result<Option<Document>> {
+        let row = query_as::<DocumentRow>(concat!(
+            "SELECT ",
+            document_cols!(),
+            " FROM documents WHERE namespace = $1 AND key = $2"
+        ))
+        .bind(namespace)
+        .bind(key)
+        .fetch_optional(&mut *self.reader().await?)
+        .await?;
+        row.map(DocumentRow::into_document).transpose()
+    }
+
+    async fn list_documents(
+        &self,
+        namespace: &str,
+        prefix: &str,
+        after_key: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Document>> {
+        let rows = query_as::<DocumentRow>(concat!(
+            "SELECT ",
+            document_cols!(),
+            " FROM documents WHERE namespace = $1 AND key >= $2 AND key < $3 AND ($4 IS NULL OR key > $4) ORDER BY key",
+            crate::sql::limit!(5)
+        ))
+        .bind(namespace)
+        .bind(prefix)
+        .bind(prefix_end(prefix))
+        .bind(after_key.map(str::to_owned))
+        .bind(i64::from(limit.max(1)))
+        .fetch_all(&mut *self.reader().await?)
+        .await?;
+        rows.into_iter().map(DocumentRow::into_document).collect()
+    }
+}
+
+#[async_trait]
+impl<E: Engine> Documents for SqlStore<E> {
+    async fn put_document(&self, namespace: &str, key: &str, body: &Value, expected: Option<u64>) -> Result<Document> {
+        let write = DocumentWrite { namespace: namespace.into(), key: key.into(), body: body.clone(), expected };
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        let document = Self::write_document(&mut tx, &write, now).await?;
+        self.finish(tx, Hints::default()).await?;
+        Ok(document)
+    }
+
+    async fn delete_document(&self, namespace: &str, key: &str) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
+        let deleted = query_as::<(String,)>("DELETE FROM documents WHERE namespace = $1 AND key = $2 RETURNING key")
             .bind(namespace)
             .bind(key)
-            .fetch_optional(&*self.reader().await?)
+            .fetch_optional(&mut *tx)
             .await?;
-            row.map(DocumentRow::into_document).transpose()
-        }
+        self.finish(tx, Hints::default()).await?;
+        Ok(deleted.is_some())
+    }
 
-        async fn list_documents(&self, namespace: &str, prefix: &str, after_key: Option<&str>, limit: u32) -> Result<Vec<Document>> {
-            let rows = sqlx::query_as::<DB, DocumentRow>(concat!(
-                "SELECT ",
-                document_cols!(),
-                " FROM documents WHERE namespace = $1 AND key >= $2 AND key < $3 AND ($4 IS NULL OR key > $4) ORDER BY key",
-                crate::sql::limit!(5)
-            ))
+    async fn claim_documents(
+        &self,
+        namespace: &str,
+        prefix: &str,
+        owner: &str,
+        lease: Duration,
+        limit: u32,
+    ) -> Result<Vec<Document>> {
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        let rows = query_as::<DocumentRow>(E::CLAIM_DOCUMENTS)
             .bind(namespace)
             .bind(prefix)
             .bind(prefix_end(prefix))
-            .bind(after_key.map(str::to_owned))
-            .bind(i64::from(limit.max(1)))
-            .fetch_all(&*self.reader().await?)
-            .await?;
-            rows.into_iter().map(DocumentRow::into_document).collect()
-        }
-    }
-}
-
-engine_impl! {
-    #[async_trait]
-    impl Documents for SqlStore {
-        async fn put_document(&self, namespace: &str, key: &str, body: &Value, expected: Option<u64>) -> Result<Document> {
-            let write = DocumentWrite { namespace: namespace.into(), key: key.into(), body: body.clone(), expected };
-            let mut tx = self.begin_write().await?;
-            let now = Self::now(&mut tx).await?;
-            let document = Self::write_document(&mut tx, &write, now).await?;
-            self.finish(tx, Hints::default()).await?;
-            Ok(document)
-        }
-
-        async fn delete_document(&self, namespace: &str, key: &str) -> Result<bool> {
-            let mut tx = self.begin_write().await?;
-            let deleted = sqlx::query_as::<DB, (String,)>("DELETE FROM documents WHERE namespace = $1 AND key = $2 RETURNING key")
-                .bind(namespace)
-                .bind(key)
-                .fetch_optional(&mut *tx)
-                .await?;
-            self.finish(tx, Hints::default()).await?;
-            Ok(deleted.is_some())
-        }
-
-        async fn claim_documents(
-            &self,
-            namespace: &str,
-            prefix: &str,
-            owner: &str,
-            lease: Duration,
-            limit: u32,
-        ) -> Result<Vec<Document>> {
-            let mut tx = self.begin_write().await?;
-            let now = Self::now(&mut tx).await?;
-            let rows = sqlx::query_as::<DB, DocumentRow>(DB::CLAIM_DOCUMENTS)
-                .bind(namespace)
-                .bind(prefix)
-                .bind(prefix_end(prefix))
-                .bind(owner)
-                .bind(now.saturating_add(millis(lease)))
-                .bind(now)
-                .bind(i64::from(limit.max(1)))
-                .fetch_all(&mut *tx)
-                .await?;
-            self.finish(tx, Hints::default()).await?;
-            let mut documents = rows.into_iter().map(DocumentRow::into_document).collect::<Result<Vec<_>>>()?;
-            documents.sort_by(|a, b| a.key.cmp(&b.key));
-            Ok(documents)
-        }
-
-        async fn renew_document(
-            &self,
-            namespace: &str,
-            key: &str,
-            owner: &str,
-            lease: Duration,
-            body: Option<&Value>,
-            also: &[DocumentWrite],
-        ) -> Result<Option<Document>> {
-            let text = body.map(serde_json::to_string).transpose()?;
-            let mut tx = self.begin_write().await?;
-            let now = Self::now(&mut tx).await?;
-            let row = sqlx::query_as::<DB, DocumentRow>(concat!(
-                "UPDATE documents SET lease_expires_at = $4, body = COALESCE($5, body), version = version + 1, updated_at = $6 \
-                 WHERE namespace = $1 AND key = $2 AND lease_owner = $3 RETURNING ",
-                document_cols!()
-            ))
-            .bind(namespace)
-            .bind(key)
             .bind(owner)
             .bind(now.saturating_add(millis(lease)))
-            .bind(text)
             .bind(now)
-            .fetch_optional(&mut *tx)
+            .bind(i64::from(limit.max(1)))
+            .fetch_all(&mut *tx)
             .await?;
-            // Lost: dropping the transaction writes nothing.
-            let Some(row) = row else { return Ok(None) };
+        self.finish(tx, Hints::default()).await?;
+        let mut documents = rows.into_iter().map(DocumentRow::into_document).collect::<Result<Vec<_>>>()?;
+        documents.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(documents)
+    }
+
+    async fn renew_document(
+        &self,
+        namespace: &str,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        body: Option<&Value>,
+        also: &[DocumentWrite],
+    ) -> Result<Option<Document>> {
+        let text = body.map(serde_json::to_string).transpose()?;
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        let row = query_as::<DocumentRow>(concat!(
+            "UPDATE documents SET lease_expires_at = $4, body = COALESCE($5, body), version = version + 1, updated_at = $6 \
+             WHERE namespace = $1 AND key = $2 AND lease_owner = $3 RETURNING ",
+            document_cols!()
+        ))
+        .bind(namespace)
+        .bind(key)
+        .bind(owner)
+        .bind(now.saturating_add(millis(lease)))
+        .bind(text)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        // Lost: dropping the transaction writes nothing.
+        let Some(row) = row else { return Ok(None) };
+        for write in also {
+            Self::write_document(&mut tx, write, now).await?;
+        }
+        self.finish(tx, Hints::default()).await?;
+        row.into_document().map(Some)
+    }
+
+    async fn retire_document(&self, namespace: &str, key: &str, owner: &str, also: &[DocumentWrite]) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
+        let deleted = query_as::<(String,)>(
+            "DELETE FROM documents WHERE namespace = $1 AND key = $2 AND lease_owner = $3 RETURNING key",
+        )
+        .bind(namespace)
+        .bind(key)
+        .bind(owner)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if deleted.is_none() {
+            return Ok(false);
+        }
+        if !also.is_empty() {
+            let now = Self::now(&mut tx).await?;
             for write in also {
                 Self::write_document(&mut tx, write, now).await?;
             }
-            self.finish(tx, Hints::default()).await?;
-            row.into_document().map(Some)
         }
+        self.finish(tx, Hints::default()).await?;
+        Ok(true)
+    }
 
-        async fn retire_document(&self, namespace: &str, key: &str, owner: &str, also: &[DocumentWrite]) -> Result<bool> {
-            let mut tx = self.begin_write().await?;
-            let deleted = sqlx::query_as::<DB, (String,)>(
-                "DELETE FROM documents WHERE namespace = $1 AND key = $2 AND lease_owner = $3 RETURNING key",
-            )
-            .bind(namespace)
-            .bind(key)
-            .bind(owner)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if deleted.is_none() {
-                return Ok(false);
-            }
-            if !also.is_empty() {
-                let now = Self::now(&mut tx).await?;
-                for write in also {
-                    Self::write_document(&mut tx, write, now).await?;
-                }
-            }
-            self.finish(tx, Hints::default()).await?;
-            Ok(true)
-        }
-
-        async fn release_document(&self, namespace: &str, key: &str, owner: &str) -> Result<bool> {
-            let mut tx = self.begin_write().await?;
-            let now = Self::now(&mut tx).await?;
-            let released = sqlx::query_as::<DB, (String,)>(
-                "UPDATE documents SET lease_owner = NULL, lease_expires_at = NULL, version = version + 1, updated_at = $4 \
-                 WHERE namespace = $1 AND key = $2 AND lease_owner = $3 RETURNING key",
-            )
-            .bind(namespace)
-            .bind(key)
-            .bind(owner)
-            .bind(now)
-            .fetch_optional(&mut *tx)
-            .await?;
-            self.finish(tx, Hints::default()).await?;
-            Ok(released.is_some())
-        }
+    async fn release_document(&self, namespace: &str, key: &str, owner: &str) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        let released = query_as::<(String,)>(
+            "UPDATE documents SET lease_owner = NULL, lease_expires_at = NULL, version = version + 1, updated_at = $4 \
+             WHERE namespace = $1 AND key = $2 AND lease_owner = $3 RETURNING key",
+        )
+        .bind(namespace)
+        .bind(key)
+        .bind(owner)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        self.finish(tx, Hints::default()).await?;
+        Ok(released.is_some())
     }
 }

@@ -4,61 +4,61 @@ use async_trait::async_trait;
 use gateway_core::event::Event;
 use gateway_core::{EventId, SessionId};
 
-use super::{engine_impl, event_cols, events_from};
+use super::{Engine, SqlStore, event_cols, events_from, query_as};
 use crate::EventLog;
 use crate::error::Result;
 use crate::model::{EventFilter, Keyset, Page, PageRequest};
 use crate::rows::{EventRow, Scan, paginate};
 
-engine_impl! {
-    #[async_trait]
-    impl EventLog for SqlStore {
-        async fn list_events(&self, session: &SessionId, filter: &EventFilter, page: &PageRequest) -> Result<Page<Event>> {
-            let scan = Scan::plan(page);
-            let sql = if scan.ascending { DB::LIST_EVENTS_ASC } else { DB::LIST_EVENTS_DESC };
-            let kinds = if filter.kinds.is_empty() {
-                None
-            } else {
-                let names: Vec<&str> = filter.kinds.iter().map(|k| k.as_str()).collect();
-                Some(serde_json::to_string(&names)?)
-            };
-            let c = filter.created;
-            let rows = sqlx::query_as::<DB, EventRow>(sql)
+#[async_trait]
+impl<E: Engine> EventLog for SqlStore<E> {
+    async fn list_events(&self, session: &SessionId, filter: &EventFilter, page: &PageRequest) -> Result<Page<Event>> {
+        let scan = Scan::plan(page);
+        let sql = if scan.ascending { E::LIST_EVENTS_ASC } else { E::LIST_EVENTS_DESC };
+        let kinds = if filter.kinds.is_empty() {
+            None
+        } else {
+            let names: Vec<&str> = filter.kinds.iter().map(|k| k.as_str()).collect();
+            Some(serde_json::to_string(&names)?)
+        };
+        let c = filter.created;
+        let rows = query_as::<EventRow>(sql)
+            .bind(session.as_str())
+            .bind(kinds)
+            .bind(c.gt.map(|t| t.0))
+            .bind(c.gte.map(|t| t.0))
+            .bind(c.lt.map(|t| t.0))
+            .bind(c.lte.map(|t| t.0))
+            .bind(scan.bound.as_ref().map(|k| k.at))
+            .bind(scan.fetch)
+            .fetch_all(&mut *self.reader().await?)
+            .await?;
+        Ok(paginate(page, events_from(rows)?, |e| Keyset { at: e.seq as i64, id: String::new() }))
+    }
+
+    async fn events_after(&self, session: &SessionId, after: u64, limit: u32) -> Result<Vec<Event>> {
+        let rows = query_as::<EventRow>(concat!(
+            "SELECT ",
+            event_cols!(),
+            " FROM events WHERE session_id = $1 AND seq > $2 ORDER BY seq",
+            crate::sql::limit!(3)
+        ))
+        .bind(session.as_str())
+        .bind(after as i64)
+        .bind(i64::from(limit.max(1)))
+        .fetch_all(&mut *self.reader().await?)
+        .await?;
+        events_from(rows)
+    }
+
+    async fn find_event(&self, session: &SessionId, id: &EventId) -> Result<Option<Event>> {
+        let row =
+            query_as::<EventRow>(concat!("SELECT ", event_cols!(), " FROM events WHERE session_id = $1 AND id = $2"))
                 .bind(session.as_str())
-                .bind(kinds)
-                .bind(c.gt.map(|t| t.0))
-                .bind(c.gte.map(|t| t.0))
-                .bind(c.lt.map(|t| t.0))
-                .bind(c.lte.map(|t| t.0))
-                .bind(scan.bound.as_ref().map(|k| k.at))
-                .bind(scan.fetch)
-                .fetch_all(&*self.reader().await?)
+                .bind(id.as_str())
+                .fetch_optional(&mut *self.reader().await?)
                 .await?;
-            Ok(paginate(page, events_from(rows)?, |e| Keyset { at: e.seq as i64, id: String::new() }))
-        }
-
-        async fn events_after(&self, session: &SessionId, after: u64, limit: u32) -> Result<Vec<Event>> {
-            let rows = sqlx::query_as::<DB, EventRow>(concat!(
-                "SELECT ", event_cols!(), " FROM events WHERE session_id = $1 AND seq > $2 ORDER BY seq", crate::sql::limit!(3)
-            ))
-            .bind(session.as_str())
-            .bind(after as i64)
-            .bind(i64::from(limit.max(1)))
-            .fetch_all(&*self.reader().await?)
-            .await?;
-            events_from(rows)
-        }
-
-        async fn find_event(&self, session: &SessionId, id: &EventId) -> Result<Option<Event>> {
-            let row = sqlx::query_as::<DB, EventRow>(concat!(
-                "SELECT ", event_cols!(), " FROM events WHERE session_id = $1 AND id = $2"
-            ))
-            .bind(session.as_str())
-            .bind(id.as_str())
-            .fetch_optional(&*self.reader().await?)
-            .await?;
-            row.map(EventRow::into_event).transpose()
-        }
+        row.map(EventRow::into_event).transpose()
     }
 }
 

@@ -30,6 +30,7 @@ macro_rules! limit {
 pub(crate) use limit;
 
 mod catalog;
+pub(crate) mod conn;
 mod documents;
 mod events;
 mod keys;
@@ -39,34 +40,33 @@ mod runs;
 mod sessions;
 mod webhooks;
 mod work;
-mod write;
 
 pub mod postgres;
 pub mod sqlite;
 
+use std::future::Future;
+use std::ops::DerefMut;
 use std::sync::Arc;
 
 use gateway_core::event::{Event, NewEvent};
 use gateway_core::{RunId, SessionId, Timestamp};
-use sqlx::{Database, Pool};
 
 use crate::error::Result;
 use crate::rows::EventRow;
 use crate::wake::{Hint, Wakeups};
-pub(crate) use write::WriteTx;
+pub(crate) use conn::{Conn, query, query_as};
 
-/// What differs between the engines. Statements that embed engine-specific fragments are
-/// built from one template per statement (macros below), so the SQL text exists once.
-pub trait Engine: Database {
+/// An engine: its dialect (the statements that differ), the connection its statements run on,
+/// and the database it keeps open. Statements that embed engine-specific fragments are built
+/// from one template per statement (macros below), so the SQL text exists once.
+pub trait Engine: Sized + Send + Sync + 'static {
     const NAME: &'static str;
     /// Selects the database clock as BIGINT milliseconds.
     const NOW: &'static str;
     /// The database's clock is this process's: SQLite runs inside the process and reads the
     /// same system clock (its VFS `xCurrentTimeInt64`), so [`SqlStore::now`] reads it without a
-    /// statement, one thread hop less per write.
+    /// statement.
     const IN_PROCESS_CLOCK: bool = false;
-    /// Starts a write transaction.
-    const BEGIN_WRITE: &'static str;
     /// Selects a live session row, locked for the rest of the transaction.
     const LOCK_SESSION: &'static str;
     /// `LOCK_SESSION` plus the database clock (`now_ms`) in the same round trip.
@@ -104,64 +104,54 @@ pub trait Engine: Database {
     /// `SELECT pg_notify(channel, payload)` where supported: delivered to other processes
     /// only if the transaction commits.
     const NOTIFY: Option<&'static str>;
-    /// Whether an error is a unique-constraint violation (a lost claim race).
-    fn is_unique_violation(e: &sqlx::Error) -> bool {
-        matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
-    }
-    /// Whether an error is a lock wait that ran out (`CLAIM_SETUP`'s timeout).
-    fn is_lock_timeout(e: &sqlx::Error) -> bool {
-        matches!(e, sqlx::Error::Database(d) if d.code().as_deref() == Some("55P03"))
-    }
+
+    /// The connection statements run on.
+    type Conn: Conn;
+    /// What the engine keeps open.
+    type Db: Db<Conn = Self::Conn>;
 }
+
+/// An engine's open database: where reads get a connection, and how a write begins and
+/// becomes durable.
+pub trait Db: Send + Sync + 'static {
+    type Conn: Conn;
+    /// A connection to read on, for as long as it is held.
+    type Reader<'a>: DerefMut<Target = Self::Conn> + Send
+    where
+        Self: 'a;
+    /// A write in progress: dropped without [`Db::commit`], it writes nothing.
+    type Tx: DerefMut<Target = Self::Conn> + Send;
+
+    fn reader(&self) -> impl Future<Output = Result<Self::Reader<'_>>> + Send;
+    fn begin(&self) -> impl Future<Output = Result<Self::Tx>> + Send;
+    /// Returns once the write is durable (invariant 4), its `hints` delivered in this process
+    /// after the commit they describe.
+    fn commit(&self, tx: Self::Tx, hints: Hints) -> impl Future<Output = Result<()>> + Send;
+    /// Returns once every write begun before it is durable (or failed).
+    fn sync(&self) -> impl Future<Output = Result<()>> + Send;
+    /// How late writes and reads run now (see `lateness.rs`).
+    fn lateness(&self) -> std::time::Duration;
+}
+
+/// A write in progress on engine `E`; derefs to the connection its statements run on.
+pub(crate) type WriteTx<E> = <<E as Engine>::Db as Db>::Tx;
 
 /// The notification channel hints travel on between processes.
 pub const WAKE_CHANNEL: &str = "gateway_wake";
 
-/// The store: a read pool, a write pool (the same pool on PostgreSQL; a single connection on
-/// SQLite) behind the [`write::Writer`] that commits (grouped on SQLite), and the wake-up hub
-/// its commits feed.
-pub struct SqlStore<DB: Database> {
-    /// Read through [`SqlStore::reader`] only.
-    pub(crate) read: Pool<DB>,
-    /// At most as many reads ask the pool at once as it has connections; the rest wait here,
-    /// in a fair queue without a timeout. With thousands of tasks waiting inside sqlx's own
-    /// acquire, acquisitions near their timeout take a connection and drop it, and the pool
-    /// stops serving anyone while the process idles (launchbadge/sqlx#3132).
-    pub(crate) read_gate: Arc<tokio::sync::Semaphore>,
-    pub(crate) read_wait: Arc<lateness::Lateness>,
-    pub(crate) write: Pool<DB>,
-    pub(crate) writer: write::Writer<DB>,
+/// The store: the engine's database, and the wake-up hub its commits feed.
+pub struct SqlStore<E: Engine> {
+    pub(crate) db: E::Db,
     pub(crate) wake: Arc<Wakeups>,
     pub(crate) background: tokio_util::sync::CancellationToken,
     /// Commits feed lifecycle events to webhooks (see `webhooks.rs`).
     pub(crate) feed: std::sync::atomic::AtomicBool,
 }
 
-/// A place to read: the read pool, while one of its connections is ours to ask for.
-pub(crate) struct Reader<'a, DB: Database> {
-    pool: &'a Pool<DB>,
-    _place: tokio::sync::SemaphorePermit<'a>,
-}
-
-impl<DB: Database> std::ops::Deref for Reader<'_, DB> {
-    type Target = Pool<DB>;
-    fn deref(&self) -> &Pool<DB> {
-        self.pool
-    }
-}
-
-impl<DB: Database> SqlStore<DB> {
-    /// Waits for a place to read (see `read_gate`), recording how long that took.
-    pub(crate) async fn reader(&self) -> Result<Reader<'_, DB>> {
-        let waiting = self.read_wait.wait();
-        let place =
-            self.read_gate.acquire().await.map_err(|_| crate::StoreError::Unavailable("the store is closed".into()))?;
-        waiting.done();
-        Ok(Reader { pool: &self.read, _place: place })
-    }
-
-    pub(crate) fn read_gate(pool: &Pool<DB>) -> Arc<tokio::sync::Semaphore> {
-        Arc::new(tokio::sync::Semaphore::new(pool.options().get_max_connections().max(1) as usize))
+impl<E: Engine> SqlStore<E> {
+    /// A connection to read on.
+    pub(crate) async fn reader(&self) -> Result<<E::Db as Db>::Reader<'_>> {
+        self.db.reader().await
     }
 }
 
@@ -181,57 +171,6 @@ macro_rules! queue_stats_sql {
     };
 }
 pub(crate) use queue_stats_sql;
-
-/// Writes `impl<DB> Trait for SqlStore<DB> where <engine capabilities>`. Rust does not imply
-/// bounds that are not supertraits, so every generic impl must restate what it needs of the
-/// engine's sqlx types; this macro states it once.
-macro_rules! engine_impl {
-    ($(#[$attr:meta])* impl SqlStore { $($body:tt)* }) => {
-        $crate::sql::engine_impl!(@emit [$(#[$attr])*] [impl<DB> $crate::sql::SqlStore<DB>] { $($body)* });
-    };
-    ($(#[$attr:meta])* impl $trait:ident for SqlStore { $($body:tt)* }) => {
-        $crate::sql::engine_impl!(@emit [$(#[$attr])*] [impl<DB> $trait for $crate::sql::SqlStore<DB>] { $($body)* });
-    };
-    (@emit [$($attr:tt)*] [$($head:tt)*] { $($body:tt)* }) => {
-        $($attr)*
-        $($head)*
-        where
-            DB: $crate::sql::Engine,
-            for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
-            DB::Arguments: sqlx::IntoArguments<DB>,
-            for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-            for<'q> bool: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-            for<'q> String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-            for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-            for<'q> Option<i64>: sqlx::Encode<'q, DB>,
-            for<'q> Option<String>: sqlx::Encode<'q, DB>,
-            for<'r> (i64,): sqlx::FromRow<'r, DB::Row>,
-            for<'r> (i64, Option<i64>): sqlx::FromRow<'r, DB::Row>,
-            for<'r> (String,): sqlx::FromRow<'r, DB::Row>,
-            for<'r> (String, String): sqlx::FromRow<'r, DB::Row>,
-            for<'r> $crate::rows::AgentRow: sqlx::FromRow<'r, DB::Row>,
-            for<'r> $crate::rows::EnvironmentRow: sqlx::FromRow<'r, DB::Row>,
-            for<'r> $crate::rows::SessionRow: sqlx::FromRow<'r, DB::Row>,
-            for<'r> $crate::rows::LockedSessionRow: sqlx::FromRow<'r, DB::Row>,
-            for<'r> $crate::rows::EventRow: sqlx::FromRow<'r, DB::Row>,
-            for<'r> $crate::rows::RunRow: sqlx::FromRow<'r, DB::Row>,
-            for<'r> $crate::rows::RunRefRow: sqlx::FromRow<'r, DB::Row>,
-            for<'r> $crate::rows::ClaimCandidateRow: sqlx::FromRow<'r, DB::Row>,
-            for<'r> $crate::rows::GuardRow: sqlx::FromRow<'r, DB::Row>,
-            for<'r> $crate::rows::ApiKeyRow: sqlx::FromRow<'r, DB::Row>,
-            for<'r> $crate::rows::DocumentRow: sqlx::FromRow<'r, DB::Row>,
-            for<'r> $crate::rows::DeliveryRow: sqlx::FromRow<'r, DB::Row>,
-            for<'r> $crate::rows::DeliveryStateRow: sqlx::FromRow<'r, DB::Row>,
-            for<'r> $crate::rows::WorkItemRow: sqlx::FromRow<'r, DB::Row>,
-            for<'r> $crate::rows::WebhookRow: sqlx::FromRow<'r, DB::Row>,
-            for<'r> $crate::rows::FeedRow: sqlx::FromRow<'r, DB::Row>,
-            for<'r> (i64, i64, Option<i64>): sqlx::FromRow<'r, DB::Row>,
-        {
-            $($body)*
-        }
-    };
-}
-pub(crate) use engine_impl;
 
 /// Columns of a session row, in `SessionRow` order.
 macro_rules! session_cols {
@@ -260,7 +199,7 @@ pub(crate) use event_cols;
 /// Hints collected during a transaction, sent to other processes inside it (PostgreSQL) and
 /// delivered locally after it commits, with the batches of events it committed.
 #[derive(Default)]
-pub(crate) struct Hints {
+pub struct Hints {
     hints: Vec<Hint>,
     batches: Vec<(SessionId, Vec<Event>)>,
 }
@@ -295,82 +234,78 @@ impl Hints {
     }
 }
 
-engine_impl! {
-    impl SqlStore {
-        pub(crate) async fn begin_write(&self) -> Result<WriteTx<DB>> {
-            self.writer.begin().await
-        }
+impl<E: Engine> SqlStore<E> {
+    pub(crate) async fn begin_write(&self) -> Result<WriteTx<E>> {
+        self.db.begin().await
+    }
 
-        /// The database clock, read inside the transaction so every row it writes agrees.
-        pub(crate) async fn now(tx: &mut WriteTx<DB>) -> Result<i64> {
-            if DB::IN_PROCESS_CLOCK {
-                let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-                return Ok(i64::try_from(since.as_millis()).unwrap_or(i64::MAX));
-            }
-            let (now,): (i64,) = sqlx::query_as(DB::NOW).fetch_one(&mut **tx).await?;
-            Ok(now)
+    /// The database clock, read inside the transaction so every row it writes agrees.
+    pub(crate) async fn now(tx: &mut WriteTx<E>) -> Result<i64> {
+        if E::IN_PROCESS_CLOCK {
+            let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            return Ok(i64::try_from(since.as_millis()).unwrap_or(i64::MAX));
         }
+        let (now,): (i64,) = query_as(E::NOW).fetch_one(&mut **tx).await?;
+        Ok(now)
+    }
 
-        /// Commits (durably: see `write`), then delivers the hints locally. On PostgreSQL the
-        /// hints were also queued with NOTIFY inside the transaction, so other processes see
-        /// them only on commit.
-        pub(crate) async fn finish(&self, mut tx: WriteTx<DB>, hints: Hints) -> Result<()> {
-            if self.feed.load(std::sync::atomic::Ordering::Relaxed) {
-                Self::feed_events(&mut tx, &hints).await?;
-            }
-            if let Some(sql) = DB::NOTIFY.filter(|_| self.wake.enabled() && !hints.hints.is_empty()) {
-                // One NOTIFY for the whole transaction: hints joined by newlines.
-                let payload = hints.hints.iter().map(Hint::encode).collect::<Vec<_>>().join("\n");
-                sqlx::query(sql).bind(WAKE_CHANNEL).bind(payload).execute(&mut *tx).await?;
-            }
-            let hints = self.writer.commit(tx, hints).await?;
-            hints.deliver(&self.wake);
-            Ok(())
+    /// Commits (durably: see [`Db::commit`]); the hints are delivered locally after it. On
+    /// PostgreSQL the hints are also queued with NOTIFY inside the transaction, so other
+    /// processes see them only on commit.
+    pub(crate) async fn finish(&self, mut tx: WriteTx<E>, hints: Hints) -> Result<()> {
+        if self.feed.load(std::sync::atomic::Ordering::Relaxed) {
+            Self::feed_events(&mut tx, &hints).await?;
         }
+        if let Some(sql) = E::NOTIFY.filter(|_| self.wake.enabled() && !hints.hints.is_empty()) {
+            // One NOTIFY for the whole transaction: hints joined by newlines.
+            let payload = hints.hints.iter().map(Hint::encode).collect::<Vec<_>>().join("\n");
+            query(sql).bind(WAKE_CHANNEL).bind(payload).execute(&mut *tx).await?;
+        }
+        self.db.commit(tx, hints).await
+    }
 
-        /// Appends events after `last_seq`: seqs `last_seq+1 ..`, no gap, no duplicate (the
-        /// primary key forbids duplicates; the caller holds the session's write lock and
-        /// stores the returned last seq in the same transaction).
-        pub(crate) async fn append_events(
-            tx: &mut WriteTx<DB>,
-            session: &SessionId,
-            last_seq: u64,
-            events: Vec<NewEvent>,
-            now: i64,
-            by: Option<(&RunId, i64)>,
-        ) -> Result<Vec<Event>> {
-            let mut out = Vec::with_capacity(events.len());
-            let mut seq = last_seq;
-            let mut events = events.into_iter().peekable();
-            while events.peek().is_some() {
-                let chunk: Vec<NewEvent> = events.by_ref().take(INSERT_CHUNK).collect();
-                let mut q = sqlx::query(insert_events_sql(chunk.len()));
-                for e in chunk {
-                    seq += 1;
-                    let payload = serde_json::to_string(&e.payload)?;
-                    q = q
-                        .bind(session.as_str())
-                        .bind(seq as i64)
-                        .bind(e.id.as_str())
-                        .bind(e.payload.kind().as_str())
-                        .bind(payload)
-                        .bind(now)
-                        .bind(by.map(|(r, _)| r.to_string()))
-                        .bind(by.map(|(_, epoch)| epoch));
-                    out.push(Event {
-                        id: e.id,
-                        session_id: session.clone(),
-                        seq,
-                        created_at: Timestamp(now),
-                        run_id: by.map(|(r, _)| r.clone()),
-                        epoch: by.map(|(_, epoch)| epoch),
-                        payload: e.payload,
-                    });
-                }
-                q.execute(&mut **tx).await?;
+    /// Appends events after `last_seq`: seqs `last_seq+1 ..`, no gap, no duplicate (the
+    /// primary key forbids duplicates; the caller holds the session's write lock and
+    /// stores the returned last seq in the same transaction).
+    pub(crate) async fn append_events(
+        tx: &mut WriteTx<E>,
+        session: &SessionId,
+        last_seq: u64,
+        events: Vec<NewEvent>,
+        now: i64,
+        by: Option<(&RunId, i64)>,
+    ) -> Result<Vec<Event>> {
+        let mut out = Vec::with_capacity(events.len());
+        let mut seq = last_seq;
+        let mut events = events.into_iter().peekable();
+        while events.peek().is_some() {
+            let chunk: Vec<NewEvent> = events.by_ref().take(INSERT_CHUNK).collect();
+            let mut q = query(insert_events_sql(chunk.len()));
+            for e in chunk {
+                seq += 1;
+                let payload = serde_json::to_string(&e.payload)?;
+                q = q
+                    .bind(session.as_str())
+                    .bind(seq as i64)
+                    .bind(e.id.to_string())
+                    .bind(e.payload.kind().as_str())
+                    .bind(payload)
+                    .bind(now)
+                    .bind(by.map(|(r, _)| r.to_string()))
+                    .bind(by.map(|(_, epoch)| epoch));
+                out.push(Event {
+                    id: e.id,
+                    session_id: session.clone(),
+                    seq,
+                    created_at: Timestamp(now),
+                    run_id: by.map(|(r, _)| r.clone()),
+                    epoch: by.map(|(_, epoch)| epoch),
+                    payload: e.payload,
+                });
             }
-            Ok(out)
+            q.execute(&mut **tx).await?;
         }
+        Ok(out)
     }
 }
 

@@ -2,26 +2,32 @@
 //! `FOR UPDATE SKIP LOCKED`; hints travel between processes with NOTIFY on one channel,
 //! received by one listener connection per store.
 
+use std::ops::{Deref, DerefMut};
 use std::str::FromStr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
-use sqlx::{PgPool, Postgres};
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgRow};
+use sqlx::{PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
 
+use super::conn::{Arg, Conn, DbError, DbErrorKind, FromRow, Query, Row, Value};
 use super::documents::claim_documents_sql;
 use super::events::list_events_sql;
+use super::lateness::Lateness;
 use super::outbox::claim_deliveries_sql;
 use super::runs::claim_candidate_sql;
 use super::sessions::list_sessions_sql;
 use super::webhooks::take_feed_sql;
 use super::work::poll_work_sql;
-use super::write::Writer;
-use super::{Engine, SqlStore, WAKE_CHANNEL};
+use super::{Db, Engine, Hints, SqlStore, WAKE_CHANNEL};
 use crate::error::{Result, StoreError};
 use crate::wake::{Hint, Wakeups};
 use crate::{Store, StoreOptions};
+
+/// The PostgreSQL engine.
+pub struct Postgres;
 
 pub type PgStore = SqlStore<Postgres>;
 
@@ -37,7 +43,6 @@ macro_rules! now_ms {
 impl Engine for Postgres {
     const NAME: &'static str = "postgres";
     const NOW: &'static str = concat!("SELECT ", now_ms!());
-    const BEGIN_WRITE: &'static str = "BEGIN";
     const LOCK_SESSION: &'static str =
         concat!("SELECT ", super::session_cols!(), " FROM sessions WHERE id = $1 AND deleted_at IS NULL FOR UPDATE");
     const LOCK_SESSION_AT_NOW: &'static str = concat!(
@@ -73,6 +78,176 @@ impl Engine for Postgres {
     const RUN_PRESENCE: &'static str = "SELECT CASE WHEN state = 'running' THEN 'running' WHEN started THEN 'retrying' ELSE 'queued' END \
          FROM runs WHERE session_id = $1 AND state IN ('running', 'queued') FOR UPDATE";
     const NOTIFY: Option<&'static str> = Some("SELECT pg_notify($1, $2)");
+
+    type Conn = PgConnection;
+    type Db = PgDb;
+}
+
+/// The open PostgreSQL database: one pool for reads and writes, each write a transaction of
+/// its own (the server groups concurrent commits' WAL flushes itself).
+pub struct PgDb {
+    pool: PgPool,
+    /// At most as many reads ask the pool at once as it has connections; the rest wait here,
+    /// in a fair queue without a timeout. With thousands of tasks waiting inside sqlx's own
+    /// acquire, acquisitions near their timeout take a connection and drop it, and the pool
+    /// stops serving anyone while the process idles (launchbadge/sqlx#3132).
+    read_gate: tokio::sync::Semaphore,
+    read_wait: Arc<Lateness>,
+    /// Writes from `begin` to durable (see `lateness.rs`).
+    write_wait: Arc<Lateness>,
+    /// Where a commit's hints are delivered in this process.
+    wake: Arc<Wakeups>,
+}
+
+/// A pooled connection to read on, while the read gate lets this read ask the pool.
+pub struct PgReader<'a> {
+    conn: PoolConnection<sqlx::Postgres>,
+    _place: tokio::sync::SemaphorePermit<'a>,
+}
+
+impl Deref for PgReader<'_> {
+    type Target = PgConnection;
+    fn deref(&self) -> &PgConnection {
+        &self.conn
+    }
+}
+
+impl DerefMut for PgReader<'_> {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        &mut self.conn
+    }
+}
+
+/// A write: a transaction of its own on a pooled connection.
+pub struct PgTx {
+    /// Always `Some` until committed or dropped.
+    tx: Option<sqlx::Transaction<'static, sqlx::Postgres>>,
+    asked: Option<super::lateness::Waiting>,
+}
+
+impl Deref for PgTx {
+    type Target = PgConnection;
+    fn deref(&self) -> &PgConnection {
+        self.tx.as_deref().expect("an open write holds its transaction")
+    }
+}
+
+impl DerefMut for PgTx {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        self.tx.as_deref_mut().expect("an open write holds its transaction")
+    }
+}
+
+impl Drop for PgTx {
+    /// A write that ends without `commit` (refused, failed) rolls back at once, in a task of
+    /// its own: sqlx would roll back only when the connection is next used, and until then
+    /// the transaction's row locks stay held.
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                let _ = tx.rollback().await;
+            });
+        }
+    }
+}
+
+impl Db for PgDb {
+    type Conn = PgConnection;
+    type Reader<'a> = PgReader<'a>;
+    type Tx = PgTx;
+
+    async fn reader(&self) -> Result<PgReader<'_>> {
+        let waiting = self.read_wait.wait();
+        let place =
+            self.read_gate.acquire().await.map_err(|_| StoreError::Unavailable("the store is closed".into()))?;
+        waiting.done();
+        let conn = self.pool.acquire().await.map_err(pg_error)?;
+        Ok(PgReader { conn, _place: place })
+    }
+
+    async fn begin(&self) -> Result<PgTx> {
+        let asked = Some(self.write_wait.wait());
+        let tx = self.pool.begin().await.map_err(pg_error)?;
+        Ok(PgTx { tx: Some(tx), asked })
+    }
+
+    async fn commit(&self, mut tx: PgTx, hints: Hints) -> Result<()> {
+        if let Some(own) = tx.tx.take() {
+            own.commit().await.map_err(pg_error)?;
+        }
+        if let Some(asked) = tx.asked.take() {
+            asked.done();
+        }
+        hints.deliver(&self.wake);
+        Ok(())
+    }
+
+    async fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn lateness(&self) -> std::time::Duration {
+        self.write_wait.now().max(self.read_wait.now())
+    }
+}
+
+/// Maps a sqlx error to what the store decides on.
+pub(crate) fn pg_error(e: sqlx::Error) -> DbError {
+    let kind = match &e {
+        sqlx::Error::Database(d) if d.is_unique_violation() => DbErrorKind::UniqueViolation,
+        sqlx::Error::Database(d) if d.code().as_deref() == Some("55P03") => DbErrorKind::LockTimeout,
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => {
+            DbErrorKind::Unavailable
+        }
+        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) | sqlx::Error::ColumnNotFound(_) => {
+            DbErrorKind::Decode
+        }
+        _ => DbErrorKind::Other,
+    };
+    DbError::new(kind, e.to_string())
+}
+
+/// The sqlx statement of a [`Query`], its arguments bound in order.
+fn statement<'q>(q: &'q Query<'q>) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let mut statement = sqlx::query(q.sql);
+    for arg in &q.args {
+        statement = match arg {
+            Arg::Int(v) => statement.bind(*v),
+            Arg::Bool(v) => statement.bind(*v),
+            Arg::Text(v) => statement.bind(v.as_deref()),
+        };
+    }
+    statement
+}
+
+struct PgRowRef<'a>(&'a PgRow);
+
+impl Row for PgRowRef<'_> {
+    fn get<T: Value>(&self, column: &str) -> std::result::Result<T, DbError> {
+        T::from_pg(self.0, column)
+    }
+
+    fn get_at<T: Value>(&self, index: usize) -> std::result::Result<T, DbError> {
+        T::from_pg(self.0, index)
+    }
+}
+
+impl Conn for PgConnection {
+    async fn execute<'q>(&mut self, query: Query<'q>) -> std::result::Result<u64, DbError> {
+        let done = statement(&query).execute(&mut *self).await.map_err(pg_error)?;
+        Ok(done.rows_affected())
+    }
+
+    async fn fetch<'q, R: FromRow>(&mut self, query: Query<'q>, limit: usize) -> std::result::Result<Vec<R>, DbError> {
+        let rows = if limit == 1 {
+            statement(&query).fetch_optional(&mut *self).await.map_err(pg_error)?.into_iter().collect()
+        } else {
+            statement(&query).fetch_all(&mut *self).await.map_err(pg_error)?
+        };
+        rows.iter().take(limit).map(|row| R::from_row(&PgRowRef(row))).collect()
+    }
 }
 
 impl PgStore {
@@ -96,22 +271,24 @@ impl PgStore {
             listener.listen(WAKE_CHANNEL).await?;
             tokio::spawn(listen(listener, Arc::clone(&wake), background.clone()));
         }
-        let writer = Writer::plain(pool.clone(), <Postgres as Engine>::BEGIN_WRITE);
+        let read_gate = tokio::sync::Semaphore::new(pool.options().get_max_connections().max(1) as usize);
         Ok(SqlStore {
-            read_gate: SqlStore::read_gate(&pool),
-            read_wait: Default::default(),
-            feed: Default::default(),
-            read: pool.clone(),
-            write: pool,
-            writer,
+            db: PgDb {
+                pool,
+                read_gate,
+                read_wait: Default::default(),
+                write_wait: Default::default(),
+                wake: Arc::clone(&wake),
+            },
             wake,
             background,
+            feed: Default::default(),
         })
     }
 
     /// The pool, for tests and tools that need raw access.
     pub fn pool(&self) -> &PgPool {
-        &self.write
+        &self.db.pool
     }
 }
 
@@ -146,12 +323,12 @@ async fn listen(mut listener: PgListener, wake: Arc<Wakeups>, stop: Cancellation
 #[async_trait]
 impl Store for PgStore {
     async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&*self.reader().await?).await?;
+        super::query("SELECT 1").execute(&mut *self.reader().await?).await?;
         Ok(())
     }
 
     async fn sync(&self) -> Result<()> {
-        self.writer.sync().await
+        self.db.sync().await
     }
 
     fn wakeups(&self) -> Arc<Wakeups> {
@@ -159,16 +336,16 @@ impl Store for PgStore {
     }
 
     async fn migrate(&self) -> Result<()> {
-        MIGRATOR.run(&self.write).await?;
+        MIGRATOR.run(&self.db.pool).await?;
         Ok(())
     }
 
     async fn close(&self) {
         self.background.cancel();
-        self.write.close().await;
+        self.db.pool.close().await;
     }
 
     fn engine(&self) -> &'static str {
-        <Postgres as Engine>::NAME
+        Postgres::NAME
     }
 }

@@ -9,7 +9,7 @@ use gateway_core::session::{PendingAction, SessionStatus};
 use gateway_core::{RunId, SessionId};
 
 use super::WriteTx;
-use super::{Hints, engine_impl, run_cols};
+use super::{Engine, Hints, SqlStore, query, query_as, run_cols};
 use crate::RunQueue;
 use crate::error::{Guard, Result, StoreError};
 use crate::model::{Commit, LeaseTerms, QueueStats, Renewal, RunOutcome, Settlement, millis};
@@ -81,417 +81,429 @@ fn final_state(outcome: &RunOutcome) -> RunState {
     }
 }
 
-engine_impl! {
-    impl SqlStore {
-        /// Explains why a fenced write matched no row.
-        async fn fenced(tx: &mut WriteTx<DB>, fence: &Fence) -> StoreError {
-            let current = sqlx::query_as::<DB, RunRefRow>("SELECT lease_owner, lease_epoch, state FROM runs WHERE id = $1")
-                .bind(fence.run_id.as_str())
-                .fetch_optional(&mut **tx)
-                .await;
-            match current {
-                Ok(Some(r)) => StoreError::Fenced {
-                    run_id: fence.run_id.clone(),
-                    owner: fence.owner.clone(),
-                    epoch: fence.epoch,
-                    current_owner: r.lease_owner.unwrap_or_else(|| "nobody".into()),
-                    current_epoch: r.lease_epoch,
-                    state: r.state,
-                },
-                Ok(None) => StoreError::not_found("run", &fence.run_id),
-                Err(e) => e.into(),
-            }
-        }
-
-        /// Takes one claim candidate inside `claim_runs`' transaction: locks its session (or
-        /// gives up, on PostgreSQL, when an admission holds it longer than `CLAIM_SETUP`
-        /// allows: a claim holds run rows, the reverse of every other writer's lock order),
-        /// moves the run to running under a new epoch, and commits its turn start with it.
-        async fn claim_one(
-            tx: &mut WriteTx<DB>,
-            offer: &WorkerOffer,
-            terms: LeaseTerms,
-            candidate: ClaimCandidateRow,
-            hints: &mut Hints,
-        ) -> Result<Option<Claim>> {
-            let locked = sqlx::query_as::<DB, LockedSessionRow>(DB::LOCK_SESSION_AT_NOW)
-                .bind(candidate.run.session_id.as_str())
-                .fetch_optional(&mut **tx)
-                .await;
-            let locked = match locked {
-                Ok(Some(locked)) => locked,
-                Ok(None) => return Ok(None),
-                Err(e) if DB::is_lock_timeout(&e) => return Ok(None),
-                Err(e) => return Err(e.into()),
-            };
-            let now = locked.now_ms.max(locked.row.updated_at);
-            let session = locked.row.into_session()?;
-            let was_started = candidate.run.started;
-            let environment_lost = candidate.env_host.as_deref().is_some_and(|h| h != offer.host);
-            let claimed = sqlx::query_as::<DB, RunRow>(concat!(
-                "UPDATE runs SET state = 'running', lease_owner = $2, lease_epoch = lease_epoch + 1, lease_expires_at = $3, \
-                 crash_count = CASE WHEN state = 'running' THEN crash_count + 1 ELSE crash_count END, \
-                 started = TRUE, updated_at = $4, \
-                 input_seq = COALESCE(input_seq, (SELECT s.last_seq FROM sessions s WHERE s.id = runs.session_id)) \
-                 WHERE id = $1 RETURNING ",
-                run_cols!()
-            ))
-            .bind(candidate.run.id.as_str())
-            .bind(offer.worker.as_str())
-            .bind(now + millis(terms.lease))
-            .bind(now)
-            .fetch_one(&mut **tx)
-            .await;
-            let row = match claimed {
-                Ok(row) => row,
-                // Another claim of the same session won (PostgreSQL race caught by the
-                // one-running-run-per-session index): not an error, no claim.
-                Err(e) if DB::is_unique_violation(&e) => return Ok(None),
-                Err(e) => return Err(e.into()),
-            };
-            let mut run = row.into_run()?;
-            // Report whether a Worker had started this run before this claim.
-            run.started = was_started;
-            // Set by this claim (first claim) or an earlier one: never missing here.
-            let inputs_through = run
-                .input_seq
-                .ok_or_else(|| StoreError::Corrupt(format!("run {} was claimed without an input boundary", run.id)))?;
-            let fence = Fence {
-                run_id: run.id.clone(),
-                session_id: run.session_id.clone(),
-                owner: offer.worker.clone(),
-                epoch: run.lease_epoch,
-            };
-            // A reclaim continues the turn its predecessor started, if the log says it did
-            // (that claim may have died before its turn start was committed: impossible since
-            // claims commit it themselves, but runs of older versions may still be in flight).
-            let continuing = was_started && run.crash_count > 0 && Self::turn_in_progress(tx, &run).await?;
-            if !continuing {
-                let start = NewEvent::new(EventPayload::TurnStarted { inputs_through });
-                let events =
-                    Self::append_events(tx, &session.id, session.last_seq, vec![start], now, Some((&run.id, run.lease_epoch)))
-                        .await?;
-                let last_seq = session.last_seq + events.len() as u64;
-                sqlx::query("UPDATE sessions SET last_seq = $2, updated_at = $3 WHERE id = $1")
-                    .bind(session.id.as_str())
-                    .bind(last_seq as i64)
-                    .bind(now)
-                    .execute(&mut **tx)
-                    .await?;
-                hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
-                hints.committed(&session.id, &events);
-            }
-            Ok(Some(Claim { fence, run, inputs_through, environment_lost }))
-        }
-
-        /// Whether the session's latest turn boundary is a `turn_started` of `run` (not yet
-        /// rescheduled): a reclaim then continues that turn.
-        async fn turn_in_progress(tx: &mut WriteTx<DB>, run: &Run) -> Result<bool> {
-            let last = sqlx::query_as::<DB, (String, String)>(
-                "SELECT kind, COALESCE(run_id, '') FROM events WHERE session_id = $1 \
-                 AND kind IN ('turn_started', 'turn_rescheduled') ORDER BY seq DESC LIMIT 1",
-            )
-            .bind(run.session_id.as_str())
-            .fetch_optional(&mut **tx)
-            .await?;
-            Ok(last.is_some_and(|(kind, by)| kind == "turn_started" && by == run.id.as_str()))
-        }
-
-        /// The fence check: the lease is still `fence`'s, in this transaction.
-        async fn check_fence(tx: &mut WriteTx<DB>, fence: &Fence, now: i64) -> Result<()> {
-            let held = sqlx::query_as::<DB, (String,)>(
-                "UPDATE runs SET updated_at = $4 WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3 AND state = 'running' RETURNING id",
-            )
+impl<E: Engine> SqlStore<E> {
+    /// Explains why a fenced write matched no row.
+    async fn fenced(tx: &mut WriteTx<E>, fence: &Fence) -> StoreError {
+        let current = query_as::<RunRefRow>("SELECT lease_owner, lease_epoch, state FROM runs WHERE id = $1")
             .bind(fence.run_id.as_str())
-            .bind(fence.owner.as_str())
-            .bind(fence.epoch)
-            .bind(now)
             .fetch_optional(&mut **tx)
-            .await?;
-            if held.is_some() {
-                Ok(())
-            } else {
-                Err(Self::fenced(tx, fence).await)
-            }
+            .await;
+        match current {
+            Ok(Some(r)) => StoreError::Fenced {
+                run_id: fence.run_id.clone(),
+                owner: fence.owner.clone(),
+                epoch: fence.epoch,
+                current_owner: r.lease_owner.unwrap_or_else(|| "nobody".into()),
+                current_epoch: r.lease_epoch,
+                state: r.state,
+            },
+            Ok(None) => StoreError::not_found("run", &fence.run_id),
+            Err(e) => e.into(),
         }
+    }
+
+    /// Takes one claim candidate inside `claim_runs`' transaction: locks its session (or
+    /// gives up, on PostgreSQL, when an admission holds it longer than `CLAIM_SETUP`
+    /// allows: a claim holds run rows, the reverse of every other writer's lock order),
+    /// moves the run to running under a new epoch, and commits its turn start with it.
+    async fn claim_one(
+        tx: &mut WriteTx<E>,
+        offer: &WorkerOffer,
+        terms: LeaseTerms,
+        candidate: ClaimCandidateRow,
+        hints: &mut Hints,
+    ) -> Result<Option<Claim>> {
+        let locked = query_as::<LockedSessionRow>(E::LOCK_SESSION_AT_NOW)
+            .bind(candidate.run.session_id.as_str())
+            .fetch_optional(&mut **tx)
+            .await;
+        let locked = match locked {
+            Ok(Some(locked)) => locked,
+            Ok(None) => return Ok(None),
+            Err(e) if e.is_lock_timeout() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let now = locked.now_ms.max(locked.row.updated_at);
+        let session = locked.row.into_session()?;
+        let was_started = candidate.run.started;
+        let environment_lost = candidate.env_host.as_deref().is_some_and(|h| h != offer.host);
+        let claimed = query_as::<RunRow>(concat!(
+            "UPDATE runs SET state = 'running', lease_owner = $2, lease_epoch = lease_epoch + 1, lease_expires_at = $3, \
+             crash_count = CASE WHEN state = 'running' THEN crash_count + 1 ELSE crash_count END, \
+             started = TRUE, updated_at = $4, \
+             input_seq = COALESCE(input_seq, (SELECT s.last_seq FROM sessions s WHERE s.id = runs.session_id)) \
+             WHERE id = $1 RETURNING ",
+            run_cols!()
+        ))
+        .bind(candidate.run.id.as_str())
+        .bind(offer.worker.as_str())
+        .bind(now + millis(terms.lease))
+        .bind(now)
+        .fetch_one(&mut **tx)
+        .await;
+        let row = match claimed {
+            Ok(row) => row,
+            // Another claim of the same session won (PostgreSQL race caught by the
+            // one-running-run-per-session index): not an error, no claim.
+            Err(e) if e.is_unique_violation() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let mut run = row.into_run()?;
+        // Report whether a Worker had started this run before this claim.
+        run.started = was_started;
+        // Set by this claim (first claim) or an earlier one: never missing here.
+        let inputs_through = run
+            .input_seq
+            .ok_or_else(|| StoreError::Corrupt(format!("run {} was claimed without an input boundary", run.id)))?;
+        let fence = Fence {
+            run_id: run.id.clone(),
+            session_id: run.session_id.clone(),
+            owner: offer.worker.clone(),
+            epoch: run.lease_epoch,
+        };
+        // A reclaim continues the turn its predecessor started, if the log says it did
+        // (that claim may have died before its turn start was committed: impossible since
+        // claims commit it themselves, but runs of older versions may still be in flight).
+        let continuing = was_started && run.crash_count > 0 && Self::turn_in_progress(tx, &run).await?;
+        if !continuing {
+            let start = NewEvent::new(EventPayload::TurnStarted { inputs_through });
+            let events = Self::append_events(
+                tx,
+                &session.id,
+                session.last_seq,
+                vec![start],
+                now,
+                Some((&run.id, run.lease_epoch)),
+            )
+            .await?;
+            let last_seq = session.last_seq + events.len() as u64;
+            query("UPDATE sessions SET last_seq = $2, updated_at = $3 WHERE id = $1")
+                .bind(session.id.as_str())
+                .bind(last_seq as i64)
+                .bind(now)
+                .execute(&mut **tx)
+                .await?;
+            hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
+            hints.committed(&session.id, &events);
+        }
+        Ok(Some(Claim { fence, run, inputs_through, environment_lost }))
+    }
+
+    /// Whether the session's latest turn boundary is a `turn_started` of `run` (not yet
+    /// rescheduled): a reclaim then continues that turn.
+    async fn turn_in_progress(tx: &mut WriteTx<E>, run: &Run) -> Result<bool> {
+        let last = query_as::<(String, String)>(
+            "SELECT kind, COALESCE(run_id, '') FROM events WHERE session_id = $1 \
+             AND kind IN ('turn_started', 'turn_rescheduled') ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(run.session_id.as_str())
+        .fetch_optional(&mut **tx)
+        .await?;
+        Ok(last.is_some_and(|(kind, by)| kind == "turn_started" && by == run.id.as_str()))
+    }
+
+    /// The fence check: the lease is still `fence`'s, in this transaction.
+    async fn check_fence(tx: &mut WriteTx<E>, fence: &Fence, now: i64) -> Result<()> {
+        let held = query_as::<(String,)>(
+            "UPDATE runs SET updated_at = $4 WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3 AND state = 'running' RETURNING id",
+        )
+        .bind(fence.run_id.as_str())
+        .bind(fence.owner.as_str())
+        .bind(fence.epoch)
+        .bind(now)
+        .fetch_optional(&mut **tx)
+        .await?;
+        if held.is_some() { Ok(()) } else { Err(Self::fenced(tx, fence).await) }
     }
 }
 
-engine_impl! {
-    #[async_trait]
-    impl RunQueue for SqlStore {
-        async fn claim_runs(&self, offer: &WorkerOffer, terms: LeaseTerms, limit: u32) -> Result<Vec<Claim>> {
-            if limit == 0 {
-                return Ok(Vec::new());
-            }
-            let backends: Vec<String> = offer.backends.iter().map(|b| b.to_string()).collect();
-            let providers: Vec<&str> = offer.providers.iter().map(|p| p.as_str()).collect();
-            let mut tx = self.begin_write().await?;
-            if let Some(setup) = DB::CLAIM_SETUP {
-                sqlx::query(setup).execute(&mut *tx).await?;
-            }
-            let now = Self::now(&mut tx).await?;
-            let candidates = sqlx::query_as::<DB, ClaimCandidateRow>(DB::CLAIM_CANDIDATE)
-                .bind(serde_json::to_string(&backends)?)
-                .bind(serde_json::to_string(&providers)?)
-                .bind(offer.host.as_str())
-                .bind(now)
-                .bind(now - millis(terms.host_ttl))
-                .bind(i64::from(limit))
-                .fetch_all(&mut *tx)
-                .await?;
-            let mut claims = Vec::with_capacity(candidates.len());
-            let mut hints = Hints::default();
-            for candidate in candidates {
-                // Each candidate in a savepoint: one that cannot be taken (its session is
-                // locked by an admission on PostgreSQL, a lost race) leaves the others be.
-                sqlx::query("SAVEPOINT c").execute(&mut *tx).await?;
-                match Self::claim_one(&mut tx, offer, terms, candidate, &mut hints).await {
-                    Ok(Some(claim)) => {
-                        sqlx::query("RELEASE c").execute(&mut *tx).await?;
-                        claims.push(claim);
-                    }
-                    Ok(None) => {
-                        sqlx::query("ROLLBACK TO c").execute(&mut *tx).await?;
-                        sqlx::query("RELEASE c").execute(&mut *tx).await?;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            if claims.is_empty() {
-                return Ok(claims);
-            }
-            self.finish(tx, hints).await?;
-            Ok(claims)
+#[async_trait]
+impl<E: Engine> RunQueue for SqlStore<E> {
+    async fn claim_runs(&self, offer: &WorkerOffer, terms: LeaseTerms, limit: u32) -> Result<Vec<Claim>> {
+        if limit == 0 {
+            return Ok(Vec::new());
         }
+        let backends: Vec<String> = offer.backends.iter().map(|b| b.to_string()).collect();
+        let providers: Vec<&str> = offer.providers.iter().map(|p| p.as_str()).collect();
+        let mut tx = self.begin_write().await?;
+        if let Some(setup) = E::CLAIM_SETUP {
+            query(setup).execute(&mut *tx).await?;
+        }
+        let now = Self::now(&mut tx).await?;
+        let candidates = query_as::<ClaimCandidateRow>(E::CLAIM_CANDIDATE)
+            .bind(serde_json::to_string(&backends)?)
+            .bind(serde_json::to_string(&providers)?)
+            .bind(offer.host.as_str())
+            .bind(now)
+            .bind(now - millis(terms.host_ttl))
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await?;
+        let mut claims = Vec::with_capacity(candidates.len());
+        let mut hints = Hints::default();
+        for candidate in candidates {
+            // Each candidate in a savepoint: one that cannot be taken (its session is
+            // locked by an admission on PostgreSQL, a lost race) leaves the others be.
+            query("SAVEPOINT c").execute(&mut *tx).await?;
+            match Self::claim_one(&mut tx, offer, terms, candidate, &mut hints).await {
+                Ok(Some(claim)) => {
+                    query("RELEASE c").execute(&mut *tx).await?;
+                    claims.push(claim);
+                }
+                Ok(None) => {
+                    query("ROLLBACK TO c").execute(&mut *tx).await?;
+                    query("RELEASE c").execute(&mut *tx).await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if claims.is_empty() {
+            return Ok(claims);
+        }
+        self.finish(tx, hints).await?;
+        Ok(claims)
+    }
 
-        async fn renew_lease(&self, fence: &Fence, lease: Duration) -> Result<Renewal> {
-            let mut tx = self.begin_write().await?;
-            let now = Self::now(&mut tx).await?;
-            let renewed = sqlx::query_as::<DB, (i64,)>(
-                "UPDATE runs SET lease_expires_at = $4 WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3 AND state = 'running' \
-                 RETURNING CAST(CASE WHEN cancel_requested THEN 1 ELSE 0 END AS BIGINT)",
-            )
-            .bind(fence.run_id.as_str())
-            .bind(fence.owner.as_str())
-            .bind(fence.epoch)
+    async fn renew_lease(&self, fence: &Fence, lease: Duration) -> Result<Renewal> {
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        let renewed = query_as::<(i64,)>(
+            "UPDATE runs SET lease_expires_at = $4 WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3 AND state = 'running' \
+             RETURNING CAST(CASE WHEN cancel_requested THEN 1 ELSE 0 END AS BIGINT)",
+        )
+        .bind(fence.run_id.as_str())
+        .bind(fence.owner.as_str())
+        .bind(fence.epoch)
+        .bind(now + millis(lease))
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((cancel,)) = renewed else {
+            return Err(Self::fenced(&mut tx, fence).await);
+        };
+        self.finish(tx, Hints::default()).await?;
+        Ok(Renewal { cancel_requested: cancel != 0 })
+    }
+
+    async fn renew_leases(&self, fences: &[Fence], lease: Duration) -> Result<Vec<Option<Renewal>>> {
+        if fences.is_empty() {
+            return Ok(Vec::new());
+        }
+        let held: Vec<(&str, &str, i64)> =
+            fences.iter().map(|f| (f.run_id.as_str(), f.owner.as_str(), f.epoch)).collect();
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        let renewed = query_as::<(String, String)>(E::RENEW_LEASES)
+            .bind(serde_json::to_string(&held)?)
             .bind(now + millis(lease))
-            .fetch_optional(&mut *tx)
+            .fetch_all(&mut *tx)
             .await?;
-            let Some((cancel,)) = renewed else {
-                return Err(Self::fenced(&mut tx, fence).await);
-            };
-            self.finish(tx, Hints::default()).await?;
-            Ok(Renewal { cancel_requested: cancel != 0 })
-        }
+        self.finish(tx, Hints::default()).await?;
+        let renewed: std::collections::HashMap<String, bool> =
+            renewed.into_iter().map(|(id, cancel)| (id, cancel == "y")).collect();
+        Ok(fences
+            .iter()
+            .map(|f| renewed.get(f.run_id.as_str()).map(|cancel| Renewal { cancel_requested: *cancel }))
+            .collect())
+    }
 
-        async fn renew_leases(&self, fences: &[Fence], lease: Duration) -> Result<Vec<Option<Renewal>>> {
-            if fences.is_empty() {
-                return Ok(Vec::new());
-            }
-            let held: Vec<(&str, &str, i64)> =
-                fences.iter().map(|f| (f.run_id.as_str(), f.owner.as_str(), f.epoch)).collect();
-            let mut tx = self.begin_write().await?;
-            let now = Self::now(&mut tx).await?;
-            let renewed = sqlx::query_as::<DB, (String, String)>(DB::RENEW_LEASES)
-                .bind(serde_json::to_string(&held)?)
-                .bind(now + millis(lease))
-                .fetch_all(&mut *tx)
-                .await?;
-            self.finish(tx, Hints::default()).await?;
-            let renewed: std::collections::HashMap<String, bool> =
-                renewed.into_iter().map(|(id, cancel)| (id, cancel == "y")).collect();
-            Ok(fences
-                .iter()
-                .map(|f| renewed.get(f.run_id.as_str()).map(|cancel| Renewal { cancel_requested: *cancel }))
-                .collect())
+    async fn release_run(&self, fence: &Fence) -> Result<()> {
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        let released = query_as::<(String,)>(
+            "UPDATE runs SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL, available_at = $4, updated_at = $4 \
+             WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3 AND state = 'running' RETURNING id",
+        )
+        .bind(fence.run_id.as_str())
+        .bind(fence.owner.as_str())
+        .bind(fence.epoch)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if released.is_none() {
+            return Err(Self::fenced(&mut tx, fence).await);
         }
+        let mut hints = Hints::default();
+        hints.push(Hint::RunReady);
+        self.finish(tx, hints).await
+    }
 
-        async fn release_run(&self, fence: &Fence) -> Result<()> {
-            let mut tx = self.begin_write().await?;
-            let now = Self::now(&mut tx).await?;
-            let released = sqlx::query_as::<DB, (String,)>(
-                "UPDATE runs SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL, available_at = $4, updated_at = $4 \
-                 WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3 AND state = 'running' RETURNING id",
-            )
-            .bind(fence.run_id.as_str())
-            .bind(fence.owner.as_str())
-            .bind(fence.epoch)
-            .bind(now)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if released.is_none() {
-                return Err(Self::fenced(&mut tx, fence).await);
+    async fn commit(&self, fence: &Fence, commit: Commit) -> Result<Vec<Event>> {
+        let mut tx = self.begin_write().await?;
+        // Lock order: the session row first, then the run row (see module docs).
+        let (row, now) = Self::lock_session_at_now(&mut tx, &fence.session_id).await?;
+        let session = row.into_session()?;
+        Self::check_fence(&mut tx, fence, now).await?;
+        if let Some(change) = &commit.environment {
+            if !session.environment_state.may_become(change.state) {
+                return Err(StoreError::Guard(Guard::EnvironmentTransition {
+                    session: session.id.to_string(),
+                    from: session.environment_state.as_str(),
+                    to: change.state.as_str(),
+                }));
             }
-            let mut hints = Hints::default();
-            hints.push(Hint::RunReady);
-            self.finish(tx, hints).await
-        }
-
-        async fn commit(&self, fence: &Fence, commit: Commit) -> Result<Vec<Event>> {
-            let mut tx = self.begin_write().await?;
-            // Lock order: the session row first, then the run row (see module docs).
-            let (row, now) = Self::lock_session_at_now(&mut tx, &fence.session_id).await?;
-            let session = row.into_session()?;
-            Self::check_fence(&mut tx, fence, now).await?;
-            if let Some(change) = &commit.environment {
-                if !session.environment_state.may_become(change.state) {
-                    return Err(StoreError::Guard(Guard::EnvironmentTransition {
-                        session: session.id.to_string(),
-                        from: session.environment_state.as_str(),
-                        to: change.state.as_str(),
-                    }));
-                }
-                sqlx::query("UPDATE sessions SET env_state = $2, env_host = COALESCE($3, env_host) WHERE id = $1")
-                    .bind(session.id.as_str())
-                    .bind(change.state.as_str())
-                    .bind(change.host.clone())
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            Self::write_bindings(&mut tx, &session.id, &commit.bindings, now).await?;
-            let events = Self::append_events(&mut tx, &session.id, session.last_seq, commit.events, now, Some((&fence.run_id, fence.epoch)))
-                .await?;
-            let mut hints = Hints::default();
-            if !events.is_empty() {
-                let last_seq = session.last_seq + events.len() as u64;
-                sqlx::query("UPDATE sessions SET last_seq = $2, updated_at = $3 WHERE id = $1")
-                    .bind(session.id.as_str())
-                    .bind(last_seq as i64)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
-                hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
-                hints.committed(&session.id, &events);
-            }
-            self.finish(tx, hints).await?;
-            Ok(events)
-        }
-
-        async fn settle(&self, fence: &Fence, mut settlement: Settlement) -> Result<Vec<Event>> {
-            let mut tx = self.begin_write().await?;
-            let (row, now) = Self::lock_session_at_now(&mut tx, &fence.session_id).await?;
-            let session = row.into_session()?;
-            // An interrupt admitted after the Worker last looked (admission sets the intent
-            // under this same session lock, and ends no turn itself: "the Worker settles it")
-            // must not be undone by a retry or a park: the turn ends interrupted here.
-            if matches!(settlement.outcome, RunOutcome::Retry { .. } | RunOutcome::Parked { .. }) {
-                let (cancel,): (i64,) = sqlx::query_as(
-                    "SELECT CAST(CASE WHEN cancel_requested THEN 1 ELSE 0 END AS BIGINT) FROM runs WHERE id = $1",
-                )
-                .bind(fence.run_id.as_str())
-                .fetch_optional(&mut *tx)
-                .await?
-                .unwrap_or((0,));
-                if cancel == 1 {
-                    settlement = Settlement {
-                        events: vec![NewEvent::new(EventPayload::TurnEnded { stop: StopReason::Interrupted })],
-                        outcome: RunOutcome::Cancelled,
-                        bindings: std::mem::take(&mut settlement.bindings),
-                    };
-                }
-            }
-            let state = final_state(&settlement.outcome);
-            let available_at = match &settlement.outcome {
-                RunOutcome::Retry { after } => now + millis(*after),
-                _ => now,
-            };
-            let settled = sqlx::query_as::<DB, (String,)>(
-                "UPDATE runs SET state = $4, lease_owner = NULL, lease_expires_at = NULL, available_at = $5, \
-                 attempt = attempt + $6, cancel_requested = FALSE, updated_at = $7 \
-                 WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3 AND state = 'running' RETURNING id",
-            )
-            .bind(fence.run_id.as_str())
-            .bind(fence.owner.as_str())
-            .bind(fence.epoch)
-            .bind(state.as_str())
-            .bind(available_at)
-            .bind(i64::from(matches!(settlement.outcome, RunOutcome::Retry { .. })))
-            .bind(now)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if settled.is_none() {
-                return Err(Self::fenced(&mut tx, fence).await);
-            }
-            Self::write_bindings(&mut tx, &session.id, &settlement.bindings, now).await?;
-            let mut hints = Hints::default();
-            if matches!(settlement.outcome, RunOutcome::Terminated) {
-                sqlx::query("UPDATE runs SET state = 'cancelled', updated_at = $2 WHERE session_id = $1 AND state = 'queued'")
-                    .bind(session.id.as_str())
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            let (queued,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM runs WHERE session_id = $1 AND state = 'queued'")
+            query("UPDATE sessions SET env_state = $2, env_host = COALESCE($3, env_host) WHERE id = $1")
                 .bind(session.id.as_str())
-                .fetch_one(&mut *tx)
+                .bind(change.state.as_str())
+                .bind(change.host.clone())
+                .execute(&mut *tx)
                 .await?;
-            let (status, pending) = session_after(&settlement.outcome, queued > 0);
-            if queued > 0 {
-                hints.push(Hint::RunReady);
-            }
-            let events = Self::append_events(&mut tx, &session.id, session.last_seq, settlement.events, now, Some((&fence.run_id, fence.epoch)))
-                .await?;
+        }
+        Self::write_bindings(&mut tx, &session.id, &commit.bindings, now).await?;
+        let events = Self::append_events(
+            &mut tx,
+            &session.id,
+            session.last_seq,
+            commit.events,
+            now,
+            Some((&fence.run_id, fence.epoch)),
+        )
+        .await?;
+        let mut hints = Hints::default();
+        if !events.is_empty() {
             let last_seq = session.last_seq + events.len() as u64;
-            sqlx::query("UPDATE sessions SET status = $2, pending = $3, last_seq = $4, updated_at = $5 WHERE id = $1")
+            query("UPDATE sessions SET last_seq = $2, updated_at = $3 WHERE id = $1")
                 .bind(session.id.as_str())
-                .bind(status.as_str())
-                .bind(serde_json::to_string(&pending)?)
                 .bind(last_seq as i64)
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
             hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
             hints.committed(&session.id, &events);
-            self.finish(tx, hints).await?;
-            Ok(events)
         }
+        self.finish(tx, hints).await?;
+        Ok(events)
+    }
 
-        async fn get_run(&self, id: &RunId) -> Result<Run> {
-            sqlx::query_as::<DB, RunRow>(concat!("SELECT ", run_cols!(), " FROM runs WHERE id = $1"))
-                .bind(id.as_str())
-                .fetch_optional(&*self.reader().await?)
-                .await?
-                .ok_or_else(|| StoreError::not_found("run", id))?
-                .into_run()
+    async fn settle(&self, fence: &Fence, mut settlement: Settlement) -> Result<Vec<Event>> {
+        let mut tx = self.begin_write().await?;
+        let (row, now) = Self::lock_session_at_now(&mut tx, &fence.session_id).await?;
+        let session = row.into_session()?;
+        // An interrupt admitted after the Worker last looked (admission sets the intent
+        // under this same session lock, and ends no turn itself: "the Worker settles it")
+        // must not be undone by a retry or a park: the turn ends interrupted here.
+        if matches!(settlement.outcome, RunOutcome::Retry { .. } | RunOutcome::Parked { .. }) {
+            let (cancel,): (i64,) =
+                query_as("SELECT CAST(CASE WHEN cancel_requested THEN 1 ELSE 0 END AS BIGINT) FROM runs WHERE id = $1")
+                    .bind(fence.run_id.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .unwrap_or((0,));
+            if cancel == 1 {
+                settlement = Settlement {
+                    events: vec![NewEvent::new(EventPayload::TurnEnded { stop: StopReason::Interrupted })],
+                    outcome: RunOutcome::Cancelled,
+                    bindings: std::mem::take(&mut settlement.bindings),
+                };
+            }
         }
-
-        async fn active_runs(&self, session: &SessionId) -> Result<Vec<Run>> {
-            let rows = sqlx::query_as::<DB, RunRow>(concat!(
-                "SELECT ", run_cols!(), " FROM runs WHERE session_id = $1 AND state IN ('queued', 'running') ORDER BY id"
-            ))
-            .bind(session.as_str())
-            .fetch_all(&*self.reader().await?)
+        let state = final_state(&settlement.outcome);
+        let available_at = match &settlement.outcome {
+            RunOutcome::Retry { after } => now + millis(*after),
+            _ => now,
+        };
+        let settled = query_as::<(String,)>(
+            "UPDATE runs SET state = $4, lease_owner = NULL, lease_expires_at = NULL, available_at = $5, \
+             attempt = attempt + $6, cancel_requested = FALSE, updated_at = $7 \
+             WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3 AND state = 'running' RETURNING id",
+        )
+        .bind(fence.run_id.as_str())
+        .bind(fence.owner.as_str())
+        .bind(fence.epoch)
+        .bind(state.as_str())
+        .bind(available_at)
+        .bind(i64::from(matches!(settlement.outcome, RunOutcome::Retry { .. })))
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if settled.is_none() {
+            return Err(Self::fenced(&mut tx, fence).await);
+        }
+        Self::write_bindings(&mut tx, &session.id, &settlement.bindings, now).await?;
+        let mut hints = Hints::default();
+        if matches!(settlement.outcome, RunOutcome::Terminated) {
+            query("UPDATE runs SET state = 'cancelled', updated_at = $2 WHERE session_id = $1 AND state = 'queued'")
+                .bind(session.id.as_str())
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+        }
+        let (queued,): (i64,) = query_as("SELECT COUNT(*) FROM runs WHERE session_id = $1 AND state = 'queued'")
+            .bind(session.id.as_str())
+            .fetch_one(&mut *tx)
             .await?;
-            rows.into_iter().map(RunRow::into_run).collect()
+        let (status, pending) = session_after(&settlement.outcome, queued > 0);
+        if queued > 0 {
+            hints.push(Hint::RunReady);
         }
-
-        fn lateness(&self) -> std::time::Duration {
-            self.writer.lateness().max(self.read_wait.now())
-        }
-
-        async fn queue_stats(&self) -> Result<QueueStats> {
-            let (n, oldest): (i64, Option<i64>) =
-                sqlx::query_as(DB::QUEUE_STATS).fetch_one(&*self.reader().await?).await?;
-            Ok(QueueStats {
-                queued: n.max(0) as u64,
-                oldest_wait: std::time::Duration::from_millis(oldest.unwrap_or(0).max(0) as u64),
-            })
-        }
-
-        async fn heartbeat_host(&self, host: &str) -> Result<()> {
-            let mut tx = self.begin_write().await?;
-            let now = Self::now(&mut tx).await?;
-            sqlx::query(
-                "INSERT INTO hosts (id, last_seen_at) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at",
-            )
-            .bind(host)
+        let events = Self::append_events(
+            &mut tx,
+            &session.id,
+            session.last_seq,
+            settlement.events,
+            now,
+            Some((&fence.run_id, fence.epoch)),
+        )
+        .await?;
+        let last_seq = session.last_seq + events.len() as u64;
+        query("UPDATE sessions SET status = $2, pending = $3, last_seq = $4, updated_at = $5 WHERE id = $1")
+            .bind(session.id.as_str())
+            .bind(status.as_str())
+            .bind(serde_json::to_string(&pending)?)
+            .bind(last_seq as i64)
             .bind(now)
             .execute(&mut *tx)
             .await?;
-            self.finish(tx, Hints::default()).await?;
-            Ok(())
-        }
+        hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
+        hints.committed(&session.id, &events);
+        self.finish(tx, hints).await?;
+        Ok(events)
+    }
+
+    async fn get_run(&self, id: &RunId) -> Result<Run> {
+        query_as::<RunRow>(concat!("SELECT ", run_cols!(), " FROM runs WHERE id = $1"))
+            .bind(id.as_str())
+            .fetch_optional(&mut *self.reader().await?)
+            .await?
+            .ok_or_else(|| StoreError::not_found("run", id))?
+            .into_run()
+    }
+
+    async fn active_runs(&self, session: &SessionId) -> Result<Vec<Run>> {
+        let rows = query_as::<RunRow>(concat!(
+            "SELECT ",
+            run_cols!(),
+            " FROM runs WHERE session_id = $1 AND state IN ('queued', 'running') ORDER BY id"
+        ))
+        .bind(session.as_str())
+        .fetch_all(&mut *self.reader().await?)
+        .await?;
+        rows.into_iter().map(RunRow::into_run).collect()
+    }
+
+    fn lateness(&self) -> std::time::Duration {
+        super::Db::lateness(&self.db)
+    }
+
+    async fn queue_stats(&self) -> Result<QueueStats> {
+        let (n, oldest): (i64, Option<i64>) = query_as(E::QUEUE_STATS).fetch_one(&mut *self.reader().await?).await?;
+        Ok(QueueStats {
+            queued: n.max(0) as u64,
+            oldest_wait: std::time::Duration::from_millis(oldest.unwrap_or(0).max(0) as u64),
+        })
+    }
+
+    async fn heartbeat_host(&self, host: &str) -> Result<()> {
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        query(
+            "INSERT INTO hosts (id, last_seen_at) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at",
+        )
+        .bind(host)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        self.finish(tx, Hints::default()).await?;
+        Ok(())
     }
 }
 

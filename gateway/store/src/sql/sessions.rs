@@ -8,7 +8,7 @@ use gateway_core::session::{EnvironmentState, Session, SessionSnapshot, SessionS
 use gateway_core::{RunId, SessionId, Timestamp};
 
 use super::WriteTx;
-use super::{Hints, engine_impl, session_cols};
+use super::{Engine, Hints, SqlStore, query, query_as, session_cols};
 use crate::Sessions;
 use crate::error::{Guard, Result, StoreError};
 use crate::model::{AdmissionWrites, Keyset, NewSession, Page, PageRequest, SessionFilter, SessionPatch};
@@ -25,146 +25,148 @@ fn statuses_param(filter: &SessionFilter) -> Option<String> {
     }
 }
 
-engine_impl! {
-    impl SqlStore {
-        /// Locks and reads a live session for the rest of the transaction.
-        pub(crate) async fn lock_session(tx: &mut WriteTx<DB>, id: &SessionId) -> Result<SessionRow> {
-            sqlx::query_as::<DB, SessionRow>(DB::LOCK_SESSION)
-                .bind(id.as_str())
-                .fetch_optional(&mut **tx)
-                .await?
-                .ok_or_else(|| StoreError::not_found("session", id))
-        }
+impl<E: Engine> SqlStore<E> {
+    /// Locks and reads a live session for the rest of the transaction.
+    pub(crate) async fn lock_session(tx: &mut WriteTx<E>, id: &SessionId) -> Result<SessionRow> {
+        query_as::<SessionRow>(E::LOCK_SESSION)
+            .bind(id.as_str())
+            .fetch_optional(&mut **tx)
+            .await?
+            .ok_or_else(|| StoreError::not_found("session", id))
+    }
 
-        /// Locks the session row, then reads the clock: a transaction that waited for the lock
-        /// never writes an earlier time than the one it waited for, so event times follow seq
-        /// order (clamped to the row's last update in case the clock steps back).
-        ///
-        /// One round trip: the clock is read in the locking statement. Should it be read before
-        /// a wait for the lock, the clamp to the locked row's `updated_at` (the time of the
-        /// transaction waited for) still keeps times in seq order.
-        pub(crate) async fn lock_session_at_now(tx: &mut WriteTx<DB>, id: &SessionId) -> Result<(SessionRow, i64)> {
-            let locked = sqlx::query_as::<DB, LockedSessionRow>(DB::LOCK_SESSION_AT_NOW)
-                .bind(id.as_str())
-                .fetch_optional(&mut **tx)
-                .await?
-                .ok_or_else(|| StoreError::not_found("session", id))?;
-            let now = locked.now_ms.max(locked.row.updated_at);
-            Ok((locked.row, now))
-        }
+    /// Locks the session row, then reads the clock: a transaction that waited for the lock
+    /// never writes an earlier time than the one it waited for, so event times follow seq
+    /// order (clamped to the row's last update in case the clock steps back).
+    ///
+    /// One round trip: the clock is read in the locking statement. Should it be read before
+    /// a wait for the lock, the clamp to the locked row's `updated_at` (the time of the
+    /// transaction waited for) still keeps times in seq order.
+    pub(crate) async fn lock_session_at_now(tx: &mut WriteTx<E>, id: &SessionId) -> Result<(SessionRow, i64)> {
+        let locked = query_as::<LockedSessionRow>(E::LOCK_SESSION_AT_NOW)
+            .bind(id.as_str())
+            .fetch_optional(&mut **tx)
+            .await?
+            .ok_or_else(|| StoreError::not_found("session", id))?;
+        let now = locked.now_ms.max(locked.row.updated_at);
+        Ok((locked.row, now))
+    }
 
-        /// Which runs of the session are unfinished: (running, queued).
-        /// Whether the session has a running run, a fresh queued run, and a started run
-        /// queued for its retry (see [`SessionState`]). On PostgreSQL the rows are locked:
-        /// a claim in flight fixes its run's input boundary from the committed `last_seq`,
-        /// so admission must wait for it to see that run as running (and queue a run of its
-        /// own for these inputs) rather than count on it to read them.
-        async fn run_presence(tx: &mut WriteTx<DB>, id: &SessionId) -> Result<(bool, bool, bool)> {
-            let kinds: Vec<(String,)> = sqlx::query_as(DB::RUN_PRESENCE).bind(id.as_str()).fetch_all(&mut **tx).await?;
-            let has = |kind: &str| kinds.iter().any(|(k,)| k == kind);
-            Ok((has("running"), has("queued"), has("retrying")))
-        }
+    /// Which runs of the session are unfinished: (running, queued).
+    /// Whether the session has a running run, a fresh queued run, and a started run
+    /// queued for its retry (see [`SessionState`]). On PostgreSQL the rows are locked:
+    /// a claim in flight fixes its run's input boundary from the committed `last_seq`,
+    /// so admission must wait for it to see that run as running (and queue a run of its
+    /// own for these inputs) rather than count on it to read them.
+    async fn run_presence(tx: &mut WriteTx<E>, id: &SessionId) -> Result<(bool, bool, bool)> {
+        let kinds: Vec<(String,)> = query_as(E::RUN_PRESENCE).bind(id.as_str()).fetch_all(&mut **tx).await?;
+        let has = |kind: &str| kinds.iter().any(|(k,)| k == kind);
+        Ok((has("running"), has("queued"), has("retrying")))
+    }
 
-        /// Runs admission on a locked session row and applies its decision.
-        pub(crate) async fn admit_locked(
-            tx: &mut WriteTx<DB>,
-            row: SessionRow,
-            inputs: Vec<NewEvent>,
-            now: i64,
-            hints: &mut Hints,
-        ) -> Result<Vec<Event>> {
-            let session = row.into_session()?;
-            let (run_running, run_queued, run_retrying) = Self::run_presence(tx, &session.id).await?;
-            let state = SessionState {
-                status: session.status,
-                archived: session.archived_at.is_some(),
-                pending: session.pending_actions.clone(),
-                run_running,
-                run_queued,
-                run_retrying,
-            };
-            let decision = admit(&state, inputs)?;
-            let events = Self::append_events(tx, &session.id, session.last_seq, decision.events, now, None).await?;
-            let last_seq = session.last_seq + events.len() as u64;
+    /// Runs admission on a locked session row and applies its decision.
+    pub(crate) async fn admit_locked(
+        tx: &mut WriteTx<E>,
+        row: SessionRow,
+        inputs: Vec<NewEvent>,
+        now: i64,
+        hints: &mut Hints,
+    ) -> Result<Vec<Event>> {
+        let session = row.into_session()?;
+        let (run_running, run_queued, run_retrying) = Self::run_presence(tx, &session.id).await?;
+        let state = SessionState {
+            status: session.status,
+            archived: session.archived_at.is_some(),
+            pending: session.pending_actions.clone(),
+            run_running,
+            run_queued,
+            run_retrying,
+        };
+        let decision = admit(&state, inputs)?;
+        let events = Self::append_events(tx, &session.id, session.last_seq, decision.events, now, None).await?;
+        let last_seq = session.last_seq + events.len() as u64;
 
-            if decision.cancel_running {
-                let ids = sqlx::query_as::<DB, (String,)>(
-                    "UPDATE runs SET cancel_requested = TRUE, updated_at = $2 WHERE session_id = $1 AND state = 'running' RETURNING id",
-                )
-                .bind(session.id.as_str())
-                .bind(now)
-                .fetch_all(&mut **tx)
-                .await?;
-                for (id,) in ids {
-                    if let Ok(run) = RunId::parse(&id) {
-                        hints.push(Hint::CancelRequested(run));
-                    }
+        if decision.cancel_running {
+            let ids = query_as::<(String,)>(
+                "UPDATE runs SET cancel_requested = TRUE, updated_at = $2 WHERE session_id = $1 AND state = 'running' RETURNING id",
+            )
+            .bind(session.id.as_str())
+            .bind(now)
+            .fetch_all(&mut **tx)
+            .await?;
+            for (id,) in ids {
+                if let Ok(run) = RunId::parse(&id) {
+                    hints.push(Hint::CancelRequested(run));
                 }
             }
-            if decision.cancel_queued {
-                sqlx::query("UPDATE runs SET state = 'cancelled', updated_at = $2 WHERE session_id = $1 AND state = 'queued'")
-                    .bind(session.id.as_str())
-                    .bind(now)
-                    .execute(&mut **tx)
-                    .await?;
-            }
-            if decision.enqueue_run {
-                let req = &session.snapshot.requirements;
-                sqlx::query(
-                    "INSERT INTO runs (id, session_id, state, backend, provider, available_at, created_at, updated_at) \
-                     VALUES ($1, $2, 'queued', $3, $4, $5, $5, $5)",
-                )
-                .bind(RunId::new().as_str())
+        }
+        if decision.cancel_queued {
+            query("UPDATE runs SET state = 'cancelled', updated_at = $2 WHERE session_id = $1 AND state = 'queued'")
                 .bind(session.id.as_str())
-                .bind(req.backend.to_string())
-                .bind(req.provider().map(|p| p.to_string()))
                 .bind(now)
                 .execute(&mut **tx)
                 .await?;
-                hints.push(Hint::RunReady);
-            }
-            sqlx::query("UPDATE sessions SET status = $2, pending = $3, last_seq = $4, updated_at = $5 WHERE id = $1")
-                .bind(session.id.as_str())
-                .bind(decision.status.as_str())
-                .bind(serde_json::to_string(&decision.pending)?)
-                .bind(last_seq as i64)
-                .bind(now)
-                .execute(&mut **tx)
-                .await?;
-            hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
-            hints.committed(&session.id, &events);
-            Ok(events)
         }
+        if decision.enqueue_run {
+            let req = &session.snapshot.requirements;
+            query(
+                "INSERT INTO runs (id, session_id, state, backend, provider, available_at, created_at, updated_at) \
+                 VALUES ($1, $2, 'queued', $3, $4, $5, $5, $5)",
+            )
+            .bind(RunId::new().as_str())
+            .bind(session.id.as_str())
+            .bind(req.backend.to_string())
+            .bind(req.provider().map(|p| p.to_string()))
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+            hints.push(Hint::RunReady);
+        }
+        query("UPDATE sessions SET status = $2, pending = $3, last_seq = $4, updated_at = $5 WHERE id = $1")
+            .bind(session.id.as_str())
+            .bind(decision.status.as_str())
+            .bind(serde_json::to_string(&decision.pending)?)
+            .bind(last_seq as i64)
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+        hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
+        hints.committed(&session.id, &events);
+        Ok(events)
+    }
 
-        /// Sets session bindings (key, value) inside `tx`: the one upsert behind both the
-        /// fenced commit's bindings and an admission's. A key given twice takes its last value
-        /// (one multi-row upsert may not touch a row twice on PostgreSQL).
-        pub(crate) async fn write_bindings(
-            tx: &mut WriteTx<DB>,
-            session: &SessionId,
-            bindings: &[(String, String)],
-            now: i64,
-        ) -> Result<()> {
-            let last: std::collections::BTreeMap<&str, &str> =
-                bindings.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            let rows: Vec<(&str, &str)> = last.into_iter().collect();
-            for chunk in rows.chunks(super::INSERT_CHUNK) {
-                let mut q = sqlx::query(super::upsert_bindings_sql(chunk.len()));
-                for (key, value) in chunk {
-                    q = q.bind(session.as_str()).bind(*key).bind(*value).bind(now);
-                }
-                q.execute(&mut **tx).await?;
+    /// Sets session bindings (key, value) inside `tx`: the one upsert behind both the
+    /// fenced commit's bindings and an admission's. A key given twice takes its last value
+    /// (one multi-row upsert may not touch a row twice on PostgreSQL).
+    pub(crate) async fn write_bindings(
+        tx: &mut WriteTx<E>,
+        session: &SessionId,
+        bindings: &[(String, String)],
+        now: i64,
+    ) -> Result<()> {
+        let last: std::collections::BTreeMap<&str, &str> =
+            bindings.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let rows: Vec<(&str, &str)> = last.into_iter().collect();
+        for chunk in rows.chunks(super::INSERT_CHUNK) {
+            let mut q = query(super::upsert_bindings_sql(chunk.len()));
+            for (key, value) in chunk {
+                q = q.bind(session.as_str()).bind(*key).bind(*value).bind(now);
             }
-            Ok(())
+            q.execute(&mut **tx).await?;
         }
+        Ok(())
+    }
 
-        async fn session_row(&self, id: &SessionId) -> Result<SessionRow> {
-            sqlx::query_as::<DB, SessionRow>(concat!("SELECT ", session_cols!(), " FROM sessions WHERE id = $1 AND deleted_at IS NULL"))
-                .bind(id.as_str())
-                .fetch_optional(&*self.reader().await?)
-                .await?
-                .ok_or_else(|| StoreError::not_found("session", id))
-        }
+    async fn session_row(&self, id: &SessionId) -> Result<SessionRow> {
+        query_as::<SessionRow>(concat!(
+            "SELECT ",
+            session_cols!(),
+            " FROM sessions WHERE id = $1 AND deleted_at IS NULL"
+        ))
+        .bind(id.as_str())
+        .fetch_optional(&mut *self.reader().await?)
+        .await?
+        .ok_or_else(|| StoreError::not_found("session", id))
     }
 }
 
@@ -175,244 +177,246 @@ fn refuse_if_running(s: &Session) -> Result<()> {
     Ok(())
 }
 
-engine_impl! {
-    #[async_trait]
-    impl Sessions for SqlStore {
-        async fn create_session(&self, new: NewSession) -> Result<(Session, Vec<Event>)> {
-            let id = new.id;
-            let mut tx = self.begin_write().await?;
-            let now = Self::now(&mut tx).await?;
-            let mut snapshot = new.snapshot;
-            for resource in &mut snapshot.resources {
-                resource.created_at = Timestamp(now);
+#[async_trait]
+impl<E: Engine> Sessions for SqlStore<E> {
+    async fn create_session(&self, new: NewSession) -> Result<(Session, Vec<Event>)> {
+        let id = new.id;
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        let mut snapshot = new.snapshot;
+        for resource in &mut snapshot.resources {
+            resource.created_at = Timestamp(now);
+        }
+        let agent = &snapshot.agent;
+        let env = query_as::<GuardRow>(
+            "SELECT CAST(0 AS BIGINT) AS version, archived_at, deleted_at FROM environments WHERE id = $1",
+        )
+        .bind(new.environment_id.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        match env {
+            None | Some(GuardRow { deleted_at: Some(_), .. }) => {
+                return Err(StoreError::not_found("environment", &new.environment_id));
             }
-            let agent = &snapshot.agent;
-            let env = sqlx::query_as::<DB, GuardRow>(
-                "SELECT CAST(0 AS BIGINT) AS version, archived_at, deleted_at FROM environments WHERE id = $1",
-            )
-            .bind(new.environment_id.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-            match env {
-                None | Some(GuardRow { deleted_at: Some(_), .. }) => {
-                    return Err(StoreError::not_found("environment", &new.environment_id));
-                }
-                Some(GuardRow { archived_at: Some(_), .. }) => {
-                    return Err(StoreError::Guard(Guard::EnvironmentArchived(new.environment_id.to_string())));
-                }
-                Some(_) => {}
+            Some(GuardRow { archived_at: Some(_), .. }) => {
+                return Err(StoreError::Guard(Guard::EnvironmentArchived(new.environment_id.to_string())));
             }
-            sqlx::query(
-                "INSERT INTO sessions (id, environment_id, agent_id, agent_version, snapshot, title, metadata, status, pending, \
-                 env_state, env_host, last_seq, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, 'idle', '[]', 'none', NULL, 0, $8, $8)",
-            )
+            Some(_) => {}
+        }
+        query(
+            "INSERT INTO sessions (id, environment_id, agent_id, agent_version, snapshot, title, metadata, status, pending, \
+             env_state, env_host, last_seq, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'idle', '[]', 'none', NULL, 0, $8, $8)",
+        )
+        .bind(id.as_str())
+        .bind(new.environment_id.as_str())
+        .bind(agent.id.as_str())
+        .bind(i64::from(agent.version))
+        .bind(serde_json::to_string(&snapshot)?)
+        .bind(new.title.clone())
+        .bind(serde_json::to_string(&new.metadata)?)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| {
+            if e.is_unique_violation() { StoreError::Guard(Guard::SessionExists(id.to_string())) } else { e.into() }
+        })?;
+        let mut hints = Hints::default();
+        let events = if new.initial_inputs.is_empty() {
+            Vec::new()
+        } else {
+            let row = Self::lock_session(&mut tx, &id).await?;
+            Self::admit_locked(&mut tx, row, new.initial_inputs, now, &mut hints).await?
+        };
+        // A conflict here returns before `finish`: the session, its inputs and every
+        // write roll back together.
+        Self::apply_admission_writes(&mut tx, &id, &new.writes, now).await?;
+        let session = Self::lock_session(&mut tx, &id).await?.into_session()?;
+        self.finish(tx, hints).await?;
+        Ok((session, events))
+    }
+
+    async fn get_session(&self, id: &SessionId) -> Result<Session> {
+        self.session_row(id).await?.into_session()
+    }
+
+    async fn update_session(&self, id: &SessionId, patch: SessionPatch) -> Result<Session> {
+        let mut tx = self.begin_write().await?;
+        let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
+        let mut s = row.into_session()?;
+        if let Some(title) = patch.title {
+            s.title = title;
+        }
+        if let Some(metadata) = patch.metadata {
+            s.metadata = metadata;
+        }
+        query("UPDATE sessions SET title = $2, metadata = $3, updated_at = $4 WHERE id = $1")
             .bind(id.as_str())
-            .bind(new.environment_id.as_str())
-            .bind(agent.id.as_str())
-            .bind(i64::from(agent.version))
+            .bind(s.title.clone())
+            .bind(serde_json::to_string(&s.metadata)?)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        self.finish(tx, Hints::default()).await?;
+        self.get_session(id).await
+    }
+
+    async fn list_sessions(&self, filter: &SessionFilter, page: &PageRequest) -> Result<Page<Session>> {
+        let scan = Scan::plan(page);
+        let sql = if scan.ascending { E::LIST_SESSIONS_ASC } else { E::LIST_SESSIONS_DESC };
+        let (bound_at, bound_id) = scan.bound_parts();
+        let c = filter.created;
+        let rows = query_as::<SessionRow>(sql)
+            .bind(filter.include_archived)
+            .bind(filter.agent_id.as_ref().map(|a| a.to_string()))
+            .bind(filter.agent_version.map(i64::from))
+            .bind(statuses_param(filter))
+            .bind(c.gt.map(|t| t.0))
+            .bind(c.gte.map(|t| t.0))
+            .bind(c.lt.map(|t| t.0))
+            .bind(c.lte.map(|t| t.0))
+            .bind(bound_at)
+            .bind(bound_id)
+            .bind(scan.fetch)
+            .fetch_all(&mut *self.reader().await?)
+            .await?;
+        let sessions = rows.into_iter().map(SessionRow::into_session).collect::<Result<Vec<_>>>()?;
+        Ok(paginate(page, sessions, |s| Keyset { at: s.created_at.0, id: s.id.to_string() }))
+    }
+
+    async fn archive_session(&self, id: &SessionId) -> Result<Session> {
+        let mut tx = self.begin_write().await?;
+        let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
+        let s = row.into_session()?;
+        refuse_if_running(&s)?;
+        query("UPDATE sessions SET archived_at = COALESCE(archived_at, $2), updated_at = $2 WHERE id = $1")
+            .bind(id.as_str())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        self.finish(tx, Hints::default()).await?;
+        self.get_session(id).await
+    }
+
+    async fn delete_session(&self, id: &SessionId) -> Result<()> {
+        let mut tx = self.begin_write().await?;
+        let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
+        let s = row.into_session()?;
+        refuse_if_running(&s)?;
+        let events = Self::append_events(
+            &mut tx,
+            id,
+            s.last_seq,
+            vec![NewEvent::new(EventPayload::SessionDeleted {})],
+            now,
+            None,
+        )
+        .await?;
+        let last_seq = s.last_seq + events.len() as u64;
+        query(
+            "UPDATE sessions SET deleted_at = $2, updated_at = $2, env_state = $3, pending = '[]', last_seq = $4 WHERE id = $1",
+        )
+        .bind(id.as_str())
+        .bind(now)
+        .bind(EnvironmentState::Released.as_str())
+        .bind(last_seq as i64)
+        .execute(&mut *tx)
+        .await?;
+        query("UPDATE runs SET state = $2, updated_at = $3 WHERE session_id = $1 AND state = 'queued'")
+            .bind(id.as_str())
+            .bind(RunState::Cancelled.as_str())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        // Its work item ends: an unheld one at once, a held one through its executor (the
+        // next heartbeat answers `stopping`).
+        query(
+            "UPDATE work_items SET state = CASE WHEN state = 'queued' THEN 'stopped' ELSE 'stopping' END, \
+             stopped_at = CASE WHEN state = 'queued' THEN $2 ELSE stopped_at END, \
+             stop_requested_at = COALESCE(stop_requested_at, $2) \
+             WHERE session_id = $1 AND state IN ('queued', 'starting', 'active')",
+        )
+        .bind(id.as_str())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let mut hints = Hints::default();
+        hints.push(Hint::SessionAdvanced(id.clone(), last_seq));
+        hints.committed(id, &events);
+        self.finish(tx, hints).await
+    }
+
+    async fn transition_environment(
+        &self,
+        id: &SessionId,
+        from: &[EnvironmentState],
+        to: EnvironmentState,
+    ) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
+        let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
+        let s = row.into_session()?;
+        if !from.contains(&s.environment_state) {
+            return Ok(false);
+        }
+        if !s.environment_state.may_become(to) {
+            return Err(StoreError::Guard(Guard::EnvironmentTransition {
+                session: id.to_string(),
+                from: s.environment_state.as_str(),
+                to: to.as_str(),
+            }));
+        }
+        query("UPDATE sessions SET env_state = $2, updated_at = $3 WHERE id = $1")
+            .bind(id.as_str())
+            .bind(to.as_str())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        self.finish(tx, Hints::default()).await?;
+        Ok(true)
+    }
+
+    async fn bindings(&self, id: &SessionId) -> Result<std::collections::BTreeMap<String, String>> {
+        let rows =
+            query_as::<(String, String)>("SELECT key, value FROM session_bindings WHERE session_id = $1 ORDER BY key")
+                .bind(id.as_str())
+                .fetch_all(&mut *self.reader().await?)
+                .await?;
+        Ok(rows.into_iter().collect())
+    }
+
+    async fn replace_snapshot(&self, id: &SessionId, snapshot: SessionSnapshot) -> Result<Session> {
+        let mut tx = self.begin_write().await?;
+        let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
+        if row.last_seq > 0 {
+            return Err(StoreError::Guard(Guard::SessionStarted(id.to_string())));
+        }
+        query("UPDATE sessions SET snapshot = $2, agent_id = $3, agent_version = $4, updated_at = $5 WHERE id = $1")
+            .bind(id.as_str())
             .bind(serde_json::to_string(&snapshot)?)
-            .bind(new.title.clone())
-            .bind(serde_json::to_string(&new.metadata)?)
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| {
-                if DB::is_unique_violation(&e) { StoreError::Guard(Guard::SessionExists(id.to_string())) } else { e.into() }
-            })?;
-            let mut hints = Hints::default();
-            let events = if new.initial_inputs.is_empty() {
-                Vec::new()
-            } else {
-                let row = Self::lock_session(&mut tx, &id).await?;
-                Self::admit_locked(&mut tx, row, new.initial_inputs, now, &mut hints).await?
-            };
-            // A conflict here returns before `finish`: the session, its inputs and every
-            // write roll back together.
-            Self::apply_admission_writes(&mut tx, &id, &new.writes, now).await?;
-            let session = Self::lock_session(&mut tx, &id).await?.into_session()?;
-            self.finish(tx, hints).await?;
-            Ok((session, events))
-        }
-
-        async fn get_session(&self, id: &SessionId) -> Result<Session> {
-            self.session_row(id).await?.into_session()
-        }
-
-        async fn update_session(&self, id: &SessionId, patch: SessionPatch) -> Result<Session> {
-            let mut tx = self.begin_write().await?;
-            let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
-            let mut s = row.into_session()?;
-            if let Some(title) = patch.title {
-                s.title = title;
-            }
-            if let Some(metadata) = patch.metadata {
-                s.metadata = metadata;
-            }
-            sqlx::query("UPDATE sessions SET title = $2, metadata = $3, updated_at = $4 WHERE id = $1")
-                .bind(id.as_str())
-                .bind(s.title.clone())
-                .bind(serde_json::to_string(&s.metadata)?)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-            self.finish(tx, Hints::default()).await?;
-            self.get_session(id).await
-        }
-
-        async fn list_sessions(&self, filter: &SessionFilter, page: &PageRequest) -> Result<Page<Session>> {
-            let scan = Scan::plan(page);
-            let sql = if scan.ascending { DB::LIST_SESSIONS_ASC } else { DB::LIST_SESSIONS_DESC };
-            let (bound_at, bound_id) = scan.bound_parts();
-            let c = filter.created;
-            let rows = sqlx::query_as::<DB, SessionRow>(sql)
-                .bind(filter.include_archived)
-                .bind(filter.agent_id.as_ref().map(|a| a.to_string()))
-                .bind(filter.agent_version.map(i64::from))
-                .bind(statuses_param(filter))
-                .bind(c.gt.map(|t| t.0))
-                .bind(c.gte.map(|t| t.0))
-                .bind(c.lt.map(|t| t.0))
-                .bind(c.lte.map(|t| t.0))
-                .bind(bound_at)
-                .bind(bound_id)
-                .bind(scan.fetch)
-                .fetch_all(&*self.reader().await?)
-                .await?;
-            let sessions = rows.into_iter().map(SessionRow::into_session).collect::<Result<Vec<_>>>()?;
-            Ok(paginate(page, sessions, |s| Keyset { at: s.created_at.0, id: s.id.to_string() }))
-        }
-
-        async fn archive_session(&self, id: &SessionId) -> Result<Session> {
-            let mut tx = self.begin_write().await?;
-            let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
-            let s = row.into_session()?;
-            refuse_if_running(&s)?;
-            sqlx::query("UPDATE sessions SET archived_at = COALESCE(archived_at, $2), updated_at = $2 WHERE id = $1")
-                .bind(id.as_str())
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-            self.finish(tx, Hints::default()).await?;
-            self.get_session(id).await
-        }
-
-        async fn delete_session(&self, id: &SessionId) -> Result<()> {
-            let mut tx = self.begin_write().await?;
-            let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
-            let s = row.into_session()?;
-            refuse_if_running(&s)?;
-            let events = Self::append_events(
-                &mut tx,
-                id,
-                s.last_seq,
-                vec![NewEvent::new(EventPayload::SessionDeleted {})],
-                now,
-                None,
-            )
-            .await?;
-            let last_seq = s.last_seq + events.len() as u64;
-            sqlx::query(
-                "UPDATE sessions SET deleted_at = $2, updated_at = $2, env_state = $3, pending = '[]', last_seq = $4 WHERE id = $1",
-            )
-            .bind(id.as_str())
-            .bind(now)
-            .bind(EnvironmentState::Released.as_str())
-            .bind(last_seq as i64)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query("UPDATE runs SET state = $2, updated_at = $3 WHERE session_id = $1 AND state = 'queued'")
-                .bind(id.as_str())
-                .bind(RunState::Cancelled.as_str())
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-            // Its work item ends: an unheld one at once, a held one through its executor (the
-            // next heartbeat answers `stopping`).
-            sqlx::query(
-                "UPDATE work_items SET state = CASE WHEN state = 'queued' THEN 'stopped' ELSE 'stopping' END, \
-                 stopped_at = CASE WHEN state = 'queued' THEN $2 ELSE stopped_at END, \
-                 stop_requested_at = COALESCE(stop_requested_at, $2) \
-                 WHERE session_id = $1 AND state IN ('queued', 'starting', 'active')",
-            )
-            .bind(id.as_str())
+            .bind(snapshot.agent.id.as_str())
+            .bind(i64::from(snapshot.agent.version))
             .bind(now)
             .execute(&mut *tx)
             .await?;
-            let mut hints = Hints::default();
-            hints.push(Hint::SessionAdvanced(id.clone(), last_seq));
-            hints.committed(id, &events);
-            self.finish(tx, hints).await
-        }
+        self.finish(tx, Hints::default()).await?;
+        self.get_session(id).await
+    }
 
-        async fn transition_environment(
-            &self,
-            id: &SessionId,
-            from: &[EnvironmentState],
-            to: EnvironmentState,
-        ) -> Result<bool> {
-            let mut tx = self.begin_write().await?;
-            let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
-            let s = row.into_session()?;
-            if !from.contains(&s.environment_state) {
-                return Ok(false);
-            }
-            if !s.environment_state.may_become(to) {
-                return Err(StoreError::Guard(Guard::EnvironmentTransition {
-                    session: id.to_string(),
-                    from: s.environment_state.as_str(),
-                    to: to.as_str(),
-                }));
-            }
-            sqlx::query("UPDATE sessions SET env_state = $2, updated_at = $3 WHERE id = $1")
-                .bind(id.as_str())
-                .bind(to.as_str())
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-            self.finish(tx, Hints::default()).await?;
-            Ok(true)
-        }
-
-        async fn bindings(&self, id: &SessionId) -> Result<std::collections::BTreeMap<String, String>> {
-            let rows = sqlx::query_as::<DB, (String, String)>(
-                "SELECT key, value FROM session_bindings WHERE session_id = $1 ORDER BY key",
-            )
-            .bind(id.as_str())
-            .fetch_all(&*self.reader().await?)
-            .await?;
-            Ok(rows.into_iter().collect())
-        }
-
-        async fn replace_snapshot(&self, id: &SessionId, snapshot: SessionSnapshot) -> Result<Session> {
-            let mut tx = self.begin_write().await?;
-            let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
-            if row.last_seq > 0 {
-                return Err(StoreError::Guard(Guard::SessionStarted(id.to_string())));
-            }
-            sqlx::query("UPDATE sessions SET snapshot = $2, agent_id = $3, agent_version = $4, updated_at = $5 WHERE id = $1")
-                .bind(id.as_str())
-                .bind(serde_json::to_string(&snapshot)?)
-                .bind(snapshot.agent.id.as_str())
-                .bind(i64::from(snapshot.agent.version))
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-            self.finish(tx, Hints::default()).await?;
-            self.get_session(id).await
-        }
-
-        async fn submit_inputs(&self, id: &SessionId, inputs: Vec<NewEvent>, writes: AdmissionWrites) -> Result<Vec<Event>> {
-            let mut tx = self.begin_write().await?;
-            let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
-            let mut hints = Hints::default();
-            let events = Self::admit_locked(&mut tx, row, inputs, now, &mut hints).await?;
-            // Refused inputs returned above; a conflicting write returns here. Either way the
-            // transaction is dropped uncommitted and nothing of the admission remains.
-            Self::apply_admission_writes(&mut tx, id, &writes, now).await?;
-            self.finish(tx, hints).await?;
-            Ok(events)
-        }
+    async fn submit_inputs(
+        &self,
+        id: &SessionId,
+        inputs: Vec<NewEvent>,
+        writes: AdmissionWrites,
+    ) -> Result<Vec<Event>> {
+        let mut tx = self.begin_write().await?;
+        let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
+        let mut hints = Hints::default();
+        let events = Self::admit_locked(&mut tx, row, inputs, now, &mut hints).await?;
+        // Refused inputs returned above; a conflicting write returns here. Either way the
+        // transaction is dropped uncommitted and nothing of the admission remains.
+        Self::apply_admission_writes(&mut tx, id, &writes, now).await?;
+        self.finish(tx, hints).await?;
+        Ok(events)
     }
 }
 

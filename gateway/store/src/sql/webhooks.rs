@@ -6,10 +6,10 @@ use async_trait::async_trait;
 use gateway_core::WebhookId;
 use gateway_core::event::Event;
 
-use super::{Hints, engine_impl};
+use super::{Engine, Hints, SqlStore, query, query_as};
 use crate::error::{Result, StoreError};
 use crate::rows::{FeedRow, WebhookRow};
-use crate::sql::write::WriteTx;
+use crate::sql::WriteTx;
 use crate::{EndpointOrigin, FEED_KINDS, NewDelivery, NewEndpoint, WebhookEndpoint, Webhooks};
 
 macro_rules! webhook_cols {
@@ -34,163 +34,163 @@ macro_rules! take_feed_sql {
 }
 pub(crate) use take_feed_sql;
 
-engine_impl! {
-    impl SqlStore {
-        /// Feeds the lifecycle events of a transaction's batches (in the transaction).
-        pub(crate) async fn feed_events(tx: &mut WriteTx<DB>, hints: &Hints) -> Result<()> {
-            for (session, events) in hints.batches() {
-                for e in events.iter().filter(|e| FEED_KINDS.contains(&e.kind())) {
-                    sqlx::query("INSERT INTO event_feed (session_id, event_id) VALUES ($1, $2)")
-                        .bind(session.as_str())
-                        .bind(e.id.as_str())
-                        .execute(&mut **tx)
-                        .await?;
-                }
+impl<E: Engine> SqlStore<E> {
+    /// Feeds the lifecycle events of a transaction's batches (in the transaction).
+    pub(crate) async fn feed_events(tx: &mut WriteTx<E>, hints: &Hints) -> Result<()> {
+        for (session, events) in hints.batches() {
+            for e in events.iter().filter(|e| FEED_KINDS.contains(&e.kind())) {
+                query("INSERT INTO event_feed (session_id, event_id) VALUES ($1, $2)")
+                    .bind(session.as_str())
+                    .bind(e.id.as_str())
+                    .execute(&mut **tx)
+                    .await?;
             }
-            Ok(())
         }
+        Ok(())
+    }
 
-        async fn webhook_row(tx: &mut WriteTx<DB>, id: &WebhookId) -> Result<WebhookEndpoint> {
-            sqlx::query_as::<DB, WebhookRow>(WEBHOOK_BY_ID)
-                .bind(id.as_str())
-                .fetch_optional(&mut **tx)
-                .await?
-                .ok_or_else(|| StoreError::not_found("webhook endpoint", id))?
-                .into_endpoint()
-        }
+    async fn webhook_row(tx: &mut WriteTx<E>, id: &WebhookId) -> Result<WebhookEndpoint> {
+        query_as::<WebhookRow>(WEBHOOK_BY_ID)
+            .bind(id.as_str())
+            .fetch_optional(&mut **tx)
+            .await?
+            .ok_or_else(|| StoreError::not_found("webhook endpoint", id))?
+            .into_endpoint()
     }
 }
 
-engine_impl! {
-    #[async_trait]
-    impl Webhooks for SqlStore {
-        fn set_event_feed(&self, on: bool) {
-            self.feed.store(on, Ordering::Relaxed);
-        }
+#[async_trait]
+impl<E: Engine> Webhooks for SqlStore<E> {
+    fn set_event_feed(&self, on: bool) {
+        self.feed.store(on, Ordering::Relaxed);
+    }
 
-        async fn put_webhook(&self, e: NewEndpoint) -> Result<WebhookEndpoint> {
-            let mut tx = self.begin_write().await?;
-            let now = Self::now(&mut tx).await?;
-            sqlx::query(
-                "INSERT INTO webhook_endpoints (id, origin, url, secret, event_types, description, status, consecutive_failures, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, 'enabled', 0, $7) \
-                 ON CONFLICT (id) DO UPDATE SET url = excluded.url, secret = excluded.secret, \
-                 event_types = excluded.event_types, description = excluded.description",
-            )
-            .bind(e.id.as_str())
-            .bind(e.origin.as_str())
-            .bind(e.url.as_str())
-            .bind(e.secret.as_str())
-            .bind(serde_json::to_string(&e.event_types)?)
-            .bind(e.description.clone())
-            .bind(now)
-            .execute(&mut *tx)
+    async fn put_webhook(&self, e: NewEndpoint) -> Result<WebhookEndpoint> {
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        query(
+            "INSERT INTO webhook_endpoints (id, origin, url, secret, event_types, description, status, consecutive_failures, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'enabled', 0, $7) \
+             ON CONFLICT (id) DO UPDATE SET url = excluded.url, secret = excluded.secret, \
+             event_types = excluded.event_types, description = excluded.description",
+        )
+        .bind(e.id.as_str())
+        .bind(e.origin.as_str())
+        .bind(e.url.as_str())
+        .bind(e.secret.as_str())
+        .bind(serde_json::to_string(&e.event_types)?)
+        .bind(e.description.clone())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let out = Self::webhook_row(&mut tx, &e.id).await?;
+        self.finish(tx, Hints::default()).await?;
+        Ok(out)
+    }
+
+    async fn prune_config_webhooks(&self, keep: &[WebhookId]) -> Result<()> {
+        let mut tx = self.begin_write().await?;
+        let rows = query_as::<(String,)>("SELECT id FROM webhook_endpoints WHERE origin = 'config'")
+            .fetch_all(&mut *tx)
             .await?;
-            let out = Self::webhook_row(&mut tx, &e.id).await?;
-            self.finish(tx, Hints::default()).await?;
-            Ok(out)
+        for (id,) in rows.into_iter().filter(|(id,)| !keep.iter().any(|k| k.as_str() == id)) {
+            query("DELETE FROM webhook_endpoints WHERE id = $1").bind(id).execute(&mut *tx).await?;
         }
+        self.finish(tx, Hints::default()).await
+    }
 
-        async fn prune_config_webhooks(&self, keep: &[WebhookId]) -> Result<()> {
-            let mut tx = self.begin_write().await?;
-            let rows = sqlx::query_as::<DB, (String,)>("SELECT id FROM webhook_endpoints WHERE origin = 'config'")
-                .fetch_all(&mut *tx)
-                .await?;
-            for (id,) in rows.into_iter().filter(|(id,)| !keep.iter().any(|k| k.as_str() == id)) {
-                sqlx::query("DELETE FROM webhook_endpoints WHERE id = $1").bind(id).execute(&mut *tx).await?;
-            }
-            self.finish(tx, Hints::default()).await
-        }
+    async fn list_webhooks(&self) -> Result<Vec<WebhookEndpoint>> {
+        query_as::<WebhookRow>(concat!("SELECT ", webhook_cols!(), " FROM webhook_endpoints ORDER BY created_at, id"))
+            .fetch_all(&mut *self.reader().await?)
+            .await?
+            .into_iter()
+            .map(WebhookRow::into_endpoint)
+            .collect()
+    }
 
-        async fn list_webhooks(&self) -> Result<Vec<WebhookEndpoint>> {
-            sqlx::query_as::<DB, WebhookRow>(concat!("SELECT ", webhook_cols!(), " FROM webhook_endpoints ORDER BY created_at, id"))
-                .fetch_all(&*self.reader().await?)
-                .await?
-                .into_iter()
-                .map(WebhookRow::into_endpoint)
-                .collect()
-        }
-
-        async fn get_webhook(&self, id: &WebhookId) -> Result<WebhookEndpoint> {
-            sqlx::query_as::<DB, WebhookRow>(WEBHOOK_BY_ID)
-                .bind(id.as_str())
-                .fetch_optional(&*self.reader().await?)
-                .await?
-                .ok_or_else(|| StoreError::not_found("webhook endpoint", id))?
-                .into_endpoint()
-        }
-
-        async fn delete_webhook(&self, id: &WebhookId) -> Result<bool> {
-            let mut tx = self.begin_write().await?;
-            let gone = sqlx::query_as::<DB, (String,)>("DELETE FROM webhook_endpoints WHERE id = $1 RETURNING id")
-                .bind(id.as_str())
-                .fetch_optional(&mut *tx)
-                .await?;
-            self.finish(tx, Hints::default()).await?;
-            Ok(gone.is_some())
-        }
-
-        async fn set_webhook_enabled(&self, id: &WebhookId, enabled: bool) -> Result<WebhookEndpoint> {
-            let mut tx = self.begin_write().await?;
-            let now = Self::now(&mut tx).await?;
-            sqlx::query(
-                "UPDATE webhook_endpoints SET status = $2, consecutive_failures = 0, \
-                 disabled_at = CASE WHEN $2 = 'enabled' THEN NULL ELSE COALESCE(disabled_at, $3) END WHERE id = $1",
-            )
+    async fn get_webhook(&self, id: &WebhookId) -> Result<WebhookEndpoint> {
+        query_as::<WebhookRow>(WEBHOOK_BY_ID)
             .bind(id.as_str())
-            .bind(if enabled { "enabled" } else { "disabled" })
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-            let out = Self::webhook_row(&mut tx, id).await?;
-            self.finish(tx, Hints::default()).await?;
-            Ok(out)
-        }
+            .fetch_optional(&mut *self.reader().await?)
+            .await?
+            .ok_or_else(|| StoreError::not_found("webhook endpoint", id))?
+            .into_endpoint()
+    }
 
-        async fn record_webhook_attempt(&self, id: &WebhookId, ok: bool, disable_after: u32) -> Result<WebhookEndpoint> {
-            let mut tx = self.begin_write().await?;
-            let now = Self::now(&mut tx).await?;
-            if ok {
-                sqlx::query("UPDATE webhook_endpoints SET consecutive_failures = 0 WHERE id = $1")
-                    .bind(id.as_str())
-                    .execute(&mut *tx)
-                    .await?;
-            } else {
-                sqlx::query(
-                    "UPDATE webhook_endpoints SET consecutive_failures = consecutive_failures + 1, \
-                     status = CASE WHEN consecutive_failures + 1 >= $2 THEN 'disabled' ELSE status END, \
-                     disabled_at = CASE WHEN consecutive_failures + 1 >= $2 THEN COALESCE(disabled_at, $3) ELSE disabled_at END \
-                     WHERE id = $1",
-                )
+    async fn delete_webhook(&self, id: &WebhookId) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
+        let gone = query_as::<(String,)>("DELETE FROM webhook_endpoints WHERE id = $1 RETURNING id")
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+        self.finish(tx, Hints::default()).await?;
+        Ok(gone.is_some())
+    }
+
+    async fn set_webhook_enabled(&self, id: &WebhookId, enabled: bool) -> Result<WebhookEndpoint> {
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        query(
+            "UPDATE webhook_endpoints SET status = $2, consecutive_failures = 0, \
+             disabled_at = CASE WHEN $2 = 'enabled' THEN NULL ELSE COALESCE(disabled_at, $3) END WHERE id = $1",
+        )
+        .bind(id.as_str())
+        .bind(if enabled { "enabled" } else { "disabled" })
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let out = Self::webhook_row(&mut tx, id).await?;
+        self.finish(tx, Hints::default()).await?;
+        Ok(out)
+    }
+
+    async fn record_webhook_attempt(&self, id: &WebhookId, ok: bool, disable_after: u32) -> Result<WebhookEndpoint> {
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        if ok {
+            query("UPDATE webhook_endpoints SET consecutive_failures = 0 WHERE id = $1")
                 .bind(id.as_str())
-                .bind(i64::from(disable_after))
-                .bind(now)
                 .execute(&mut *tx)
                 .await?;
-            }
-            let out = Self::webhook_row(&mut tx, id).await?;
-            self.finish(tx, Hints::default()).await?;
-            Ok(out)
+        } else {
+            query(
+                "UPDATE webhook_endpoints SET consecutive_failures = consecutive_failures + 1, \
+                 status = CASE WHEN consecutive_failures + 1 >= $2 THEN 'disabled' ELSE status END, \
+                 disabled_at = CASE WHEN consecutive_failures + 1 >= $2 THEN COALESCE(disabled_at, $3) ELSE disabled_at END \
+                 WHERE id = $1",
+            )
+            .bind(id.as_str())
+            .bind(i64::from(disable_after))
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
         }
+        let out = Self::webhook_row(&mut tx, id).await?;
+        self.finish(tx, Hints::default()).await?;
+        Ok(out)
+    }
 
-        async fn fan_out_feed(&self, limit: u32, fan: &(dyn for<'e> Fn(&'e Event) -> Vec<NewDelivery> + Send + Sync)) -> Result<usize> {
-            let mut tx = self.begin_write().await?;
-            let now = Self::now(&mut tx).await?;
-            let rows = sqlx::query_as::<DB, FeedRow>(DB::TAKE_FEED).bind(i64::from(limit.max(1))).fetch_all(&mut *tx).await?;
-            let taken = rows.len();
-            let mut deliveries = Vec::new();
-            for row in rows {
-                sqlx::query("DELETE FROM event_feed WHERE id = $1").bind(row.position).execute(&mut *tx).await?;
-                let event = row.event.into_event()?;
-                deliveries.extend(fan(&event));
-            }
-            if taken == 0 {
-                return Ok(0);
-            }
-            Self::insert_deliveries(&mut tx, deliveries, now).await?;
-            self.finish(tx, Hints::default()).await?;
-            Ok(taken)
+    async fn fan_out_feed(
+        &self,
+        limit: u32,
+        fan: &(dyn for<'e> Fn(&'e Event) -> Vec<NewDelivery> + Send + Sync),
+    ) -> Result<usize> {
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        let rows = query_as::<FeedRow>(E::TAKE_FEED).bind(i64::from(limit.max(1))).fetch_all(&mut *tx).await?;
+        let taken = rows.len();
+        let mut deliveries = Vec::new();
+        for row in rows {
+            query("DELETE FROM event_feed WHERE id = $1").bind(row.position).execute(&mut *tx).await?;
+            let event = row.event.into_event()?;
+            deliveries.extend(fan(&event));
         }
+        if taken == 0 {
+            return Ok(0);
+        }
+        Self::insert_deliveries(&mut tx, deliveries, now).await?;
+        self.finish(tx, Hints::default()).await?;
+        Ok(taken)
     }
 }
 

@@ -14,11 +14,11 @@ use gateway_core::event::{Event, EventPayload, NewEvent, ToolOrigin};
 use gateway_core::session::PendingKind;
 use gateway_core::{EnvironmentId, SessionId, WorkId};
 
-use super::{Hints, engine_impl};
+use super::{Engine, Hints, SqlStore, query, query_as};
 use crate::error::{Guard, Result, StoreError};
 use crate::model::{Keyset, Page, PageRequest, millis};
 use crate::rows::{Scan, WorkItemRow, paginate};
-use crate::sql::write::WriteTx;
+use crate::sql::WriteTx;
 use crate::{Beat, Hint, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
 
 /// Columns of a work item row, in `WorkItemRow` order.
@@ -70,464 +70,490 @@ fn heartbeat_value(now: i64, previous: Option<&str>) -> String {
     }
 }
 
-engine_impl! {
-    impl SqlStore {
-        async fn work_row(tx: &mut WriteTx<DB>, environment: &EnvironmentId, id: &WorkId) -> Result<WorkItem> {
-            sqlx::query_as::<DB, WorkItemRow>(WORK_BY_ID)
-                .bind(id.as_str())
-                .bind(environment.as_str())
-                .fetch_optional(&mut **tx)
-                .await?
-                .ok_or_else(|| StoreError::not_found("work item", id))?
-                .into_item()
-        }
-
-        async fn live_row(tx: &mut WriteTx<DB>, session: &SessionId) -> Result<Option<WorkItem>> {
-            sqlx::query_as::<DB, WorkItemRow>(LIVE_WORK)
-                .bind(session.as_str())
-                .fetch_optional(&mut **tx)
-                .await?
-                .map(WorkItemRow::into_item)
-                .transpose()
-        }
-
-        /// Appends connection events to a locked session and records its new connection.
-        async fn append_connection(
-            tx: &mut WriteTx<DB>,
-            session: &gateway_core::session::Session,
-            status: ConnectionStatus,
-            events: Vec<NewEvent>,
-            now: i64,
-            hints: &mut Hints,
-        ) -> Result<Vec<Event>> {
-            let events = Self::append_events(tx, &session.id, session.last_seq, events, now, None).await?;
-            let last_seq = session.last_seq + events.len() as u64;
-            sqlx::query("UPDATE sessions SET connection = $2, last_seq = $3, updated_at = $4 WHERE id = $1")
-                .bind(session.id.as_str())
-                .bind(status.as_str())
-                .bind(last_seq as i64)
-                .bind(now)
-                .execute(&mut **tx)
-                .await?;
-            hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
-            hints.committed(&session.id, &events);
-            Ok(events)
-        }
-
-        fn connection_event(session: &gateway_core::session::Session, status: ConnectionStatus, error: Option<&str>) -> NewEvent {
-            NewEvent::new(EventPayload::EnvironmentConnection {
-                environment_id: session.environment_id.clone(),
-                status,
-                error: error.map(str::to_owned),
-            })
-        }
-
-        /// Moves `item` to `stopped` (or `stopping`) under the locked session; a held item's
-        /// session becomes disconnected. Returns None if the item was no longer in the state
-        /// read, else whether the session was disconnected.
-        async fn stop_locked(
-            tx: &mut WriteTx<DB>,
-            session: &gateway_core::session::Session,
-            item: &WorkItem,
-            to: WorkState,
-            now: i64,
-            hints: &mut Hints,
-        ) -> Result<Option<bool>> {
-            let stopped_at = (to == WorkState::Stopped).then_some(now);
-            let done = sqlx::query_as::<DB, (String,)>(
-                "UPDATE work_items SET state = $3, stop_requested_at = COALESCE(stop_requested_at, $4), stopped_at = $5 \
-                 WHERE id = $1 AND state = $2 RETURNING id",
-            )
-            .bind(item.id.as_str())
-            .bind(item.state.as_str())
-            .bind(to.as_str())
-            .bind(now)
-            .bind(stopped_at)
+impl<E: Engine> SqlStore<E> {
+    async fn work_row(tx: &mut WriteTx<E>, environment: &EnvironmentId, id: &WorkId) -> Result<WorkItem> {
+        query_as::<WorkItemRow>(WORK_BY_ID)
+            .bind(id.as_str())
+            .bind(environment.as_str())
             .fetch_optional(&mut **tx)
-            .await?;
-            if done.is_none() {
-                return Ok(None);
-            }
-            // A stopping item is still held until its executor stops it; the connection ends
-            // when it is stopped.
-            let disconnect = to == WorkState::Stopped
-                && item.state != WorkState::Queued
-                && session.connection == Some(ConnectionStatus::Connected);
-            if disconnect {
-                let event = Self::connection_event(session, ConnectionStatus::Disconnected, None);
-                Self::append_connection(tx, session, ConnectionStatus::Disconnected, vec![event], now, hints).await?;
-                Self::answer_lost_calls(tx, &session.id, now, hints).await?;
-            }
-            Ok(Some(disconnect))
-        }
+            .await?
+            .ok_or_else(|| StoreError::not_found("work item", id))?
+            .into_item()
+    }
 
-        /// Answers, with an error result, every built-in call of the session that waits for
-        /// its executor, in the transaction that disconnects it: the executor is gone, and the
-        /// call must not run again (invariant 5). Admitted like any answer, so the turn resumes.
-        async fn answer_lost_calls(tx: &mut WriteTx<DB>, session: &SessionId, now: i64, hints: &mut Hints) -> Result<()> {
-            let row = Self::lock_session(tx, session).await?;
-            let pending = row.clone_pending()?;
-            let mut answers = Vec::new();
-            for p in pending.iter().filter(|p| p.kind == PendingKind::ClientResult) {
-                let found = sqlx::query_as::<DB, (String,)>("SELECT payload FROM events WHERE session_id = $1 AND id = $2")
-                    .bind(session.as_str())
-                    .bind(p.event_id.as_str())
-                    .fetch_optional(&mut **tx)
-                    .await?;
-                let Some((payload,)) = found else { continue };
-                if let EventPayload::ToolUse { origin: ToolOrigin::Builtin, .. } = serde_json::from_str(&payload)? {
-                    answers.push(NewEvent::new(EventPayload::ClientToolResult {
-                        tool_use_id: p.event_id.clone(),
-                        content: vec![ContentBlock::text(LOST_CALL)],
-                        is_error: true,
-                        origin: ToolOrigin::Builtin,
-                    }));
-                }
-            }
-            if !answers.is_empty() {
-                Self::admit_locked(tx, row, answers, now, hints).await?;
-            }
-            Ok(())
+    async fn live_row(tx: &mut WriteTx<E>, session: &SessionId) -> Result<Option<WorkItem>> {
+        query_as::<WorkItemRow>(LIVE_WORK)
+            .bind(session.as_str())
+            .fetch_optional(&mut **tx)
+            .await?
+            .map(WorkItemRow::into_item)
+            .transpose()
+    }
+
+    /// Appends connection events to a locked session and records its new connection.
+    async fn append_connection(
+        tx: &mut WriteTx<E>,
+        session: &gateway_core::session::Session,
+        status: ConnectionStatus,
+        events: Vec<NewEvent>,
+        now: i64,
+        hints: &mut Hints,
+    ) -> Result<Vec<Event>> {
+        let events = Self::append_events(tx, &session.id, session.last_seq, events, now, None).await?;
+        let last_seq = session.last_seq + events.len() as u64;
+        query("UPDATE sessions SET connection = $2, last_seq = $3, updated_at = $4 WHERE id = $1")
+            .bind(session.id.as_str())
+            .bind(status.as_str())
+            .bind(last_seq as i64)
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+        hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
+        hints.committed(&session.id, &events);
+        Ok(events)
+    }
+
+    fn connection_event(
+        session: &gateway_core::session::Session,
+        status: ConnectionStatus,
+        error: Option<&str>,
+    ) -> NewEvent {
+        NewEvent::new(EventPayload::EnvironmentConnection {
+            environment_id: session.environment_id.clone(),
+            status,
+            error: error.map(str::to_owned),
+        })
+    }
+
+    /// Moves `item` to `stopped` (or `stopping`) under the locked session; a held item's
+    /// session becomes disconnected. Returns None if the item was no longer in the state
+    /// read, else whether the session was disconnected.
+    async fn stop_locked(
+        tx: &mut WriteTx<E>,
+        session: &gateway_core::session::Session,
+        item: &WorkItem,
+        to: WorkState,
+        now: i64,
+        hints: &mut Hints,
+    ) -> Result<Option<bool>> {
+        let stopped_at = (to == WorkState::Stopped).then_some(now);
+        let done = query_as::<(String,)>(
+            "UPDATE work_items SET state = $3, stop_requested_at = COALESCE(stop_requested_at, $4), stopped_at = $5 \
+             WHERE id = $1 AND state = $2 RETURNING id",
+        )
+        .bind(item.id.as_str())
+        .bind(item.state.as_str())
+        .bind(to.as_str())
+        .bind(now)
+        .bind(stopped_at)
+        .fetch_optional(&mut **tx)
+        .await?;
+        if done.is_none() {
+            return Ok(None);
         }
+        // A stopping item is still held until its executor stops it; the connection ends
+        // when it is stopped.
+        let disconnect = to == WorkState::Stopped
+            && item.state != WorkState::Queued
+            && session.connection == Some(ConnectionStatus::Connected);
+        if disconnect {
+            let event = Self::connection_event(session, ConnectionStatus::Disconnected, None);
+            Self::append_connection(tx, session, ConnectionStatus::Disconnected, vec![event], now, hints).await?;
+            Self::answer_lost_calls(tx, &session.id, now, hints).await?;
+        }
+        Ok(Some(disconnect))
+    }
+
+    /// Answers, with an error result, every built-in call of the session that waits for
+    /// its executor, in the transaction that disconnects it: the executor is gone, and the
+    /// call must not run again (invariant 5). Admitted like any answer, so the turn resumes.
+    async fn answer_lost_calls(tx: &mut WriteTx<E>, session: &SessionId, now: i64, hints: &mut Hints) -> Result<()> {
+        let row = Self::lock_session(tx, session).await?;
+        let pending = row.clone_pending()?;
+        let mut answers = Vec::new();
+        for p in pending.iter().filter(|p| p.kind == PendingKind::ClientResult) {
+            let found = query_as::<(String,)>("SELECT payload FROM events WHERE session_id = $1 AND id = $2")
+                .bind(session.as_str())
+                .bind(p.event_id.as_str())
+                .fetch_optional(&mut **tx)
+                .await?;
+            let Some((payload,)) = found else { continue };
+            if let EventPayload::ToolUse { origin: ToolOrigin::Builtin, .. } = serde_json::from_str(&payload)? {
+                answers.push(NewEvent::new(EventPayload::ClientToolResult {
+                    tool_use_id: p.event_id.clone(),
+                    content: vec![ContentBlock::text(LOST_CALL)],
+                    is_error: true,
+                    origin: ToolOrigin::Builtin,
+                }));
+            }
+        }
+        if !answers.is_empty() {
+            Self::admit_locked(tx, row, answers, now, hints).await?;
+        }
+        Ok(())
     }
 }
 
-engine_impl! {
-    #[async_trait]
-    impl WorkQueue for SqlStore {
-        async fn request_connection(&self, session: &SessionId) -> Result<WorkItem> {
-            let mut tx = self.begin_write().await?;
-            let (row, now) = Self::lock_session_at_now(&mut tx, session).await?;
-            let s = row.into_session()?;
-            if let Some(item) = Self::live_row(&mut tx, session).await? {
-                if item.state.is_held() {
-                    drop(tx);
-                    return Ok(item);
-                }
-                // Still waiting for an executor: announce the request again, nothing else.
-                let mut hints = Hints::default();
-                let ask = NewEvent::new(EventPayload::ConnectionRequested { environment_id: s.environment_id.clone() });
-                Self::append_connection(&mut tx, &s, ConnectionStatus::Pending, vec![ask], now, &mut hints).await?;
-                self.finish(tx, hints).await?;
+#[async_trait]
+impl<E: Engine> WorkQueue for SqlStore<E> {
+    async fn request_connection(&self, session: &SessionId) -> Result<WorkItem> {
+        let mut tx = self.begin_write().await?;
+        let (row, now) = Self::lock_session_at_now(&mut tx, session).await?;
+        let s = row.into_session()?;
+        if let Some(item) = Self::live_row(&mut tx, session).await? {
+            if item.state.is_held() {
+                drop(tx);
                 return Ok(item);
             }
-            let id = WorkId::new();
-            sqlx::query(
-                "INSERT INTO work_items (id, environment_id, session_id, state, metadata, created_at) \
-                 VALUES ($1, $2, $3, 'queued', '{}', $4)",
-            )
-            .bind(id.as_str())
-            .bind(s.environment_id.as_str())
+            // Still waiting for an executor: announce the request again, nothing else.
+            let mut hints = Hints::default();
+            let ask = NewEvent::new(EventPayload::ConnectionRequested { environment_id: s.environment_id.clone() });
+            Self::append_connection(&mut tx, &s, ConnectionStatus::Pending, vec![ask], now, &mut hints).await?;
+            self.finish(tx, hints).await?;
+            return Ok(item);
+        }
+        let id = WorkId::new();
+        query(
+            "INSERT INTO work_items (id, environment_id, session_id, state, metadata, created_at) \
+             VALUES ($1, $2, $3, 'queued', '{}', $4)",
+        )
+        .bind(id.as_str())
+        .bind(s.environment_id.as_str())
+        .bind(session.as_str())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let mut hints = Hints::default();
+        let events = vec![
+            Self::connection_event(&s, ConnectionStatus::Pending, None),
+            NewEvent::new(EventPayload::ConnectionRequested { environment_id: s.environment_id.clone() }),
+        ];
+        Self::append_connection(&mut tx, &s, ConnectionStatus::Pending, events, now, &mut hints).await?;
+        let item = Self::work_row(&mut tx, &s.environment_id, &id).await?;
+        self.finish(tx, hints).await?;
+        Ok(item)
+    }
+
+    async fn live_work(&self, session: &SessionId) -> Result<Option<WorkItem>> {
+        query_as::<WorkItemRow>(LIVE_WORK)
             .bind(session.as_str())
+            .fetch_optional(&mut *self.reader().await?)
+            .await?
+            .map(WorkItemRow::into_item)
+            .transpose()
+    }
+
+    async fn give_up_connection(&self, session: &SessionId, error: &str) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
+        let (row, now) = Self::lock_session_at_now(&mut tx, session).await?;
+        let s = row.into_session()?;
+        let item = Self::live_row(&mut tx, session).await?;
+        if item.as_ref().is_some_and(|i| i.state != WorkState::Queued) {
+            drop(tx);
+            return Ok(false);
+        }
+        let mut hints = Hints::default();
+        if let Some(item) = &item {
+            Self::stop_locked(&mut tx, &s, item, WorkState::Stopped, now, &mut hints).await?;
+        }
+        let event = Self::connection_event(&s, ConnectionStatus::Failed, Some(error));
+        Self::append_connection(&mut tx, &s, ConnectionStatus::Failed, vec![event], now, &mut hints).await?;
+        self.finish(tx, hints).await?;
+        Ok(true)
+    }
+
+    async fn poll_work(
+        &self,
+        environment: &EnvironmentId,
+        worker: Option<&str>,
+        reclaim_after: Duration,
+    ) -> Result<Option<WorkItem>> {
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        if let Some(worker) = worker {
+            query(
+                "INSERT INTO work_pollers (environment_id, worker_id, polled_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (environment_id, worker_id) DO UPDATE SET polled_at = excluded.polled_at",
+            )
+            .bind(environment.as_str())
+            .bind(worker)
             .bind(now)
             .execute(&mut *tx)
             .await?;
-            let mut hints = Hints::default();
-            let events = vec![
-                Self::connection_event(&s, ConnectionStatus::Pending, None),
-                NewEvent::new(EventPayload::ConnectionRequested { environment_id: s.environment_id.clone() }),
-            ];
-            Self::append_connection(&mut tx, &s, ConnectionStatus::Pending, events, now, &mut hints).await?;
-            let item = Self::work_row(&mut tx, &s.environment_id, &id).await?;
-            self.finish(tx, hints).await?;
-            Ok(item)
         }
-
-        async fn live_work(&self, session: &SessionId) -> Result<Option<WorkItem>> {
-            sqlx::query_as::<DB, WorkItemRow>(LIVE_WORK)
-                .bind(session.as_str())
-                .fetch_optional(&*self.reader().await?)
-                .await?
-                .map(WorkItemRow::into_item)
-                .transpose()
-        }
-
-        async fn give_up_connection(&self, session: &SessionId, error: &str) -> Result<bool> {
-            let mut tx = self.begin_write().await?;
-            let (row, now) = Self::lock_session_at_now(&mut tx, session).await?;
-            let s = row.into_session()?;
-            let item = Self::live_row(&mut tx, session).await?;
-            if item.as_ref().is_some_and(|i| i.state != WorkState::Queued) {
-                drop(tx);
-                return Ok(false);
-            }
-            let mut hints = Hints::default();
-            if let Some(item) = &item {
-                Self::stop_locked(&mut tx, &s, item, WorkState::Stopped, now, &mut hints).await?;
-            }
-            let event = Self::connection_event(&s, ConnectionStatus::Failed, Some(error));
-            Self::append_connection(&mut tx, &s, ConnectionStatus::Failed, vec![event], now, &mut hints).await?;
-            self.finish(tx, hints).await?;
-            Ok(true)
-        }
-
-        async fn poll_work(&self, environment: &EnvironmentId, worker: Option<&str>, reclaim_after: Duration) -> Result<Option<WorkItem>> {
-            let mut tx = self.begin_write().await?;
-            let now = Self::now(&mut tx).await?;
-            if let Some(worker) = worker {
-                sqlx::query(
-                    "INSERT INTO work_pollers (environment_id, worker_id, polled_at) VALUES ($1, $2, $3) \
-                     ON CONFLICT (environment_id, worker_id) DO UPDATE SET polled_at = excluded.polled_at",
-                )
-                .bind(environment.as_str())
-                .bind(worker)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-            }
-            let picked = sqlx::query_as::<DB, (String,)>(DB::POLL_WORK)
-                .bind(environment.as_str())
-                .bind(now)
-                .bind(millis(reclaim_after))
-                .fetch_optional(&mut *tx)
-                .await?;
-            let item = match picked {
-                Some((id,)) => {
-                    sqlx::query("UPDATE work_items SET delivered_at = $2, worker_id = $3 WHERE id = $1")
-                        .bind(id.as_str())
-                        .bind(now)
-                        .bind(worker.map(str::to_owned))
-                        .execute(&mut *tx)
-                        .await?;
-                    let id = id.parse::<WorkId>().map_err(StoreError::corrupt)?;
-                    Some(Self::work_row(&mut tx, environment, &id).await?)
-                }
-                None => None,
-            };
-            self.finish(tx, Hints::default()).await?;
-            Ok(item)
-        }
-
-        async fn ack_work(&self, environment: &EnvironmentId, id: &WorkId, lease: Duration) -> Result<WorkItem> {
-            let mut tx = self.begin_write().await?;
-            let item = Self::work_row(&mut tx, environment, id).await?;
-            if item.state != WorkState::Queued {
-                drop(tx);
-                return Err(StoreError::Guard(Guard::WorkState { id: id.to_string(), state: item.state.as_str() }));
-            }
-            let (row, now) = Self::lock_session_at_now(&mut tx, &item.session_id).await?;
-            let s = row.into_session()?;
-            let done = sqlx::query_as::<DB, (String,)>(
-                "UPDATE work_items SET state = 'starting', acknowledged_at = $2, ttl_ms = $3, lease_expires_at = $4 \
-                 WHERE id = $1 AND state = 'queued' RETURNING id",
-            )
-            .bind(id.as_str())
-            .bind(now)
-            .bind(millis(lease))
-            .bind(now + millis(lease))
-            .fetch_optional(&mut *tx)
-            .await?;
-            if done.is_none() {
-                drop(tx);
-                return Err(StoreError::Guard(Guard::WorkState { id: id.to_string(), state: "no longer queued" }));
-            }
-            let mut hints = Hints::default();
-            let event = Self::connection_event(&s, ConnectionStatus::Connected, None);
-            Self::append_connection(&mut tx, &s, ConnectionStatus::Connected, vec![event], now, &mut hints).await?;
-            let item = Self::work_row(&mut tx, environment, id).await?;
-            self.finish(tx, hints).await?;
-            Ok(item)
-        }
-
-        async fn heartbeat_work(&self, environment: &EnvironmentId, id: &WorkId, expected: &str, ttl: Duration) -> Result<Beat> {
-            let mut tx = self.begin_write().await?;
-            let now = Self::now(&mut tx).await?;
-            let item = Self::work_row(&mut tx, environment, id).await?;
-            if matches!(item.state, WorkState::Stopping | WorkState::Stopped) {
-                drop(tx);
-                return Ok(Beat::Ending { item });
-            }
-            let matches = match item.heartbeat.as_deref() {
-                None => expected.is_empty() || expected == NO_HEARTBEAT,
-                Some(last) => last == expected,
-            };
-            if !matches || item.state == WorkState::Queued {
-                drop(tx);
-                return Ok(Beat::Mismatch { item });
-            }
-            let value = heartbeat_value(now, item.heartbeat.as_deref());
-            let done = sqlx::query_as::<DB, (String,)>(
-                "UPDATE work_items SET state = 'active', started_at = COALESCE(started_at, $2), latest_heartbeat_at = $2, \
-                 heartbeat = $3, ttl_ms = $4, lease_expires_at = $5 \
-                 WHERE id = $1 AND state IN ('starting', 'active') AND COALESCE(heartbeat, '') = COALESCE($6, '') RETURNING id",
-            )
-            .bind(id.as_str())
-            .bind(now)
-            .bind(value.as_str())
-            .bind(millis(ttl))
-            .bind(now + millis(ttl))
-            .bind(item.heartbeat.clone())
-            .fetch_optional(&mut *tx)
-            .await?;
-            if done.is_none() {
-                let item = Self::work_row(&mut tx, environment, id).await?;
-                drop(tx);
-                return Ok(Beat::Mismatch { item });
-            }
-            let item = Self::work_row(&mut tx, environment, id).await?;
-            self.finish(tx, Hints::default()).await?;
-            Ok(Beat::Extended { item, ttl })
-        }
-
-        async fn stop_work(&self, environment: &EnvironmentId, id: &WorkId, force: bool) -> Result<Stop> {
-            let mut tx = self.begin_write().await?;
-            let item = Self::work_row(&mut tx, environment, id).await?;
-            if item.state == WorkState::Stopped {
-                drop(tx);
-                return Ok(Stop::AlreadyStopped { item });
-            }
-            let (row, now) = match Self::lock_session_at_now(&mut tx, &item.session_id).await {
-                Ok(locked) => locked,
-                // A deleted session's item.
-                Err(StoreError::NotFound { .. }) => {
-                    let now = Self::now(&mut tx).await?;
-                    sqlx::query(END_ORPHANED).bind(id.as_str()).bind(now).execute(&mut *tx).await?;
-                    let item = Self::work_row(&mut tx, environment, id).await?;
-                    self.finish(tx, Hints::default()).await?;
-                    return Ok(Stop::Done { item, disconnected: false });
-                }
-                Err(e) => return Err(e),
-            };
-            let s = row.into_session()?;
-            let to = if force || item.state == WorkState::Queued || item.state == WorkState::Stopping {
-                WorkState::Stopped
-            } else {
-                WorkState::Stopping
-            };
-            let mut hints = Hints::default();
-            let Some(disconnected) = Self::stop_locked(&mut tx, &s, &item, to, now, &mut hints).await? else {
-                drop(tx);
-                return Err(StoreError::Guard(Guard::WorkState { id: id.to_string(), state: "changing" }));
-            };
-            let item = Self::work_row(&mut tx, environment, id).await?;
-            self.finish(tx, hints).await?;
-            Ok(Stop::Done { item, disconnected })
-        }
-
-        async fn get_work(&self, environment: &EnvironmentId, id: &WorkId) -> Result<WorkItem> {
-            sqlx::query_as::<DB, WorkItemRow>(WORK_BY_ID)
-                .bind(id.as_str())
-                .bind(environment.as_str())
-                .fetch_optional(&*self.reader().await?)
-                .await?
-                .ok_or_else(|| StoreError::not_found("work item", id))?
-                .into_item()
-        }
-
-        async fn update_work_metadata(
-            &self,
-            environment: &EnvironmentId,
-            id: &WorkId,
-            patch: BTreeMap<String, Option<String>>,
-        ) -> Result<WorkItem> {
-            let mut tx = self.begin_write().await?;
-            let mut item = Self::work_row(&mut tx, environment, id).await?;
-            for (k, v) in patch {
-                match v {
-                    Some(v) => item.metadata.insert(k, v),
-                    None => item.metadata.remove(&k),
-                };
-            }
-            sqlx::query("UPDATE work_items SET metadata = $2 WHERE id = $1")
-                .bind(id.as_str())
-                .bind(serde_json::to_string(&item.metadata)?)
-                .execute(&mut *tx)
-                .await?;
-            self.finish(tx, Hints::default()).await?;
-            Ok(item)
-        }
-
-        async fn list_work(&self, environment: &EnvironmentId, page: &PageRequest) -> Result<Page<WorkItem>> {
-            let scan = Scan::plan(page);
-            let sql = if scan.ascending {
-                concat!("SELECT ", work_cols!(), " FROM work_items WHERE environment_id = $1 \
-                         AND ($2 IS NULL OR (created_at, id) > ($2, $3)) ORDER BY created_at ASC, id ASC", crate::sql::limit!(4))
-            } else {
-                concat!("SELECT ", work_cols!(), " FROM work_items WHERE environment_id = $1 \
-                         AND ($2 IS NULL OR (created_at, id) < ($2, $3)) ORDER BY created_at DESC, id DESC", crate::sql::limit!(4))
-            };
-            let (bound_at, bound_id) = scan.bound_parts();
-            let rows = sqlx::query_as::<DB, WorkItemRow>(sql)
-                .bind(environment.as_str())
-                .bind(bound_at)
-                .bind(bound_id)
-                .bind(scan.fetch)
-                .fetch_all(&*self.reader().await?)
-                .await?;
-            let items = rows.into_iter().map(WorkItemRow::into_item).collect::<Result<Vec<_>>>()?;
-            Ok(paginate(page, items, |w| Keyset { at: w.created_at.0, id: w.id.to_string() }))
-        }
-
-        async fn work_stats(&self, environment: &EnvironmentId, polling_window: Duration) -> Result<WorkStats> {
-            let reader = self.reader().await?;
-            let (depth, pending, oldest): (i64, i64, Option<i64>) = sqlx::query_as(
-                "SELECT COALESCE(SUM(CASE WHEN delivered_at IS NULL THEN 1 ELSE 0 END), 0), \
-                        COALESCE(SUM(CASE WHEN delivered_at IS NULL THEN 0 ELSE 1 END), 0), MIN(created_at) \
-                 FROM work_items WHERE environment_id = $1 AND state = 'queued'",
-            )
+        let picked = query_as::<(String,)>(E::POLL_WORK)
             .bind(environment.as_str())
-            .fetch_one(&*reader)
+            .bind(now)
+            .bind(millis(reclaim_after))
+            .fetch_optional(&mut *tx)
             .await?;
-            let (now,): (i64,) = sqlx::query_as(DB::NOW).fetch_one(&*reader).await?;
-            let since = now - millis(polling_window);
-            let (polling,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM work_pollers WHERE environment_id = $1 AND polled_at > $2")
-                .bind(environment.as_str())
-                .bind(since)
-                .fetch_one(&*reader)
-                .await?;
-            let n = |v: i64| u64::try_from(v).map_err(StoreError::corrupt);
-            Ok(WorkStats {
-                depth: n(depth)?,
-                pending: n(pending)?,
-                oldest_queued_at: oldest.map(gateway_core::Timestamp),
-                workers_polling: n(polling)?,
-            })
-        }
-
-        async fn expire_work(&self) -> Result<Vec<SessionId>> {
-            // Read first, on the read pool: the sweep runs every second and mostly finds
-            // nothing, which must cost the single writer nothing. Each lapse is checked again
-            // under the session's lock before it is ended.
-            let lapsed = {
-                let reader = self.reader().await?;
-                let (now,): (i64,) = sqlx::query_as(DB::NOW).fetch_one(&*reader).await?;
-                sqlx::query_as::<DB, (String, String)>(
-                    "SELECT id, environment_id FROM work_items WHERE state IN ('starting', 'active', 'stopping') AND lease_expires_at < $1 \
-                     ORDER BY lease_expires_at LIMIT 100",
-                )
-                .bind(now)
-                .fetch_all(&*reader)
-                .await?
-            };
-            let mut sessions = Vec::new();
-            for (id, environment) in lapsed {
-                let id = id.parse::<WorkId>().map_err(StoreError::corrupt)?;
-                let environment = environment.parse::<EnvironmentId>().map_err(StoreError::corrupt)?;
-                let mut tx = self.begin_write().await?;
-                let item = Self::work_row(&mut tx, &environment, &id).await?;
-                let Ok((row, now)) = Self::lock_session_at_now(&mut tx, &item.session_id).await else {
-                    // A deleted session's item.
-                    let now = Self::now(&mut tx).await?;
-                    sqlx::query(END_ORPHANED).bind(id.as_str()).bind(now).execute(&mut *tx).await?;
-                    self.finish(tx, Hints::default()).await?;
-                    continue;
-                };
-                let s = row.into_session()?;
-                let mut hints = Hints::default();
-                // Checked again under the lock: a beat may have renewed it meanwhile.
-                let still = sqlx::query_as::<DB, (String,)>("SELECT id FROM work_items WHERE id = $1 AND lease_expires_at < $2 AND state <> 'stopped'")
+        let item = match picked {
+            Some((id,)) => {
+                query("UPDATE work_items SET delivered_at = $2, worker_id = $3 WHERE id = $1")
                     .bind(id.as_str())
                     .bind(now)
-                    .fetch_optional(&mut *tx)
+                    .bind(worker.map(str::to_owned))
+                    .execute(&mut *tx)
                     .await?;
-                if still.is_some() && Self::stop_locked(&mut tx, &s, &item, WorkState::Stopped, now, &mut hints).await?.is_some() {
-                    self.finish(tx, hints).await?;
-                    sessions.push(item.session_id);
-                } else {
-                    drop(tx);
-                }
+                let id = id.parse::<WorkId>().map_err(StoreError::corrupt)?;
+                Some(Self::work_row(&mut tx, environment, &id).await?)
             }
-            Ok(sessions)
+            None => None,
+        };
+        self.finish(tx, Hints::default()).await?;
+        Ok(item)
+    }
+
+    async fn ack_work(&self, environment: &EnvironmentId, id: &WorkId, lease: Duration) -> Result<WorkItem> {
+        let mut tx = self.begin_write().await?;
+        let item = Self::work_row(&mut tx, environment, id).await?;
+        if item.state != WorkState::Queued {
+            drop(tx);
+            return Err(StoreError::Guard(Guard::WorkState { id: id.to_string(), state: item.state.as_str() }));
         }
+        let (row, now) = Self::lock_session_at_now(&mut tx, &item.session_id).await?;
+        let s = row.into_session()?;
+        let done = query_as::<(String,)>(
+            "UPDATE work_items SET state = 'starting', acknowledged_at = $2, ttl_ms = $3, lease_expires_at = $4 \
+             WHERE id = $1 AND state = 'queued' RETURNING id",
+        )
+        .bind(id.as_str())
+        .bind(now)
+        .bind(millis(lease))
+        .bind(now + millis(lease))
+        .fetch_optional(&mut *tx)
+        .await?;
+        if done.is_none() {
+            drop(tx);
+            return Err(StoreError::Guard(Guard::WorkState { id: id.to_string(), state: "no longer queued" }));
+        }
+        let mut hints = Hints::default();
+        let event = Self::connection_event(&s, ConnectionStatus::Connected, None);
+        Self::append_connection(&mut tx, &s, ConnectionStatus::Connected, vec![event], now, &mut hints).await?;
+        let item = Self::work_row(&mut tx, environment, id).await?;
+        self.finish(tx, hints).await?;
+        Ok(item)
+    }
+
+    async fn heartbeat_work(
+        &self,
+        environment: &EnvironmentId,
+        id: &WorkId,
+        expected: &str,
+        ttl: Duration,
+    ) -> Result<Beat> {
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        let item = Self::work_row(&mut tx, environment, id).await?;
+        if matches!(item.state, WorkState::Stopping | WorkState::Stopped) {
+            drop(tx);
+            return Ok(Beat::Ending { item });
+        }
+        let matches = match item.heartbeat.as_deref() {
+            None => expected.is_empty() || expected == NO_HEARTBEAT,
+            Some(last) => last == expected,
+        };
+        if !matches || item.state == WorkState::Queued {
+            drop(tx);
+            return Ok(Beat::Mismatch { item });
+        }
+        let value = heartbeat_value(now, item.heartbeat.as_deref());
+        let done = query_as::<(String,)>(
+            "UPDATE work_items SET state = 'active', started_at = COALESCE(started_at, $2), latest_heartbeat_at = $2, \
+             heartbeat = $3, ttl_ms = $4, lease_expires_at = $5 \
+             WHERE id = $1 AND state IN ('starting', 'active') AND COALESCE(heartbeat, '') = COALESCE($6, '') RETURNING id",
+        )
+        .bind(id.as_str())
+        .bind(now)
+        .bind(value.as_str())
+        .bind(millis(ttl))
+        .bind(now + millis(ttl))
+        .bind(item.heartbeat.clone())
+        .fetch_optional(&mut *tx)
+        .await?;
+        if done.is_none() {
+            let item = Self::work_row(&mut tx, environment, id).await?;
+            drop(tx);
+            return Ok(Beat::Mismatch { item });
+        }
+        let item = Self::work_row(&mut tx, environment, id).await?;
+        self.finish(tx, Hints::default()).await?;
+        Ok(Beat::Extended { item, ttl })
+    }
+
+    async fn stop_work(&self, environment: &EnvironmentId, id: &WorkId, force: bool) -> Result<Stop> {
+        let mut tx = self.begin_write().await?;
+        let item = Self::work_row(&mut tx, environment, id).await?;
+        if item.state == WorkState::Stopped {
+            drop(tx);
+            return Ok(Stop::AlreadyStopped { item });
+        }
+        let (row, now) = match Self::lock_session_at_now(&mut tx, &item.session_id).await {
+            Ok(locked) => locked,
+            // A deleted session's item.
+            Err(StoreError::NotFound { .. }) => {
+                let now = Self::now(&mut tx).await?;
+                query(END_ORPHANED).bind(id.as_str()).bind(now).execute(&mut *tx).await?;
+                let item = Self::work_row(&mut tx, environment, id).await?;
+                self.finish(tx, Hints::default()).await?;
+                return Ok(Stop::Done { item, disconnected: false });
+            }
+            Err(e) => return Err(e),
+        };
+        let s = row.into_session()?;
+        let to = if force || item.state == WorkState::Queued || item.state == WorkState::Stopping {
+            WorkState::Stopped
+        } else {
+            WorkState::Stopping
+        };
+        let mut hints = Hints::default();
+        let Some(disconnected) = Self::stop_locked(&mut tx, &s, &item, to, now, &mut hints).await? else {
+            drop(tx);
+            return Err(StoreError::Guard(Guard::WorkState { id: id.to_string(), state: "changing" }));
+        };
+        let item = Self::work_row(&mut tx, environment, id).await?;
+        self.finish(tx, hints).await?;
+        Ok(Stop::Done { item, disconnected })
+    }
+
+    async fn get_work(&self, environment: &EnvironmentId, id: &WorkId) -> Result<WorkItem> {
+        query_as::<WorkItemRow>(WORK_BY_ID)
+            .bind(id.as_str())
+            .bind(environment.as_str())
+            .fetch_optional(&mut *self.reader().await?)
+            .await?
+            .ok_or_else(|| StoreError::not_found("work item", id))?
+            .into_item()
+    }
+
+    async fn update_work_metadata(
+        &self,
+        environment: &EnvironmentId,
+        id: &WorkId,
+        patch: BTreeMap<String, Option<String>>,
+    ) -> Result<WorkItem> {
+        let mut tx = self.begin_write().await?;
+        let mut item = Self::work_row(&mut tx, environment, id).await?;
+        for (k, v) in patch {
+            match v {
+                Some(v) => item.metadata.insert(k, v),
+                None => item.metadata.remove(&k),
+            };
+        }
+        query("UPDATE work_items SET metadata = $2 WHERE id = $1")
+            .bind(id.as_str())
+            .bind(serde_json::to_string(&item.metadata)?)
+            .execute(&mut *tx)
+            .await?;
+        self.finish(tx, Hints::default()).await?;
+        Ok(item)
+    }
+
+    async fn list_work(&self, environment: &EnvironmentId, page: &PageRequest) -> Result<Page<WorkItem>> {
+        let scan = Scan::plan(page);
+        let sql = if scan.ascending {
+            concat!(
+                "SELECT ",
+                work_cols!(),
+                " FROM work_items WHERE environment_id = $1 \
+                     AND ($2 IS NULL OR (created_at, id) > ($2, $3)) ORDER BY created_at ASC, id ASC",
+                crate::sql::limit!(4)
+            )
+        } else {
+            concat!(
+                "SELECT ",
+                work_cols!(),
+                " FROM work_items WHERE environment_id = $1 \
+                     AND ($2 IS NULL OR (created_at, id) < ($2, $3)) ORDER BY created_at DESC, id DESC",
+                crate::sql::limit!(4)
+            )
+        };
+        let (bound_at, bound_id) = scan.bound_parts();
+        let rows = query_as::<WorkItemRow>(sql)
+            .bind(environment.as_str())
+            .bind(bound_at)
+            .bind(bound_id)
+            .bind(scan.fetch)
+            .fetch_all(&mut *self.reader().await?)
+            .await?;
+        let items = rows.into_iter().map(WorkItemRow::into_item).collect::<Result<Vec<_>>>()?;
+        Ok(paginate(page, items, |w| Keyset { at: w.created_at.0, id: w.id.to_string() }))
+    }
+
+    async fn work_stats(&self, environment: &EnvironmentId, polling_window: Duration) -> Result<WorkStats> {
+        let mut reader = self.reader().await?;
+        let (depth, pending, oldest): (i64, i64, Option<i64>) = query_as(
+            "SELECT COALESCE(SUM(CASE WHEN delivered_at IS NULL THEN 1 ELSE 0 END), 0), \
+                    COALESCE(SUM(CASE WHEN delivered_at IS NULL THEN 0 ELSE 1 END), 0), MIN(created_at) \
+             FROM work_items WHERE environment_id = $1 AND state = 'queued'",
+        )
+        .bind(environment.as_str())
+        .fetch_one(&mut *reader)
+        .await?;
+        let (now,): (i64,) = query_as(E::NOW).fetch_one(&mut *reader).await?;
+        let since = now - millis(polling_window);
+        let (polling,): (i64,) =
+            query_as("SELECT COUNT(*) FROM work_pollers WHERE environment_id = $1 AND polled_at > $2")
+                .bind(environment.as_str())
+                .bind(since)
+                .fetch_one(&mut *reader)
+                .await?;
+        let n = |v: i64| u64::try_from(v).map_err(StoreError::corrupt);
+        Ok(WorkStats {
+            depth: n(depth)?,
+            pending: n(pending)?,
+            oldest_queued_at: oldest.map(gateway_core::Timestamp),
+            workers_polling: n(polling)?,
+        })
+    }
+
+    async fn expire_work(&self) -> Result<Vec<SessionId>> {
+        // Read first, on the read pool: the sweep runs every second and mostly finds
+        // nothing, which must cost the single writer nothing. Each lapse is checked again
+        // under the session's lock before it is ended.
+        let lapsed = {
+            let mut reader = self.reader().await?;
+            let (now,): (i64,) = query_as(E::NOW).fetch_one(&mut *reader).await?;
+            query_as::<(String, String)>(
+                "SELECT id, environment_id FROM work_items WHERE state IN ('starting', 'active', 'stopping') AND lease_expires_at < $1 \
+                 ORDER BY lease_expires_at LIMIT 100",
+            )
+            .bind(now)
+            .fetch_all(&mut *reader)
+            .await?
+        };
+        let mut sessions = Vec::new();
+        for (id, environment) in lapsed {
+            let id = id.parse::<WorkId>().map_err(StoreError::corrupt)?;
+            let environment = environment.parse::<EnvironmentId>().map_err(StoreError::corrupt)?;
+            let mut tx = self.begin_write().await?;
+            let item = Self::work_row(&mut tx, &environment, &id).await?;
+            let Ok((row, now)) = Self::lock_session_at_now(&mut tx, &item.session_id).await else {
+                // A deleted session's item.
+                let now = Self::now(&mut tx).await?;
+                query(END_ORPHANED).bind(id.as_str()).bind(now).execute(&mut *tx).await?;
+                self.finish(tx, Hints::default()).await?;
+                continue;
+            };
+            let s = row.into_session()?;
+            let mut hints = Hints::default();
+            // Checked again under the lock: a beat may have renewed it meanwhile.
+            let still = query_as::<(String,)>(
+                "SELECT id FROM work_items WHERE id = $1 AND lease_expires_at < $2 AND state <> 'stopped'",
+            )
+            .bind(id.as_str())
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if still.is_some()
+                && Self::stop_locked(&mut tx, &s, &item, WorkState::Stopped, now, &mut hints).await?.is_some()
+            {
+                self.finish(tx, hints).await?;
+                sessions.push(item.session_id);
+            } else {
+                drop(tx);
+            }
+        }
+        Ok(sessions)
     }
 }

@@ -18,7 +18,7 @@ use gateway_core::ids::SessionId;
 use super::STALL_BEFORE_COMMIT;
 
 const CHILD: &str = "GATEWAY_TEST_STALLED_COMMIT_DB";
-const NAME: &str = "sql::write::fault_tests::a_batch_killed_before_its_commit_acknowledged_nothing";
+const NAME: &str = "sql::sqlite::writer::fault_tests::a_batch_killed_before_its_commit_acknowledged_nothing";
 const WRITES: usize = 8;
 
 async fn open(path: &str) -> Arc<dyn Store> {

@@ -1,22 +1,24 @@
 //! SQLite: the embedded default. One file in WAL mode, `synchronous=FULL` so a commit is on
-//! disk before the client hears "accepted", a single writer connection (writers are
-//! serialized anyway; one connection avoids busy retries inside this process), and a pool of
-//! readers that WAL lets run beside it.
+//! disk before the client hears "accepted", a single writer connection whose concurrent
+//! writes share transactions and fsyncs (`writer.rs`), and read-only connections that WAL
+//! lets read beside it (`conn.rs`). Statements run on the calling thread, without a thread
+//! hop each (ADR 0014).
 //!
 //! The database holds every transcript, so its files are private to the gateway's user
 //! whatever the umask: the file is created 0600 before SQLite opens it (SQLite gives the
 //! `-wal` and `-shm` files the database file's mode), a missing parent directory is created
 //! 0700, and files of an earlier version left readable by others are tightened.
 
+mod conn;
+mod writer;
+
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::Sqlite;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::SqliteConnectOptions;
 
 use super::documents::claim_documents_sql;
 use super::events::list_events_sql;
@@ -25,11 +27,15 @@ use super::runs::claim_candidate_sql;
 use super::sessions::list_sessions_sql;
 use super::webhooks::take_feed_sql;
 use super::work::poll_work_sql;
-use super::write::Writer;
-use super::{Engine, SqlStore};
+use super::{Db, Engine, Hints, SqlStore};
 use crate::error::{Result, StoreError};
 use crate::wake::Wakeups;
 use crate::{Store, StoreOptions};
+use conn::{Reader, Readers};
+use writer::{WriteTx, Writer};
+
+/// The SQLite engine.
+pub struct Sqlite;
 
 pub type SqliteStore = SqlStore<Sqlite>;
 
@@ -46,7 +52,6 @@ impl Engine for Sqlite {
     const NAME: &'static str = "sqlite";
     const NOW: &'static str = concat!("SELECT ", now_ms!());
     const IN_PROCESS_CLOCK: bool = true;
-    const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     // BEGIN IMMEDIATE already holds the database's write lock for the whole transaction.
     const LOCK_SESSION: &'static str =
         concat!("SELECT ", super::session_cols!(), " FROM sessions WHERE id = $1 AND deleted_at IS NULL");
@@ -78,57 +83,67 @@ impl Engine for Sqlite {
     const RUN_PRESENCE: &'static str = "SELECT CASE WHEN state = 'running' THEN 'running' WHEN started THEN 'retrying' ELSE 'queued' END \
          FROM runs WHERE session_id = $1 AND state IN ('running', 'queued')";
     const NOTIFY: Option<&'static str> = None;
+
+    type Conn = rusqlite::Connection;
+    type Db = SqliteDb;
+}
+
+/// The open SQLite database: the writer and the readers.
+pub struct SqliteDb {
+    path: PathBuf,
+    writer: Writer,
+    readers: Readers,
+}
+
+impl Db for SqliteDb {
+    type Conn = rusqlite::Connection;
+    type Reader<'a> = Reader<'a>;
+    type Tx = WriteTx;
+
+    async fn reader(&self) -> Result<Reader<'_>> {
+        self.readers.take()
+    }
+
+    async fn begin(&self) -> Result<WriteTx> {
+        self.writer.begin().await
+    }
+
+    async fn commit(&self, tx: WriteTx, hints: Hints) -> Result<()> {
+        self.writer.commit(tx, hints).await
+    }
+
+    async fn sync(&self) -> Result<()> {
+        self.writer.sync().await
+    }
+
+    fn lateness(&self) -> std::time::Duration {
+        // Reads never wait here: they run on the calling thread.
+        self.writer.lateness()
+    }
 }
 
 impl SqliteStore {
     /// Opens (creating if needed) the database file a `sqlite:` URL names.
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self> {
-        let base = SqliteConnectOptions::from_str(url)
-            .map_err(|e| StoreError::Unavailable(format!("bad SQLite URL: {e}")))?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
-        if on_disk(url) {
-            private_files(base.get_filename())?;
+        let parsed =
+            SqliteConnectOptions::from_str(url).map_err(|e| StoreError::Unavailable(format!("bad SQLite URL: {e}")))?;
+        if !on_disk(url) {
+            return Err(StoreError::Unavailable(format!(
+                "{url:?}: the SQLite store needs a database file it can write (not in memory, not read-only)"
+            )));
         }
-        let write = SqlitePoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(options.acquire_timeout)
-            .connect_with(base.clone())
-            .await?;
-        // Readers only read: they leave the journal mode to the writer (opened first, it made
-        // the database WAL), and all of them are opened now, so none is opened under load.
-        let read_options = SqliteConnectOptions::from_str(url)
-            .map_err(|e| StoreError::Unavailable(format!("bad SQLite URL: {e}")))?
-            .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true)
-            .read_only(true);
-        let readers = options.max_connections.max(1);
-        // No ping before each read: a local file's connection cannot go stale the way a
-        // network connection can, and each ping is a round trip to the connection's thread.
-        let read = SqlitePoolOptions::new()
-            .max_connections(readers)
-            .min_connections(readers)
-            .test_before_acquire(false)
-            .acquire_timeout(options.acquire_timeout)
-            .connect_with(read_options)
-            .await?;
+        let path = parsed.get_filename().to_path_buf();
+        private_files(&path)?;
         let wake = Arc::new(Wakeups::new(options.wakeups));
-        let background = tokio_util::sync::CancellationToken::new();
-        // One writer connection: concurrent writes share its transactions and fsyncs.
-        let writer =
-            Writer::grouped(write.clone(), <Sqlite as Engine>::BEGIN_WRITE, background.clone(), Arc::clone(&wake));
+        // The writer first: it creates the file and makes it WAL, which the readers need.
+        let write = conn::open(&path, true)?;
+        let readers = Readers::open(&path, options.max_connections as usize)?;
+        let writer = Writer::start(write, Arc::clone(&wake))?;
         Ok(SqlStore {
-            read_gate: SqlStore::read_gate(&read),
-            read_wait: Default::default(),
-            feed: Default::default(),
-            read,
-            write,
-            writer,
+            db: SqliteDb { path, writer, readers },
             wake,
-            background,
+            background: tokio_util::sync::CancellationToken::new(),
+            feed: Default::default(),
         })
     }
 }
@@ -179,32 +194,41 @@ fn private_files(db: &Path) -> Result<()> {
 #[async_trait]
 impl Store for SqliteStore {
     async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&*self.reader().await?).await?;
+        let mut reader = self.reader().await?;
+        super::query("SELECT 1").execute(&mut *reader).await?;
         Ok(())
     }
 
     async fn sync(&self) -> Result<()> {
-        self.writer.sync().await
+        self.db.writer.sync().await
     }
 
     fn wakeups(&self) -> Arc<Wakeups> {
         Arc::clone(&self.wake)
     }
 
+    /// Runs sqlx's migrator on a connection of its own, so databases of earlier versions
+    /// (migrated by sqlx, which kept the store's connections then) keep their history.
     async fn migrate(&self) -> Result<()> {
-        MIGRATOR.run(&self.write).await?;
+        let options = SqliteConnectOptions::new()
+            .filename(&self.db.path)
+            .foreign_keys(true)
+            .busy_timeout(std::time::Duration::from_secs(10));
+        let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(1).connect_with(options).await?;
+        let migrated = MIGRATOR.run(&pool).await;
+        pool.close().await;
+        migrated?;
         Ok(())
     }
 
     async fn close(&self) {
         self.background.cancel();
-        self.writer.stop().await;
-        self.write.close().await;
-        self.read.close().await;
+        self.db.writer.stop().await;
+        self.db.readers.close();
     }
 
     fn engine(&self) -> &'static str {
-        <Sqlite as Engine>::NAME
+        Sqlite::NAME
     }
 }
 
