@@ -98,10 +98,13 @@ pub struct Fence {
 }
 
 /// A successful claim.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Claim {
     pub fence: Fence,
     pub run: Run,
+    /// The session as the claim left it (read under the claim's lock, its `last_seq` past the
+    /// turn start the claim committed): the turn starts from it without reading it again.
+    pub session: crate::session::Session,
     /// The run's input boundary, fixed by its first claim (see `turn`).
     pub inputs_through: u64,
     /// The session environment lives on a host that is gone; the run must fail with

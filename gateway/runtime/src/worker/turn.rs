@@ -56,16 +56,7 @@ pub(super) async fn execute(w: &Arc<Shared>, claim: Claim, held: &Held) {
     if run.cancel_requested {
         return settle_now(vec![ended(StopReason::Interrupted)], RunOutcome::Cancelled).await;
     }
-    let session = match w.store.get_session(&claim.fence.session_id).await {
-        Ok(s) => s,
-        Err(StoreError::NotFound { .. }) => {
-            return settle_now(vec![], RunOutcome::Cancelled).await;
-        }
-        Err(e) => {
-            warn!(error = %e, "cannot load the session; leaving the run to be reclaimed");
-            return;
-        }
-    };
+    let session = claim.session.clone();
     let Some(backend) = w.backends.get(&run.backend).cloned() else {
         let msg = format!("backend {} is not available in this process", run.backend);
         return settle_now(

@@ -502,6 +502,10 @@ pub async fn batched_claims_take_one_run_per_session_and_start_their_turns(h: &d
         assert_eq!(last.payload, EventPayload::TurnStarted { inputs_through: c.inputs_through }, "{log:?}");
         assert_eq!((last.run_id.as_ref(), last.epoch), (Some(&c.fence.run_id), Some(c.fence.epoch)));
         assert_eq!(c.inputs_through, last.seq - 1, "the boundary is the last input before the claim");
+        // The turn starts from the session the claim hands over, without reading it again.
+        let stored = s.get_session(&c.fence.session_id).await.unwrap();
+        assert_eq!(c.session.last_seq, last.seq, "the claim's session is past its turn start");
+        assert_eq!(c.session, stored, "the claim's session is the stored one");
     }
     assert!(s.claim_runs(&worker("w", "h"), terms(10_000), 10).await.unwrap().is_empty());
 }

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use gateway_core::event::{Event, EventPayload, NewEvent, StopReason};
 use gateway_core::run::{Claim, Fence, Run, RunState, WorkerOffer};
 use gateway_core::session::{PendingAction, SessionStatus};
-use gateway_core::{RunId, SessionId};
+use gateway_core::{RunId, SessionId, Timestamp};
 
 use super::WriteTx;
 use super::{Engine, Hints, SqlStore, query, query_as, run_cols};
@@ -124,7 +124,7 @@ impl<E: Engine> SqlStore<E> {
             Err(e) => return Err(e.into()),
         };
         let now = locked.now_ms.max(locked.row.updated_at);
-        let session = locked.row.into_session()?;
+        let mut session = locked.row.into_session()?;
         let was_started = candidate.run.started;
         let environment_lost = candidate.env_host.as_deref().is_some_and(|h| h != offer.host);
         let claimed = query_as::<RunRow>(concat!(
@@ -185,8 +185,10 @@ impl<E: Engine> SqlStore<E> {
                 .await?;
             hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
             hints.committed(&session.id, &events);
+            session.last_seq = last_seq;
+            session.updated_at = Timestamp::from_millis(now);
         }
-        Ok(Some(Claim { fence, run, inputs_through, environment_lost }))
+        Ok(Some(Claim { fence, run, session, inputs_through, environment_lost }))
     }
 
     /// Whether the session's latest turn boundary is a `turn_started` of `run` (not yet
