@@ -403,10 +403,20 @@ impl<E: Engine> RunQueue for SqlStore<E> {
             RunOutcome::Retry { after } => now + millis(*after),
             _ => now,
         };
-        let settled = query_as::<(String,)>(
+        // A terminated session's waiting runs end with it (before the settlement, whose
+        // statement then also tells whether any run still waits: one round trip less).
+        if matches!(settlement.outcome, RunOutcome::Terminated) {
+            query("UPDATE runs SET state = 'cancelled', updated_at = $2 WHERE session_id = $1 AND state = 'queued'")
+                .bind(session.id.as_str())
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+        }
+        let settled = query_as::<(i64,)>(
             "UPDATE runs SET state = $4, lease_owner = NULL, lease_expires_at = NULL, available_at = $5, \
              attempt = attempt + $6, cancel_requested = FALSE, updated_at = $7 \
-             WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3 AND state = 'running' RETURNING id",
+             WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3 AND state = 'running' \
+             RETURNING (SELECT COUNT(*) FROM runs q WHERE q.session_id = runs.session_id AND q.id <> runs.id AND q.state = 'queued')",
         )
         .bind(fence.run_id.as_str())
         .bind(fence.owner.as_str())
@@ -417,24 +427,15 @@ impl<E: Engine> RunQueue for SqlStore<E> {
         .bind(now)
         .fetch_optional(&mut *tx)
         .await?;
-        if settled.is_none() {
+        let Some((others_queued,)) = settled else {
             return Err(Self::fenced(&mut tx, fence).await);
-        }
+        };
+        // A run settled for a retry waits again itself.
+        let queued = others_queued > 0 || state == RunState::Queued;
         Self::write_bindings(&mut tx, &session.id, &settlement.bindings, now).await?;
         let mut hints = Hints::default();
-        if matches!(settlement.outcome, RunOutcome::Terminated) {
-            query("UPDATE runs SET state = 'cancelled', updated_at = $2 WHERE session_id = $1 AND state = 'queued'")
-                .bind(session.id.as_str())
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-        }
-        let (queued,): (i64,) = query_as("SELECT COUNT(*) FROM runs WHERE session_id = $1 AND state = 'queued'")
-            .bind(session.id.as_str())
-            .fetch_one(&mut *tx)
-            .await?;
-        let (status, pending) = session_after(&settlement.outcome, queued > 0);
-        if queued > 0 {
+        let (status, pending) = session_after(&settlement.outcome, queued);
+        if queued {
             hints.push(Hint::RunReady);
         }
         let events = Self::append_events(
