@@ -200,7 +200,7 @@ impl Store for SqliteStore {
     }
 
     async fn sync(&self) -> Result<()> {
-        self.db.writer.sync().await
+        self.db.sync().await
     }
 
     fn wakeups(&self) -> Arc<Wakeups> {

@@ -50,7 +50,7 @@ enum Ask {
 /// The writer of a SQLite store, with its committer thread.
 pub(crate) struct Writer {
     batch: Arc<Mutex<Batch>>,
-    ask: std::sync::Mutex<mpsc::Sender<Ask>>,
+    ask: mpsc::Sender<Ask>,
     committer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     /// How long writes take from `begin` to durable: the store's backlog, seen by admission
     /// (`lateness`). Under load it is the queue in front of the writer plus the batch's
@@ -105,16 +105,11 @@ impl Writer {
                 .spawn(move || commit_batches(&batch, &asks, &wake))
                 .map_err(|e| StoreError::Unavailable(format!("cannot start the SQLite committer: {e}")))?
         };
-        Ok(Self {
-            batch,
-            ask: std::sync::Mutex::new(ask),
-            committer: std::sync::Mutex::new(Some(committer)),
-            wait: Default::default(),
-        })
+        Ok(Self { batch, ask, committer: std::sync::Mutex::new(Some(committer)), wait: Default::default() })
     }
 
     fn ask(&self, what: Ask) {
-        let _ = self.ask.lock().unwrap_or_else(|p| p.into_inner()).send(what);
+        let _ = self.ask.send(what);
     }
 
     /// Starts a write.
