@@ -21,6 +21,10 @@
 //!   saturated: `Store::lateness`, how long reads wait for a place and writes take to be
 //!   durable). Past `max_lag_ms` for either, inputs that would start a turn are refused, so
 //!   the turns already accepted keep their latency instead of all of them timing out together.
+//!   Lateness counts only while the process itself is busy ([`BUSY_CORES`] of its own CPU,
+//!   [`Load::cpu`]): a process that runs late while using little CPU is starved by its
+//!   neighbours (CPU steal, a stalled disk, another program), not overloaded by its clients,
+//!   and refusing them would not make it any less late (ADR 0015).
 //!
 //! Beyond any bound the answer is [`Busy`] at once, which each face maps once, at its edge,
 //! to its protocol's overload answer with the retry hint. Nothing accepted is ever dropped:
@@ -74,6 +78,14 @@ impl Default for AdmissionLimits {
 
 /// How often the lag probe wakes.
 pub const LAG_EVERY: Duration = Duration::from_millis(10);
+
+/// How often the process's own CPU use is read (every this many lag probes).
+const CPU_EVERY: u32 = 10;
+
+/// The CPU the process must be using itself (in cores, moving average) before its lateness
+/// counts as an overload. Well below what one overloaded process takes (a core or more: the
+/// SQLite writer alone keeps one busy), well above an idle or lightly loaded one.
+pub const BUSY_CORES: f64 = 0.5;
 
 /// Which bound refused the work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +147,8 @@ pub struct Load {
     oldest_ms: AtomicU64,
     /// The moving average of the lag probe, in microseconds.
     lag_us: AtomicU64,
+    /// The moving average of the process's own CPU use, in thousandths of a core.
+    cpu_milli: AtomicU64,
     metrics: Arc<Metrics>,
 }
 
@@ -146,6 +160,7 @@ impl Load {
             queued: AtomicU64::new(0),
             oldest_ms: AtomicU64::new(0),
             lag_us: AtomicU64::new(0),
+            cpu_milli: AtomicU64::new(0),
             metrics,
         }
     }
@@ -169,9 +184,12 @@ impl Load {
 
     /// Measures how late this process's tasks run, until `stop`: a task that sleeps
     /// [`LAG_EVERY`] and records how much later than that it woke, averaged over about 16
-    /// wakes (so one slow poll is not an overload, a saturated second is).
+    /// wakes (so one slow poll is not an overload, a saturated second is). Every
+    /// [`CPU_EVERY`] wakes it also reads the CPU the process has used, averaged over about
+    /// four readings (half a second).
     pub async fn measure_lag(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
-        loop {
+        let mut last = (Instant::now(), own_cpu());
+        for wake in 1u32.. {
             let start = Instant::now();
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -180,7 +198,21 @@ impl Load {
             let late = start.elapsed().saturating_sub(LAG_EVERY).as_micros() as u64;
             let avg = self.lag_us.load(Ordering::Relaxed);
             self.lag_us.store(avg - avg / 16 + late / 16, Ordering::Relaxed);
+            if wake % CPU_EVERY == 0 {
+                let now = (Instant::now(), own_cpu());
+                let wall = now.0.duration_since(last.0).as_micros().max(1);
+                let used = now.1.saturating_sub(last.1).as_micros();
+                let milli = (used * 1000 / wall) as u64;
+                let avg = self.cpu_milli.load(Ordering::Relaxed);
+                self.cpu_milli.store(avg - avg / 4 + milli / 4, Ordering::Relaxed);
+                last = now;
+            }
         }
+    }
+
+    /// The CPU the process used lately, in cores (moving average of the probe's readings).
+    pub fn cpu(&self) -> f64 {
+        self.cpu_milli.load(Ordering::Relaxed) as f64 / 1000.0
     }
 
     /// The lag probe's moving average.
@@ -206,7 +238,8 @@ impl Load {
     }
 
     /// Refuses a new turn while too many runs wait to be claimed (as of the last sample), or
-    /// while the process or its store is saturated. Never waits.
+    /// while the process or its store runs late because of the process's own work (it is
+    /// using at least [`BUSY_CORES`]). Never waits.
     pub fn check_queue(&self, store: &dyn Store) -> Result<(), Busy> {
         if self.queued.load(Ordering::Relaxed) >= self.limits.max_queued_runs {
             return Err(self.busy(BusyCause::QueuedRuns, self.limits.max_queued_runs));
@@ -215,7 +248,7 @@ impl Load {
         if oldest > self.limits.max_queue_wait {
             return Err(self.busy(BusyCause::QueueWait, self.limits.max_queue_wait.as_millis() as u64));
         }
-        if self.lag().max(store.lateness()) > self.limits.max_lag {
+        if self.lag().max(store.lateness()) > self.limits.max_lag && self.cpu() >= BUSY_CORES {
             return Err(self.busy(BusyCause::Saturated, self.limits.max_lag.as_millis() as u64));
         }
         Ok(())
@@ -225,6 +258,16 @@ impl Load {
     pub fn requests_in_flight(&self) -> usize {
         self.limits.max_requests.max(1) - self.requests.available_permits()
     }
+}
+
+/// The CPU time this process has used so far (user and system, every thread).
+fn own_cpu() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) else { return Duration::ZERO };
+    let micros = |t: nix::sys::time::TimeVal| {
+        Duration::new(t.tv_sec().max(0) as u64, 0) + Duration::from_micros(t.tv_usec().max(0) as u64)
+    };
+    micros(usage.user_time()) + micros(usage.system_time())
 }
 
 #[cfg(test)]
@@ -247,10 +290,13 @@ mod tests {
         assert!(metrics.render().contains("gateway_admissions_refused_total{cause=\"requests\"} 1\n"));
     }
 
-    #[test]
-    fn a_saturated_process_refuses_new_turns_until_it_recovers() {
+    /// Runs `stall` on a current-thread runtime with a lag probe, 60 times, and returns
+    /// whether a new turn is refused afterwards; then checks the process recovers. One at a
+    /// time: the probe reads the whole process's CPU.
+    fn admitted_after(stall: impl Fn()) -> Result<(), Busy> {
         use gateway_store::conformance::Harness;
-        // One thread, blocked again and again: what a saturated process looks like to its tasks.
+        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             let store = gateway_store::conformance::harness::SqliteHarness::new(true).fresh().await;
@@ -261,16 +307,37 @@ mod tests {
             assert!(load.check_queue(store.as_ref()).is_ok(), "idle: admitted");
             for _ in 0..60 {
                 tokio::time::sleep(Duration::from_millis(1)).await;
-                std::thread::sleep(Duration::from_millis(30));
+                stall();
             }
-            let busy = load.check_queue(store.as_ref()).expect_err("saturated: refused");
-            assert_eq!(busy.cause, BusyCause::Saturated);
-            assert!(busy.to_string().contains("runs more than 10 ms late"), "{busy}");
+            assert!(load.lag() > Duration::from_millis(10), "the tasks ran late: {:?}", load.lag());
+            let verdict = load.check_queue(store.as_ref());
             tokio::time::sleep(Duration::from_secs(2)).await;
             assert!(load.lag() < Duration::from_millis(10), "the average decays: {:?}", load.lag());
             assert!(load.check_queue(store.as_ref()).is_ok(), "recovered: admitted again");
             stop.cancel();
             probe.await.unwrap();
-        });
+            verdict
+        })
+    }
+
+    #[test]
+    fn a_process_saturated_by_its_own_work_refuses_new_turns_until_it_recovers() {
+        // One thread kept busy again and again: what a saturated process looks like to its tasks.
+        let busy = admitted_after(|| {
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_millis(30) {
+                std::hint::spin_loop();
+            }
+        })
+        .expect_err("saturated: refused");
+        assert_eq!(busy.cause, BusyCause::Saturated);
+        assert!(busy.to_string().contains("runs more than 10 ms late"), "{busy}");
+    }
+
+    #[test]
+    fn a_process_late_because_it_is_starved_admits_new_turns() {
+        // The thread blocked without using CPU: what CPU steal, a stalled disk or a busy
+        // neighbour look like to the tasks. Refusing clients would not help; they are admitted.
+        admitted_after(|| std::thread::sleep(Duration::from_millis(30))).expect("starved, not saturated: admitted");
     }
 }
