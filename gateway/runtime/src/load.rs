@@ -71,7 +71,7 @@ impl Default for AdmissionLimits {
             max_queued_runs: 10_000,
             retry_after: Duration::from_secs(1),
             max_queue_wait: Duration::from_secs(2),
-            max_lag: Duration::from_millis(100),
+            max_lag: Duration::from_millis(50),
         }
     }
 }
