@@ -264,10 +264,10 @@ impl Load {
 fn own_cpu() -> Duration {
     use nix::sys::resource::{UsageWho, getrusage};
     let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) else { return Duration::ZERO };
-    let micros = |t: nix::sys::time::TimeVal| {
+    let duration = |t: nix::sys::time::TimeVal| {
         Duration::new(t.tv_sec().max(0) as u64, 0) + Duration::from_micros(t.tv_usec().max(0) as u64)
     };
-    micros(usage.user_time()) + micros(usage.system_time())
+    duration(usage.user_time()) + duration(usage.system_time())
 }
 
 #[cfg(test)]
@@ -322,12 +322,20 @@ mod tests {
 
     #[test]
     fn a_process_saturated_by_its_own_work_refuses_new_turns_until_it_recovers() {
-        // One thread kept busy again and again: what a saturated process looks like to its tasks.
-        let busy = admitted_after(|| {
+        // The runtime's thread kept busy again and again, a second thread with it (so that CPU
+        // steal on a shared machine cannot take the process below half a core): what a
+        // saturated process looks like to its tasks.
+        let spin = || {
             let t = Instant::now();
             while t.elapsed() < Duration::from_millis(30) {
                 std::hint::spin_loop();
             }
+        };
+        let busy = admitted_after(|| {
+            std::thread::scope(|s| {
+                s.spawn(spin);
+                spin();
+            })
         })
         .expect_err("saturated: refused");
         assert_eq!(busy.cause, BusyCause::Saturated);
