@@ -29,6 +29,9 @@ const SWEEP_MIN: usize = 1024;
 /// The in-process wake-up hub of one store.
 pub struct Wakeups {
     enabled: bool,
+    /// The first line of every NOTIFY payload this hub's store sends (`o:` and a random tag),
+    /// so that its listener can tell its own commits coming back from other processes'.
+    origin: String,
     /// A generation counter bumped by every run-ready hint.
     runs: watch::Sender<u64>,
     sessions: Mutex<HashMap<SessionId, watch::Sender<Tip>>>,
@@ -77,8 +80,13 @@ impl Hint {
 
 impl Wakeups {
     pub fn new(enabled: bool) -> Self {
+        let mut tag = [0u8; 8];
+        // Without the OS random source a clash is only a lost echo filter, never a lost hint:
+        // an all-zero tag is still distinct from every other process's random one.
+        let _ = getrandom::fill(&mut tag);
         Self {
             enabled,
+            origin: format!("o:{:016x}", u64::from_be_bytes(tag)),
             runs: watch::channel(0).0,
             sessions: Mutex::new(HashMap::new()),
             sweep_at: std::sync::atomic::AtomicUsize::new(SWEEP_MIN),
@@ -89,6 +97,27 @@ impl Wakeups {
 
     pub fn enabled(&self) -> bool {
         self.enabled
+    }
+
+    /// The NOTIFY payload that carries a commit's hints to other processes: this hub's
+    /// origin line, then one line per hint.
+    pub fn notify_payload(&self, hints: &[Hint]) -> String {
+        std::iter::once(self.origin.clone()).chain(hints.iter().map(Hint::encode)).collect::<Vec<_>>().join("\n")
+    }
+
+    /// Delivers a NOTIFY payload, unless this hub's own store sent it: those hints were
+    /// delivered here when their commit returned, and a second run-ready hint would send a
+    /// Worker to claim again for nothing (five statements on PostgreSQL, every turn). Lines
+    /// this version does not know are skipped, so processes of other versions can share a
+    /// database.
+    pub fn deliver_notified(&self, payload: &str) {
+        let mut lines = payload.lines().peekable();
+        if lines.peek() == Some(&self.origin.as_str()) {
+            return;
+        }
+        for hint in lines.filter_map(Hint::decode) {
+            self.deliver(&hint);
+        }
     }
 
     /// Delivers a hint to local waiters (no-op when wake-ups are disabled).
@@ -145,8 +174,7 @@ impl Wakeups {
         let map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(tx) = map.get(session) {
             tx.send_if_modified(|cur| {
-                // Also fill in the batch when our own NOTIFY, looping back through the
-                // listener, announced this seq first.
+                // Also fill in the batch of a seq already announced without one.
                 let better = last > cur.seq || (last == cur.seq && cur.batch.is_none());
                 if better {
                     *cur = Tip { seq: last, batch: Some(Arc::clone(&batch)) };
@@ -237,6 +265,22 @@ mod tests {
         }
         assert_eq!(Hint::decode("s:nope:1"), None);
         assert_eq!(Hint::decode("x"), None);
+    }
+
+    #[test]
+    fn a_hub_skips_its_own_notifications_and_delivers_other_processes() {
+        let ours = Wakeups::new(true);
+        let theirs = Wakeups::new(true);
+        let payload = ours.notify_payload(&[Hint::RunReady]);
+        let (mine, mut other) = (ours.watch_runs(), theirs.watch_runs());
+        ours.deliver_notified(&payload);
+        assert!(!mine.has_changed().unwrap(), "our own commit, already delivered here, is not delivered again");
+        theirs.deliver_notified(&payload);
+        assert!(other.has_changed().unwrap(), "another process's commit wakes this one");
+        other.borrow_and_update();
+        // A payload of an older version (no origin line) is still delivered.
+        ours.deliver_notified("r");
+        assert!(mine.has_changed().unwrap());
     }
 
     #[tokio::test]

@@ -257,8 +257,8 @@ impl<E: Engine> SqlStore<E> {
             Self::feed_events(&mut tx, &hints).await?;
         }
         if let Some(sql) = E::NOTIFY.filter(|_| self.wake.enabled() && !hints.hints.is_empty()) {
-            // One NOTIFY for the whole transaction: hints joined by newlines.
-            let payload = hints.hints.iter().map(Hint::encode).collect::<Vec<_>>().join("\n");
+            // One NOTIFY for the whole transaction.
+            let payload = self.wake.notify_payload(&hints.hints);
             query(sql).bind(WAKE_CHANNEL).bind(payload).execute(&mut *tx).await?;
         }
         self.db.commit(tx, hints).await

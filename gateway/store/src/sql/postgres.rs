@@ -23,7 +23,7 @@ use super::webhooks::take_feed_sql;
 use super::work::poll_work_sql;
 use super::{Db, Engine, Hints, SqlStore, WAKE_CHANNEL};
 use crate::error::{Result, StoreError};
-use crate::wake::{Hint, Wakeups};
+use crate::wake::Wakeups;
 use crate::{Store, StoreOptions};
 
 /// The PostgreSQL engine.
@@ -300,13 +300,7 @@ async fn listen(mut listener: PgListener, wake: Arc<Wakeups>, stop: Cancellation
         tokio::select! {
             _ = stop.cancelled() => return,
             n = listener.try_recv() => match n {
-                Ok(Some(n)) => {
-                    for line in n.payload().lines() {
-                        if let Some(h) = Hint::decode(line) {
-                            wake.deliver(&h);
-                        }
-                    }
-                }
+                Ok(Some(n)) => wake.deliver_notified(n.payload()),
                 Ok(None) => {
                     tracing::warn!("wake-up listener lost its connection; reconnecting");
                     wake.deliver_all();
