@@ -81,9 +81,9 @@ impl Hint {
 impl Wakeups {
     pub fn new(enabled: bool) -> Self {
         let mut tag = [0u8; 8];
-        // Without the OS random source a clash is only a lost echo filter, never a lost hint:
-        // an all-zero tag is still distinct from every other process's random one.
-        let _ = getrandom::fill(&mut tag);
+        // Two processes with one tag would skip each other's hints (as ids, `gateway_core::ids`,
+        // the OS random source failing is not recoverable).
+        getrandom::fill(&mut tag).expect("operating system random source unavailable");
         Self {
             enabled,
             origin: format!("o:{:016x}", u64::from_be_bytes(tag)),
