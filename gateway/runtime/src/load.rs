@@ -220,7 +220,8 @@ impl Load {
         Duration::from_micros(self.lag_us.load(Ordering::Relaxed))
     }
 
-    /// Counts the runs waiting to be claimed every [`SAMPLE_EVERY`], until `stop`. A store
+    /// Counts the runs waiting to be claimed every [`SAMPLE_EVERY`], and copies what the
+    /// saturation bound reads into the metrics, until `stop`. A store
     /// that cannot count keeps the last figures: it is not a reason to refuse, and the
     /// admissions that follow meet the same store and report it properly.
     pub async fn sample_queue(self: Arc<Self>, store: Arc<dyn Store>, stop: tokio_util::sync::CancellationToken) {
@@ -230,6 +231,10 @@ impl Load {
                 self.oldest_ms.store(q.oldest_wait.as_millis() as u64, Ordering::Relaxed);
                 self.metrics.runs_queued.store(q.queued as i64, Ordering::Relaxed);
             }
+            // What the saturation bound reads, for operators wondering why turns are refused.
+            let late = self.lag().max(store.lateness()).as_micros() as u64;
+            self.metrics.lateness_us.store(late, Ordering::Relaxed);
+            self.metrics.cpu_milli.store(self.cpu_milli.load(Ordering::Relaxed), Ordering::Relaxed);
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(SAMPLE_EVERY) => {}
@@ -291,9 +296,9 @@ mod tests {
     }
 
     /// Runs `stall` on a current-thread runtime with a lag probe, 60 times, and returns
-    /// whether a new turn is refused afterwards; then checks the process recovers. One at a
-    /// time: the probe reads the whole process's CPU.
-    fn admitted_after(stall: impl Fn()) -> Result<(), Busy> {
+    /// whether a new turn is refused afterwards, with the metrics as they were then; then
+    /// checks the process recovers. One at a time: the probe reads the whole process's CPU.
+    fn admitted_after(stall: impl Fn()) -> (Result<(), Busy>, String) {
         use gateway_store::conformance::Harness;
         static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -301,9 +306,11 @@ mod tests {
         rt.block_on(async {
             let store = gateway_store::conformance::harness::SqliteHarness::new(true).fresh().await;
             let limits = AdmissionLimits { max_lag: Duration::from_millis(10), ..Default::default() };
-            let load = Arc::new(Load::new(limits, Arc::new(Metrics::default())));
+            let metrics = Arc::new(Metrics::default());
+            let load = Arc::new(Load::new(limits, Arc::clone(&metrics)));
             let stop = tokio_util::sync::CancellationToken::new();
             let probe = tokio::spawn(Arc::clone(&load).measure_lag(stop.clone()));
+            let sampler = tokio::spawn(Arc::clone(&load).sample_queue(Arc::clone(&store), stop.clone()));
             assert!(load.check_queue(store.as_ref()).is_ok(), "idle: admitted");
             for _ in 0..60 {
                 tokio::time::sleep(Duration::from_millis(1)).await;
@@ -311,13 +318,21 @@ mod tests {
             }
             assert!(load.lag() > Duration::from_millis(10), "the tasks ran late: {:?}", load.lag());
             let verdict = load.check_queue(store.as_ref());
+            let seen = metrics.render();
             tokio::time::sleep(Duration::from_secs(2)).await;
             assert!(load.lag() < Duration::from_millis(10), "the average decays: {:?}", load.lag());
             assert!(load.check_queue(store.as_ref()).is_ok(), "recovered: admitted again");
             stop.cancel();
             probe.await.unwrap();
-            verdict
+            sampler.await.unwrap();
+            (verdict, seen)
         })
+    }
+
+    /// The value of an unlabelled series in a Prometheus text exposition.
+    fn series(text: &str, name: &str) -> f64 {
+        let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("no {name}"));
+        line[name.len() + 1..].parse().unwrap()
     }
 
     #[test]
@@ -331,21 +346,27 @@ mod tests {
                 std::hint::spin_loop();
             }
         };
-        let busy = admitted_after(|| {
+        let (verdict, metrics) = admitted_after(|| {
             std::thread::scope(|s| {
                 s.spawn(spin);
                 spin();
             })
-        })
-        .expect_err("saturated: refused");
+        });
+        let busy = verdict.expect_err("saturated: refused");
         assert_eq!(busy.cause, BusyCause::Saturated);
         assert!(busy.to_string().contains("runs more than 10 ms late"), "{busy}");
+        // What an operator sees: the two figures the refusal was decided on.
+        assert!(series(&metrics, "gateway_admission_lateness_seconds") > 0.010, "{metrics}");
+        assert!(series(&metrics, "gateway_process_cpu_cores") >= BUSY_CORES, "{metrics}");
     }
 
     #[test]
     fn a_process_late_because_it_is_starved_admits_new_turns() {
         // The thread blocked without using CPU: what CPU steal, a stalled disk or a busy
         // neighbour look like to the tasks. Refusing clients would not help; they are admitted.
-        admitted_after(|| std::thread::sleep(Duration::from_millis(30))).expect("starved, not saturated: admitted");
+        let (verdict, metrics) = admitted_after(|| std::thread::sleep(Duration::from_millis(30)));
+        verdict.expect("starved, not saturated: admitted");
+        assert!(series(&metrics, "gateway_admission_lateness_seconds") > 0.010, "{metrics}");
+        assert!(series(&metrics, "gateway_process_cpu_cores") < BUSY_CORES, "{metrics}");
     }
 }

@@ -20,6 +20,10 @@ pub struct Metrics {
     pub subscriptions_open: AtomicI64,
     /// Runs waiting to be claimed, as last sampled by the admission bound.
     pub runs_queued: AtomicI64,
+    /// How late the process or its store runs (microseconds), as last sampled by admission.
+    pub lateness_us: AtomicU64,
+    /// The CPU the process uses (thousandths of a core), as last sampled by admission.
+    pub cpu_milli: AtomicU64,
     settled: [AtomicU64; 7],
     refused: [AtomicU64; BUSY_CAUSES.len()],
 }
@@ -119,6 +123,21 @@ impl Metrics {
             "gateway_runs_queued",
             "Runs waiting to be claimed (every process), as last sampled by admission.",
             self.runs_queued.load(Ordering::Relaxed),
+        );
+        let float_gauge = |out: &mut String, name: &str, help: &str, v: f64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        };
+        float_gauge(
+            &mut out,
+            "gateway_admission_lateness_seconds",
+            "How late the process's tasks or its store's writes run (moving average), as last sampled by admission: past admission.max_lag_ms while the process is busy, new turns are refused.",
+            self.lateness_us.load(Ordering::Relaxed) as f64 / 1e6,
+        );
+        float_gauge(
+            &mut out,
+            "gateway_process_cpu_cores",
+            "The CPU this process uses (moving average, in cores), as last sampled by admission: lateness counts as overload only from half a core.",
+            self.cpu_milli.load(Ordering::Relaxed) as f64 / 1e3,
         );
         gauge(
             &mut out,
