@@ -220,6 +220,12 @@ impl Load {
         Duration::from_micros(self.lag_us.load(Ordering::Relaxed))
     }
 
+    /// What the saturation bound compares with `max_lag_ms`: the later of the process's
+    /// tasks and its store's reads and writes.
+    fn lateness(&self, store: &dyn Store) -> Duration {
+        self.lag().max(store.lateness())
+    }
+
     /// Counts the runs waiting to be claimed every [`SAMPLE_EVERY`], and copies what the
     /// saturation bound reads into the metrics, until `stop`. A store
     /// that cannot count keeps the last figures: it is not a reason to refuse, and the
@@ -232,7 +238,7 @@ impl Load {
                 self.metrics.runs_queued.store(q.queued as i64, Ordering::Relaxed);
             }
             // What the saturation bound reads, for operators wondering why turns are refused.
-            let late = self.lag().max(store.lateness()).as_micros() as u64;
+            let late = self.lateness(store.as_ref()).as_micros() as u64;
             self.metrics.lateness_us.store(late, Ordering::Relaxed);
             self.metrics.cpu_milli.store(self.cpu_milli.load(Ordering::Relaxed), Ordering::Relaxed);
             tokio::select! {
@@ -253,7 +259,7 @@ impl Load {
         if oldest > self.limits.max_queue_wait {
             return Err(self.busy(BusyCause::QueueWait, self.limits.max_queue_wait.as_millis() as u64));
         }
-        if self.lag().max(store.lateness()) > self.limits.max_lag && self.cpu() >= BUSY_CORES {
+        if self.lateness(store) > self.limits.max_lag && self.cpu() >= BUSY_CORES {
             return Err(self.busy(BusyCause::Saturated, self.limits.max_lag.as_millis() as u64));
         }
         Ok(())

@@ -68,9 +68,6 @@ impl Metrics {
         let counter = |out: &mut String, name: &str, help: &str, v: u64| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
         };
-        let gauge = |out: &mut String, name: &str, help: &str, v: i64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-        };
         counter(
             &mut out,
             "gateway_runs_claimed_total",
@@ -124,16 +121,13 @@ impl Metrics {
             "Runs waiting to be claimed (every process), as last sampled by admission.",
             self.runs_queued.load(Ordering::Relaxed),
         );
-        let float_gauge = |out: &mut String, name: &str, help: &str, v: f64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-        };
-        float_gauge(
+        gauge(
             &mut out,
             "gateway_admission_lateness_seconds",
             "How late the process's tasks or its store's writes run (moving average), as last sampled by admission: past admission.max_lag_ms while the process is busy, new turns are refused.",
             self.lateness_us.load(Ordering::Relaxed) as f64 / 1e6,
         );
-        float_gauge(
+        gauge(
             &mut out,
             "gateway_process_cpu_cores",
             "The CPU this process uses (moving average, in cores), as last sampled by admission: lateness counts as overload only from half a core.",
@@ -153,6 +147,11 @@ impl Metrics {
         );
         out
     }
+}
+
+/// One gauge series, integer or fractional.
+fn gauge(out: &mut String, name: &str, help: &str, v: impl std::fmt::Display) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
 }
 
 #[cfg(test)]
