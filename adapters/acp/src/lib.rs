@@ -13,6 +13,7 @@ pub mod backend;
 pub mod editor;
 pub mod names;
 pub mod rpc;
+mod stdio;
 pub mod wire;
 mod ws;
 
@@ -84,10 +85,10 @@ pub async fn serve_stdio(ctx: AcpContext, agent: Option<String>) -> anyhow::Resu
     }
     let (shutdown, tasks) = (ctx.shutdown.clone(), ctx.tasks.clone());
     let editor = editor::Editor::new(ctx, agent);
-    let incoming = framing::spawn_reader(tokio::io::stdin(), MAX_MESSAGE_BYTES);
+    let incoming = framing::spawn_reader(stdio::input(), MAX_MESSAGE_BYTES);
     let handler = Arc::new(editor::EditorHandler(editor));
     let (peer, frames, reader) = Peer::start_tracked("editor", incoming, handler, PeerOptions::default(), &tasks);
-    let writer = framing::spawn_writer(tokio::io::stdout(), frames);
+    let writer = framing::spawn_writer(stdio::output(), frames);
     tracing::info!("serving ACP on stdio");
     let closed_by_editor = tokio::select! {
         _ = reader => true,

@@ -75,19 +75,31 @@ pub fn spawn_reader(reader: impl AsyncRead + Unpin + Send + 'static, max: usize)
     rx
 }
 
+/// Most bytes gathered into one write from frames already queued.
+const WRITE_BATCH: usize = 64 << 10;
+
 /// Writes each frame as one line. Frames are serialized JSON, which never holds a raw
-/// newline, so a frame is always exactly one line. A frame's budget is released once it is
-/// written.
+/// newline, so a frame is always exactly one line. Frames queued together (a turn's updates
+/// and its answer) go out in one write, so the peer gets them in one wake-up. A frame's
+/// budget is released once it is copied into that write (which holds at most one frame past
+/// [`WRITE_BATCH`]).
 pub fn spawn_writer(
     mut writer: impl AsyncWrite + Unpin + Send + 'static,
     mut frames: mpsc::Receiver<super::Frame>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let mut bytes = Vec::new();
         while let Some(frame) = frames.recv().await {
-            let mut bytes = Vec::with_capacity(frame.text().len() + 1);
-            bytes.extend_from_slice(frame.text().as_bytes());
-            bytes.push(b'\n');
-            drop(frame);
+            bytes.clear();
+            let mut next = Some(frame);
+            while let Some(frame) = next.take() {
+                bytes.extend_from_slice(frame.text().as_bytes());
+                bytes.push(b'\n');
+                drop(frame);
+                if bytes.len() < WRITE_BATCH {
+                    next = frames.try_recv().ok();
+                }
+            }
             if let Err(e) = writer.write_all(&bytes).await {
                 tracing::debug!(error = %e, "write error; dropping the rest");
                 return;
