@@ -10,7 +10,9 @@ pub const MCP_SERVERS_NS: &str = "acp.mcp_servers";
 
 /// Binding: the agent's own session id.
 pub const AGENT_SESSION_BINDING: &str = "acp.agent_session_id";
-/// Binding: the seq of the last user message sent to the agent in a prompt.
+/// Binding: the seq of the last user message sent to the agent in a prompt. Staged with the
+/// run's next commit, not committed before the send: a run started by an earlier claim counts
+/// all its inputs as sent (`backend::sent_through`).
 pub const SENT_BINDING: &str = "acp.sent_seq";
 /// Binding: the seq of the last user message of a prompt the agent answered. Below
 /// [`SENT_BINDING`] while a prompt is outstanding; a run that finds its inputs sent but not

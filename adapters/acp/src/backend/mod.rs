@@ -8,10 +8,12 @@
 //! consuming the same prompt. So a Managed Agents client sees `requires_action`, an A2A client
 //! `INPUT_REQUIRED` and an editor a permission request, all from the core's one flow.
 //!
-//! What was sent and what was answered are session bindings ([`crate::names`]), committed
-//! under the run's fence: a run that finds its inputs sent, not answered, and no prompt of
-//! its own to consume (the process died with the gateway, or was stopped) fails explicitly
-//! instead of pretending the turn ended (invariant 5: the agent may have acted).
+//! What was sent and what was answered are session bindings ([`crate::names`]), staged with
+//! the run's commits under its fence (a prompt costs no commit of its own): a run that finds
+//! its inputs sent, not answered, and no prompt of its own to consume (the process died with
+//! the gateway, or was stopped) fails explicitly instead of pretending the turn ended
+//! (invariant 5: the agent may have acted). A run some Worker started before counts its
+//! inputs as sent whatever was recorded ([`sent_through`]).
 
 mod client;
 mod mapping;
@@ -132,14 +134,11 @@ impl AcpBackend {
     }
 
     /// A prompt of the run's user messages not yet sent to the agent, recorded as sent;
-    /// `None` if there are none.
-    async fn next_prompt(
-        &self,
-        ctx: &RunContext,
-        view: &RunView,
-        p: &AgentProcess,
-        sent: &mut u64,
-    ) -> Result<Option<(Value, u64)>, BackendError> {
+    /// `None` if there are none. The record is staged, not committed before the send: it
+    /// rides with the run's next commit (at the latest its settlement), and a claim that
+    /// dies before then leaves a run that [`run`](Backend::run) treats as sent anyway
+    /// ([`sent_through`]), so no prompt is ever sent twice and the turn costs no commit here.
+    fn next_prompt(&self, ctx: &RunContext, view: &RunView, p: &AgentProcess, sent: &mut u64) -> Option<(Value, u64)> {
         let support = PromptSupport { image: p.caps.image, embedded_context: p.caps.embedded_context };
         let mut blocks = Vec::new();
         let mut last = *sent;
@@ -150,12 +149,22 @@ impl AcpBackend {
             }
         }
         if blocks.is_empty() {
-            return Ok(None);
+            return None;
         }
-        ctx.commit_bindings(vec![], vec![(SENT_BINDING.to_owned(), last.to_string())]).await?;
+        ctx.stage_with_bindings([], [(SENT_BINDING.to_owned(), last.to_string())]);
         *sent = last;
-        Ok(Some((json!({"sessionId": p.agent_session, "prompt": blocks}), last)))
+        Some((json!({"sessionId": p.agent_session, "prompt": blocks}), last))
     }
+}
+
+/// How far the run's inputs may have reached the agent: what an earlier run recorded, and,
+/// for a run a Worker started before this claim (its claim was lost, or released at
+/// shutdown), all of its inputs, since that Worker's staged record of what it sent died with
+/// it. Such a run never resends: it consumes its prompt if its process still runs it, and
+/// otherwise fails explicitly (invariant 5), even in the rare case that the lost Worker had
+/// not sent it yet.
+fn sent_through(ctx: &RunContext, view: &RunView, recorded: u64) -> u64 {
+    if ctx.claim.run.started { recorded.max(view.inputs_through()) } else { recorded }
 }
 
 /// The run's user messages after `sent` (`gateway_core::turn`: its inputs, up to its boundary).
@@ -239,7 +248,7 @@ impl Backend for AcpBackend {
         p.touch();
         let view = ctx.turn_view().await?;
         let bindings = ctx.bindings().await?;
-        let mut sent = seq_binding(&bindings, SENT_BINDING);
+        let mut sent = sent_through(ctx, &view, seq_binding(&bindings, SENT_BINDING));
         let answered = seq_binding(&bindings, ANSWERED_BINDING);
         let turn = &mut *guard;
 
@@ -266,7 +275,7 @@ impl Backend for AcpBackend {
             if let Some(lost) = lost_permission(&view) {
                 return Err(failed(lost));
             }
-            match self.next_prompt(ctx, &view, &p, &mut sent).await? {
+            match self.next_prompt(ctx, &view, &p, &mut sent) {
                 Some((prompt, seq)) => send_prompt(&p, turn, prompt, seq),
                 None if ctx.claim.run.started && view.inputs_through() > answered => {
                     warn!(sent, answered, "this run's prompt is gone with its agent process");
@@ -282,7 +291,7 @@ impl Backend for AcpBackend {
         // Messages that came with a confirmation (or while the prompt ran) go as a follow-up
         // prompt in the same run once the resumed one has ended.
         while matches!(result, Ok(TurnOutcome::EndTurn | TurnOutcome::Refusal | TurnOutcome::RoundLimit { .. })) {
-            let Some((prompt, seq)) = self.next_prompt(ctx, &view, &p, &mut sent).await? else { break };
+            let Some((prompt, seq)) = self.next_prompt(ctx, &view, &p, &mut sent) else { break };
             info!(seq, "sending the messages that arrived meanwhile as a follow-up prompt");
             send_prompt(&p, turn, prompt, seq);
             result = self.consume(ctx, &p, turn, deadline).await;
