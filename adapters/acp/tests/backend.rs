@@ -50,6 +50,31 @@ async fn a_run_whose_agent_was_lost_mid_turn_fails_explicitly() {
     assert_eq!(seen.count("session/prompt"), 1, "the lost prompt is not sent again");
 }
 
+/// Its record of the prompt sent rides with the run's next commit, which a Worker stopped
+/// past its shutdown grace never makes: the released run is still known to have started, so
+/// it is failed explicitly, never sent to the agent a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_released_at_shutdown_mid_prompt_is_not_sent_again() {
+    let mut r = rig(Options::default()).await;
+    let s = r.session("fake").await;
+    r.say(&s, "hang").await;
+    let seen = r.fake.seen.clone();
+    eventually(10, || seen.count("session/prompt") == 1).await;
+    // Shutdown: the grace runs out, the lease is released (no crash counted), and the
+    // process's agent processes stop with it.
+    r.stop_workers().await;
+    r.processes.close(&s.id).await;
+    let run = r.store.active_runs(&s.id).await.unwrap().remove(0);
+    assert_eq!((run.crash_count, run.lease_owner.as_deref()), (0, None), "released, not crashed");
+    let after = r.events(&s).await.last().unwrap().seq;
+    let stream = r.stream(&s, after).await;
+    r.start_workers();
+    let got = until(stream, 20, turn_ended).await;
+    assert_eq!(stop_of(got.last().unwrap()), Some(StopReason::Failed), "{got:?}");
+    assert!(errors(&got).iter().any(|m| m.contains("lost mid-turn")), "{got:?}");
+    assert_eq!(seen.count("session/prompt"), 1, "the prompt is not sent again");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_sent_with_a_confirmation_follow_the_resumed_prompt_in_the_same_run() {
     let r = rig(Options::default()).await;
