@@ -24,7 +24,7 @@ use crate::environment::Environments;
 use crate::executors::Executors;
 use crate::metrics::Metrics;
 use crate::previews::PreviewBus;
-use crate::worker::{PoolParts, WorkerConfig, WorkerIdentity, WorkerPool};
+use crate::worker::{Handoff, PoolParts, WorkerConfig, WorkerIdentity, WorkerPool};
 
 /// What [`Runtime::assemble`] needs besides the store, the environments and the backends.
 #[derive(Debug, Clone)]
@@ -58,6 +58,8 @@ pub struct Runtime {
     instance: String,
     workers: Option<WorkerConfig>,
     pool: Option<WorkerPool>,
+    /// The primary pool's door for the turns the Coordinator's admissions claim.
+    handoff: Arc<Handoff>,
     /// A runtime dropped without [`Runtime::stop`] (a test that ends) still stops its tasks.
     _cancel_on_drop: DropGuard,
 }
@@ -100,9 +102,11 @@ impl Runtime {
         let previews = PreviewBus::default();
         let metrics = Arc::new(Metrics::default());
         let executors = Arc::new(Executors::new(Arc::clone(&store), environments.config().executors()));
+        let handoff = Arc::new(Handoff::default());
         let coordinator = Coordinator::new(Arc::clone(&store), previews.clone(), offer, options, Arc::clone(&metrics))
             .with_environments(Arc::clone(&environments))
-            .with_executors(Arc::clone(&executors));
+            .with_executors(Arc::clone(&executors))
+            .with_handoff(Arc::clone(&handoff));
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         tasks.spawn(Arc::clone(&executors).sweep(shutdown.child_token()));
@@ -123,6 +127,7 @@ impl Runtime {
             instance,
             workers,
             pool: None,
+            handoff,
         };
         runtime.start_workers();
         runtime
@@ -139,8 +144,9 @@ impl Runtime {
     }
 
     /// What a pool of this process shares with it. Its Workers stop claiming when the process
-    /// stops, and its tasks are this process's.
-    fn parts(&self) -> PoolParts {
+    /// stops, and its tasks are this process's. Only the primary pool takes the admissions'
+    /// handoffs.
+    fn parts(&self, primary: bool) -> PoolParts {
         PoolParts {
             store: Arc::clone(&self.store),
             executors: Arc::clone(&self.executors),
@@ -149,6 +155,7 @@ impl Runtime {
             metrics: Arc::clone(&self.metrics),
             tasks: self.tasks.clone(),
             stop: self.shutdown.child_token(),
+            handoff: primary.then(|| Arc::clone(&self.handoff)),
         }
     }
 
@@ -159,7 +166,7 @@ impl Runtime {
             return;
         }
         if let Some(config) = self.workers.clone() {
-            self.pool = Some(WorkerPool::start(self.parts(), self.identity(&self.instance), config));
+            self.pool = Some(WorkerPool::start(self.parts(true), self.identity(&self.instance), config));
         }
     }
 
@@ -182,7 +189,7 @@ impl Runtime {
     /// test's second process on the same host). It stops claiming when the runtime stops, but
     /// only its own [`WorkerPool::shutdown`] drains its running turns: shut it down first.
     pub fn workers(&self, identity: WorkerIdentity, config: WorkerConfig) -> WorkerPool {
-        WorkerPool::start(self.parts(), identity, config)
+        WorkerPool::start(self.parts(false), identity, config)
     }
 
     /// Stops the process: the signal, the Workers (grace, then release), the backends' state

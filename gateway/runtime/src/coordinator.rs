@@ -77,6 +77,7 @@ pub struct Coordinator {
     executors: Option<Arc<crate::executors::Executors>>,
     metrics: Arc<Metrics>,
     load: Arc<Load>,
+    handoff: Option<Arc<crate::worker::Handoff>>,
 }
 
 impl Coordinator {
@@ -90,7 +91,17 @@ impl Coordinator {
         metrics: Arc<Metrics>,
     ) -> Self {
         let load = Arc::new(Load::new(options.admission.clone(), Arc::clone(&metrics)));
-        Self { store, previews, offer: Arc::new(offer), options, environments: None, executors: None, metrics, load }
+        Self {
+            store,
+            previews,
+            offer: Arc::new(offer),
+            options,
+            environments: None,
+            executors: None,
+            metrics,
+            load,
+            handoff: None,
+        }
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -125,6 +136,13 @@ impl Coordinator {
     /// release theirs in their periodic sweep).
     pub fn with_environments(mut self, environments: Arc<Environments>) -> Self {
         self.environments = Some(environments);
+        self
+    }
+
+    /// Hands the turns this coordinator's admissions can claim to the process's Workers
+    /// (`worker::Handoff`): the admission and the turn's start become one commit.
+    pub fn with_handoff(mut self, handoff: Arc<crate::worker::Handoff>) -> Self {
+        self.handoff = Some(handoff);
         self
     }
 
@@ -367,7 +385,20 @@ impl Coordinator {
         pass: Option<TurnPass>,
     ) -> Result<Vec<Event>> {
         self.check_load(&inputs, pass)?;
-        Ok(self.store.submit_inputs(session, inputs, writes).await?)
+        let Some(reserved) = self.handoff.as_ref().and_then(|h| h.reserve()) else {
+            return Ok(self.store.submit_inputs(session, inputs, writes).await?);
+        };
+        let (events, claim) =
+            self.store.submit_and_claim(session, inputs, writes, &reserved.offer, reserved.terms).await?;
+        if let Some(claim) = claim
+            && let Err(claim) = reserved.deliver(claim)
+        {
+            // The Workers stopped meanwhile: the run goes back to the queue for whoever runs next.
+            if let Err(e) = self.store.release_run(&claim.fence).await {
+                tracing::warn!(error = %e, run = %claim.fence.run_id, "could not release a claim nobody runs; its lease will expire");
+            }
+        }
+        Ok(events)
     }
 
     /// Interrupts whatever the session is doing.

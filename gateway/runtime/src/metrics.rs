@@ -14,6 +14,8 @@ use crate::load::BusyCause;
 pub struct Metrics {
     pub runs_claimed: AtomicU64,
     pub runs_reclaimed: AtomicU64,
+    /// Claims taken by an admission of this process and handed to its Workers.
+    pub runs_handed_off: AtomicU64,
     pub runs_fenced: AtomicU64,
     pub runs_released: AtomicU64,
     pub turns_running: AtomicI64,
@@ -73,6 +75,12 @@ impl Metrics {
             "gateway_runs_claimed_total",
             "Runs claimed by this process's Workers.",
             self.runs_claimed.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "gateway_runs_handed_off_total",
+            "Of the claimed runs, those claimed by the admission that queued them (one commit for both).",
+            self.runs_handed_off.load(Ordering::Relaxed),
         );
         counter(
             &mut out,

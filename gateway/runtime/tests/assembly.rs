@@ -65,3 +65,65 @@ async fn stop_returns_only_after_every_task_ended_and_closes_the_store_last() {
     let run = observer.active_runs(&session.id).await.unwrap().remove(0);
     assert_eq!((run.state, run.lease_owner), (RunState::Queued, None), "the running turn was released, not left");
 }
+
+/// A message admitted while the process's Workers run is claimed by its own admission (the
+/// input and the turn start in one commit) and run by those Workers; with the Workers
+/// stopped, the run waits in the queue for whichever Workers start next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admission_hands_its_turn_to_the_running_workers_and_otherwise_queues_it() {
+    let harness = SqliteHarness::new(true);
+    let mut gw = TestGateway::builder()
+        .store(harness.fresh().await)
+        .scripted()
+        .local_sandbox()
+        .workers(TestGateway::quick_workers())
+        .build()
+        .await;
+    let agent = gw.coordinator.create_agent(agent_spec("scripted")).await.unwrap();
+    let env = gw.coordinator.create_environment(env_spec("env")).await.unwrap();
+    let req = CreateSession {
+        agent: AgentSelection { id: agent.id, version: None, overrides: None },
+        environment_id: env.id,
+        title: None,
+        metadata: Default::default(),
+        resources: vec![],
+        initial_inputs: vec![],
+    };
+    let session = gw.coordinator.create_session(req).await.unwrap().0;
+    let say = |text: &str| NewEvent::new(EventPayload::UserMessage { content: vec![ContentBlock::text(text)] });
+    let settled = |gw: &TestGateway, n: u64| {
+        let (store, id) = (Arc::clone(&gw.store), session.id.clone());
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let log = store.events_after(&id, 0, 100).await.unwrap();
+                let ends = log.iter().filter(|e| matches!(e.payload, EventPayload::TurnEnded { .. })).count();
+                if ends as u64 >= n {
+                    return log;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "turn {n} never ended: {log:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+
+    let admitted = gw.coordinator.submit(&session.id, vec![say("hello")]).await.unwrap();
+    let log = settled(&gw, 1).await;
+    let start = log.iter().find(|e| matches!(e.payload, EventPayload::TurnStarted { .. })).unwrap();
+    assert_eq!(start.seq, admitted[0].seq + 1, "the turn starts right after its input");
+    let claimed = |gw: &TestGateway| {
+        use std::sync::atomic::Ordering::Relaxed;
+        (gw.metrics.runs_claimed.load(Relaxed), gw.metrics.runs_handed_off.load(Relaxed))
+    };
+    assert_eq!(claimed(&gw), (1, 1), "claimed by the admission, run by the Workers");
+
+    gw.stop_workers().await;
+    gw.coordinator.submit(&session.id, vec![say("while stopped")]).await.unwrap();
+    let waiting = gw.store.active_runs(&session.id).await.unwrap();
+    assert_eq!(waiting.len(), 1);
+    assert_eq!((waiting[0].state, waiting[0].lease_owner.clone()), (RunState::Queued, None), "no door: queued");
+    gw.start_workers();
+    settled(&gw, 2).await;
+    assert_eq!(claimed(&gw), (2, 1), "the queued run was claimed by the Workers' own query");
+    gw.stop().await;
+}

@@ -112,6 +112,21 @@ pub trait Sessions: Send + Sync {
     /// conflicting document write (`Guard::DocumentConflict`) commits nothing at all.
     async fn submit_inputs(&self, id: &SessionId, inputs: Vec<NewEvent>, writes: AdmissionWrites)
     -> Result<Vec<Event>>;
+
+    /// [`Sessions::submit_inputs`] whose transaction also claims the run the admission
+    /// queued, for `offer`, when that run can be claimed at once (as
+    /// [`RunQueue::claim_runs`] would: the session's next run, placeable here), with its turn
+    /// start: the admission and the turn's start are one commit instead of two. Returns the
+    /// claim, which the caller must run or release; without one, the run waits for a Worker
+    /// as after any admission.
+    async fn submit_and_claim(
+        &self,
+        id: &SessionId,
+        inputs: Vec<NewEvent>,
+        writes: AdmissionWrites,
+        offer: &WorkerOffer,
+        terms: LeaseTerms,
+    ) -> Result<(Vec<Event>, Option<Claim>)>;
 }
 
 /// The per-session event log: the single source of truth.

@@ -13,6 +13,7 @@
 //! Work that really consumes a core (sandboxed commands) is bounded apart from this, by the
 //! Session Environments (`environments.max_commands`).
 
+mod handoff;
 mod leases;
 mod turn;
 
@@ -33,6 +34,7 @@ use tracing::{Instrument, info, info_span, warn};
 use crate::backend::BackendRegistry;
 use crate::metrics::Metrics;
 use crate::previews::PreviewBus;
+pub use handoff::{Handoff, Reserved};
 use leases::Leases;
 
 /// Retries after transient backend failures: exponential backoff with jitter. Only
@@ -135,6 +137,9 @@ pub struct PoolParts {
     /// The pool stops claiming when this is cancelled. Give it a child of the process's
     /// shutdown signal: [`WorkerPool::shutdown`] cancels it too, and must stop only this pool.
     pub stop: CancellationToken,
+    /// Where this process's admissions hand the turns they claim to its Workers: given to the
+    /// process's primary pool only.
+    pub handoff: Option<Arc<Handoff>>,
 }
 
 struct Shared {
@@ -146,6 +151,7 @@ struct Shared {
     tasks: TaskTracker,
     identity: WorkerIdentity,
     config: WorkerConfig,
+    handoff: Option<Arc<Handoff>>,
     leases: Arc<Leases>,
     /// This pool's turns, so a crash ([`WorkerPool::abort`]) can wait until none is left.
     turns: TaskTracker,
@@ -166,7 +172,7 @@ pub struct WorkerPool {
 
 impl WorkerPool {
     pub fn start(parts: PoolParts, identity: WorkerIdentity, config: WorkerConfig) -> Self {
-        let PoolParts { store, executors, backends, previews, metrics, tasks: tracker, stop } = parts;
+        let PoolParts { store, executors, backends, previews, metrics, tasks: tracker, stop, handoff } = parts;
         let shared = Arc::new(Shared {
             store,
             executors,
@@ -176,6 +182,7 @@ impl WorkerPool {
             tasks: tracker,
             identity,
             config,
+            handoff,
             leases: Arc::new(Leases::default()),
             turns: TaskTracker::new(),
             stop,
@@ -241,8 +248,9 @@ async fn heartbeat(w: Arc<Shared>, stop: CancellationToken) {
     }
 }
 
-/// Claims runs while there is room, a task per turn; then, at shutdown, lets the turns finish
-/// for the grace period and releases the rest.
+/// Claims runs while there is room, a task per turn, and runs the turns this process's
+/// admissions hand over ([`Handoff`]); then, at shutdown, lets the turns finish for the grace
+/// period and releases the rest.
 async fn dispatch(w: Arc<Shared>) {
     let terms = LeaseTerms { lease: w.config.lease, host_ttl: w.config.host_ttl };
     let offer = WorkerOffer {
@@ -252,6 +260,10 @@ async fn dispatch(w: Arc<Shared>) {
         providers: w.identity.providers.clone(),
     };
     let slots = Arc::new(Semaphore::new(w.config.max_turns.max(1)));
+    let (deliveries, mut handed) = tokio::sync::mpsc::unbounded_channel();
+    let door = w.handoff.as_ref().map(|h| {
+        h.open(handoff::Door { offer: offer.clone(), terms, slots: Arc::clone(&slots), deliveries })
+    });
     let mut turns: JoinSet<()> = JoinSet::new();
     let mut ready = w.store.wakeups().watch_runs();
     while !w.stop.is_cancelled() {
@@ -262,6 +274,10 @@ async fn dispatch(w: Arc<Shared>) {
             tokio::select! {
                 _ = w.stop.cancelled() => break,
                 _ = turns.join_next() => continue,
+                Some((claim, slot)) = handed.recv() => {
+                    start_turn(&w, &mut turns, claim, slot, true);
+                    continue;
+                }
             }
         }
         // Seen before the claim: a hint sent while we look is not lost.
@@ -275,21 +291,7 @@ async fn dispatch(w: Arc<Shared>) {
                         warn!("a claim beyond the turn limit; it will be reclaimed after its lease");
                         continue;
                     };
-                    w.metrics.runs_claimed.fetch_add(1, Ordering::Relaxed);
-                    if claim.is_reclaim() {
-                        w.metrics.runs_reclaimed.fetch_add(1, Ordering::Relaxed);
-                    }
-                    let span = info_span!("run", session = %claim.fence.session_id, run = %claim.fence.run_id, epoch = claim.fence.epoch);
-                    let holding = w.leases.hold(claim.fence.clone());
-                    let task = {
-                        let w = Arc::clone(&w);
-                        async move {
-                            turn::execute(&w, claim, &holding.held).await;
-                            drop(holding);
-                            drop(slot);
-                        }
-                    };
-                    turns.spawn(w.tasks.track_future(w.turns.track_future(task).instrument(span)));
+                    start_turn(&w, &mut turns, claim, slot, false);
                 }
             }
             Err(e) => warn!(error = %e, "claim failed"),
@@ -303,7 +305,15 @@ async fn dispatch(w: Arc<Shared>) {
             _ = w.stop.cancelled() => break,
             _ = ready.changed() => {}
             _ = tokio::time::sleep(w.config.poll) => {}
+            Some((claim, slot)) = handed.recv() => start_turn(&w, &mut turns, claim, slot, true),
         }
+    }
+    // No more handoffs; those already delivered are claimed, so they run (or are released
+    // after the grace) like the others.
+    drop(door);
+    handed.close();
+    while let Ok((claim, slot)) = handed.try_recv() {
+        start_turn(&w, &mut turns, claim, slot, true);
     }
     let finished =
         tokio::time::timeout(w.config.shutdown_grace, async { while turns.join_next().await.is_some() {} }).await;
@@ -312,6 +322,34 @@ async fn dispatch(w: Arc<Shared>) {
         w.drain.cancel();
         while turns.join_next().await.is_some() {}
     }
+}
+
+/// Runs one claim as a task holding its turn slot and its lease.
+fn start_turn(
+    w: &Arc<Shared>,
+    turns: &mut JoinSet<()>,
+    claim: gateway_core::run::Claim,
+    slot: tokio::sync::OwnedSemaphorePermit,
+    handed_off: bool,
+) {
+    w.metrics.runs_claimed.fetch_add(1, Ordering::Relaxed);
+    if handed_off {
+        w.metrics.runs_handed_off.fetch_add(1, Ordering::Relaxed);
+    }
+    if claim.is_reclaim() {
+        w.metrics.runs_reclaimed.fetch_add(1, Ordering::Relaxed);
+    }
+    let span = info_span!("run", session = %claim.fence.session_id, run = %claim.fence.run_id, epoch = claim.fence.epoch);
+    let holding = w.leases.hold(claim.fence.clone());
+    let task = {
+        let w = Arc::clone(w);
+        async move {
+            turn::execute(&w, claim, &holding.held).await;
+            drop(holding);
+            drop(slot);
+        }
+    };
+    turns.spawn(w.tasks.track_future(w.turns.track_future(task).instrument(span)));
 }
 
 #[cfg(test)]

@@ -83,6 +83,7 @@ macro_rules! conformance_suite {
             runs::an_interrupt_outlives_a_retry_or_park_settlement,
             runs::commit_hints_wake_session_watchers,
             runs::hints_cross_store_handles,
+            runs::an_admission_claims_its_own_run_with_its_turn_start,
             runs::batched_claims_take_one_run_per_session_and_start_their_turns,
             runs::leases_renew_together_and_lost_ones_are_reported,
             adapters::bindings_commit_with_their_events_under_the_fence,

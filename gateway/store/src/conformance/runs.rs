@@ -441,6 +441,66 @@ pub async fn commit_hints_wake_session_watchers(h: &dyn Harness) {
     tokio::time::timeout(Duration::from_secs(2), runs.changed()).await.expect("run-ready hint within 2s").unwrap();
 }
 
+/// An admission that claims the run it queued commits the input, the claim and its turn
+/// start together, and wakes no Worker for it; one whose run cannot be claimed there and
+/// then (another run of the session is running, or the backend is not offered) claims
+/// nothing, and the run waits, hinted, for a Worker as after any admission.
+pub async fn an_admission_claims_its_own_run_with_its_turn_start(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let sess = session(&s).await;
+    let mut runs = s.wakeups().watch_runs();
+    runs.borrow_and_update();
+    let (events, claim) = s
+        .submit_and_claim(&sess.id, vec![msg("first")], AdmissionWrites::default(), &worker("a", "h"), terms(10_000))
+        .await
+        .unwrap();
+    let claim = claim.expect("the admission claims the run it queued");
+    assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(claim.fence.session_id, sess.id);
+    assert_eq!((claim.fence.epoch, claim.fence.owner.as_str()), (1, "a"));
+    assert_eq!(claim.inputs_through, 1, "the boundary is the admitted input");
+    assert!(!claim.run.started && !claim.is_reclaim(), "a first claim");
+    let log = s.events_after(&sess.id, 0, 10).await.unwrap();
+    assert_eq!(
+        log.iter().map(|e| (e.seq, e.payload.kind())).collect::<Vec<_>>(),
+        vec![(1, EventKind::UserMessage), (2, EventKind::TurnStarted)],
+        "the turn start is committed with the input"
+    );
+    assert_eq!(log[1].epoch, Some(1));
+    assert_eq!(s.get_run(&claim.fence.run_id).await.unwrap().state, RunState::Running);
+    assert!(s.claim_run(&worker("b", "h"), terms(10_000)).await.unwrap().is_none(), "nothing left to claim");
+    if h.options().wakeups {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!runs.has_changed().unwrap(), "no Worker is woken for a run already claimed");
+    }
+
+    // A message while the run is running queues a run that must wait for it.
+    let (_, none) = s
+        .submit_and_claim(&sess.id, vec![msg("second")], AdmissionWrites::default(), &worker("a", "h"), terms(10_000))
+        .await
+        .unwrap();
+    assert!(none.is_none(), "never a second running run of the session");
+    if h.options().wakeups {
+        tokio::time::timeout(Duration::from_secs(2), runs.changed()).await.expect("the queued run is hinted").unwrap();
+    }
+    s.settle(&claim.fence, done()).await.unwrap();
+
+    // A backend this offer does not serve: queued for whoever does.
+    let other = session(&s).await;
+    let acp_only = gateway_core::run::WorkerOffer {
+        backends: vec![BackendRef::Acp { executor: "x".into() }],
+        ..worker("c", "h")
+    };
+    let (_, none) = s
+        .submit_and_claim(&other.id, vec![msg("hi")], AdmissionWrites::default(), &acp_only, terms(10_000))
+        .await
+        .unwrap();
+    assert!(none.is_none(), "a run is claimed only by an offer that can place it");
+    let queued = s.active_runs(&other.id).await.unwrap();
+    assert_eq!(queued.len(), 1);
+    assert_eq!(queued[0].state, RunState::Queued);
+}
+
 pub async fn hints_cross_store_handles(h: &dyn Harness) {
     let s = h.fresh().await;
     let other = h.second(&s).await;

@@ -209,6 +209,14 @@ impl Hints {
         self.hints.push(h);
     }
 
+    /// Removes the run-ready hint, saying whether there was one: an admission that claims
+    /// the run it queued has nobody to wake.
+    pub fn take_run_ready(&mut self) -> bool {
+        let before = self.hints.len();
+        self.hints.retain(|h| !matches!(h, Hint::RunReady));
+        self.hints.len() != before
+    }
+
     /// Shares a committed batch with this process's watchers of the session.
     pub fn committed(&mut self, session: &SessionId, events: &[Event]) {
         if !events.is_empty() {

@@ -27,7 +27,7 @@ pub(crate) use run_cols_r;
 
 /// The claim candidates: `$1` offered backends and `$2` offered providers (JSON arrays expanded
 /// by `$in1`/`$in2`), `$3` the worker's host, `$4` now, `$5` the oldest heartbeat of a live
-/// host, `$6` how many. At most one per session (the oldest queued one, or an expired running
+/// host, `$6` how many, `$7` only this session's (or NULL: any). At most one per session (the oldest queued one, or an expired running
 /// one, never both: a queued run waits while any run of its session is running). Due queued runs, or running runs whose lease expired; never a second running run of
 /// a session; runs of one session in creation order (database clock, then id); none while the session waits for client
 /// answers. Placeable here, or (host gone) claimable anywhere to be failed.
@@ -38,7 +38,7 @@ macro_rules! claim_candidate_sql {
             $crate::sql::runs::run_cols_r!(),
             ", s.env_host FROM runs r JOIN sessions s ON s.id = r.session_id \
              WHERE ((r.state = 'queued' AND r.available_at <= $4) OR (r.state = 'running' AND r.lease_expires_at <= $4)) \
-               AND s.deleted_at IS NULL AND s.pending = '[]' \
+               AND s.deleted_at IS NULL AND s.pending = '[]' AND ($7 IS NULL OR r.session_id = $7) \
                AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.session_id = r.session_id AND o.id <> r.id AND o.state = 'running') \
                AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.session_id = r.session_id AND o.state = 'queued' \
                                AND (o.created_at < r.created_at OR (o.created_at = r.created_at AND o.id < r.id))) \
@@ -100,6 +100,53 @@ impl<E: Engine> SqlStore<E> {
             Ok(None) => StoreError::not_found("run", &fence.run_id),
             Err(e) => e.into(),
         }
+    }
+
+    /// Claims up to `limit` runs inside `tx` (of `session` only, if given), each in a
+    /// savepoint, starting each claimed run's turn: the body of [`RunQueue::claim_runs`],
+    /// shared with an admission that claims its own run (`submit_and_claim`).
+    pub(crate) async fn claim_within(
+        tx: &mut WriteTx<E>,
+        offer: &WorkerOffer,
+        terms: LeaseTerms,
+        limit: u32,
+        session: Option<&SessionId>,
+        hints: &mut Hints,
+    ) -> Result<Vec<Claim>> {
+        let backends: Vec<String> = offer.backends.iter().map(|b| b.to_string()).collect();
+        let providers: Vec<&str> = offer.providers.iter().map(|p| p.as_str()).collect();
+        if let Some(setup) = E::CLAIM_SETUP {
+            query(setup).execute(&mut **tx).await?;
+        }
+        let now = Self::now(tx).await?;
+        let candidates = query_as::<ClaimCandidateRow>(E::CLAIM_CANDIDATE)
+            .bind(serde_json::to_string(&backends)?)
+            .bind(serde_json::to_string(&providers)?)
+            .bind(offer.host.as_str())
+            .bind(now)
+            .bind(now - millis(terms.host_ttl))
+            .bind(i64::from(limit))
+            .bind(session.map(SessionId::as_str))
+            .fetch_all(&mut **tx)
+            .await?;
+        let mut claims = Vec::with_capacity(candidates.len());
+        for candidate in candidates {
+            // Each candidate in a savepoint: one that cannot be taken (its session is
+            // locked by an admission on PostgreSQL, a lost race) leaves the others be.
+            query("SAVEPOINT c").execute(&mut **tx).await?;
+            match Self::claim_one(tx, offer, terms, candidate, hints).await {
+                Ok(Some(claim)) => {
+                    query("RELEASE c").execute(&mut **tx).await?;
+                    claims.push(claim);
+                }
+                Ok(None) => {
+                    query("ROLLBACK TO c").execute(&mut **tx).await?;
+                    query("RELEASE c").execute(&mut **tx).await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(claims)
     }
 
     /// Takes one claim candidate inside `claim_runs`' transaction: locks its session (or
@@ -225,40 +272,9 @@ impl<E: Engine> RunQueue for SqlStore<E> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let backends: Vec<String> = offer.backends.iter().map(|b| b.to_string()).collect();
-        let providers: Vec<&str> = offer.providers.iter().map(|p| p.as_str()).collect();
         let mut tx = self.begin_write().await?;
-        if let Some(setup) = E::CLAIM_SETUP {
-            query(setup).execute(&mut *tx).await?;
-        }
-        let now = Self::now(&mut tx).await?;
-        let candidates = query_as::<ClaimCandidateRow>(E::CLAIM_CANDIDATE)
-            .bind(serde_json::to_string(&backends)?)
-            .bind(serde_json::to_string(&providers)?)
-            .bind(offer.host.as_str())
-            .bind(now)
-            .bind(now - millis(terms.host_ttl))
-            .bind(i64::from(limit))
-            .fetch_all(&mut *tx)
-            .await?;
-        let mut claims = Vec::with_capacity(candidates.len());
         let mut hints = Hints::default();
-        for candidate in candidates {
-            // Each candidate in a savepoint: one that cannot be taken (its session is
-            // locked by an admission on PostgreSQL, a lost race) leaves the others be.
-            query("SAVEPOINT c").execute(&mut *tx).await?;
-            match Self::claim_one(&mut tx, offer, terms, candidate, &mut hints).await {
-                Ok(Some(claim)) => {
-                    query("RELEASE c").execute(&mut *tx).await?;
-                    claims.push(claim);
-                }
-                Ok(None) => {
-                    query("ROLLBACK TO c").execute(&mut *tx).await?;
-                    query("RELEASE c").execute(&mut *tx).await?;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let claims = Self::claim_within(&mut tx, offer, terms, limit, None, &mut hints).await?;
         if claims.is_empty() {
             return Ok(claims);
         }

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use gateway_core::admission::{SessionState, admit};
 use gateway_core::event::{Event, EventPayload, NewEvent};
-use gateway_core::run::RunState;
+use gateway_core::run::{Claim, RunState, WorkerOffer};
 use gateway_core::session::{EnvironmentState, Session, SessionSnapshot, SessionStatus};
 use gateway_core::{RunId, SessionId, Timestamp};
 
@@ -11,7 +11,7 @@ use super::WriteTx;
 use super::{Engine, Hints, SqlStore, query, query_as, session_cols};
 use crate::Sessions;
 use crate::error::{Guard, Result, StoreError};
-use crate::model::{AdmissionWrites, Keyset, NewSession, Page, PageRequest, SessionFilter, SessionPatch};
+use crate::model::{AdmissionWrites, Keyset, LeaseTerms, NewSession, Page, PageRequest, SessionFilter, SessionPatch};
 use crate::rows::{GuardRow, LockedSessionRow, Scan, SessionRow, paginate};
 use crate::wake::Hint;
 
@@ -417,6 +417,32 @@ impl<E: Engine> Sessions for SqlStore<E> {
         Self::apply_admission_writes(&mut tx, id, &writes, now).await?;
         self.finish(tx, hints).await?;
         Ok(events)
+    }
+
+    async fn submit_and_claim(
+        &self,
+        id: &SessionId,
+        inputs: Vec<NewEvent>,
+        writes: AdmissionWrites,
+        offer: &WorkerOffer,
+        terms: LeaseTerms,
+    ) -> Result<(Vec<Event>, Option<Claim>)> {
+        let mut tx = self.begin_write().await?;
+        let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
+        let mut hints = Hints::default();
+        let events = Self::admit_locked(&mut tx, row, inputs, now, &mut hints).await?;
+        Self::apply_admission_writes(&mut tx, id, &writes, now).await?;
+        let mut claim = None;
+        if hints.take_run_ready() {
+            claim = Self::claim_within(&mut tx, offer, terms, 1, Some(id), &mut hints).await?.pop();
+            if claim.is_none() {
+                // Not claimable here or not yet (another run of the session goes first):
+                // the Workers are told, as after any admission.
+                hints.push(Hint::RunReady);
+            }
+        }
+        self.finish(tx, hints).await?;
+        Ok((events, claim))
     }
 }
 

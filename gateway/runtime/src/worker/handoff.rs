@@ -1,0 +1,76 @@
+//! An admission that queues a turn this process can run hands it straight to its Workers.
+//!
+//! Without this, a turn costs two commits before it starts: the admission, then a Worker's
+//! claim (which commits the turn start), with a wake-up and a claim query in between. When
+//! the admitting process has a free turn slot, the admission's own transaction claims the
+//! run it queued (`Sessions::submit_and_claim`, the same claim rules as any Worker's), and
+//! the claim is delivered here to the process's pool, which runs it as if its dispatcher had
+//! claimed it. One commit fewer on every turn's critical path, whatever the face.
+//!
+//! The door is open only while the process's primary pool runs: [`Handoff::reserve`] takes
+//! one of its turn slots first, so a handed-off claim never exceeds `max_turns`. A claim
+//! that finds the door shut after all (the pool stopped between the reservation and the
+//! delivery) is given back to the queue by its admitter.
+
+use std::sync::{Arc, Mutex};
+
+use gateway_core::run::{Claim, WorkerOffer};
+use gateway_store::LeaseTerms;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+
+/// A claim and the turn slot reserved for it.
+pub(super) type Delivery = (Claim, OwnedSemaphorePermit);
+
+/// The process's door to its Workers (shared by its Coordinator and its primary pool).
+#[derive(Default)]
+pub struct Handoff {
+    door: Mutex<Option<Door>>,
+}
+
+/// What the running pool lends its admitters.
+#[derive(Clone)]
+pub(super) struct Door {
+    pub offer: WorkerOffer,
+    pub terms: LeaseTerms,
+    pub slots: Arc<Semaphore>,
+    pub deliveries: mpsc::UnboundedSender<Delivery>,
+}
+
+/// A free turn slot of the pool, held while the admission that may fill it commits.
+pub struct Reserved {
+    pub offer: WorkerOffer,
+    pub terms: LeaseTerms,
+    slot: OwnedSemaphorePermit,
+    deliveries: mpsc::UnboundedSender<Delivery>,
+}
+
+impl Handoff {
+    /// A turn slot of the running pool, if it has one free.
+    pub fn reserve(&self) -> Option<Reserved> {
+        let door = self.door.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        let slot = door.slots.try_acquire_owned().ok()?;
+        Some(Reserved { offer: door.offer, terms: door.terms, slot, deliveries: door.deliveries })
+    }
+
+    /// Opens the door for a pool until the returned guard is dropped (the pool's dispatcher
+    /// holds it, so a pool that stops or is aborted closes it).
+    pub(super) fn open(self: &Arc<Self>, door: Door) -> Opened {
+        *self.door.lock().unwrap_or_else(|p| p.into_inner()) = Some(door);
+        Opened(Arc::clone(self))
+    }
+}
+
+pub(super) struct Opened(Arc<Handoff>);
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        *self.0.door.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+impl Reserved {
+    /// Gives the claim to the pool; back (to be released) if the pool has stopped.
+    pub fn deliver(self, claim: Claim) -> Result<(), Claim> {
+        self.deliveries.send((claim, self.slot)).map_err(|e| e.0.0)
+    }
+}
