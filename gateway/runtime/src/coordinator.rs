@@ -299,7 +299,12 @@ impl Coordinator {
             initial_inputs: req.initial_inputs,
             writes,
         };
-        Ok(self.store.create_session(new).await?)
+        let Some(reserved) = self.reserve_turn(&new.initial_inputs) else {
+            return Ok(self.store.create_session(new).await?);
+        };
+        let (session, events, claim) = self.store.create_session_and_claim(new, &reserved.offer, reserved.terms).await?;
+        self.hand_over(reserved, claim).await;
+        Ok((session, events))
     }
 
     pub async fn get_session(&self, id: &SessionId) -> Result<Session> {
@@ -385,20 +390,31 @@ impl Coordinator {
         pass: Option<TurnPass>,
     ) -> Result<Vec<Event>> {
         self.check_load(&inputs, pass)?;
-        let Some(reserved) = self.handoff.as_ref().and_then(|h| h.reserve()) else {
+        let Some(reserved) = self.reserve_turn(&inputs) else {
             return Ok(self.store.submit_inputs(session, inputs, writes).await?);
         };
         let (events, claim) =
             self.store.submit_and_claim(session, inputs, writes, &reserved.offer, reserved.terms).await?;
-        if let Some(claim) = claim
-            && let Err(claim) = reserved.deliver(claim)
-        {
-            // The Workers stopped meanwhile: the run goes back to the queue for whoever runs next.
-            if let Err(e) = self.store.release_run(&claim.fence).await {
-                tracing::warn!(error = %e, run = %claim.fence.run_id, "could not release a claim nobody runs; its lease will expire");
-            }
-        }
+        self.hand_over(reserved, claim).await;
         Ok(events)
+    }
+
+    /// A turn slot of this process's Workers for inputs that may start a turn, if one is
+    /// free: the admission then claims its own run (`worker::Handoff`, ADR 0016).
+    fn reserve_turn(&self, inputs: &[NewEvent]) -> Option<crate::worker::Reserved> {
+        if inputs.is_empty() {
+            return None;
+        }
+        self.handoff.as_ref()?.reserve()
+    }
+
+    /// Gives an admission's claim to the Workers its slot was reserved in; if they stopped
+    /// meanwhile, the run goes back to the queue for whoever runs next.
+    async fn hand_over(&self, reserved: crate::worker::Reserved, claim: Option<gateway_core::run::Claim>) {
+        let Some(Err(claim)) = claim.map(|c| reserved.deliver(c)) else { return };
+        if let Err(e) = self.store.release_run(&claim.fence).await {
+            tracing::warn!(error = %e, run = %claim.fence.run_id, "could not release a claim nobody runs; its lease will expire");
+        }
     }
 
     /// Interrupts whatever the session is doing.

@@ -74,6 +74,14 @@ pub trait Sessions: Send + Sync {
     /// input or a conflicting document write (`Guard::DocumentConflict`) leaves nothing
     /// behind: no session, no event, no document, no binding.
     async fn create_session(&self, new: NewSession) -> Result<(Session, Vec<Event>)>;
+    /// [`Sessions::create_session`] that also claims the run its initial inputs queued, as
+    /// [`Sessions::submit_and_claim`] does.
+    async fn create_session_and_claim(
+        &self,
+        new: NewSession,
+        offer: &WorkerOffer,
+        terms: LeaseTerms,
+    ) -> Result<(Session, Vec<Event>, Option<Claim>)>;
     async fn get_session(&self, id: &SessionId) -> Result<Session>;
     async fn update_session(&self, id: &SessionId, patch: SessionPatch) -> Result<Session>;
     async fn list_sessions(&self, filter: &SessionFilter, page: &PageRequest) -> Result<Page<Session>>;

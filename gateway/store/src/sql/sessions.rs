@@ -64,6 +64,94 @@ impl<E: Engine> SqlStore<E> {
         Ok((has("running"), has("queued"), has("retrying")))
     }
 
+    /// Creates the session and admits its initial inputs (`Sessions::create_session`), and
+    /// with `claim`, claims the run they queued in the same transaction
+    /// (`Sessions::create_session_and_claim`).
+    async fn create_in(
+        &self,
+        new: NewSession,
+        claim: Option<(&WorkerOffer, LeaseTerms)>,
+    ) -> Result<(Session, Vec<Event>, Option<Claim>)> {
+        let id = new.id;
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        let mut snapshot = new.snapshot;
+        for resource in &mut snapshot.resources {
+            resource.created_at = Timestamp(now);
+        }
+        let agent = &snapshot.agent;
+        let env = query_as::<GuardRow>(
+            "SELECT CAST(0 AS BIGINT) AS version, archived_at, deleted_at FROM environments WHERE id = $1",
+        )
+        .bind(new.environment_id.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        match env {
+            None | Some(GuardRow { deleted_at: Some(_), .. }) => {
+                return Err(StoreError::not_found("environment", &new.environment_id));
+            }
+            Some(GuardRow { archived_at: Some(_), .. }) => {
+                return Err(StoreError::Guard(Guard::EnvironmentArchived(new.environment_id.to_string())));
+            }
+            Some(_) => {}
+        }
+        query(
+            "INSERT INTO sessions (id, environment_id, agent_id, agent_version, snapshot, title, metadata, status, pending, \
+             env_state, env_host, last_seq, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'idle', '[]', 'none', NULL, 0, $8, $8)",
+        )
+        .bind(id.as_str())
+        .bind(new.environment_id.as_str())
+        .bind(agent.id.as_str())
+        .bind(i64::from(agent.version))
+        .bind(serde_json::to_string(&snapshot)?)
+        .bind(new.title.clone())
+        .bind(serde_json::to_string(&new.metadata)?)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| {
+            if e.is_unique_violation() { StoreError::Guard(Guard::SessionExists(id.to_string())) } else { e.into() }
+        })?;
+        let mut hints = Hints::default();
+        let events = if new.initial_inputs.is_empty() {
+            Vec::new()
+        } else {
+            let row = Self::lock_session(&mut tx, &id).await?;
+            Self::admit_locked(&mut tx, row, new.initial_inputs, now, &mut hints).await?
+        };
+        // A conflict here returns before `finish`: the session, its inputs and every
+        // write roll back together.
+        Self::apply_admission_writes(&mut tx, &id, &new.writes, now).await?;
+        let claim = match claim {
+            Some((offer, terms)) => Self::claim_admitted(&mut tx, &id, offer, terms, &mut hints).await?,
+            None => None,
+        };
+        let session = Self::lock_session(&mut tx, &id).await?.into_session()?;
+        self.finish(tx, hints).await?;
+        Ok((session, events, claim))
+    }
+
+    /// After an admission in `tx`: claims the run it queued, if it queued one that `offer`
+    /// may claim at once (the session's next run, placeable there), with its turn start. The
+    /// admission's run-ready hint goes only if the run is left for the Workers.
+    async fn claim_admitted(
+        tx: &mut WriteTx<E>,
+        id: &SessionId,
+        offer: &WorkerOffer,
+        terms: LeaseTerms,
+        hints: &mut Hints,
+    ) -> Result<Option<Claim>> {
+        if !hints.take_run_ready() {
+            return Ok(None);
+        }
+        let claim = Self::claim_within(tx, offer, terms, 1, Some(id), hints).await?.pop();
+        if claim.is_none() {
+            hints.push(Hint::RunReady);
+        }
+        Ok(claim)
+    }
+
     /// Runs admission on a locked session row and applies its decision.
     pub(crate) async fn admit_locked(
         tx: &mut WriteTx<E>,
@@ -180,60 +268,17 @@ fn refuse_if_running(s: &Session) -> Result<()> {
 #[async_trait]
 impl<E: Engine> Sessions for SqlStore<E> {
     async fn create_session(&self, new: NewSession) -> Result<(Session, Vec<Event>)> {
-        let id = new.id;
-        let mut tx = self.begin_write().await?;
-        let now = Self::now(&mut tx).await?;
-        let mut snapshot = new.snapshot;
-        for resource in &mut snapshot.resources {
-            resource.created_at = Timestamp(now);
-        }
-        let agent = &snapshot.agent;
-        let env = query_as::<GuardRow>(
-            "SELECT CAST(0 AS BIGINT) AS version, archived_at, deleted_at FROM environments WHERE id = $1",
-        )
-        .bind(new.environment_id.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
-        match env {
-            None | Some(GuardRow { deleted_at: Some(_), .. }) => {
-                return Err(StoreError::not_found("environment", &new.environment_id));
-            }
-            Some(GuardRow { archived_at: Some(_), .. }) => {
-                return Err(StoreError::Guard(Guard::EnvironmentArchived(new.environment_id.to_string())));
-            }
-            Some(_) => {}
-        }
-        query(
-            "INSERT INTO sessions (id, environment_id, agent_id, agent_version, snapshot, title, metadata, status, pending, \
-             env_state, env_host, last_seq, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 'idle', '[]', 'none', NULL, 0, $8, $8)",
-        )
-        .bind(id.as_str())
-        .bind(new.environment_id.as_str())
-        .bind(agent.id.as_str())
-        .bind(i64::from(agent.version))
-        .bind(serde_json::to_string(&snapshot)?)
-        .bind(new.title.clone())
-        .bind(serde_json::to_string(&new.metadata)?)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| {
-            if e.is_unique_violation() { StoreError::Guard(Guard::SessionExists(id.to_string())) } else { e.into() }
-        })?;
-        let mut hints = Hints::default();
-        let events = if new.initial_inputs.is_empty() {
-            Vec::new()
-        } else {
-            let row = Self::lock_session(&mut tx, &id).await?;
-            Self::admit_locked(&mut tx, row, new.initial_inputs, now, &mut hints).await?
-        };
-        // A conflict here returns before `finish`: the session, its inputs and every
-        // write roll back together.
-        Self::apply_admission_writes(&mut tx, &id, &new.writes, now).await?;
-        let session = Self::lock_session(&mut tx, &id).await?.into_session()?;
-        self.finish(tx, hints).await?;
+        let (session, events, _) = self.create_in(new, None).await?;
         Ok((session, events))
+    }
+
+    async fn create_session_and_claim(
+        &self,
+        new: NewSession,
+        offer: &WorkerOffer,
+        terms: LeaseTerms,
+    ) -> Result<(Session, Vec<Event>, Option<Claim>)> {
+        self.create_in(new, Some((offer, terms))).await
     }
 
     async fn get_session(&self, id: &SessionId) -> Result<Session> {
@@ -432,15 +477,7 @@ impl<E: Engine> Sessions for SqlStore<E> {
         let mut hints = Hints::default();
         let events = Self::admit_locked(&mut tx, row, inputs, now, &mut hints).await?;
         Self::apply_admission_writes(&mut tx, id, &writes, now).await?;
-        let mut claim = None;
-        if hints.take_run_ready() {
-            claim = Self::claim_within(&mut tx, offer, terms, 1, Some(id), &mut hints).await?.pop();
-            if claim.is_none() {
-                // Not claimable here or not yet (another run of the session goes first):
-                // the Workers are told, as after any admission.
-                hints.push(Hint::RunReady);
-            }
-        }
+        let claim = Self::claim_admitted(&mut tx, id, offer, terms, &mut hints).await?;
         self.finish(tx, hints).await?;
         Ok((events, claim))
     }
