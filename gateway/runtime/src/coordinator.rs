@@ -302,7 +302,8 @@ impl Coordinator {
         let Some(reserved) = self.reserve_turn(&new.initial_inputs) else {
             return Ok(self.store.create_session(new).await?);
         };
-        let (session, events, claim) = self.store.create_session_and_claim(new, &reserved.offer, reserved.terms).await?;
+        let (session, events, claim) =
+            self.store.create_session_and_claim(new, &reserved.offer, reserved.terms).await?;
         self.hand_over(reserved, claim).await;
         Ok((session, events))
     }
@@ -400,9 +401,10 @@ impl Coordinator {
     }
 
     /// A turn slot of this process's Workers for inputs that may start a turn, if one is
-    /// free: the admission then claims its own run (`worker::Handoff`, ADR 0016).
+    /// free and the Workers keep up with the queue (`Load::keeping_up`): the admission then
+    /// claims its own run (`worker::Handoff`, ADR 0016).
     fn reserve_turn(&self, inputs: &[NewEvent]) -> Option<crate::worker::Reserved> {
-        if inputs.is_empty() {
+        if inputs.is_empty() || !self.load.keeping_up(self.store.as_ref()) {
             return None;
         }
         self.handoff.as_ref()?.reserve()
@@ -411,9 +413,9 @@ impl Coordinator {
     /// Gives an admission's claim to the Workers its slot was reserved in; if they stopped
     /// meanwhile, the run goes back to the queue for whoever runs next.
     async fn hand_over(&self, reserved: crate::worker::Reserved, claim: Option<gateway_core::run::Claim>) {
-        let Some(Err(claim)) = claim.map(|c| reserved.deliver(c)) else { return };
-        if let Err(e) = self.store.release_run(&claim.fence).await {
-            tracing::warn!(error = %e, run = %claim.fence.run_id, "could not release a claim nobody runs; its lease will expire");
+        let Some(Err(fence)) = claim.map(|c| reserved.deliver(c)) else { return };
+        if let Err(e) = self.store.release_run(&fence).await {
+            tracing::warn!(error = %e, run = %fence.run_id, "could not release a claim nobody runs; its lease will expire");
         }
     }
 

@@ -265,6 +265,15 @@ impl Load {
         Ok(())
     }
 
+    /// Whether the Workers keep up: no run waits to be claimed (as of the last sample) and
+    /// neither the process nor its store runs later than a quarter of `max_lag_ms`. Only
+    /// then may an admission claim its own turn (ADR 0016): under load its runs queue, so
+    /// the queue bounds above see the backlog and shed it, and the claim query paces the
+    /// turns that start.
+    pub fn keeping_up(&self, store: &dyn Store) -> bool {
+        self.queued.load(Ordering::Relaxed) == 0 && self.lateness(store) < self.limits.max_lag / 4
+    }
+
     /// Requests in flight now (for tests and metrics).
     pub fn requests_in_flight(&self) -> usize {
         self.limits.max_requests.max(1) - self.requests.available_permits()

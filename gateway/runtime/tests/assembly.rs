@@ -9,7 +9,7 @@ use gateway_core::content::ContentBlock;
 use gateway_core::event::{EventPayload, NewEvent};
 use gateway_core::run::RunState;
 use gateway_runtime::testing::TestGateway;
-use gateway_runtime::{AgentSelection, CreateSession};
+use gateway_runtime::{AdmissionLimits, AgentSelection, CreateSession, WorkerConfig};
 use gateway_store::conformance::harness::SqliteHarness;
 use gateway_store::conformance::{Harness, agent_spec, env_spec};
 
@@ -77,6 +77,7 @@ async fn an_admission_hands_its_turn_to_the_running_workers_and_otherwise_queues
         .scripted()
         .local_sandbox()
         .workers(TestGateway::quick_workers())
+        .admission(never_late())
         .build()
         .await;
     let agent = gw.coordinator.create_agent(agent_spec("scripted")).await.unwrap();
@@ -125,5 +126,56 @@ async fn an_admission_hands_its_turn_to_the_running_workers_and_otherwise_queues
     gw.start_workers();
     settled(&gw, 2).await;
     assert_eq!(claimed(&gw), (2, 1), "the queued run was claimed by the Workers' own query");
+    gw.stop().await;
+}
+
+/// Admission limits under which a busy test machine never makes the process "late": the
+/// handoff's own conditions are what these tests look at.
+fn never_late() -> AdmissionLimits {
+    AdmissionLimits { max_lag: Duration::from_secs(600), ..AdmissionLimits::default() }
+}
+
+/// Handoffs are for a lightly loaded process: with four turns running, the next admission
+/// leaves its run to the Workers' batched claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_running_several_turns_leaves_new_ones_to_its_claim_query() {
+    let harness = SqliteHarness::new(true);
+    let workers = WorkerConfig { max_turns: 16, ..TestGateway::quick_workers() };
+    let gw = TestGateway::builder()
+        .store(harness.fresh().await)
+        .scripted()
+        .local_sandbox()
+        .workers(workers)
+        .admission(never_late())
+        .build()
+        .await;
+    let agent = gw.coordinator.create_agent(agent_spec("scripted")).await.unwrap();
+    let env = gw.coordinator.create_environment(env_spec("env")).await.unwrap();
+    let mut sessions = Vec::new();
+    for _ in 0..5 {
+        let req = CreateSession {
+            agent: AgentSelection { id: agent.id.clone(), version: None, overrides: None },
+            environment_id: env.id.clone(),
+            title: None,
+            metadata: Default::default(),
+            resources: vec![],
+            initial_inputs: vec![],
+        };
+        sessions.push(gw.coordinator.create_session(req).await.unwrap().0);
+    }
+    let sleep = || NewEvent::new(EventPayload::UserMessage { content: vec![ContentBlock::text("sleep 5000")] });
+    for s in &sessions {
+        gw.coordinator.submit(&s.id, vec![sleep()]).await.unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    for s in &sessions {
+        while gw.store.active_runs(&s.id).await.unwrap()[0].state != RunState::Running {
+            assert!(tokio::time::Instant::now() < deadline, "a run was never claimed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    use std::sync::atomic::Ordering::Relaxed;
+    let (claimed, handed) = (gw.metrics.runs_claimed.load(Relaxed), gw.metrics.runs_handed_off.load(Relaxed));
+    assert_eq!((claimed, handed), (5, 4), "four handed off while few ran, the fifth claimed by the Workers");
     gw.stop().await;
 }

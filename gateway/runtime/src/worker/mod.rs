@@ -262,49 +262,67 @@ async fn dispatch(w: Arc<Shared>) {
     let slots = Arc::new(Semaphore::new(w.config.max_turns.max(1)));
     let (deliveries, mut handed) = tokio::sync::mpsc::unbounded_channel();
     let door = w.handoff.as_ref().map(|h| {
-        h.open(handoff::Door { offer: offer.clone(), terms, slots: Arc::clone(&slots), deliveries })
+        h.open(handoff::Door {
+            offer: offer.clone(),
+            terms,
+            slots: Arc::clone(&slots),
+            capacity: w.config.max_turns.max(1),
+            below: handoff::FEW_TURNS.min(w.config.claim_batch.max(1)),
+            deliveries,
+        })
     });
     let mut turns: JoinSet<()> = JoinSet::new();
     let mut ready = w.store.wakeups().watch_runs();
+    // Whether to run the claim query now: at start, on a hint, when polling is due, after a
+    // full batch, and when a slot frees up after being full. A handed-off turn is no reason
+    // to look (its admission claimed it), and a turn's end neither: its settlement hints when
+    // its session has a run queued.
+    let mut look = true;
+    let mut next_poll = tokio::time::Instant::now();
     while !w.stop.is_cancelled() {
         while turns.try_join_next().is_some() {}
-        let room = slots.available_permits().min(w.config.claim_batch.max(1));
-        if room == 0 {
-            // Full: wait for a turn to end.
-            tokio::select! {
-                _ = w.stop.cancelled() => break,
-                _ = turns.join_next() => continue,
-                Some((claim, slot)) = handed.recv() => {
-                    start_turn(&w, &mut turns, claim, slot, true);
-                    continue;
+        if look {
+            let room = slots.available_permits().min(w.config.claim_batch.max(1));
+            if room == 0 {
+                // Full: wait for a turn to end.
+                tokio::select! {
+                    _ = w.stop.cancelled() => break,
+                    _ = turns.join_next() => {}
+                    Some((claim, slot)) = handed.recv() => start_turn(&w, &mut turns, claim, slot, true),
                 }
+                continue;
+            }
+            // The slots are taken before the claim: admissions reserve theirs meanwhile
+            // (handoff), and a claimed run without a slot would wait out its lease.
+            let Ok(mut held) = Arc::clone(&slots).try_acquire_many_owned(room as u32) else { continue };
+            // Seen before the claim: a hint sent while we look is not lost.
+            ready.borrow_and_update();
+            next_poll = tokio::time::Instant::now() + w.config.poll;
+            let mut full_batch = false;
+            match w.store.claim_runs(&offer, terms, room as u32).await {
+                Ok(claims) => {
+                    full_batch = claims.len() == room;
+                    for claim in claims {
+                        // One slot per claim; the query returns at most `room`.
+                        let Some(slot) = held.split(1) else {
+                            warn!("a claim beyond the turn limit; it will be reclaimed after its lease");
+                            continue;
+                        };
+                        start_turn(&w, &mut turns, claim, slot, false);
+                    }
+                }
+                Err(e) => warn!(error = %e, "claim failed"),
+            }
+            drop(held);
+            look = full_batch; // a full batch: there may be more due right now
+            if look {
+                continue;
             }
         }
-        // Seen before the claim: a hint sent while we look is not lost.
-        ready.borrow_and_update();
-        let mut full_batch = false;
-        match w.store.claim_runs(&offer, terms, room as u32).await {
-            Ok(claims) => {
-                full_batch = claims.len() == room;
-                for claim in claims {
-                    let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-                        warn!("a claim beyond the turn limit; it will be reclaimed after its lease");
-                        continue;
-                    };
-                    start_turn(&w, &mut turns, claim, slot, false);
-                }
-            }
-            Err(e) => warn!(error = %e, "claim failed"),
-        }
-        if full_batch {
-            continue; // there may be more due right now
-        }
-        // A turn's end is no reason to look: its settlement hints when its session has a run
-        // queued, so an ending turn costs no claim query of its own.
         tokio::select! {
             _ = w.stop.cancelled() => break,
-            _ = ready.changed() => {}
-            _ = tokio::time::sleep(w.config.poll) => {}
+            _ = ready.changed() => look = true,
+            _ = tokio::time::sleep_until(next_poll) => look = true,
             Some((claim, slot)) = handed.recv() => start_turn(&w, &mut turns, claim, slot, true),
         }
     }
@@ -339,7 +357,8 @@ fn start_turn(
     if claim.is_reclaim() {
         w.metrics.runs_reclaimed.fetch_add(1, Ordering::Relaxed);
     }
-    let span = info_span!("run", session = %claim.fence.session_id, run = %claim.fence.run_id, epoch = claim.fence.epoch);
+    let span =
+        info_span!("run", session = %claim.fence.session_id, run = %claim.fence.run_id, epoch = claim.fence.epoch);
     let holding = w.leases.hold(claim.fence.clone());
     let task = {
         let w = Arc::clone(w);

@@ -489,10 +489,8 @@ pub async fn an_admission_claims_its_own_run_with_its_turn_start(h: &dyn Harness
 
     // A backend this offer does not serve: queued for whoever does.
     let other = session(&s).await;
-    let acp_only = gateway_core::run::WorkerOffer {
-        backends: vec![BackendRef::Acp { executor: "x".into() }],
-        ..worker("c", "h")
-    };
+    let acp_only =
+        gateway_core::run::WorkerOffer { backends: vec![BackendRef::Acp { executor: "x".into() }], ..worker("c", "h") };
     let (_, none) = s
         .submit_and_claim(&other.id, vec![msg("hi")], AdmissionWrites::default(), &acp_only, terms(10_000))
         .await
