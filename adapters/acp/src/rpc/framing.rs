@@ -108,6 +108,10 @@ pub fn spawn_writer(
                 tracing::debug!(error = %e, "flush error; dropping the rest");
                 return;
             }
+            if bytes.capacity() > 2 * WRITE_BATCH {
+                // One big frame (a prompt may embed resources) is not kept for the connection's life.
+                bytes = Vec::new();
+            }
         }
     })
 }

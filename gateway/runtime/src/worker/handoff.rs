@@ -2,14 +2,14 @@
 //!
 //! Without this, a turn costs two commits before it starts: the admission, then a Worker's
 //! claim (which commits the turn start), with a wake-up and a claim query in between. When
-//! the admitting process has a free turn slot, the admission's own transaction claims the
-//! run it queued (`Sessions::submit_and_claim`, the same claim rules as any Worker's), and
-//! the claim is delivered here to the process's pool, which runs it as if its dispatcher had
-//! claimed it. One commit fewer on every turn's critical path, whatever the face.
+//! the admitting process is lightly loaded, the admission's own transaction claims the run it
+//! queued (`Sessions::submit_and_claim`, the same claim rules as any Worker's), and the claim
+//! is delivered here to the process's pool, which runs it as if its dispatcher had claimed
+//! it: one commit fewer before the turn starts, whatever the face (ADR 0016).
 //!
 //! The door is open only while the process's primary pool runs and runs few turns
-//! ([`FEW_TURNS`]): [`Handoff::reserve`] takes one of its turn slots first, so a handed-off
-//! claim never exceeds `max_turns`. A claim that finds the door shut after all (the pool
+//! ([`FEW_TURNS`]; the Coordinator also asks `Load::keeping_up`): [`Handoff::reserve`] takes
+//! one of its turn slots first, so a handed-off claim never exceeds `max_turns`. A claim that finds the door shut after all (the pool
 //! stopped between the reservation and the delivery) is given back to the queue by its
 //! admitter.
 

@@ -27,8 +27,9 @@ pub(crate) use run_cols_r;
 
 /// The claim candidates: `$1` offered backends and `$2` offered providers (JSON arrays expanded
 /// by `$in1`/`$in2`), `$3` the worker's host, `$4` now, `$5` the oldest heartbeat of a live
-/// host, `$6` how many, `$7` only this session's (or NULL: any). At most one per session (the oldest queued one, or an expired running
-/// one, never both: a queued run waits while any run of its session is running). Due queued runs, or running runs whose lease expired; never a second running run of
+/// host, `$6` how many, `$7` only this session's runs (NULL: any session's). At most one per
+/// session (the oldest queued one, or an expired running one, never both: a queued run waits
+/// while any run of its session is running). Due queued runs, or running runs whose lease expired; never a second running run of
 /// a session; runs of one session in creation order (database clock, then id); none while the session waits for client
 /// answers. Placeable here, or (host gone) claimable anywhere to be failed.
 macro_rules! claim_candidate_sql {
