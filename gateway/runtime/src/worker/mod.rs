@@ -284,10 +284,11 @@ async fn dispatch(w: Arc<Shared>) {
         if look {
             let room = slots.available_permits().min(w.config.claim_batch.max(1));
             if room == 0 {
-                // Full: wait for a turn to end.
+                // Full: wait for a slot, freed by a turn's end or by an admission that gave
+                // its reservation back (so with no turn running there is still a wake-up).
                 tokio::select! {
                     _ = w.stop.cancelled() => break,
-                    _ = turns.join_next() => {}
+                    _ = slots.acquire() => {}
                     Some((claim, slot)) = handed.recv() => start_turn(&w, &mut turns, claim, slot, true),
                 }
                 continue;
