@@ -6,8 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Caps, Options, errors, eventually, rig, texts, turn_ended, until};
+use common::{Caps, Options, Rig, errors, eventually, rig, texts, turn_ended, until};
 use gateway_core::event::{EventPayload, NewEvent, StopReason};
+use gateway_core::session::Session;
 
 fn stop_of(e: &gateway_core::event::Event) -> Option<StopReason> {
     match &e.payload {
@@ -33,21 +34,10 @@ async fn a_flood_of_updates_is_committed_whole() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_agent_was_lost_mid_turn_fails_explicitly() {
     let mut r = rig(Options::default()).await;
-    let s = r.session("fake").await;
-    r.say(&s, "hang").await;
-    let seen = r.fake.seen.clone();
-    eventually(10, || seen.count("session/prompt") == 1).await;
+    let s = prompt_in_flight(&r).await;
     // The gateway dies mid-turn, and its agent process with it.
     r.crash_workers().await;
-    r.processes.close(&s.id).await;
-    let after = r.events(&s).await.last().unwrap().seq;
-    let stream = r.stream(&s, after).await;
-    r.start_workers();
-    let got = until(stream, 20, turn_ended).await;
-    assert_eq!(stop_of(got.last().unwrap()), Some(StopReason::Failed), "{got:?}");
-    let errs = errors(&got);
-    assert!(errs.iter().any(|m| m.contains("lost mid-turn") && m.contains("resend")), "{errs:?}");
-    assert_eq!(seen.count("session/prompt"), 1, "the lost prompt is not sent again");
+    resumed_without_its_agent_fails_unsent(&mut r, &s).await;
 }
 
 /// Its record of the prompt sent rides with the run's next commit, which a Worker stopped
@@ -56,23 +46,36 @@ async fn a_run_whose_agent_was_lost_mid_turn_fails_explicitly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_released_at_shutdown_mid_prompt_is_not_sent_again() {
     let mut r = rig(Options::default()).await;
+    let s = prompt_in_flight(&r).await;
+    // Shutdown: the grace runs out and the lease is released (no crash counted).
+    r.stop_workers().await;
+    let run = r.store.active_runs(&s.id).await.unwrap().remove(0);
+    assert_eq!((run.crash_count, run.lease_owner.as_deref()), (0, None), "released, not crashed");
+    resumed_without_its_agent_fails_unsent(&mut r, &s).await;
+}
+
+/// A session whose prompt the agent received and never answers.
+async fn prompt_in_flight(r: &Rig) -> Session {
     let s = r.session("fake").await;
     r.say(&s, "hang").await;
     let seen = r.fake.seen.clone();
     eventually(10, || seen.count("session/prompt") == 1).await;
-    // Shutdown: the grace runs out, the lease is released (no crash counted), and the
-    // process's agent processes stop with it.
-    r.stop_workers().await;
+    s
+}
+
+/// With the Workers stopped, the session's agent process goes too (as with the gateway);
+/// the Workers that start next fail the run as one whose agent may have acted, and do not
+/// send its prompt again.
+async fn resumed_without_its_agent_fails_unsent(r: &mut Rig, s: &Session) {
     r.processes.close(&s.id).await;
-    let run = r.store.active_runs(&s.id).await.unwrap().remove(0);
-    assert_eq!((run.crash_count, run.lease_owner.as_deref()), (0, None), "released, not crashed");
-    let after = r.events(&s).await.last().unwrap().seq;
-    let stream = r.stream(&s, after).await;
+    let after = r.events(s).await.last().unwrap().seq;
+    let stream = r.stream(s, after).await;
     r.start_workers();
     let got = until(stream, 20, turn_ended).await;
     assert_eq!(stop_of(got.last().unwrap()), Some(StopReason::Failed), "{got:?}");
-    assert!(errors(&got).iter().any(|m| m.contains("lost mid-turn")), "{got:?}");
-    assert_eq!(seen.count("session/prompt"), 1, "the prompt is not sent again");
+    let errs = errors(&got);
+    assert!(errs.iter().any(|m| m.contains("lost mid-turn") && m.contains("resend")), "{errs:?}");
+    assert_eq!(r.fake.seen.count("session/prompt"), 1, "the prompt is not sent again");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,17 +1,21 @@
-//! The runtime assembly's shutdown (`Runtime::stop`): the signal, then the Workers, then every
-//! tracked task, and only then the store.
+//! The runtime assembly: its shutdown (`Runtime::stop`: the signal, then the Workers, then
+//! every tracked task, and only then the store), and the handoff of admitted turns from its
+//! Coordinator to its Workers.
 #![allow(clippy::unwrap_used)]
+mod common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gateway_core::content::ContentBlock;
-use gateway_core::event::{EventPayload, NewEvent};
+use std::sync::atomic::Ordering::Relaxed;
+
+use common::{new_session, say};
+use gateway_core::event::EventPayload;
 use gateway_core::run::RunState;
 use gateway_runtime::testing::TestGateway;
-use gateway_runtime::{AdmissionLimits, AgentSelection, CreateSession, WorkerConfig};
+use gateway_runtime::{AdmissionLimits, WorkerConfig};
+use gateway_store::conformance::Harness;
 use gateway_store::conformance::harness::SqliteHarness;
-use gateway_store::conformance::{Harness, agent_spec, env_spec};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_returns_only_after_every_task_ended_and_closes_the_store_last() {
@@ -28,19 +32,8 @@ async fn stop_returns_only_after_every_task_ended_and_closes_the_store_last() {
         .await;
 
     // A turn that is still running when the process stops.
-    let agent = gw.coordinator.create_agent(agent_spec("scripted")).await.unwrap();
-    let env = gw.coordinator.create_environment(env_spec("env")).await.unwrap();
-    let req = CreateSession {
-        agent: AgentSelection { id: agent.id, version: None, overrides: None },
-        environment_id: env.id,
-        title: None,
-        metadata: Default::default(),
-        resources: vec![],
-        initial_inputs: vec![],
-    };
-    let session = gw.coordinator.create_session(req).await.unwrap().0;
-    let sleep = NewEvent::new(EventPayload::UserMessage { content: vec![ContentBlock::text("sleep 60000")] });
-    gw.coordinator.submit(&session.id, vec![sleep]).await.unwrap();
+    let session = new_session(&gw).await;
+    gw.coordinator.submit(&session.id, vec![say("sleep 60000")]).await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while observer.active_runs(&session.id).await.unwrap()[0].state != RunState::Running {
         assert!(tokio::time::Instant::now() < deadline, "the run was never claimed");
@@ -72,26 +65,8 @@ async fn stop_returns_only_after_every_task_ended_and_closes_the_store_last() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admission_hands_its_turn_to_the_running_workers_and_otherwise_queues_it() {
     let harness = SqliteHarness::new(true);
-    let mut gw = TestGateway::builder()
-        .store(harness.fresh().await)
-        .scripted()
-        .local_sandbox()
-        .workers(TestGateway::quick_workers())
-        .admission(never_late())
-        .build()
-        .await;
-    let agent = gw.coordinator.create_agent(agent_spec("scripted")).await.unwrap();
-    let env = gw.coordinator.create_environment(env_spec("env")).await.unwrap();
-    let req = CreateSession {
-        agent: AgentSelection { id: agent.id, version: None, overrides: None },
-        environment_id: env.id,
-        title: None,
-        metadata: Default::default(),
-        resources: vec![],
-        initial_inputs: vec![],
-    };
-    let session = gw.coordinator.create_session(req).await.unwrap().0;
-    let say = |text: &str| NewEvent::new(EventPayload::UserMessage { content: vec![ContentBlock::text(text)] });
+    let mut gw = handoff_rig(&harness, TestGateway::quick_workers()).await;
+    let session = new_session(&gw).await;
     let settled = |gw: &TestGateway, n: u64| {
         let (store, id) = (Arc::clone(&gw.store), session.id.clone());
         async move {
@@ -112,10 +87,6 @@ async fn an_admission_hands_its_turn_to_the_running_workers_and_otherwise_queues
     let log = settled(&gw, 1).await;
     let start = log.iter().find(|e| matches!(e.payload, EventPayload::TurnStarted { .. })).unwrap();
     assert_eq!(start.seq, admitted[0].seq + 1, "the turn starts right after its input");
-    let claimed = |gw: &TestGateway| {
-        use std::sync::atomic::Ordering::Relaxed;
-        (gw.metrics.runs_claimed.load(Relaxed), gw.metrics.runs_handed_off.load(Relaxed))
-    };
     assert_eq!(claimed(&gw), (1, 1), "claimed by the admission, run by the Workers");
 
     gw.stop_workers().await;
@@ -129,10 +100,23 @@ async fn an_admission_hands_its_turn_to_the_running_workers_and_otherwise_queues
     gw.stop().await;
 }
 
-/// Admission limits under which a busy test machine never makes the process "late": the
+/// A gateway with `workers` on a database of `harness` (which must outlive it), whose
+/// admissions may hand their turns over. A busy test machine never makes it "late": the
 /// handoff's own conditions are what these tests look at.
-fn never_late() -> AdmissionLimits {
-    AdmissionLimits { max_lag: Duration::from_secs(600), ..AdmissionLimits::default() }
+async fn handoff_rig(harness: &SqliteHarness, workers: WorkerConfig) -> TestGateway {
+    TestGateway::builder()
+        .store(harness.fresh().await)
+        .scripted()
+        .local_sandbox()
+        .workers(workers)
+        .admission(AdmissionLimits { max_lag: Duration::from_secs(600), ..AdmissionLimits::default() })
+        .build()
+        .await
+}
+
+/// Runs claimed by the process's Workers, and how many of them its admissions handed over.
+fn claimed(gw: &TestGateway) -> (u64, u64) {
+    (gw.metrics.runs_claimed.load(Relaxed), gw.metrics.runs_handed_off.load(Relaxed))
 }
 
 /// Handoffs are for a lightly loaded process: with four turns running, the next admission
@@ -140,32 +124,13 @@ fn never_late() -> AdmissionLimits {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_running_several_turns_leaves_new_ones_to_its_claim_query() {
     let harness = SqliteHarness::new(true);
-    let workers = WorkerConfig { max_turns: 16, ..TestGateway::quick_workers() };
-    let gw = TestGateway::builder()
-        .store(harness.fresh().await)
-        .scripted()
-        .local_sandbox()
-        .workers(workers)
-        .admission(never_late())
-        .build()
-        .await;
-    let agent = gw.coordinator.create_agent(agent_spec("scripted")).await.unwrap();
-    let env = gw.coordinator.create_environment(env_spec("env")).await.unwrap();
+    let gw = handoff_rig(&harness, WorkerConfig { max_turns: 16, ..TestGateway::quick_workers() }).await;
     let mut sessions = Vec::new();
     for _ in 0..5 {
-        let req = CreateSession {
-            agent: AgentSelection { id: agent.id.clone(), version: None, overrides: None },
-            environment_id: env.id.clone(),
-            title: None,
-            metadata: Default::default(),
-            resources: vec![],
-            initial_inputs: vec![],
-        };
-        sessions.push(gw.coordinator.create_session(req).await.unwrap().0);
+        sessions.push(new_session(&gw).await);
     }
-    let sleep = || NewEvent::new(EventPayload::UserMessage { content: vec![ContentBlock::text("sleep 5000")] });
     for s in &sessions {
-        gw.coordinator.submit(&s.id, vec![sleep()]).await.unwrap();
+        gw.coordinator.submit(&s.id, vec![say("sleep 5000")]).await.unwrap();
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     for s in &sessions {
@@ -174,8 +139,6 @@ async fn a_process_running_several_turns_leaves_new_ones_to_its_claim_query() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    use std::sync::atomic::Ordering::Relaxed;
-    let (claimed, handed) = (gw.metrics.runs_claimed.load(Relaxed), gw.metrics.runs_handed_off.load(Relaxed));
-    assert_eq!((claimed, handed), (5, 4), "four handed off while few ran, the fifth claimed by the Workers");
+    assert_eq!(claimed(&gw), (5, 4), "four handed off while few ran, the fifth claimed by the Workers");
     gw.stop().await;
 }
