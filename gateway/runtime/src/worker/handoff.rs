@@ -38,9 +38,8 @@ pub struct Handoff {
 }
 
 /// What the running pool lends its admitters.
-#[derive(Clone)]
 pub(super) struct Door {
-    pub offer: WorkerOffer,
+    pub offer: Arc<WorkerOffer>,
     pub terms: LeaseTerms,
     pub slots: Arc<Semaphore>,
     /// The pool's turn slots in all (`max_turns`).
@@ -52,7 +51,7 @@ pub(super) struct Door {
 
 /// A free turn slot of the pool, held while the admission that may fill it commits.
 pub struct Reserved {
-    pub offer: WorkerOffer,
+    pub offer: Arc<WorkerOffer>,
     pub terms: LeaseTerms,
     slot: OwnedSemaphorePermit,
     deliveries: mpsc::UnboundedSender<Delivery>,
@@ -61,12 +60,13 @@ pub struct Reserved {
 impl Handoff {
     /// A turn slot of the running pool, if it has one free and runs few turns.
     pub fn reserve(&self) -> Option<Reserved> {
-        let door = self.door.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        let door = self.door.lock().unwrap_or_else(|p| p.into_inner());
+        let door = door.as_ref()?;
         if door.capacity.saturating_sub(door.slots.available_permits()) >= door.below {
             return None;
         }
-        let slot = door.slots.try_acquire_owned().ok()?;
-        Some(Reserved { offer: door.offer, terms: door.terms, slot, deliveries: door.deliveries })
+        let slot = Arc::clone(&door.slots).try_acquire_owned().ok()?;
+        Some(Reserved { offer: Arc::clone(&door.offer), terms: door.terms, slot, deliveries: door.deliveries.clone() })
     }
 
     /// Opens the door for a pool until the returned guard is dropped (the pool's dispatcher

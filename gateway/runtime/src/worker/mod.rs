@@ -263,7 +263,7 @@ async fn dispatch(w: Arc<Shared>) {
     let (deliveries, mut handed) = tokio::sync::mpsc::unbounded_channel();
     let door = w.handoff.as_ref().map(|h| {
         h.open(handoff::Door {
-            offer: offer.clone(),
+            offer: Arc::new(offer.clone()),
             terms,
             slots: Arc::clone(&slots),
             capacity: w.config.max_turns.max(1),
