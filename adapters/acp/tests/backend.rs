@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{Caps, Options, Rig, errors, eventually, rig, texts, turn_ended, until};
 use gateway_core::event::{EventPayload, NewEvent, StopReason};
-use gateway_core::session::Session;
+use gateway_core::session::{ResourceKind, Session};
 
 fn stop_of(e: &gateway_core::event::Event) -> Option<StopReason> {
     match &e.payload {
@@ -184,4 +184,57 @@ async fn a_load_replay_is_discarded_without_blocking_the_agent() {
     assert_eq!(stop_of(got.last().unwrap()), Some(StopReason::EndTurn));
     assert_eq!(texts(&got), vec!["two"]);
     assert!(r.fake.seen.methods().contains(&"session/load".to_owned()));
+}
+
+/// Files mounted into an ACP-backed session are in the agent process's `cwd` before its first
+/// prompt, and one added later is there before the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_agent_finds_the_sessions_mounted_files_in_its_cwd() {
+    let r = rig(Options::default()).await;
+    let upload = |content: &'static [u8]| {
+        let mut u = r.coordinator.upload();
+        async move {
+            u.push(content).await.unwrap();
+            u.finish("f".into(), "text/plain".into()).await.unwrap()
+        }
+    };
+    let first = upload(b"first mounted file").await;
+    let id = r.agents.get("fake").unwrap().clone();
+    let agent = r.coordinator.get_agent(&id, None).await.unwrap();
+    let req = gateway_runtime::CreateSession {
+        agent: gateway_runtime::AgentSelection { id, version: None, overrides: None },
+        environment_id: r.agents.environment_for(&agent.spec.backend).unwrap().clone(),
+        title: None,
+        metadata: Default::default(),
+        resources: vec![ResourceKind::File { file_id: first.id.to_string(), mount_path: "/workspace/in/a.txt".into() }],
+        initial_inputs: vec![],
+    };
+    let s = r.coordinator.create_session(req).await.unwrap().0;
+    let stream = r.stream(&s, 0).await;
+    r.say(&s, "cat in/a.txt").await;
+    let got = until(stream, 30, turn_ended).await;
+    assert_eq!(texts(&got).concat(), "first mounted file");
+
+    let later = upload(b"added between turns").await;
+    let mount = ResourceKind::File { file_id: later.id.to_string(), mount_path: "/mnt/session/uploads/b".into() };
+    r.coordinator.add_resource(&s.id, mount).await.unwrap();
+    let after = r.coordinator.get_session(&s.id).await.unwrap().last_seq;
+    let stream = r.stream(&s, after).await;
+    r.say(&s, "cat mnt/session/uploads/b").await;
+    let got = until(stream, 30, turn_ended).await;
+    assert_eq!(texts(&got).concat(), "added between turns", "the process that was already running sees it");
+}
+
+/// A client's own directory (an editor's `cwd`) is never written: files are not mounted there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_are_never_mounted_into_a_clients_own_directory() {
+    let r = rig(Options::default()).await;
+    let s = r.session("fake").await;
+    let mut u = r.coordinator.upload();
+    u.push(b"x").await.unwrap();
+    let f = u.finish("f".into(), "text/plain".into()).await.unwrap();
+    let mount = ResourceKind::File { file_id: f.id.to_string(), mount_path: "/workspace/x".into() };
+    let refused = r.coordinator.add_resource(&s.id, mount).await;
+    assert!(matches!(refused, Err(gateway_runtime::RuntimeError::Invalid(_))), "{refused:?}");
+    assert!(!std::path::Path::new(&r.project("ws-fake")).join("x").exists());
 }

@@ -126,6 +126,8 @@ impl From<RuntimeError> for ApiError {
                     "agent" | "agent version" => Some("agent_not_found"),
                     "work item" => Some("work_not_found"),
                     "webhook endpoint" => Some("webhook_not_found"),
+                    "file" => Some("file_not_found"),
+                    "session resource" => Some("session_resource_not_found"),
                     _ => None,
                 };
                 let err = ApiError::not_found(message);
@@ -146,6 +148,8 @@ impl From<RuntimeError> for ApiError {
                 Guard::EnvironmentTransition { .. } | Guard::SessionStarted(_) => ApiError::invalid(message),
                 Guard::DocumentConflict { .. } | Guard::SessionExists(_) => ApiError::conflict(message, "conflict"),
                 Guard::WorkState { .. } => ApiError::conflict(message, "work_state_conflict"),
+                Guard::FileInUse { .. } => ApiError::conflict(message, "file_in_use"),
+                Guard::ResourcesChanged(_) => ApiError::conflict(message, "conflict"),
             },
             RuntimeError::Rejected(a) => match a {
                 AdmissionError::Archived => ApiError::invalid(message).code("session_archived"),

@@ -51,7 +51,7 @@ pub struct ManagedAgents {
 
 /// The `/v1` routes of the Managed Agents API (mount at the root).
 pub fn router(api: ManagedAgents) -> Router {
-    use handlers::{agents, environments, events, sessions, webhook_endpoints, work};
+    use handlers::{agents, environments, events, files, sessions, webhook_endpoints, work};
     let routes = Router::new()
         .route("/v1/agents", post(agents::create).get(agents::list))
         .route("/v1/agents/{id}", get(agents::retrieve).post(agents::update))
@@ -75,7 +75,15 @@ pub fn router(api: ManagedAgents) -> Router {
         .route("/v1/sessions", post(sessions::create).get(sessions::list))
         .route("/v1/sessions/{id}", get(sessions::retrieve).post(sessions::update).delete(sessions::delete))
         .route("/v1/sessions/{id}/archive", post(sessions::archive))
-        .route("/v1/sessions/{id}/resources", get(sessions::resources))
+        .route("/v1/sessions/{id}/resources", get(sessions::resources).post(sessions::add_resource))
+        .route(
+            "/v1/sessions/{id}/resources/{resource_id}",
+            get(sessions::retrieve_resource).post(sessions::update_resource).delete(sessions::delete_resource),
+        )
+        // An upload is bounded by `[files] max_bytes` as it streams in, not by the JSON limit.
+        .route("/v1/files", post(files::upload).layer(DefaultBodyLimit::disable()).get(files::list))
+        .route("/v1/files/{id}", get(files::retrieve).delete(files::delete))
+        .route("/v1/files/{id}/content", get(files::download))
         .route("/v1/sessions/{id}/events", post(events::send).get(events::list))
         .route("/v1/sessions/{id}/events/stream", get(stream::stream))
         .route("/v1/sessions/{id}/stream", get(stream::stream))
@@ -125,6 +133,15 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("delete", "/v1/sessions/{session_id}"),
     ("post", "/v1/sessions/{session_id}/archive"),
     ("get", "/v1/sessions/{session_id}/resources"),
+    ("post", "/v1/sessions/{session_id}/resources"),
+    ("get", "/v1/sessions/{session_id}/resources/{resource_id}"),
+    ("post", "/v1/sessions/{session_id}/resources/{resource_id}"),
+    ("delete", "/v1/sessions/{session_id}/resources/{resource_id}"),
+    ("post", "/v1/files"),
+    ("get", "/v1/files"),
+    ("get", "/v1/files/{file_id}"),
+    ("delete", "/v1/files/{file_id}"),
+    ("get", "/v1/files/{file_id}/content"),
     ("post", "/v1/sessions/{session_id}/events"),
     ("get", "/v1/sessions/{session_id}/events"),
     ("get", "/v1/sessions/{session_id}/events/stream"),

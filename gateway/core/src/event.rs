@@ -74,6 +74,9 @@ pub enum ErrorKind {
     /// No self-hosted executor connected within the connect timeout; the input it was
     /// needed for was not run.
     EnvironmentConnectTimeout,
+    /// A mounted input (an uploaded file) could not be placed in the session's environment;
+    /// the turn did not run without it.
+    MountFailed,
 }
 
 /// Whether the failed work will be retried.

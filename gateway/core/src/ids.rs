@@ -137,6 +137,8 @@ define_id!(/// One dispatched unit of work (a turn).
     RunId, "run_", "run");
 define_id!(/// A session resource (mounted file or repository).
     ResourceId, "sesrsc_", "session resource");
+define_id!(/// An uploaded file (its metadata and content live in the store).
+    FileId, "file_", "file");
 define_id!(/// An API key (the id, never the secret).
     ApiKeyId, "key_", "api key");
 define_id!(/// An outbound HTTP delivery (webhook, push notification).

@@ -73,11 +73,11 @@ pub struct Offer {
     pub a2a_remotes: BTreeSet<String>,
     /// Gateway-internal agents (`builtin:<name>`) this deployment runs.
     pub builtins: BTreeSet<String>,
-    /// Whether file and repository resources can be materialized into a workspace. No
-    /// component of this gateway does that yet (there is no file store and no checkout step),
-    /// so deployments offer `false` and such sessions are refused rather than started without
-    /// the files they asked for.
-    pub mounts: bool,
+    /// Whether repository resources can be checked out into a workspace. No component of
+    /// this gateway does that yet, so deployments offer `false` and such sessions are refused
+    /// rather than started without the repositories they asked for. (Uploaded files are always
+    /// materializable: their content is in the store.)
+    pub repositories: bool,
 }
 
 impl Offer {
@@ -201,7 +201,7 @@ pub enum PlacementError {
     #[error("placement rule \"builtin + local inputs\": a built-in agent takes no local inputs ({inputs})")]
     LocalInputsOnBuiltin { inputs: String },
     #[error(
-        "placement rule \"unmet requirements\": this gateway cannot mount file or repository resources ({inputs}); it has no file store and does not check out repositories"
+        "placement rule \"unmet requirements\": this gateway cannot mount repository resources ({inputs}); it does not check out repositories yet"
     )]
     MountsUnsupported { inputs: String },
 }
@@ -299,11 +299,11 @@ pub fn place(
     if cloud.provisioning == Provisioning::Eager {
         because.push(RealizeReason::EagerProvisioning);
     }
+    if inputs.repositories > 0 && !offer.repositories {
+        let only = LocalInputs { repositories: inputs.repositories, ..Default::default() };
+        return Err(PlacementError::MountsUnsupported { inputs: only.describe() });
+    }
     if inputs.files > 0 || inputs.repositories > 0 {
-        if !offer.mounts {
-            let only = LocalInputs { files: inputs.files, repositories: inputs.repositories, ..Default::default() };
-            return Err(PlacementError::MountsUnsupported { inputs: only.describe() });
-        }
         because.push(RealizeReason::Mounts);
     }
     if inputs.workspace {
@@ -381,7 +381,7 @@ mod tests {
             acp_executors: ["claude".to_owned()].into(),
             a2a_remotes: ["echo".to_owned()].into(),
             builtins: ["conformance".to_owned()].into(),
-            mounts: true,
+            repositories: true,
         }
     }
 
@@ -404,6 +404,10 @@ mod tests {
 
     fn mounts() -> LocalInputs {
         LocalInputs { files: 1, ..Default::default() }
+    }
+
+    fn repositories() -> LocalInputs {
+        LocalInputs { repositories: 1, ..Default::default() }
     }
 
     // Row: native, no local input or tool, on_tool_use -> start without a sandbox.
@@ -497,26 +501,28 @@ mod tests {
         assert!(err.to_string().contains("1 file mount"), "{err}");
         let err = place(&a2a(), &cloud(Provisioning::Eager, "local"), &LocalInputs::default(), &offer()).unwrap_err();
         assert!(matches!(err, PlacementError::A2aWithEagerProvisioning { .. }), "{err}");
-        // The backend's own rule wins over a missing mount capability: the client learns
+        // The backend's own rule wins over a missing checkout capability: the client learns
         // that the combination is impossible, not merely unsupported here.
-        let no_mounts = Offer { mounts: false, ..offer() };
-        let err = place(&a2a(), &cloud(Provisioning::OnToolUse, "local"), &mounts(), &no_mounts).unwrap_err();
+        let no_checkouts = Offer { repositories: false, ..offer() };
+        let err = place(&a2a(), &cloud(Provisioning::OnToolUse, "local"), &repositories(), &no_checkouts).unwrap_err();
         assert_eq!(err.code(), "a2a_with_local_inputs");
     }
 
-    // Row: mounts on a deployment that cannot materialize them -> refused, never started
-    // without the files.
+    // Row: repositories on a deployment that cannot check them out -> refused, never started
+    // without them; files (whose content is in the store) always realize before execution.
     #[test]
-    fn row_mounts_without_a_materializer_are_refused() {
-        let no_mounts = Offer { mounts: false, ..offer() };
+    fn row_repositories_without_a_checkout_are_refused_and_files_are_not() {
+        let no_checkouts = Offer { repositories: false, ..offer() };
         for backend in [BackendRef::Native, acp()] {
             let env = cloud(Provisioning::Eager, "local");
-            let err = place(&backend, &env, &mounts(), &no_mounts).unwrap_err();
+            let err = place(&backend, &env, &repositories(), &no_checkouts).unwrap_err();
             assert!(matches!(err, PlacementError::MountsUnsupported { .. }), "{err}");
-            assert!(err.to_string().contains("1 file mount"), "{err}");
+            assert!(err.to_string().contains("1 repository mount"), "{err}");
+            let r = place(&backend, &env, &mounts(), &no_checkouts).unwrap();
+            assert!(r.environment.realize_before_execution());
         }
         let workspace = LocalInputs { workspace: true, ..Default::default() };
-        place(&acp(), &cloud(Provisioning::Eager, "local"), &workspace, &no_mounts).unwrap();
+        place(&acp(), &cloud(Provisioning::Eager, "local"), &workspace, &no_checkouts).unwrap();
     }
 
     // Row: requirements that cannot be met -> fail closed, never a weaker sandbox.

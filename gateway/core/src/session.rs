@@ -90,6 +90,9 @@ pub enum Checkout {
     Commit { sha: String },
 }
 
+/// The most resources a session may have.
+pub const MAX_RESOURCES: usize = 100;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ResourceKind {

@@ -111,6 +111,7 @@ impl Runtime {
         let tasks = TaskTracker::new();
         tasks.spawn(Arc::clone(&executors).sweep(shutdown.child_token()));
         tasks.spawn(Arc::clone(&environments).maintain(Arc::clone(&store), shutdown.child_token()));
+        tasks.spawn(crate::files::sweep_abandoned_uploads(Arc::clone(&store) as _, shutdown.child_token()));
         tasks.spawn(Arc::clone(coordinator.load()).measure_lag(shutdown.child_token()));
         tasks.spawn(Arc::clone(coordinator.load()).sample_queue(Arc::clone(&store), shutdown.child_token()));
         let mut runtime = Self {

@@ -17,11 +17,12 @@ use gateway_core::session::{Resource, ResourceKind, Session, SessionSnapshot};
 use gateway_core::{AgentId, EnvironmentId, EventId, Metadata, ResourceId, SessionId, Timestamp};
 use gateway_store::{
     AdmissionWrites, AgentFilter, EnvironmentFilter, EventFilter, NewSession, Page, PageRequest, SessionFilter,
-    SessionPatch, Store,
+    SessionPatch, Store, StoreError,
 };
 
 use crate::environment::Environments;
-use crate::error::{Result, RuntimeError};
+use crate::error::{Guard, Result, RuntimeError};
+use crate::files::{FileUpload, FilesConfig};
 use crate::load::{AdmissionLimits, Load};
 use crate::metrics::Metrics;
 use crate::previews::PreviewBus;
@@ -59,11 +60,17 @@ pub struct CoordinatorOptions {
     pub subscription_poll: Duration,
     /// The bounds beyond which work is refused as busy.
     pub admission: AdmissionLimits,
+    /// What uploads may be.
+    pub files: FilesConfig,
 }
 
 impl Default for CoordinatorOptions {
     fn default() -> Self {
-        Self { subscription_poll: Duration::from_millis(500), admission: AdmissionLimits::default() }
+        Self {
+            subscription_poll: Duration::from_millis(500),
+            admission: AdmissionLimits::default(),
+            files: FilesConfig::default(),
+        }
     }
 }
 
@@ -279,6 +286,7 @@ impl Coordinator {
             o.apply(&mut agent.spec);
         }
         self.check_backend(&agent.spec.backend)?;
+        check_mounts(&req.resources)?;
         let environment = self.store.get_environment(&req.environment_id).await?;
         let inputs = local_inputs(&req.resources);
         let requirements = place(&agent.spec.backend, &environment.spec.config, &inputs, &self.offer)?;
@@ -348,6 +356,63 @@ impl Coordinator {
         let requirements = place(&chosen.spec.backend, &environment.spec.config, &local_inputs(&kinds), &self.offer)?;
         let snapshot = SessionSnapshot { agent: chosen, requirements, resources: current.snapshot.resources.clone() };
         Ok(self.store.replace_snapshot(session, snapshot).await?)
+    }
+
+    /// Adds a resource to a session (frozen like those it was created with: placement runs
+    /// again for the whole set, so a mount on a session that could not honour it is refused).
+    /// A new mount is placed before the next turn that runs.
+    pub async fn add_resource(&self, session: &SessionId, kind: ResourceKind) -> Result<(Session, ResourceId)> {
+        if matches!(kind, ResourceKind::Workspace { .. }) {
+            return Err(RuntimeError::Invalid("a workspace is given when a session is created".into()));
+        }
+        let id = ResourceId::new();
+        let resource = Resource { id: id.clone(), kind, created_at: Timestamp(0) };
+        let session = self.change_resources(session, |resources| resources.push(resource.clone())).await?;
+        Ok((session, id))
+    }
+
+    /// Removes a resource from a session. Its file may be deleted from then on; a copy already
+    /// placed in a realized workspace stays there (the workspace is the session's own).
+    pub async fn remove_resource(&self, session: &SessionId, resource: &ResourceId) -> Result<Session> {
+        let current = self.store.get_session(session).await?;
+        if !current.snapshot.resources.iter().any(|r| &r.id == resource) {
+            return Err(RuntimeError::NotFound { kind: "session resource", id: resource.to_string() });
+        }
+        self.change_resources(session, |resources| resources.retain(|r| &r.id != resource)).await
+    }
+
+    /// Applies `change` to the session's resources, re-places the session for the new set and
+    /// stores both by compare-and-set, reading again if another change came first.
+    async fn change_resources(&self, id: &SessionId, change: impl Fn(&mut Vec<Resource>)) -> Result<Session> {
+        let mut attempts = 0;
+        loop {
+            let current = self.store.get_session(id).await?;
+            let base: Vec<ResourceId> = current.snapshot.resources.iter().map(|r| r.id.clone()).collect();
+            let mut resources = current.snapshot.resources.clone();
+            change(&mut resources);
+            let kinds: Vec<ResourceKind> = resources.iter().map(|r| r.kind.clone()).collect();
+            check_mounts(&kinds)?;
+            let environment = self.store.get_environment(&current.environment_id).await?;
+            let agent = &current.snapshot.agent;
+            let requirements =
+                place(&agent.spec.backend, &environment.spec.config, &local_inputs(&kinds), &self.offer)?;
+            match self.store.set_resources(id, &base, resources, requirements).await {
+                Err(StoreError::Guard(Guard::ResourcesChanged(_))) if attempts < 3 => attempts += 1,
+                other => return Ok(other?),
+            }
+        }
+    }
+
+    // ---- files ----
+
+    /// Uploaded files: metadata, content and deletion.
+    pub fn files(&self) -> &dyn gateway_store::Files {
+        self.store.as_ref()
+    }
+
+    /// Starts an upload, bounded by `[files]`.
+    pub fn upload(&self) -> FileUpload {
+        FileUpload::new(Arc::clone(&self.store) as _, &self.options.files)
     }
 
     // ---- adapter state ----
@@ -457,6 +522,30 @@ impl Coordinator {
             Arc::clone(&self.metrics),
         )
     }
+}
+
+/// Every mount of a session at a place of its own (`gateway_core::mounts`), and none in a
+/// client's own directory.
+fn check_mounts(resources: &[ResourceKind]) -> Result<()> {
+    if resources.len() > gateway_core::session::MAX_RESOURCES {
+        let max = gateway_core::session::MAX_RESOURCES;
+        return Err(RuntimeError::Invalid(format!("a session has at most {max} resources")));
+    }
+    let client_dir = resources.iter().any(|r| matches!(r, ResourceKind::Workspace { .. }));
+    if client_dir && resources.iter().any(|r| !matches!(r, ResourceKind::Workspace { .. })) {
+        // The workspace is the client's own directory (an editor's `cwd`): never written to.
+        return Err(RuntimeError::Invalid(
+            "files and repositories cannot be mounted into a session whose workspace is the client's own directory"
+                .into(),
+        ));
+    }
+    let paths = resources.iter().filter_map(|r| match r {
+        ResourceKind::File { mount_path, .. } | ResourceKind::Repository { mount_path, .. } => {
+            Some(mount_path.as_str())
+        }
+        ResourceKind::Workspace { .. } => None,
+    });
+    gateway_core::mounts::check_all(paths).map_err(|e| RuntimeError::Invalid(e.to_string()))
 }
 
 fn local_inputs(resources: &[ResourceKind]) -> LocalInputs {

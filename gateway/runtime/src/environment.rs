@@ -28,16 +28,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway_core::SessionId;
 use gateway_core::environment::ProviderTier;
 use gateway_core::event::ErrorKind;
 use gateway_core::placement::{EnvironmentPlan, NetworkControl, ProviderOffer};
 use gateway_core::session::{EnvironmentState, ResourceKind, Session};
+use gateway_core::{FileId, SessionId, mounts};
 use gateway_sandbox::{
     DirError, Hand, Limits, LocalProvider, NamespaceProvider, SandboxPolicy, SandboxProvider, WorkspaceDir,
 };
-use gateway_store::{EnvironmentChange, Store};
+use gateway_store::{EnvironmentChange, Files, Store};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -55,6 +56,9 @@ pub enum EnvironmentError {
     Vanished { session: SessionId, state: &'static str, path: String },
     #[error("cannot prepare the workspace {path}: {reason}")]
     Workspace { path: String, reason: String },
+    /// A mounted input could not be placed; the turn must not run without it.
+    #[error("session resource {resource} ({mount_path}) could not be mounted: {reason}")]
+    Mount { resource: String, mount_path: String, reason: String },
     /// The workspace is not (or no longer) the directory that was checked: fail closed.
     #[error("the workspace of session {session} cannot be used: {source}")]
     WorkspaceRefused { session: SessionId, source: DirError },
@@ -65,6 +69,7 @@ impl EnvironmentError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             EnvironmentError::Vanished { .. } => ErrorKind::EnvironmentLost,
+            EnvironmentError::Mount { .. } => ErrorKind::MountFailed,
             _ => ErrorKind::PlacementFailed,
         }
     }
@@ -185,6 +190,23 @@ pub fn host_providers(default: &ProviderTier, config: &EnvironmentsConfig) -> Ve
     out
 }
 
+/// The providers among `providers` that work on this host right now, for placement.
+pub fn offers_of<'a>(providers: impl IntoIterator<Item = &'a Arc<dyn SandboxProvider>>) -> Vec<ProviderOffer> {
+    let mut out: Vec<ProviderOffer> = providers
+        .into_iter()
+        .filter(|p| match p.check() {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(provider = %p.tier(), error = %e, "sandbox provider unavailable; not offered");
+                false
+            }
+        })
+        .map(|p| ProviderOffer { tier: p.tier(), network: p.network_control(), installs_packages: false })
+        .collect();
+    out.sort();
+    out
+}
+
 /// The Session Environments of this host.
 pub struct Environments {
     /// The host identity environments are pinned to.
@@ -196,6 +218,8 @@ pub struct Environments {
     slots: Mutex<HashMap<SessionId, Slot>>,
     /// `max_commands`, shared by every Hand.
     commands: Arc<tokio::sync::Semaphore>,
+    /// Where mounted files' content is read from.
+    files: Arc<dyn Files>,
 }
 
 /// Releases its acquisition when dropped, so a caller can never keep a slot busy forever.
@@ -219,12 +243,14 @@ impl Drop for Lease {
 }
 
 impl Environments {
-    /// The environments of `host`, with session workspaces under `root`, made by `providers`.
+    /// The environments of `host`, with session workspaces under `root`, made by `providers`,
+    /// their mounted files read from `files`.
     pub fn new(
         host: impl Into<String>,
         root: impl Into<PathBuf>,
         config: EnvironmentsConfig,
         providers: Vec<Arc<dyn SandboxProvider>>,
+        files: Arc<dyn Files>,
     ) -> Arc<Self> {
         let commands = Arc::new(tokio::sync::Semaphore::new(config.max_commands.max(1)));
         Arc::new(Self {
@@ -234,6 +260,7 @@ impl Environments {
             providers: providers.into_iter().map(|p| (p.tier(), p)).collect(),
             slots: Mutex::new(HashMap::new()),
             commands,
+            files,
         })
     }
 
@@ -247,20 +274,7 @@ impl Environments {
 
     /// The providers that work on this host right now, for placement.
     pub fn offers(&self) -> Vec<ProviderOffer> {
-        let mut out: Vec<ProviderOffer> = self
-            .providers
-            .values()
-            .filter(|p| match p.check() {
-                Ok(()) => true,
-                Err(e) => {
-                    warn!(provider = %p.tier(), error = %e, "sandbox provider unavailable; not offered");
-                    false
-                }
-            })
-            .map(|p| ProviderOffer { tier: p.tier(), network: p.network_control(), installs_packages: false })
-            .collect();
-        out.sort();
-        out
+        offers_of(self.providers.values())
     }
 
     /// Where a session's workspace lives: the client's own directory for a mounted workspace
@@ -340,7 +354,10 @@ impl Environments {
             let change = (session.environment_state != EnvironmentState::Realized)
                 .then(|| EnvironmentChange { state: EnvironmentState::Realized, host: Some(self.host.clone()) });
             let acquired = Acquired { hand: Arc::clone(&slot.hand), change };
-            return Ok(Lease { envs: Arc::clone(self), session: session.id.clone(), acquired });
+            drop(slots);
+            let lease = Lease { envs: Arc::clone(self), session: session.id.clone(), acquired };
+            self.place_mounts(session, &lease.acquired.hand).await?;
+            return Ok(lease);
         }
 
         let provider = self.providers.get(&sandbox.provider).ok_or_else(|| EnvironmentError::ProviderUnavailable {
@@ -372,7 +389,48 @@ impl Environments {
         slots.insert(session.id.clone(), Slot { hand: Arc::clone(&hand), last_used: Instant::now(), users: 1 });
         let change = (session.environment_state != EnvironmentState::Realized)
             .then(|| EnvironmentChange { state: EnvironmentState::Realized, host: Some(self.host.clone()) });
-        Ok(Lease { envs: Arc::clone(self), session: session.id.clone(), acquired: Acquired { hand, change } })
+        drop(slots);
+        let lease = Lease { envs: Arc::clone(self), session: session.id.clone(), acquired: Acquired { hand, change } };
+        self.place_mounts(session, &lease.acquired.hand).await?;
+        Ok(lease)
+    }
+
+    /// Places the session's mounted files that its workspace does not hold yet: all of them
+    /// at the first realization, those added since at a later acquisition (so a resource
+    /// added between turns is there before the next turn runs). Outside the slots' lock: it
+    /// reads the store. Each file's content is checked against its recorded size and digest
+    /// before it appears at its mount path; any failure names the resource and fails the
+    /// acquisition, so no turn runs without its inputs.
+    async fn place_mounts(&self, session: &Session, hand: &Hand) -> Result<(), EnvironmentError> {
+        for r in &session.snapshot.resources {
+            let ResourceKind::File { file_id, mount_path } = &r.kind else { continue };
+            let failed = |reason: String| EnvironmentError::Mount {
+                resource: r.id.to_string(),
+                mount_path: mount_path.clone(),
+                reason,
+            };
+            let rel = mounts::workspace_relative(mount_path).map_err(|e| failed(e.to_string()))?;
+            if hand.occupied(&rel).await {
+                continue;
+            }
+            let id = FileId::parse(file_id).map_err(|e| failed(e.to_string()))?;
+            let file = self.files.get_file(&id).await.map_err(|e| failed(e.to_string()))?;
+            let mut writer = hand.place(&rel).await.map_err(|e| failed(e.to_string()))?;
+            let mut digest = Sha256::new();
+            let mut size = 0u64;
+            for seq in 0..file.chunks {
+                let bytes = self.files.file_chunk(&id, seq).await.map_err(|e| failed(e.to_string()))?;
+                digest.update(&bytes);
+                size += bytes.len() as u64;
+                writer.write(bytes).await.map_err(|e| failed(e.to_string()))?;
+            }
+            if size != file.size_bytes || hex::encode(digest.finalize()) != file.sha256 {
+                return Err(failed(format!("the stored content of file {id} does not match its size and digest")));
+            }
+            writer.finish().await.map_err(|e| failed(e.to_string()))?;
+            info!(session = %session.id, resource = %r.id, mount_path, bytes = size, "file mounted");
+        }
+        Ok(())
     }
 
     /// Hibernates every Hand idle longer than the configured time and records the state. The

@@ -12,6 +12,7 @@ pub mod coordinator;
 pub mod environment;
 pub mod error;
 pub mod executors;
+pub mod files;
 pub mod load;
 pub mod metrics;
 pub mod native;
@@ -47,7 +48,7 @@ pub use gateway_store::Delivery as OutboxDelivery;
 pub use gateway_store::{
     AdmissionWrites, AgentFilter, DeliveryState, Document, DocumentLease, DocumentWrite, Documents, EnvironmentFilter,
     EventFilter, Keyset, NewDelivery, Order, Outbox, Page, PageCursor, PageRequest, ReadDocuments, SessionFilter,
-    SessionPatch, TimeRange,
+    SessionPatch, StoredFile, TimeRange,
 };
 pub use gateway_store::{
     ApiKey, Beat, EndpointOrigin, NewEndpoint, Stop, WebhookEndpoint, WorkItem, WorkState, WorkStats,

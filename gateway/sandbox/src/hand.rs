@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::{Mutex, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::files::{self, FileError, Workspace};
+use crate::files::{self, FileError, Placement, Workspace};
 use crate::input::{self, BadInput, MAX_COMMAND_BYTES, MAX_PATH_BYTES, MAX_PATTERN_BYTES, MAX_TEXT_BYTES};
 use crate::shell::{End, Outcome, Shell};
 use crate::terminal::Terminals;
@@ -147,6 +147,27 @@ impl Hand {
         tokio::task::spawn_blocking(move || files::write_text(&files, &path, &content))
             .await
             .map_err(|e| FileError::Failed(format!("the write failed: {e}")))?
+    }
+
+    /// Whether something is already at `rel` in the workspace (a mount placed earlier).
+    pub async fn occupied(&self, rel: &Path) -> bool {
+        let (files, rel) = (Arc::clone(&self.files), rel.to_path_buf());
+        tokio::task::spawn_blocking(move || files.occupied(&rel)).await.unwrap_or(false)
+    }
+
+    /// Starts placing a mounted input at `rel` in the workspace: it appears there, whole and
+    /// read-only, only on [`MountWriter::finish`].
+    pub async fn place(&self, rel: &Path) -> std::io::Result<MountWriter> {
+        let (files, rel) = (Arc::clone(&self.files), rel.to_path_buf());
+        let placement = tokio::task::spawn_blocking(move || Placement::begin(files, &rel))
+            .await
+            .map_err(std::io::Error::other)??;
+        Ok(MountWriter(Some(placement)))
+    }
+
+    /// Where processes in this sandbox find `rel` of the workspace.
+    pub fn inner_path(&self, rel: &Path) -> std::path::PathBuf {
+        self.sandbox.inner_root().join(rel)
     }
 
     /// Stops whatever the Hand keeps running (the persistent shell, terminals); the files stay.
@@ -358,5 +379,29 @@ mod tests {
     fn truncation_respects_characters() {
         assert_eq!(truncate("héllo", 2), "hé");
         assert_eq!(truncate("ab", 5), "ab");
+    }
+}
+
+/// A mounted input being written into the workspace ([`Hand::place`]); its blocking writes
+/// run on the blocking pool. Dropped unfinished, it leaves nothing behind.
+#[derive(Debug)]
+pub struct MountWriter(Option<Placement>);
+
+impl MountWriter {
+    pub async fn write(&mut self, bytes: Vec<u8>) -> std::io::Result<()> {
+        let mut placement = self.0.take().ok_or_else(|| std::io::Error::other("placement already finished"))?;
+        let (placement, written) = tokio::task::spawn_blocking(move || {
+            let written = placement.write(&bytes);
+            (placement, written)
+        })
+        .await
+        .map_err(std::io::Error::other)?;
+        self.0 = Some(placement);
+        written
+    }
+
+    pub async fn finish(mut self) -> std::io::Result<()> {
+        let placement = self.0.take().ok_or_else(|| std::io::Error::other("placement already finished"))?;
+        tokio::task::spawn_blocking(move || placement.finish()).await.map_err(std::io::Error::other)?
     }
 }

@@ -43,7 +43,7 @@ use serde::{Deserialize, Serialize};
 
 pub use dir::{DirError, WorkspaceDir};
 pub use files::FileError;
-pub use hand::{Hand, ToolOutput};
+pub use hand::{Hand, MountWriter, ToolOutput};
 pub use local::LocalProvider;
 pub use namespace::NamespaceProvider;
 pub use terminal::{TerminalError, TerminalExit, TerminalOutput, TerminalSpec, Terminals};

@@ -15,6 +15,8 @@ use gateway_models::fake::FakeModel;
 use gateway_runtime::environment::host_providers;
 use gateway_runtime::secrets::{KeyOrigin, SecretBox};
 use gateway_runtime::{BackendRegistry, Environments, NativeBackend};
+use gateway_sandbox::SandboxProvider;
+use gateway_store::Files;
 use tracing::{info, warn};
 
 use crate::config::Config;
@@ -42,10 +44,20 @@ pub fn model_client(config: &Config) -> anyhow::Result<Arc<dyn ModelClient>> {
 }
 
 /// This host's Session Environments: `[environments]`, pinned to `host_id`, workspaces under
-/// `<data_dir>/workspaces`, with the providers the configured `sandbox` allows.
-pub fn environments(config: &Config) -> Arc<Environments> {
-    let providers = host_providers(&ProviderTier(config.sandbox.clone()), &config.environments);
-    Environments::new(config.host_id(), crate::state::workspaces_root(config), config.environments.clone(), providers)
+/// `<data_dir>/workspaces`, made by `providers` ([`sandbox_providers`]), mounting files from
+/// `files`.
+pub fn environments(
+    config: &Config,
+    providers: Vec<Arc<dyn SandboxProvider>>,
+    files: Arc<dyn Files>,
+) -> Arc<Environments> {
+    let root = crate::state::workspaces_root(config);
+    Environments::new(config.host_id(), root, config.environments.clone(), providers, files)
+}
+
+/// The sandbox providers the configured `sandbox` allows on this host.
+pub fn sandbox_providers(config: &Config) -> Vec<Arc<dyn SandboxProvider>> {
+    host_providers(&ProviderTier(config.sandbox.clone()), &config.environments)
 }
 
 /// Every backend this process runs: native, one per ACP executor (keeping their agent

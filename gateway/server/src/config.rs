@@ -8,6 +8,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use gateway_managed_agents::webhooks::{WebhookConfig, WebhookDelivery};
 use gateway_models::anthropic::AnthropicSettings;
+use gateway_runtime::files::FilesConfig;
 use gateway_runtime::{AdmissionLimits, EnvironmentsConfig, NativeConfig, WorkerConfig};
 use serde::{Deserialize, Serialize};
 
@@ -45,6 +46,8 @@ pub struct Config {
     pub workers: WorkerConfig,
     /// `[admission]`: the load-shedding bounds (requests in flight, queued runs).
     pub admission: AdmissionLimits,
+    /// `[files]`: what uploads may be (`max_bytes`).
+    pub files: FilesConfig,
     pub environments: EnvironmentsConfig,
     pub native: NativeConfig,
     pub anthropic: AnthropicSettings,
@@ -82,6 +85,7 @@ impl Default for Config {
             wakeups: true,
             workers: WorkerConfig::default(),
             admission: AdmissionLimits::default(),
+            files: FilesConfig::default(),
             environments: EnvironmentsConfig::default(),
             native: NativeConfig::default(),
             anthropic: AnthropicSettings::default(),

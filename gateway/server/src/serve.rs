@@ -17,6 +17,7 @@ use gateway_core::environment::ProviderTier;
 use gateway_managed_agents::ManagedAgents;
 use gateway_runtime::assembly::offer_of;
 use gateway_runtime::auth::{Authenticator, OwnNames};
+use gateway_runtime::environment::offers_of;
 use gateway_runtime::{Backend, CoordinatorOptions, PublishedAgents, Runtime, RuntimeConfig};
 use gateway_store::{Store, StoreOptions};
 use tokio_util::sync::CancellationToken;
@@ -64,18 +65,23 @@ pub struct Started {
 /// publishes configured agents and starts the background tasks that need no HTTP server.
 pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<Started> {
     crate::state::prepare(config)?;
-    let environments = compose::environments(config);
-    let provider_offers = environments.offers();
+    let providers = compose::sandbox_providers(config);
+    let provider_offers = offers_of(&providers);
     compose::startup_guard(config, &provider_offers.iter().map(|p| p.tier.clone()).collect::<Vec<_>>())?;
     let model = compose::model_client(config)?;
     let store = open_store(config).await?;
+    let environments = compose::environments(config, providers, Arc::clone(&store) as _);
 
     let processes = Arc::new(ProcessTable::default());
     let backends = compose::backends(config, &environments, &processes, model, ext);
     let runtime_config = RuntimeConfig {
         instance: config.instance_name(),
         workers: Some(config.workers.clone()),
-        coordinator: CoordinatorOptions { admission: config.admission.clone(), ..CoordinatorOptions::default() },
+        coordinator: CoordinatorOptions {
+            admission: config.admission.clone(),
+            files: config.files.clone(),
+            ..CoordinatorOptions::default()
+        },
         offer: offer_of(provider_offers, &backends),
     };
     let runtime = Runtime::assemble(store, runtime_config, environments, backends);

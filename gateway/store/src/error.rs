@@ -65,6 +65,12 @@ pub enum Guard {
     /// no longer queued, stopping one already stopped).
     #[error("work item {id} is {state}")]
     WorkState { id: String, state: &'static str },
+    /// A file mounted by a live session cannot be deleted.
+    #[error("file {file} is mounted by session {session}; delete the resource or the session first")]
+    FileInUse { file: String, session: String },
+    /// The session's resources changed since the caller read them.
+    #[error("the resources of session {0} were changed concurrently; read them again")]
+    ResourcesChanged(String),
     #[error("document {namespace}/{key} was changed concurrently (expected version {expected:?})")]
     DocumentConflict { namespace: String, key: String, expected: Option<u64> },
 }

@@ -8,6 +8,7 @@
 //! [`EventLog`], [`RunQueue`]. [`Store`] is their sum plus health and wake-ups.
 
 mod error;
+mod files;
 mod model;
 #[doc(hidden)]
 pub mod rows;
@@ -36,6 +37,7 @@ use gateway_core::session::{EnvironmentState, Session};
 use gateway_core::{AgentId, ApiKeyId, DeliveryId, EnvironmentId, EventId, RunId, SessionId};
 
 pub use error::{Guard, Result, StoreError};
+pub use files::{CHUNK_BYTES, Files, NewFile, StoredFile};
 pub use model::*;
 pub use wake::{Hint, Tip, Wakeups};
 pub use webhooks::{EndpointOrigin, FEED_KINDS, NewEndpoint, WebhookEndpoint, Webhooks};
@@ -110,6 +112,18 @@ pub trait Sessions: Send + Sync {
         &self,
         id: &SessionId,
         snapshot: gateway_core::session::SessionSnapshot,
+    ) -> Result<Session>;
+
+    /// Replaces the session's resources and the requirements placed for them, if its
+    /// resources are still `base` (by id, in order); `Guard::ResourcesChanged` otherwise.
+    /// New resources (`created_at` 0) are stamped now; every file resource must name a file
+    /// that exists (`NotFound` otherwise). Refused once the session is deleted or archived.
+    async fn set_resources(
+        &self,
+        id: &SessionId,
+        base: &[gateway_core::ResourceId],
+        resources: Vec<gateway_core::session::Resource>,
+        requirements: gateway_core::placement::Requirements,
     ) -> Result<Session>;
 
     /// Admits a batch of client inputs with `gateway_core::admission::admit`, on the session
@@ -327,7 +341,7 @@ pub trait Outbox: Send + Sync {
 /// The whole durable state of the gateway.
 #[async_trait]
 pub trait Store:
-    Catalog + Sessions + EventLog + RunQueue + ApiKeys + Documents + Outbox + WorkQueue + Webhooks
+    Catalog + Sessions + EventLog + RunQueue + ApiKeys + Documents + Outbox + WorkQueue + Webhooks + Files
 {
     /// Succeeds while the database answers.
     async fn ping(&self) -> Result<()>;

@@ -21,13 +21,20 @@ from typing import Any
 
 import pydantic
 from anthropic.types.beta import (
+    BetaDeletedFile,
     BetaEnvironment,
     BetaEnvironmentDeleteResponse,
     BetaManagedAgentsAgent,
     BetaManagedAgentsDeletedSession,
+    BetaFileMetadata,
     BetaManagedAgentsSession,
 )
-from anthropic.types.beta.sessions import BetaManagedAgentsSessionEvent, BetaManagedAgentsStreamSessionEvents
+from anthropic.types.beta.sessions import (
+    BetaManagedAgentsDeleteSessionResource,
+    BetaManagedAgentsFileResource,
+    BetaManagedAgentsSessionEvent,
+    BetaManagedAgentsStreamSessionEvents,
+)
 from standardwebhooks import Webhook
 
 EVENT_ADAPTER = pydantic.TypeAdapter(BetaManagedAgentsSessionEvent)
@@ -38,7 +45,7 @@ TS = "rfc3339 timestamp"
 _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
 
 # ADR 0007 §2: ids are the prefix plus 22 base62 characters.
-ID = {p: re.compile(rf"{p}_[0-9A-Za-z]{{22}}") for p in ("agent", "env", "sesn", "sevt", "key")}
+ID = {p: re.compile(rf"{p}_[0-9A-Za-z]{{22}}") for p in ("agent", "env", "sesn", "sevt", "key", "file", "sesrsc")}
 # ADR 0007 §4: cursors are opaque `page_<base64url>` strings.
 CURSOR = re.compile(r"page_[A-Za-z0-9_-]+=*")
 
@@ -105,6 +112,9 @@ SESSION_KEYS = {
     "archived_at": (TS, NULL), "environment_state": str,
 }
 ENVIRONMENT_STATES = {"none", "realized", "hibernated", "released"}
+FILE_KEYS = {"id": str, "type": str, "filename": str, "mime_type": str, "size_bytes": int, "created_at": TS,
+             "downloadable": bool}
+FILE_RESOURCE_KEYS = {"id": str, "type": str, "file_id": str, "mount_path": str, "created_at": TS, "updated_at": TS}
 
 
 def check_tools(tools: list, where: str) -> None:
@@ -154,6 +164,39 @@ def check_session(body: dict) -> None:
     require(body["agent"], SESSION_AGENT_KEYS, "session.agent")
     assert body["agent"]["type"] == "agent"
     check_tools(body["agent"]["tools"], "session.agent")
+    for i, resource in enumerate(body["resources"]):
+        require(resource, {"type": str}, f"session.resources[{i}]")
+        if resource["type"] == "file":
+            check_file_resource(resource, f"session.resources[{i}]")
+
+
+def check_file(body: dict) -> None:
+    """A file's metadata (Files API): upload, retrieve_metadata, list items."""
+    require(body, FILE_KEYS, "file")
+    assert body["type"] == "file", body
+    assert ID["file"].fullmatch(body["id"]), f"file id {body['id']!r}"
+    assert body["size_bytes"] >= 0, body
+
+
+def check_file_deleted(body: dict) -> None:
+    require(body, {"id": str, "type": str}, "file_deleted")
+    assert body["type"] == "file_deleted", body
+    assert ID["file"].fullmatch(body["id"]), f"file id {body['id']!r}"
+
+
+def check_file_resource(body: dict, where: str = "session_resource") -> None:
+    """A session resource of type `file` (in `session.resources` and `/v1/sessions/{id}/resources`)."""
+    require(body, FILE_RESOURCE_KEYS, where)
+    assert body["type"] == "file", f"{where}: {body}"
+    assert ID["sesrsc"].fullmatch(body["id"]), f"{where}: resource id {body['id']!r}"
+    assert ID["file"].fullmatch(body["file_id"]), f"{where}: file_id {body['file_id']!r}"
+    validate(BetaManagedAgentsFileResource, body)
+
+
+def check_session_resource_deleted(body: dict) -> None:
+    require(body, {"id": str, "type": str}, "session_resource_deleted")
+    assert body["type"] == "session_resource_deleted", body
+    assert ID["sesrsc"].fullmatch(body["id"]), f"resource id {body['id']!r}"
 
 
 def check_environment_deleted(body: dict) -> None:
@@ -369,6 +412,10 @@ OBJECTS = {
     "session": (BetaManagedAgentsSession, check_session),
     "environment_deleted": (BetaEnvironmentDeleteResponse, check_environment_deleted),
     "session_deleted": (BetaManagedAgentsDeletedSession, check_session_deleted),
+    "file": (BetaFileMetadata, check_file),
+    "file_deleted": (BetaDeletedFile, check_file_deleted),
+    "session_resource": (BetaManagedAgentsFileResource, check_file_resource),
+    "session_resource_deleted": (BetaManagedAgentsDeleteSessionResource, check_session_resource_deleted),
 }
 
 

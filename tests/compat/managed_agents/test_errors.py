@@ -131,7 +131,7 @@ def test_unsupported_features_are_400_not_supported(client, make_agent, make_env
 
 def test_unsupported_route_families_are_404(client, make_session):
     s = make_session()
-    for call in (client.beta.vaults.list, client.beta.skills.list, client.beta.files.list,
+    for call in (client.beta.vaults.list, client.beta.skills.list,
                  client.beta.memory_stores.list, lambda: client.beta.sessions.threads.list(s.id)):
         with pytest.raises(anthropic.NotFoundError) as e:
             call()

@@ -246,6 +246,11 @@ impl Backend for AcpBackend {
             self.processes.discard(&ctx.session.id, &p).await;
         };
         p.touch();
+        if has_mounts(&ctx.session) {
+            // Files added to the session since its process started are placed in its `cwd`
+            // before the prompt that may need them (the acquisition places what is missing).
+            drop(self.environments.acquire(&ctx.session).await?);
+        }
         let view = ctx.turn_view().await?;
         let bindings = ctx.bindings().await?;
         let mut sent = sent_through(ctx, &view, seq_binding(&bindings, SENT_BINDING));
@@ -472,4 +477,10 @@ impl AcpBackend {
         warn!(executor = %self.name, %status, "ACP agent process ended during the turn");
         failed(format!("ACP agent {:?} exited during the turn ({status}); the next turn starts it again", self.name))
     }
+}
+
+/// Whether the session mounts inputs its workspace must hold (checked per turn only then, so
+/// a session without mounts costs no acquisition per prompt).
+fn has_mounts(session: &gateway_core::session::Session) -> bool {
+    session.snapshot.resources.iter().any(|r| matches!(r.kind, gateway_core::session::ResourceKind::File { .. }))
 }

@@ -48,6 +48,8 @@ pub struct Seen {
     pub prompts: Mutex<Vec<String>>,
     /// Connections made (processes started).
     pub connections: Mutex<usize>,
+    /// The `cwd` of the last `session/new`.
+    pub cwd: Mutex<Option<String>>,
 }
 
 impl Seen {
@@ -156,7 +158,10 @@ impl Handler for FakeAgent {
                 }
                 Ok(json!({"protocolVersion": 1, "agentCapabilities": agent, "authMethods": []}))
             }),
-            "session/new" => Box::pin(async move { Ok(json!({"sessionId": "fake-session"})) }),
+            "session/new" => {
+                *self.seen.cwd.lock().unwrap() = params["cwd"].as_str().map(str::to_owned);
+                Box::pin(async move { Ok(json!({"sessionId": "fake-session"})) })
+            }
             "session/resume" => Box::pin(async move { Ok(json!({})) }),
             "session/load" => Box::pin(async move {
                 let sid = params["sessionId"].clone();
@@ -199,6 +204,15 @@ async fn prompt(peer: Peer, seen: Arc<Seen>, dead: CancellationToken, params: Va
     match words.next().unwrap_or("") {
         "echo" => {
             peer.notify("session/update", chunk(&sid, &words.collect::<Vec<_>>().join(" "))).await;
+            end("end_turn")
+        }
+        // Reads a file of its working directory itself, as an agent process does.
+        "cat" => {
+            let cwd = seen.cwd.lock().unwrap().clone().unwrap_or_default();
+            let path = std::path::Path::new(&cwd).join(words.next().unwrap_or_default());
+            let said =
+                std::fs::read_to_string(&path).unwrap_or_else(|e| format!("cannot read {}: {e}", path.display()));
+            peer.notify("session/update", chunk(&sid, &said)).await;
             end("end_turn")
         }
         "flood" => {

@@ -3,6 +3,7 @@
 pub mod agents;
 pub mod environments;
 pub mod events;
+pub mod files;
 pub mod sessions;
 pub mod webhook_endpoints;
 pub mod work;

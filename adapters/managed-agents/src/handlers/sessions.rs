@@ -3,9 +3,9 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use gateway_core::event::EventKind;
-use gateway_core::session::SessionStatus;
-use gateway_core::{AgentId, EnvironmentId, SessionId};
-use gateway_runtime::{AgentSelection, CreateSession, Order, SessionFilter, SessionPatch};
+use gateway_core::session::{Resource, ResourceKind, Session, SessionStatus};
+use gateway_core::{AgentId, EnvironmentId, ResourceId, SessionId};
+use gateway_runtime::{AgentSelection, CreateSession, Keyset, Order, Page, PageCursor, SessionFilter, SessionPatch};
 use serde_json::{Value, json};
 
 use super::path_id;
@@ -15,7 +15,7 @@ use crate::extract::{ApiJson, QueryParams};
 use crate::pagination;
 use crate::wire::Patch;
 use crate::wire::merge_metadata;
-use crate::wire::session::{SessionCreate, SessionUpdate, session_out};
+use crate::wire::session::{SessionCreate, SessionUpdate, resource_in, resource_out, session_out};
 
 pub fn id(raw: &str) -> Result<SessionId, ApiError> {
     path_id("session", "session_not_found", raw)
@@ -147,9 +147,91 @@ pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Result<Js
     Ok(Json(pagination::body(&result, page.order, data, true)))
 }
 
-/// Sessions here never have resources (none are supported); the list exists so clients that
-/// read it get the real (empty) answer.
-pub async fn resources(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
-    api.coordinator.get_session(&id(&raw)?).await?;
-    Ok(Json(json!({"data": [], "next_page": null})))
+/// A session's resource id from the path; a malformed one is simply not found.
+fn resource_id(raw: &str) -> Result<ResourceId, ApiError> {
+    path_id("session resource", "session_resource_not_found", raw)
+}
+
+/// The session's resources in the order they were added (`order=desc`: newest first), a page
+/// at a time. A cursor names the
+/// last resource shown and its position: if it has been removed since, the one that took its
+/// place comes next.
+pub async fn resources(
+    State(api): State<ManagedAgents>,
+    Path(raw): Path<String>,
+    q: QueryParams,
+) -> Result<Json<Value>, ApiError> {
+    let page = pagination::request(&q, Order::Asc, 20, 100)?;
+    let session = api.coordinator.get_session(&id(&raw)?).await?;
+    let mut all: Vec<&Resource> =
+        session.snapshot.resources.iter().filter(|r| !matches!(r.kind, ResourceKind::Workspace { .. })).collect();
+    if page.order == Order::Desc {
+        all.reverse();
+    }
+    let start = match &page.cursor {
+        None => 0,
+        Some(c) => match all.iter().position(|r| r.id.as_str() == c.key.id) {
+            Some(i) => i + 1,
+            None => usize::try_from(c.key.at).unwrap_or(0).min(all.len()),
+        },
+    };
+    let limit = page.limit.max(1) as usize;
+    let items: Vec<&Resource> = all.iter().skip(start).take(limit).copied().collect();
+    let end = start + items.len();
+    let next = (end < all.len())
+        .then(|| {
+            items
+                .last()
+                .map(|r| PageCursor { key: Keyset { at: (end - 1) as i64, id: r.id.to_string() }, backward: false })
+        })
+        .flatten();
+    let data = items.iter().filter_map(|r| resource_out(r)).collect();
+    let result = Page { items, next, prev: None };
+    Ok(Json(pagination::body(&result, page.order, data, false)))
+}
+
+pub async fn add_resource(
+    State(api): State<ManagedAgents>,
+    Path(raw): Path<String>,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<Json<Value>, ApiError> {
+    let kind = resource_in(body)?;
+    let (session, added) = api.coordinator.add_resource(&id(&raw)?, kind).await?;
+    shown(&session, &added)
+}
+
+pub async fn retrieve_resource(
+    State(api): State<ManagedAgents>,
+    Path((raw, resource)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let session = api.coordinator.get_session(&id(&raw)?).await?;
+    shown(&session, &resource_id(&resource)?)
+}
+
+/// `resources.update` changes a repository's token; files have nothing to update.
+pub async fn update_resource(
+    State(api): State<ManagedAgents>,
+    Path((raw, resource)): Path<(String, String)>,
+    ApiJson(_body): ApiJson<Value>,
+) -> Result<Json<Value>, ApiError> {
+    let session = api.coordinator.get_session(&id(&raw)?).await?;
+    let rid = resource_id(&resource)?;
+    let _exists = shown(&session, &rid)?;
+    Err(ApiError::invalid(format!("resource {rid} is a file; only a repository's authorization_token can be updated")))
+}
+
+pub async fn delete_resource(
+    State(api): State<ManagedAgents>,
+    Path((raw, resource)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let rid = resource_id(&resource)?;
+    api.coordinator.remove_resource(&id(&raw)?, &rid).await?;
+    Ok(Json(json!({"id": rid, "type": "session_resource_deleted"})))
+}
+
+/// The resource `rid` of `session`, as the API shows it.
+fn shown(session: &Session, rid: &ResourceId) -> Result<Json<Value>, ApiError> {
+    session.snapshot.resources.iter().find(|r| &r.id == rid).and_then(resource_out).map(Json).ok_or_else(|| {
+        ApiError::not_found(format!("session resource {rid} not found")).code("session_resource_not_found")
+    })
 }

@@ -114,7 +114,8 @@ fn error_type(kind: ErrorKind) -> &'static str {
         | ErrorKind::PlacementFailed
         | ErrorKind::Indeterminate
         | ErrorKind::BackendFailed
-        | ErrorKind::EnvironmentConnectTimeout => "unknown_error",
+        | ErrorKind::EnvironmentConnectTimeout
+        | ErrorKind::MountFailed => "unknown_error",
     }
 }
 

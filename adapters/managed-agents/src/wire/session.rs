@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use gateway_core::environment::ConnectionStatus;
 use gateway_core::placement::ToolExecution;
-use gateway_core::session::{Checkout, ResourceKind, Secret, Session};
+use gateway_core::session::{Checkout, MAX_RESOURCES, Resource, ResourceKind, Secret, Session};
 use gateway_core::{AgentId, Metadata};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -64,7 +64,7 @@ fn agent_id(s: &str) -> Result<AgentId, ApiError> {
 
 /// A session resource as the client sent it. Files and repositories are handed to the core,
 /// whose placement decides whether the session can have them (a remote A2A agent never can;
-/// this gateway cannot mount them at all yet), so the refusal names the deciding rule.
+/// this gateway does not check out repositories yet), so the refusal names the deciding rule.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum ResourceIn {
@@ -85,7 +85,6 @@ enum ResourceIn {
     MemoryStore {},
 }
 
-const MAX_RESOURCES: usize = 100;
 const MAX_RESOURCE_FIELD: usize = 4096;
 
 fn bounded(field: &str, v: String) -> Result<String, ApiError> {
@@ -125,6 +124,39 @@ impl ResourceIn {
     }
 }
 
+/// One resource as a client sent it (`resources[]` at creation, `resources.add`), checked for
+/// shape and size; the core checks its mount path and placement decides whether it can be had.
+pub fn resource_in(raw: Value) -> Result<ResourceKind, ApiError> {
+    let r: ResourceIn = serde_json::from_value(raw).map_err(|e| ApiError::invalid(format!("resources: {e}")))?;
+    r.into_kind()
+}
+
+/// A resource as the API shows it (a client workspace, which only editors mount, is not one).
+/// Repository tokens are never shown.
+pub fn resource_out(r: &Resource) -> Option<Value> {
+    let at = time(r.created_at);
+    Some(match &r.kind {
+        ResourceKind::File { file_id, mount_path } => json!({
+            "id": r.id,
+            "type": "file",
+            "file_id": file_id,
+            "mount_path": mount_path,
+            "created_at": at,
+            "updated_at": at,
+        }),
+        ResourceKind::Repository { url, mount_path, checkout, .. } => json!({
+            "id": r.id,
+            "type": "github_repository",
+            "url": url,
+            "mount_path": mount_path,
+            "checkout": checkout,
+            "created_at": at,
+            "updated_at": at,
+        }),
+        ResourceKind::Workspace { .. } => return None,
+    })
+}
+
 impl SessionCreate {
     /// The resources, checked for shape and size; placement decides whether they can be had.
     pub fn take_resources(&mut self) -> Result<Vec<ResourceKind>, ApiError> {
@@ -132,13 +164,7 @@ impl SessionCreate {
         if raw.len() > MAX_RESOURCES {
             return Err(ApiError::invalid(format!("at most {MAX_RESOURCES} resources are allowed")));
         }
-        raw.into_iter()
-            .map(|r| {
-                let r: ResourceIn =
-                    serde_json::from_value(r).map_err(|e| ApiError::invalid(format!("resources: {e}")))?;
-                r.into_kind()
-            })
-            .collect()
+        raw.into_iter().map(resource_in).collect()
     }
 
     /// Checks what this gateway does not support, and the agent form.
@@ -207,7 +233,7 @@ pub fn session_out(s: &Session, remote_url: &str) -> Value {
         "agent": definition(a.id.as_str(), a.version, &a.spec),
         "metadata": s.metadata,
         "title": s.title,
-        "resources": [],
+        "resources": s.snapshot.resources.iter().filter_map(resource_out).collect::<Vec<_>>(),
         "vault_ids": [],
         "outcome_evaluations": [],
         "stats": {},

@@ -17,9 +17,9 @@ use gateway_core::agent::{AgentSpec, PermissionPolicy, ToolAvailability};
 use gateway_core::content::ContentBlock;
 use gateway_core::event::{ErrorKind, Event, EventKind, EventPayload, NewEvent, ToolOrigin, ToolPermission, Usage};
 use gateway_core::placement::ToolExecution;
-use gateway_core::session::{PendingAction, PendingKind};
+use gateway_core::session::{PendingAction, PendingKind, ResourceKind};
 use gateway_core::turn::RunView;
-use gateway_core::{EventId, JsonObject};
+use gateway_core::{EventId, JsonObject, mounts};
 use gateway_models::{Block, ModelClient, ModelError, ModelRequest, StopReason as ModelStop, StreamEvent};
 use gateway_sandbox::ToolOutput;
 use tokio_util::sync::CancellationToken;
@@ -344,13 +344,48 @@ impl<'a> Turn<'a> {
         Ok(None)
     }
 
+    /// The agent's system prompt, followed by where the session's mounted files are: the
+    /// paths they were mounted at where the sandbox shows them there, else their real paths
+    /// (the `local` sandbox; `gateway_core::mounts`).
+    fn system_prompt(&self) -> Option<String> {
+        let system = self.ctx.session.snapshot.agent.spec.system.clone();
+        let Some(hand) = self.lease.as_ref().map(|l| &l.acquired.hand) else { return system };
+        let in_view = hand.inner_path(std::path::Path::new("")) == std::path::Path::new(mounts::WORKSPACE_VIEW);
+        let lines: Vec<String> = self
+            .ctx
+            .session
+            .snapshot
+            .resources
+            .iter()
+            .filter_map(|r| match &r.kind {
+                ResourceKind::File { mount_path, .. } => {
+                    let rel = mounts::workspace_relative(mount_path).ok()?;
+                    Some(if in_view {
+                        format!("- {mount_path}")
+                    } else {
+                        format!("- {mount_path}: at {}", hand.inner_path(&rel).display())
+                    })
+                }
+                _ => None,
+            })
+            .collect();
+        if lines.is_empty() {
+            return system;
+        }
+        let note = format!("Files mounted in your environment (read-only):\n{}", lines.join("\n"));
+        Some(match system {
+            Some(s) if !s.is_empty() => format!("{s}\n\n{note}"),
+            _ => note,
+        })
+    }
+
     /// One model request; commits its output. Returns the tool calls to handle, or the
     /// outcome if the model ended the turn.
     async fn model_round(&mut self) -> Result<Result<Vec<(NewEvent, Route)>, TurnOutcome>, BackendError> {
         let agent = &self.ctx.session.snapshot.agent.spec;
         let request = ModelRequest {
             model: agent.model.id.clone(),
-            system: agent.system.clone(),
+            system: self.system_prompt(),
             messages: conversation::messages(self.view.events()),
             tools: conversation::tool_definitions(agent),
             max_tokens: self.backend.config.max_tokens,

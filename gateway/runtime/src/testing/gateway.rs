@@ -217,7 +217,8 @@ impl TestGatewayBuilder {
             }
         };
         let workspaces = tempfile::tempdir().expect("a temporary directory for workspaces");
-        let environments = Environments::new(self.host, workspaces.path(), self.environments, self.providers);
+        let files = Arc::clone(&store) as Arc<dyn gateway_store::Files>;
+        let environments = Environments::new(self.host, workspaces.path(), self.environments, self.providers, files);
         let mut backends = BackendRegistry::new();
         for (backend_ref, make) in self.backends {
             backends.register(backend_ref, make(&environments));

@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod harness;
+mod mounts;
 mod workspaces;
 
 use std::sync::Arc;

@@ -143,8 +143,13 @@ pub async fn host_files_and_other_workspaces_are_invisible(h: &dyn Harness) {
     let top = a.sh("ls -A /").await;
     let seen: BTreeSet<&str> = top.lines().collect();
     let expected: BTreeSet<&str> =
-        ["bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp", "usr", "workspace"].into();
+        ["bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "mnt", "proc", "sbin", "tmp", "usr", "workspace"]
+            .into();
     assert!(seen.is_subset(&expected), "unexpected top-level entries: {:?}", seen.difference(&expected));
+    // `/mnt` holds only the session mounts' link, which leads back into the workspace.
+    if seen.contains("mnt") {
+        assert_eq!(a.sh("ls -A /mnt; readlink /mnt/session").await, "session\n/workspace/mnt/session\n");
+    }
 }
 
 pub async fn resource_limits_apply(h: &dyn Harness) {

@@ -11,6 +11,7 @@
 //! The tools are blocking (std I/O); the Hand runs them on the blocking thread pool.
 
 mod edit;
+mod place;
 mod read;
 mod search;
 mod text;
@@ -22,6 +23,7 @@ use cap_std::fs::{Dir, File, OpenOptions, OpenOptionsExt};
 use nix::fcntl::OFlag;
 
 pub use edit::{edit, write};
+pub use place::Placement;
 pub use read::read;
 pub use search::{glob, grep};
 pub use text::{FileError, read_text, write_text};
@@ -54,9 +56,21 @@ impl Workspace {
             return Err("refused: the path contains a NUL byte".into());
         }
         let path = Path::new(raw);
+        let mounts;
         let relative = if path.is_absolute() {
-            path.strip_prefix(&self.inner_root)
-                .map_err(|_| format!("refused: {raw} is outside the workspace ({})", self.inner_root.display()))?
+            match path.strip_prefix(&self.inner_root) {
+                Ok(inside) => inside,
+                // Session mounts live in the workspace (`gateway_core::mounts`).
+                Err(_) => match path.strip_prefix(gateway_core::mounts::SESSION_MOUNTS) {
+                    Ok(rest) => {
+                        mounts = Path::new(gateway_core::mounts::SESSION_MOUNTS_IN_WORKSPACE).join(rest);
+                        mounts.as_path()
+                    }
+                    Err(_) => {
+                        return Err(format!("refused: {raw} is outside the workspace ({})", self.inner_root.display()));
+                    }
+                },
+            }
         } else {
             path
         };

@@ -142,6 +142,10 @@ pub fn bwrap_args(spec: &Spec<'_>, program: &str, args: &[String]) -> Vec<OsStri
     // The workspace is the directory handle checked when the environment was realized, never
     // a path looked up again (a path can be swapped for a symlink in between).
     a.push(["--bind-fd", &WORKSPACE_FD.to_string(), INNER_ROOT]);
+    // Session mounts live in the workspace; sandboxed processes find them at their own path
+    // too (`gateway_core::mounts`).
+    let mounts = format!("{INNER_ROOT}/{}", gateway_core::mounts::SESSION_MOUNTS_IN_WORKSPACE);
+    a.push(["--symlink", &mounts, gateway_core::mounts::SESSION_MOUNTS]);
     // bubblewrap builds the root as a tmpfs; once every mount point exists, make it read-only
     // so nothing outside /workspace, /tmp and /dev/shm can be written.
     a.push(["--remount-ro", "/"]);

@@ -134,10 +134,11 @@ pub async fn a_refused_admission_writes_nothing(h: &dyn Harness) {
 pub async fn resources_get_the_creation_time_of_the_database(h: &dyn Harness) {
     let s = h.fresh().await;
     let template = session(&s).await;
+    let file = super::files::upload(&s, "a.txt", b"a").await;
     let mut snapshot = template.snapshot.clone();
     snapshot.resources = vec![Resource {
         id: ResourceId::new(),
-        kind: ResourceKind::File { file_id: "file_1".into(), mount_path: "/data/a.txt".into() },
+        kind: ResourceKind::File { file_id: file.id.to_string(), mount_path: "/workspace/a.txt".into() },
         // Whatever the caller says: the store records the time of the commit.
         created_at: Timestamp(1),
     }];

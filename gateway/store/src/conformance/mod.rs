@@ -9,6 +9,7 @@ pub mod adapters;
 pub mod admission;
 pub mod catalog;
 pub mod events;
+pub mod files;
 pub mod harness;
 pub mod runs;
 pub mod sessions;
@@ -102,7 +103,9 @@ macro_rules! conformance_suite {
             work::racing_polls_take_each_item_once,
             work::environment_keys_are_scoped_and_not_api_keys,
             work::fed_events_become_deliveries_once,
-            work::webhook_endpoints_disable_after_failures
+            work::webhook_endpoints_disable_after_failures,
+            files::files_keep_their_bytes_and_appear_only_once_created,
+            files::a_mounted_file_outlives_every_attempt_to_delete_it
         );
     };
     (@each $harness:expr; $($module:ident :: $name:ident),* $(,)?) => {

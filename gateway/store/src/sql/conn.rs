@@ -67,6 +67,8 @@ pub enum Arg<'q> {
     Int(Option<i64>),
     Bool(Option<bool>),
     Text(Option<Cow<'q, str>>),
+    /// A BLOB (SQLite) or BYTEA (PostgreSQL).
+    Bytes(Option<Cow<'q, [u8]>>),
 }
 
 impl From<i64> for Arg<'_> {
@@ -107,6 +109,17 @@ impl<'q> From<Option<&'q str>> for Arg<'q> {
 impl From<Option<String>> for Arg<'_> {
     fn from(v: Option<String>) -> Self {
         Arg::Text(v.map(Cow::Owned))
+    }
+}
+
+impl<'q> From<&'q [u8]> for Arg<'q> {
+    fn from(v: &'q [u8]) -> Self {
+        Arg::Bytes(Some(Cow::Borrowed(v)))
+    }
+}
+impl From<Vec<u8>> for Arg<'_> {
+    fn from(v: Vec<u8>) -> Self {
+        Arg::Bytes(Some(Cow::Owned(v)))
     }
 }
 
@@ -243,6 +256,21 @@ impl Value for String {
                 String::from_utf8(bytes.to_vec()).map_err(|e| DbError::decode(e.to_string()))
             }
             other => Err(sqlite_type(other, "text")),
+        }
+    }
+    fn from_pg<I: sqlx::ColumnIndex<sqlx::postgres::PgRow> + std::fmt::Debug>(
+        row: &sqlx::postgres::PgRow,
+        index: I,
+    ) -> Result<Self, DbError> {
+        sqlx::Row::try_get(row, index).map_err(pg_decode)
+    }
+}
+
+impl Value for Vec<u8> {
+    fn from_sqlite(value: rusqlite::types::ValueRef<'_>) -> Result<Self, DbError> {
+        match value {
+            rusqlite::types::ValueRef::Blob(bytes) => Ok(bytes.to_vec()),
+            other => Err(sqlite_type(other, "a blob")),
         }
     }
     fn from_pg<I: sqlx::ColumnIndex<sqlx::postgres::PgRow> + std::fmt::Debug>(

@@ -33,6 +33,7 @@ mod catalog;
 pub(crate) mod conn;
 mod documents;
 mod events;
+mod files;
 mod keys;
 mod lateness;
 mod outbox;

@@ -217,6 +217,7 @@ fn statement<'q>(q: &'q Query<'q>) -> sqlx::query::Query<'q, sqlx::Postgres, sql
             Arg::Int(v) => statement.bind(*v),
             Arg::Bool(v) => statement.bind(*v),
             Arg::Text(v) => statement.bind(v.as_deref()),
+            Arg::Bytes(v) => statement.bind(v.as_deref()),
         };
     }
     statement

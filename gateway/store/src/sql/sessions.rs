@@ -3,9 +3,10 @@
 use async_trait::async_trait;
 use gateway_core::admission::{SessionState, admit};
 use gateway_core::event::{Event, EventPayload, NewEvent};
+use gateway_core::placement::Requirements;
 use gateway_core::run::{Claim, RunState, WorkerOffer};
-use gateway_core::session::{EnvironmentState, Session, SessionSnapshot, SessionStatus};
-use gateway_core::{RunId, SessionId, Timestamp};
+use gateway_core::session::{EnvironmentState, Resource, Session, SessionSnapshot, SessionStatus};
+use gateway_core::{ResourceId, RunId, SessionId, Timestamp};
 
 use super::WriteTx;
 use super::{Engine, Hints, SqlStore, query, query_as, session_cols};
@@ -113,6 +114,7 @@ impl<E: Engine> SqlStore<E> {
         .map_err(|e| {
             if e.is_unique_violation() { StoreError::Guard(Guard::SessionExists(id.to_string())) } else { e.into() }
         })?;
+        Self::record_file_mounts(&mut tx, &id, &snapshot.resources).await?;
         let mut hints = Hints::default();
         let events = if new.initial_inputs.is_empty() {
             Vec::new()
@@ -367,6 +369,8 @@ impl<E: Engine> Sessions for SqlStore<E> {
         .bind(last_seq as i64)
         .execute(&mut *tx)
         .await?;
+        // Its files may be deleted from now on.
+        query("DELETE FROM file_mounts WHERE session_id = $1").bind(id.as_str()).execute(&mut *tx).await?;
         query("UPDATE runs SET state = $2, updated_at = $3 WHERE session_id = $1 AND state = 'queued'")
             .bind(id.as_str())
             .bind(RunState::Cancelled.as_str())
@@ -445,6 +449,40 @@ impl<E: Engine> Sessions for SqlStore<E> {
             .await?;
         self.finish(tx, Hints::default()).await?;
         self.get_session(id).await
+    }
+
+    async fn set_resources(
+        &self,
+        id: &SessionId,
+        base: &[ResourceId],
+        mut resources: Vec<Resource>,
+        requirements: Requirements,
+    ) -> Result<Session> {
+        let mut tx = self.begin_write().await?;
+        let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
+        let current = row.into_session()?;
+        if current.archived_at.is_some() {
+            return Err(StoreError::Guard(Guard::SessionArchived(id.to_string())));
+        }
+        if !current.snapshot.resources.iter().map(|r| &r.id).eq(base.iter()) {
+            return Err(StoreError::Guard(Guard::ResourcesChanged(id.to_string())));
+        }
+        for r in resources.iter_mut().filter(|r| r.created_at.0 == 0) {
+            r.created_at = Timestamp(now);
+        }
+        Self::record_file_mounts(&mut tx, id, &resources).await?;
+        let mut snapshot = current.snapshot;
+        snapshot.resources = resources;
+        snapshot.requirements = requirements;
+        query("UPDATE sessions SET snapshot = $2, updated_at = $3 WHERE id = $1")
+            .bind(id.as_str())
+            .bind(serde_json::to_string(&snapshot)?)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        let session = Self::lock_session(&mut tx, id).await?.into_session()?;
+        self.finish(tx, Hints::default()).await?;
+        Ok(session)
     }
 
     async fn submit_inputs(

@@ -99,6 +99,7 @@ fn bind(statement: &mut Statement<'_>, args: &[Arg<'_>]) -> Result<(), DbError> 
             Arg::Int(v) => statement.raw_bind_parameter(index, v),
             Arg::Bool(v) => statement.raw_bind_parameter(index, v),
             Arg::Text(v) => statement.raw_bind_parameter(index, v.as_deref()),
+            Arg::Bytes(v) => statement.raw_bind_parameter(index, v.as_deref()),
         };
         bound.map_err(db_error)?;
     }

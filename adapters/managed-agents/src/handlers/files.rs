@@ -1,0 +1,191 @@
+//! `/v1/files`: the Files API (`client.beta.files`). Uploads stream into the store a chunk at
+//! a time ([`gateway_runtime::files`]); downloads stream back out the same way, so neither
+//! holds a whole file in memory (docs/adr/0017).
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::multipart::{Field, Multipart, MultipartRejection};
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use gateway_core::FileId;
+use gateway_runtime::files::UploadError;
+use gateway_runtime::{Order, Page, RuntimeError, StoredFile};
+use serde_json::{Value, json};
+
+use super::path_id;
+use crate::ManagedAgents;
+use crate::error::ApiError;
+use crate::extract::QueryParams;
+use crate::pagination;
+use crate::wire::time;
+
+/// Longest kept filename, in bytes.
+const MAX_FILENAME: usize = 255;
+/// Longest MIME type taken from a part.
+const MAX_MIME: usize = 255;
+/// Most `ids` a list may name.
+const MAX_IDS: usize = 100;
+
+fn id(raw: &str) -> Result<FileId, ApiError> {
+    path_id("file", "file_not_found", raw)
+}
+
+impl From<UploadError> for ApiError {
+    fn from(e: UploadError) -> Self {
+        match e {
+            UploadError::TooLarge { .. } => {
+                ApiError::new(axum::http::StatusCode::PAYLOAD_TOO_LARGE, "request_too_large", e.to_string())
+            }
+            UploadError::Store(s) => RuntimeError::from(s).into(),
+        }
+    }
+}
+
+pub fn file_out(f: &StoredFile) -> Value {
+    json!({
+        "id": f.id,
+        "type": "file",
+        "filename": f.filename,
+        "mime_type": f.mime_type,
+        "size_bytes": f.size_bytes,
+        "created_at": time(f.created_at),
+        "downloadable": true,
+        "expires_at": null,
+    })
+}
+
+/// The part's filename as the API keeps it: its last path component, `unnamed` when absent.
+fn filename_of(field: &Field<'_>) -> Result<String, ApiError> {
+    let raw = field.file_name().unwrap_or_default();
+    let last = raw.rsplit(['/', '\\']).next().unwrap_or_default().trim();
+    if last.len() > MAX_FILENAME || last.chars().any(char::is_control) {
+        return Err(ApiError::invalid(format!(
+            "the filename must be at most {MAX_FILENAME} bytes without control characters"
+        )));
+    }
+    Ok(if last.is_empty() || last == "." || last == ".." { "unnamed".into() } else { last.into() })
+}
+
+fn mime_of(field: &Field<'_>) -> Result<String, ApiError> {
+    match field.content_type() {
+        None | Some("") => Ok("application/octet-stream".into()),
+        Some(m) if m.len() <= MAX_MIME && m.is_ascii() && !m.chars().any(|c| c.is_ascii_control()) => Ok(m.into()),
+        Some(_) => Err(ApiError::invalid("the file part's content type is not a valid MIME type")),
+    }
+}
+
+fn multipart_error(e: axum::extract::multipart::MultipartError) -> ApiError {
+    ApiError::invalid(format!("the multipart body cannot be read: {}", e.body_text()))
+}
+
+/// `POST /v1/files`: one `file` part. Its bytes are bounded by `[files] max_bytes` (413
+/// beyond); `expires_in_seconds` is refused (files here never expire, and a file that
+/// outlived what its owner asked for would be a silent downgrade). The file is made visible
+/// only once the whole form has been read and accepted: a refused form leaves only chunks of
+/// no file, which are swept.
+pub async fn upload(
+    State(api): State<ManagedAgents>,
+    multipart: Result<Multipart, MultipartRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let mut multipart =
+        multipart.map_err(|e| ApiError::invalid(format!("a file upload is multipart/form-data: {}", e.body_text())))?;
+    let mut received = None;
+    while let Some(mut field) = multipart.next_field().await.map_err(multipart_error)? {
+        match field.name() {
+            Some("file") if received.is_none() => {
+                let (filename, mime_type) = (filename_of(&field)?, mime_of(&field)?);
+                let mut upload = api.coordinator.upload();
+                while let Some(bytes) = field.chunk().await.map_err(multipart_error)? {
+                    upload.push(&bytes).await?;
+                }
+                received = Some((upload, filename, mime_type));
+            }
+            Some("file") => return Err(ApiError::invalid("a file upload holds one `file` part")),
+            Some("expires_in_seconds") => return Err(ApiError::not_supported("expires_in_seconds")),
+            other => {
+                let name: String = other.unwrap_or_default().chars().take(64).collect();
+                return Err(ApiError::invalid(format!("unexpected form field {name:?}")));
+            }
+        }
+    }
+    let (upload, filename, mime_type) = received.ok_or_else(|| ApiError::invalid("the upload has no `file` part"))?;
+    Ok(Json(file_out(&upload.finish(filename, mime_type).await?)))
+}
+
+/// `GET /v1/files`: newest first; `ids` names up to 100 files (one page, unknown ids left out).
+/// No file here belongs to a scope, so a `scope_id` filter matches none.
+pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Result<Json<Value>, ApiError> {
+    let ids = q.all("ids");
+    if !ids.is_empty() {
+        if q.get("page").is_some() || q.get("limit").is_some() {
+            return Err(ApiError::invalid("ids cannot be combined with page or limit"));
+        }
+        let mut wanted: Vec<&str> = ids;
+        wanted.sort_unstable();
+        wanted.dedup();
+        if wanted.len() > MAX_IDS {
+            return Err(ApiError::invalid(format!("ids names at most {MAX_IDS} files")));
+        }
+        let mut data = Vec::new();
+        for raw in wanted {
+            let Ok(fid) = raw.parse::<FileId>() else { continue };
+            match api.coordinator.files().get_file(&fid).await {
+                Ok(f) => data.push(f),
+                Err(gateway_runtime::error::StoreError::NotFound { .. }) => {}
+                Err(e) => return Err(RuntimeError::from(e).into()),
+            }
+        }
+        data.sort_by(|a, b| (b.created_at, b.id.as_str()).cmp(&(a.created_at, a.id.as_str())));
+        return Ok(Json(json!({"data": data.iter().map(file_out).collect::<Vec<_>>(), "next_page": null})));
+    }
+    let page = pagination::request(&q, Order::Desc, 20, 1000)?;
+    if q.get("scope_id").is_some() {
+        let empty: Page<StoredFile> = Page { items: vec![], next: None, prev: None };
+        return Ok(Json(pagination::body(&empty, page.order, vec![], false)));
+    }
+    let result = api.coordinator.files().list_files(&page).await.map_err(RuntimeError::from)?;
+    let data = result.items.iter().map(file_out).collect();
+    Ok(Json(pagination::body(&result, page.order, data, false)))
+}
+
+pub async fn retrieve(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
+    let file = api.coordinator.files().get_file(&id(&raw)?).await.map_err(RuntimeError::from)?;
+    Ok(Json(file_out(&file)))
+}
+
+/// `GET /v1/files/{id}/content`: the bytes as uploaded, streamed chunk by chunk.
+pub async fn download(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Response, ApiError> {
+    let file = api.coordinator.files().get_file(&id(&raw)?).await.map_err(RuntimeError::from)?;
+    let (coordinator, fid, chunks) = (api.coordinator.clone(), file.id.clone(), file.chunks);
+    let stream = futures::stream::unfold(0u32, move |seq| {
+        let (coordinator, fid) = (coordinator.clone(), fid.clone());
+        async move {
+            if seq >= chunks {
+                return None;
+            }
+            // A file deleted mid-download ends the body early: the client sees a short read
+            // against the announced length, never other bytes.
+            let chunk = coordinator.files().file_chunk(&fid, seq).await.map_err(std::io::Error::other);
+            Some((chunk, seq + 1))
+        }
+    });
+    let mut response = Body::from_stream(stream).into_response();
+    let headers = response.headers_mut();
+    let mime =
+        HeaderValue::from_str(&file.mime_type).unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
+    headers.insert(header::CONTENT_TYPE, mime);
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(file.size_bytes));
+    let ascii: String = file.filename.chars().map(|c| if c.is_ascii_graphic() && c != '"' { c } else { '_' }).collect();
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{ascii}\"")) {
+        headers.insert(header::CONTENT_DISPOSITION, v);
+    }
+    Ok(response)
+}
+
+/// `DELETE /v1/files/{id}`: refused with 409 `file_in_use` while a session mounts the file.
+pub async fn delete(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
+    let fid = id(&raw)?;
+    api.coordinator.files().delete_file(&fid).await.map_err(RuntimeError::from)?;
+    Ok(Json(json!({"id": fid, "type": "file_deleted"})))
+}

@@ -1,0 +1,126 @@
+//! Uploaded files: their bytes streamed into the store, bounded and digested on the way
+//! (docs/adr/0017). The store keeps them as chunks ([`gateway_store::CHUNK_BYTES`]); an upload
+//! holds at most one chunk in memory, and the file becomes visible only once every chunk is
+//! committed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gateway_core::FileId;
+use gateway_store::{CHUNK_BYTES, Files, NewFile, StoreError, StoredFile};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// `[files]`: what uploads may be.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FilesConfig {
+    /// The largest file accepted, in bytes (the Managed Agents API's own limit is 500 MB).
+    pub max_bytes: u64,
+}
+
+impl Default for FilesConfig {
+    fn default() -> Self {
+        Self { max_bytes: 500 * 1000 * 1000 }
+    }
+}
+
+/// Why an upload was not stored.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    #[error("the file is larger than the limit of {limit} bytes")]
+    TooLarge { limit: u64 },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// One upload in progress. Dropped before [`FileUpload::finish`], its stored chunks belong to
+/// no file and are swept later.
+pub struct FileUpload {
+    files: Arc<dyn Files>,
+    id: FileId,
+    limit: u64,
+    pending: Vec<u8>,
+    chunks: u32,
+    size: u64,
+    digest: Sha256,
+}
+
+impl FileUpload {
+    pub fn new(files: Arc<dyn Files>, config: &FilesConfig) -> Self {
+        Self {
+            files,
+            id: FileId::new(),
+            limit: config.max_bytes,
+            pending: Vec::new(),
+            chunks: 0,
+            size: 0,
+            digest: Sha256::new(),
+        }
+    }
+
+    /// Takes the next bytes of the content; stores each full chunk as it fills.
+    pub async fn push(&mut self, mut bytes: &[u8]) -> Result<(), UploadError> {
+        self.size += bytes.len() as u64;
+        if self.size > self.limit {
+            return Err(UploadError::TooLarge { limit: self.limit });
+        }
+        self.digest.update(bytes);
+        while !bytes.is_empty() {
+            let room = CHUNK_BYTES - self.pending.len();
+            let (now, rest) = bytes.split_at(room.min(bytes.len()));
+            self.pending.extend_from_slice(now);
+            bytes = rest;
+            if self.pending.len() == CHUNK_BYTES {
+                self.flush().await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), UploadError> {
+        let chunk = std::mem::replace(&mut self.pending, Vec::with_capacity(CHUNK_BYTES));
+        self.files.put_file_chunk(&self.id, self.chunks, chunk).await?;
+        self.chunks += 1;
+        Ok(())
+    }
+
+    /// Stores the rest and makes the file visible under `filename` and `mime_type`.
+    pub async fn finish(mut self, filename: String, mime_type: String) -> Result<StoredFile, UploadError> {
+        if !self.pending.is_empty() {
+            self.flush().await?;
+        }
+        let new = NewFile {
+            id: self.id.clone(),
+            filename,
+            mime_type,
+            size_bytes: self.size,
+            sha256: hex::encode(std::mem::take(&mut self.digest).finalize()),
+            chunks: self.chunks,
+        };
+        let file = self.files.create_file(new).await?;
+        info!(file = %file.id, bytes = file.size_bytes, "file uploaded");
+        Ok(file)
+    }
+}
+
+/// How long an upload's chunks may stay without their file before they are swept: longer
+/// than any upload takes.
+pub const ORPHAN_CHUNK_GRACE: Duration = Duration::from_secs(3600);
+
+/// Sweeps the chunks of abandoned uploads every few minutes until `stop`.
+pub async fn sweep_abandoned_uploads(files: Arc<dyn Files>, stop: CancellationToken) {
+    loop {
+        match files.sweep_file_chunks(ORPHAN_CHUNK_GRACE.as_secs()).await {
+            Ok(0) => {}
+            Ok(n) => info!(chunks = n, "removed the chunks of abandoned uploads"),
+            Err(e) => warn!(error = %e, "could not sweep abandoned uploads"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(300)) => {}
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Uploaded files: chunked content, visibility only once created, deletion guarded by mounts.
+
+use gateway_core::agent::BackendRef;
+use gateway_core::placement::{LocalInputs, place};
+use gateway_core::session::{Resource, ResourceKind, SessionSnapshot};
+use gateway_core::{FileId, ResourceId, Timestamp};
+
+use super::{Harness, agent_spec, env_spec, new_session, placement_offer, session};
+use crate::{CHUNK_BYTES, Guard, NewFile, Order, PageRequest, Store, StoreError, StoredFile};
+
+/// Stores `content` as a file the way an upload does: chunks first, then the file.
+pub async fn upload(s: &std::sync::Arc<dyn Store>, name: &str, content: &[u8]) -> StoredFile {
+    let id = FileId::new();
+    let mut chunks = 0;
+    for (seq, part) in content.chunks(CHUNK_BYTES).enumerate() {
+        s.put_file_chunk(&id, seq as u32, part.to_vec()).await.unwrap();
+        chunks += 1;
+    }
+    let new = NewFile {
+        id,
+        filename: name.into(),
+        mime_type: "application/octet-stream".into(),
+        size_bytes: content.len() as u64,
+        sha256: format!("sha-of-{name}"),
+        chunks,
+    };
+    s.create_file(new).await.unwrap()
+}
+
+fn file_resource(file: &StoredFile, mount_path: &str) -> Resource {
+    Resource {
+        id: ResourceId::new(),
+        kind: ResourceKind::File { file_id: file.id.to_string(), mount_path: mount_path.into() },
+        created_at: Timestamp(0),
+    }
+}
+
+pub async fn files_keep_their_bytes_and_appear_only_once_created(h: &dyn Harness) {
+    let s = h.fresh().await;
+    // Every byte value, across a chunk boundary.
+    let content: Vec<u8> = (0..CHUNK_BYTES + 300).map(|i| (i * 7 % 256) as u8).collect();
+    let file = upload(&s, "blob.bin", &content).await;
+    assert_eq!(file.chunks, 2);
+    assert_eq!(s.get_file(&file.id).await.unwrap(), file);
+    let mut back = s.file_chunk(&file.id, 0).await.unwrap();
+    back.extend(s.file_chunk(&file.id, 1).await.unwrap());
+    assert_eq!(back, content);
+    assert!(matches!(s.file_chunk(&file.id, 2).await, Err(StoreError::NotFound { .. })));
+
+    // Chunks without their file are invisible, cannot be announced as more than they are,
+    // and are swept once old enough (never sooner).
+    let partial = FileId::new();
+    s.put_file_chunk(&partial, 0, b"half".to_vec()).await.unwrap();
+    assert!(matches!(s.file_chunk(&partial, 0).await, Err(StoreError::NotFound { .. })));
+    let lie = NewFile {
+        id: partial.clone(),
+        filename: "x".into(),
+        mime_type: "text/plain".into(),
+        size_bytes: 8,
+        sha256: "x".into(),
+        chunks: 2,
+    };
+    assert!(matches!(s.create_file(lie).await, Err(StoreError::Corrupt(_))));
+    assert!(matches!(s.get_file(&partial).await, Err(StoreError::NotFound { .. })));
+    assert_eq!(s.sweep_file_chunks(3600).await.unwrap(), 0);
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert_eq!(s.sweep_file_chunks(1).await.unwrap(), 1, "the orphan chunk, and not the file's");
+    assert_eq!(s.file_chunk(&file.id, 1).await.unwrap().len(), 300);
+
+    let second = upload(&s, "second.txt", b"two").await;
+    let page = s.list_files(&PageRequest::first(1, Order::Desc)).await.unwrap();
+    assert_eq!(page.items.iter().map(|f| &f.id).collect::<Vec<_>>(), vec![&second.id]);
+    let next = PageRequest { cursor: page.next.clone(), ..PageRequest::first(1, Order::Desc) };
+    let page = s.list_files(&next).await.unwrap();
+    assert_eq!(page.items.iter().map(|f| &f.id).collect::<Vec<_>>(), vec![&file.id]);
+    assert!(page.next.is_none());
+
+    s.delete_file(&second.id).await.unwrap();
+    assert!(matches!(s.get_file(&second.id).await, Err(StoreError::NotFound { .. })));
+    assert!(matches!(s.file_chunk(&second.id, 0).await, Err(StoreError::NotFound { .. })));
+    assert!(matches!(s.delete_file(&second.id).await, Err(StoreError::NotFound { .. })));
+}
+
+pub async fn a_mounted_file_outlives_every_attempt_to_delete_it(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let file = upload(&s, "notes.txt", b"hello").await;
+    let agent = s.create_agent(agent_spec("a")).await.unwrap();
+    let env = s.create_environment(env_spec("e")).await.unwrap();
+    let inputs = LocalInputs { files: 1, ..Default::default() };
+    let requirements = place(&BackendRef::Native, &env.spec.config, &inputs, &placement_offer()).unwrap();
+    let resources = vec![file_resource(&file, "/workspace/notes.txt")];
+    let snapshot = SessionSnapshot { agent: agent.clone(), requirements: requirements.clone(), resources };
+    let (sess, _) = s.create_session(new_session(env.id.clone(), snapshot.clone(), vec![])).await.unwrap();
+
+    let refused = s.delete_file(&file.id).await.unwrap_err();
+    assert!(
+        matches!(&refused, StoreError::Guard(Guard::FileInUse { session, .. }) if *session == sess.id.to_string()),
+        "{refused:?}"
+    );
+    assert_eq!(s.file_chunk(&file.id, 0).await.unwrap(), b"hello");
+
+    // A session naming a file that does not exist is not created.
+    let mut ghost = snapshot.clone();
+    ghost.resources = vec![Resource {
+        id: ResourceId::new(),
+        kind: ResourceKind::File { file_id: FileId::new().to_string(), mount_path: "/workspace/x".into() },
+        created_at: Timestamp(0),
+    }];
+    let missing = s.create_session(new_session(env.id.clone(), ghost, vec![])).await.unwrap_err();
+    assert!(matches!(missing, StoreError::NotFound { kind: "file", .. }), "{missing:?}");
+
+    // Resources change by compare-and-set; removing the mount frees the file.
+    let base: Vec<ResourceId> = sess.snapshot.resources.iter().map(|r| r.id.clone()).collect();
+    let other = upload(&s, "other.txt", b"other").await;
+    let mut both = sess.snapshot.resources.clone();
+    both.push(file_resource(&other, "/mnt/session/uploads/other"));
+    let grown = s.set_resources(&sess.id, &base, both, requirements.clone()).await.unwrap();
+    assert_eq!(grown.snapshot.resources.len(), 2);
+    assert!(grown.snapshot.resources[1].created_at.0 > 0, "stamped by the store");
+    assert_eq!(grown.snapshot.resources[0], sess.snapshot.resources[0], "the first is kept as it was");
+    let stale = s.set_resources(&sess.id, &base, vec![], requirements.clone()).await.unwrap_err();
+    assert!(matches!(stale, StoreError::Guard(Guard::ResourcesChanged(_))), "{stale:?}");
+    assert!(matches!(s.delete_file(&other.id).await, Err(StoreError::Guard(Guard::FileInUse { .. }))));
+    let now_base: Vec<ResourceId> = grown.snapshot.resources.iter().map(|r| r.id.clone()).collect();
+    let shrunk = s
+        .set_resources(&sess.id, &now_base, vec![grown.snapshot.resources[1].clone()], requirements.clone())
+        .await
+        .unwrap();
+    assert_eq!(s.get_session(&sess.id).await.unwrap(), shrunk);
+    s.delete_file(&file.id).await.unwrap();
+    assert!(matches!(s.delete_file(&other.id).await, Err(StoreError::Guard(Guard::FileInUse { .. }))));
+
+    // A deleted session mounts nothing.
+    s.delete_session(&sess.id).await.unwrap();
+    s.delete_file(&other.id).await.unwrap();
+    let plain = session(&s).await;
+    assert!(plain.snapshot.resources.is_empty());
+}

@@ -1,0 +1,215 @@
+//! Uploaded files (`crate::files`).
+
+use async_trait::async_trait;
+use gateway_core::session::{Resource, ResourceKind};
+use gateway_core::{FileId, SessionId, Timestamp};
+
+use super::conn::from_row;
+use super::{Engine, Hints, SqlStore, WriteTx, query, query_as};
+use crate::error::{Guard, Result, StoreError};
+use crate::model::{Keyset, Page, PageRequest};
+use crate::rows::{Scan, paginate};
+use crate::{Files, NewFile, StoredFile};
+
+struct FileRow {
+    id: String,
+    filename: String,
+    mime_type: String,
+    size_bytes: i64,
+    sha256: String,
+    chunks: i64,
+    created_at: i64,
+}
+from_row!(FileRow { id, filename, mime_type, size_bytes, sha256, chunks, created_at });
+
+impl FileRow {
+    fn into_file(self) -> Result<StoredFile> {
+        Ok(StoredFile {
+            id: FileId::parse(&self.id).map_err(StoreError::corrupt)?,
+            filename: self.filename,
+            mime_type: self.mime_type,
+            size_bytes: u64::try_from(self.size_bytes).map_err(StoreError::corrupt)?,
+            sha256: self.sha256,
+            chunks: u32::try_from(self.chunks).map_err(StoreError::corrupt)?,
+            created_at: Timestamp(self.created_at),
+        })
+    }
+}
+
+const FILE_BY_ID: &str =
+    "SELECT id, filename, mime_type, size_bytes, sha256, chunks, created_at FROM files WHERE id = $1";
+
+/// `$1,$2` keyset bound, `$3` limit.
+macro_rules! list_files_sql {
+    ($cmp:literal, $dir:literal) => {
+        concat!(
+            "SELECT id, filename, mime_type, size_bytes, sha256, chunks, created_at FROM files \
+             WHERE ($1 IS NULL OR (created_at, id) ",
+            $cmp,
+            " ($1, $2)) ORDER BY created_at ",
+            $dir,
+            ", id ",
+            $dir,
+            $crate::sql::limit!(3)
+        )
+    };
+}
+
+impl<E: Engine> SqlStore<E> {
+    /// Records which files the session's resources mount, replacing what was recorded; every
+    /// one must exist. In the transaction that writes the resources, so the record never
+    /// differs from them.
+    pub(crate) async fn record_file_mounts(
+        tx: &mut WriteTx<E>,
+        session: &SessionId,
+        resources: &[Resource],
+    ) -> Result<()> {
+        query("DELETE FROM file_mounts WHERE session_id = $1").bind(session.as_str()).execute(&mut **tx).await?;
+        for r in resources {
+            let ResourceKind::File { file_id, .. } = &r.kind else { continue };
+            let exists = query_as::<(String,)>("SELECT id FROM files WHERE id = $1")
+                .bind(file_id.as_str())
+                .fetch_optional(&mut **tx)
+                .await?;
+            if exists.is_none() {
+                return Err(StoreError::not_found("file", file_id));
+            }
+            query("INSERT INTO file_mounts (file_id, session_id) VALUES ($1, $2) ON CONFLICT DO NOTHING")
+                .bind(file_id.as_str())
+                .bind(session.as_str())
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl<E: Engine> Files for SqlStore<E> {
+    async fn put_file_chunk(&self, id: &FileId, seq: u32, bytes: Vec<u8>) -> Result<()> {
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        query("INSERT INTO file_chunks (file_id, seq, bytes, created_at) VALUES ($1, $2, $3, $4)")
+            .bind(id.as_str())
+            .bind(i64::from(seq))
+            .bind(bytes)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        self.finish(tx, Hints::default()).await
+    }
+
+    async fn create_file(&self, new: NewFile) -> Result<StoredFile> {
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        let (chunks, bytes) = query_as::<(i64, i64)>(
+            "SELECT COUNT(*), CAST(COALESCE(SUM(LENGTH(bytes)), 0) AS BIGINT) FROM file_chunks WHERE file_id = $1",
+        )
+        .bind(new.id.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
+        if chunks != i64::from(new.chunks) || u64::try_from(bytes).ok() != Some(new.size_bytes) {
+            return Err(StoreError::corrupt(format!(
+                "file {}: {chunks} chunks of {bytes} bytes stored, {} of {} announced",
+                new.id, new.chunks, new.size_bytes
+            )));
+        }
+        query(
+            "INSERT INTO files (id, filename, mime_type, size_bytes, sha256, chunks, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(new.id.as_str())
+        .bind(new.filename.as_str())
+        .bind(new.mime_type.as_str())
+        .bind(i64::try_from(new.size_bytes).map_err(StoreError::corrupt)?)
+        .bind(new.sha256.as_str())
+        .bind(i64::from(new.chunks))
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        self.finish(tx, Hints::default()).await?;
+        Ok(StoredFile {
+            id: new.id,
+            filename: new.filename,
+            mime_type: new.mime_type,
+            size_bytes: new.size_bytes,
+            sha256: new.sha256,
+            chunks: new.chunks,
+            created_at: Timestamp(now),
+        })
+    }
+
+    async fn get_file(&self, id: &FileId) -> Result<StoredFile> {
+        query_as::<FileRow>(FILE_BY_ID)
+            .bind(id.as_str())
+            .fetch_optional(&mut *self.reader().await?)
+            .await?
+            .ok_or_else(|| StoreError::not_found("file", id))?
+            .into_file()
+    }
+
+    async fn list_files(&self, page: &PageRequest) -> Result<Page<StoredFile>> {
+        let scan = Scan::plan(page);
+        let sql = if scan.ascending { list_files_sql!(">", "ASC") } else { list_files_sql!("<", "DESC") };
+        let (bound_at, bound_id) = scan.bound_parts();
+        let rows = query_as::<FileRow>(sql)
+            .bind(bound_at)
+            .bind(bound_id)
+            .bind(scan.fetch)
+            .fetch_all(&mut *self.reader().await?)
+            .await?;
+        let files = rows.into_iter().map(FileRow::into_file).collect::<Result<Vec<_>>>()?;
+        Ok(paginate(page, files, |f| Keyset { at: f.created_at.0, id: f.id.to_string() }))
+    }
+
+    async fn file_chunk(&self, id: &FileId, seq: u32) -> Result<Vec<u8>> {
+        // Only a created file's chunks: an upload in progress is not readable.
+        query_as::<(Vec<u8>,)>(
+            "SELECT c.bytes FROM file_chunks c JOIN files f ON f.id = c.file_id WHERE c.file_id = $1 AND c.seq = $2",
+        )
+        .bind(id.as_str())
+        .bind(i64::from(seq))
+        .fetch_optional(&mut *self.reader().await?)
+        .await?
+        .map(|(bytes,)| bytes)
+        .ok_or_else(|| StoreError::not_found("file chunk", format!("{id}/{seq}")))
+    }
+
+    async fn delete_file(&self, id: &FileId) -> Result<()> {
+        let mut tx = self.begin_write().await?;
+        // The mount check and the delete are one statement.
+        let gone = query_as::<(String,)>(
+            "DELETE FROM files WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM file_mounts m WHERE m.file_id = $1) RETURNING id",
+        )
+        .bind(id.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        if gone.is_none() {
+            let user =
+                query_as::<(String,)>("SELECT session_id FROM file_mounts WHERE file_id = $1 ORDER BY session_id")
+                    .bind(id.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            return Err(match user {
+                Some((session,)) => StoreError::Guard(Guard::FileInUse { file: id.to_string(), session }),
+                None => StoreError::not_found("file", id),
+            });
+        }
+        query("DELETE FROM file_chunks WHERE file_id = $1").bind(id.as_str()).execute(&mut *tx).await?;
+        self.finish(tx, Hints::default()).await
+    }
+
+    async fn sweep_file_chunks(&self, older_than_secs: u64) -> Result<u64> {
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        let before = now.saturating_sub(i64::try_from(older_than_secs.saturating_mul(1000)).unwrap_or(i64::MAX));
+        let swept = query_as::<(String,)>(
+            "DELETE FROM file_chunks WHERE created_at < $1 AND NOT EXISTS (SELECT 1 FROM files f WHERE f.id = file_chunks.file_id) RETURNING file_id",
+        )
+        .bind(before)
+        .fetch_all(&mut *tx)
+        .await?;
+        self.finish(tx, Hints::default()).await?;
+        Ok(swept.len() as u64)
+    }
+}
