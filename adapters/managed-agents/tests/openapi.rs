@@ -1074,7 +1074,7 @@ async fn files_and_resources(c: &Client, agent_id: &str, env_id: &str) {
     let rid = resources[0]["id"].as_str().unwrap().to_owned();
     let r = |suffix: &str| format!("/v1/sessions/{msid}/resources{suffix}");
 
-    // Resources: add (default mount path), list, retrieve, update (never possible here).
+    // Resources: add (default mount path), list, retrieve, update (a file has nothing to update).
     let added = c.call(Method::POST, RESOURCES, &r(""), Some(json!({"type": "file", "file_id": other_id}))).await;
     assert_eq!(added.ok()["mount_path"], format!("/mnt/session/uploads/{other_id}"));
     c.call(Method::POST, RESOURCES, &r(""), Some(json!({"type": "file", "file_id": other_id}))).await.expect(400, None);
@@ -1086,14 +1086,41 @@ async fn files_and_resources(c: &Client, agent_id: &str, env_id: &str) {
     )
     .await
     .expect(404, Some("file_not_found"));
+    // A repository (checked out before the next turn; none runs here): its token is never shown,
+    // and can be replaced.
+    let repo = c
+        .call(
+            Method::POST,
+            RESOURCES,
+            &r(""),
+            Some(
+                json!({"type": "github_repository", "url": "https://github.com/o/r", "authorization_token": "ghp_first",
+                        "checkout": {"type": "branch", "name": "main"}}),
+            ),
+        )
+        .await;
+    assert_eq!(repo.ok()["mount_path"], "/workspace/r", "the default mount path");
+    assert!(!repo.body.to_string().contains("ghp_"), "{}", pretty(&repo.body));
+    let repo_id = repo.id();
+    let updated = c
+        .call(Method::POST, RESOURCE, &r(&format!("/{repo_id}")), Some(json!({"authorization_token": "ghp_second"})))
+        .await;
+    assert_eq!(updated.ok(), repo.ok());
     c.call(
         Method::POST,
         RESOURCES,
         &r(""),
-        Some(json!({"type": "github_repository", "url": "https://github.com/o/r"})),
+        Some(json!({"type": "github_repository", "url": "https://user:ghp_x@github.com/o/r", "mount_path": "/workspace/s"})),
     )
     .await
-    .expect(400, Some("not_supported"));
+    .expect(400, None);
+    c.call(Method::POST, RESOURCES, &r(""), Some(json!({"type": "memory_store", "memory_store_id": "m"})))
+        .await
+        .expect(400, Some("not_supported"));
+    assert_eq!(
+        c.call(Method::DELETE, RESOURCE, &r(&format!("/{repo_id}")), None).await.ok()["type"],
+        "session_resource_deleted"
+    );
     let page = c.call(Method::GET, RESOURCES, &r("?limit=1"), None).await;
     assert_eq!(page.ok()["data"][0]["id"], rid.as_str(), "in the order they were added");
     let next = page.ok()["next_page"].as_str().expect("a next page").to_owned();

@@ -64,9 +64,10 @@ pub struct Runtime {
     _cancel_on_drop: DropGuard,
 }
 
-/// The offer of a process: its working sandbox providers and what its backends can run.
-pub fn offer_of(providers: Vec<ProviderOffer>, backends: &BackendRegistry) -> Offer {
-    let mut offer = Offer { providers, ..Default::default() };
+/// The offer of a process: its working sandbox providers, whether its environments check out
+/// repositories ([`Environments::checks_out_repositories`]) and what its backends can run.
+pub fn offer_of(providers: Vec<ProviderOffer>, repositories: bool, backends: &BackendRegistry) -> Offer {
+    let mut offer = Offer { providers, repositories, ..Default::default() };
     for backend in backends.offered() {
         match backend {
             BackendRef::Native => {}

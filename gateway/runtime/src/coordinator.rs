@@ -13,7 +13,7 @@ use gateway_core::agent::{Agent, AgentOverrides, AgentSpec, BackendRef};
 use gateway_core::environment::{Environment, EnvironmentSpec};
 use gateway_core::event::{Event, EventPayload, NewEvent};
 use gateway_core::placement::{LocalInputs, Offer, place};
-use gateway_core::session::{Resource, ResourceKind, Session, SessionSnapshot};
+use gateway_core::session::{Resource, ResourceKind, Secret, Session, SessionSnapshot};
 use gateway_core::{AgentId, EnvironmentId, EventId, Metadata, ResourceId, SessionId, Timestamp};
 use gateway_store::{
     AdmissionWrites, AgentFilter, EnvironmentFilter, EventFilter, NewSession, Page, PageRequest, SessionFilter,
@@ -286,7 +286,9 @@ impl Coordinator {
             o.apply(&mut agent.spec);
         }
         self.check_backend(&agent.spec.backend)?;
-        check_mounts(&req.resources)?;
+        check_resources(&req.resources)?;
+        let mut req = req;
+        self.seal_tokens(req.resources.iter_mut());
         let environment = self.store.get_environment(&req.environment_id).await?;
         let inputs = local_inputs(&req.resources);
         let requirements = place(&agent.spec.backend, &environment.spec.config, &inputs, &self.offer)?;
@@ -365,6 +367,8 @@ impl Coordinator {
         if matches!(kind, ResourceKind::Workspace { .. }) {
             return Err(RuntimeError::Invalid("a workspace is given when a session is created".into()));
         }
+        let mut kind = kind;
+        self.seal_tokens([&mut kind]);
         let id = ResourceId::new();
         let resource = Resource { id: id.clone(), kind, created_at: Timestamp(0) };
         let session = self.change_resources(session, |resources| resources.push(resource.clone())).await?;
@@ -381,6 +385,42 @@ impl Coordinator {
         self.change_resources(session, |resources| resources.retain(|r| &r.id != resource)).await
     }
 
+    /// Replaces the token a repository resource is checked out with (used by the next
+    /// checkout; one already in the workspace is not fetched again).
+    pub async fn set_repository_token(
+        &self,
+        session: &SessionId,
+        resource: &ResourceId,
+        token: Secret,
+    ) -> Result<Session> {
+        let current = self.store.get_session(session).await?;
+        match current.snapshot.resources.iter().find(|r| &r.id == resource).map(|r| &r.kind) {
+            None => return Err(RuntimeError::NotFound { kind: "session resource", id: resource.to_string() }),
+            Some(ResourceKind::Repository { .. }) => {}
+            Some(_) => {
+                return Err(RuntimeError::Invalid(format!(
+                    "resource {resource} is not a repository; only a repository's authorization_token can be updated"
+                )));
+            }
+        }
+        self.change_resources(session, |resources| {
+            for r in resources.iter_mut().filter(|r| &r.id == resource) {
+                if let ResourceKind::Repository { authorization_token, .. } = &mut r.kind {
+                    *authorization_token = Some(token.clone());
+                }
+                self.seal_tokens([&mut r.kind]);
+            }
+        })
+        .await
+    }
+
+    /// Repository tokens are stored sealed (`Environments::seal_tokens`).
+    fn seal_tokens<'a>(&self, resources: impl IntoIterator<Item = &'a mut ResourceKind>) {
+        if let Some(envs) = &self.environments {
+            envs.seal_tokens(resources);
+        }
+    }
+
     /// Applies `change` to the session's resources, re-places the session for the new set and
     /// stores both by compare-and-set, reading again if another change came first.
     async fn change_resources(&self, id: &SessionId, change: impl Fn(&mut Vec<Resource>)) -> Result<Session> {
@@ -391,7 +431,7 @@ impl Coordinator {
             let mut resources = current.snapshot.resources.clone();
             change(&mut resources);
             let kinds: Vec<ResourceKind> = resources.iter().map(|r| r.kind.clone()).collect();
-            check_mounts(&kinds)?;
+            check_resources(&kinds)?;
             let environment = self.store.get_environment(&current.environment_id).await?;
             let agent = &current.snapshot.agent;
             let requirements =
@@ -524,9 +564,10 @@ impl Coordinator {
     }
 }
 
-/// Every mount of a session at a place of its own (`gateway_core::mounts`), and none in a
-/// client's own directory.
-fn check_mounts(resources: &[ResourceKind]) -> Result<()> {
+/// Every mount of a session at a place of its own (`gateway_core::mounts`), none in a
+/// client's own directory, and repository URLs git may be given (http or https, no
+/// credentials in them; which hosts are reachable is checked when the checkout runs).
+fn check_resources(resources: &[ResourceKind]) -> Result<()> {
     if resources.len() > gateway_core::session::MAX_RESOURCES {
         let max = gateway_core::session::MAX_RESOURCES;
         return Err(RuntimeError::Invalid(format!("a session has at most {max} resources")));
@@ -545,7 +586,18 @@ fn check_mounts(resources: &[ResourceKind]) -> Result<()> {
         }
         ResourceKind::Workspace { .. } => None,
     });
-    gateway_core::mounts::check_all(paths).map_err(|e| RuntimeError::Invalid(e.to_string()))
+    gateway_core::mounts::check_all(paths).map_err(|e| RuntimeError::Invalid(e.to_string()))?;
+    for r in resources {
+        if let ResourceKind::Repository { url, .. } = r {
+            crate::ssrf::check_url(url, true).map_err(|_| {
+                RuntimeError::Invalid(format!(
+                    "repository url {:?} must be an http or https URL without credentials in it (give a token as authorization_token)",
+                    url.chars().take(200).collect::<String>()
+                ))
+            })?;
+        }
+    }
+    Ok(())
 }
 
 fn local_inputs(resources: &[ResourceKind]) -> LocalInputs {

@@ -31,7 +31,7 @@ use std::time::Duration;
 use gateway_core::environment::ProviderTier;
 use gateway_core::event::ErrorKind;
 use gateway_core::placement::{EnvironmentPlan, NetworkControl, ProviderOffer};
-use gateway_core::session::{EnvironmentState, ResourceKind, Session};
+use gateway_core::session::{EnvironmentState, ResourceKind, Secret, Session};
 use gateway_core::{FileId, SessionId, mounts};
 use gateway_sandbox::{
     DirError, Hand, Limits, LocalProvider, NamespaceProvider, SandboxPolicy, SandboxProvider, WorkspaceDir,
@@ -42,6 +42,9 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tracing::{info, warn};
+
+use crate::checkout::CheckoutConfig;
+use crate::secrets::SecretBox;
 
 /// Why a session's environment could not be provided. Each maps to a typed session error.
 #[derive(Debug, thiserror::Error)]
@@ -134,6 +137,10 @@ pub struct EnvironmentsConfig {
     /// disconnected) when no heartbeat renews it for this long.
     #[serde(rename = "heartbeat_ttl_secs", with = "gateway_core::durations::secs")]
     pub heartbeat_ttl: Duration,
+    /// How repository resources are checked out (`git`, `allow_private_repositories`,
+    /// `checkout_timeout_secs`, `max_repository_bytes`).
+    #[serde(flatten)]
+    pub checkout: CheckoutConfig,
 }
 
 impl EnvironmentsConfig {
@@ -157,6 +164,7 @@ impl Default for EnvironmentsConfig {
             max_commands: (4 * cores).max(16),
             connect_timeout: crate::executors::ExecutorSettings::default().connect_timeout,
             heartbeat_ttl: crate::executors::ExecutorSettings::default().heartbeat_ttl,
+            checkout: CheckoutConfig::default(),
         }
     }
 }
@@ -220,6 +228,9 @@ pub struct Environments {
     commands: Arc<tokio::sync::Semaphore>,
     /// Where mounted files' content is read from.
     files: Arc<dyn Files>,
+    /// Seals repository tokens at rest ([`Environments::seal_tokens`]); without one they are
+    /// kept as given (tests, tools).
+    secrets: Option<SecretBox>,
 }
 
 /// Releases its acquisition when dropped, so a caller can never keep a slot busy forever.
@@ -244,13 +255,14 @@ impl Drop for Lease {
 
 impl Environments {
     /// The environments of `host`, with session workspaces under `root`, made by `providers`,
-    /// their mounted files read from `files`.
+    /// their mounted files read from `files`, repository tokens sealed with `secrets`.
     pub fn new(
         host: impl Into<String>,
         root: impl Into<PathBuf>,
         config: EnvironmentsConfig,
         providers: Vec<Arc<dyn SandboxProvider>>,
         files: Arc<dyn Files>,
+        secrets: Option<SecretBox>,
     ) -> Arc<Self> {
         let commands = Arc::new(tokio::sync::Semaphore::new(config.max_commands.max(1)));
         Arc::new(Self {
@@ -261,6 +273,7 @@ impl Environments {
             slots: Mutex::new(HashMap::new()),
             commands,
             files,
+            secrets,
         })
     }
 
@@ -324,6 +337,43 @@ impl Environments {
             Err(DirError::Missing { .. }) => Err(vanished(&self.root.join(session.id.as_str()))),
             Err(e) => Err(refused(e)),
         }
+    }
+
+    /// Where repositories are cloned before they move into a workspace: beside the
+    /// workspaces (one filesystem, so the move is a rename), private to the gateway, under a
+    /// name no session id can have (the release sweep passes it over).
+    fn staging_dir(&self) -> Result<PathBuf, String> {
+        let dir = self.root.join(".staging");
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(|e| e.to_string())?;
+        std::fs::canonicalize(&dir).map_err(|e| e.to_string())
+    }
+
+    /// Seals the repository tokens among `resources` for storage (those already sealed are
+    /// left as they are). The one place tokens are sealed; [`Environments::open_token`] is the
+    /// one place they are opened, right before a checkout.
+    pub fn seal_tokens<'a>(&self, resources: impl IntoIterator<Item = &'a mut ResourceKind>) {
+        let Some(secrets) = &self.secrets else { return };
+        for r in resources {
+            if let ResourceKind::Repository { authorization_token: Some(token), .. } = r
+                && !SecretBox::is_sealed(&token.0)
+            {
+                token.0 = secrets.seal(&token.0);
+            }
+        }
+    }
+
+    fn open_token(&self, token: &Secret) -> Result<Secret, String> {
+        match &self.secrets {
+            Some(secrets) if SecretBox::is_sealed(&token.0) => {
+                secrets.open(&token.0).map_err(|e| format!("cannot open the token: {e}"))
+            }
+            _ => Ok(token.clone()),
+        }
+    }
+
+    /// Whether repository resources can be checked out here (git runs).
+    pub fn checks_out_repositories(&self) -> bool {
+        self.config.checkout.available()
     }
 
     /// The directory session workspaces live in, created private (0700) if missing. It is the
@@ -403,7 +453,9 @@ impl Environments {
     /// acquisition, so no turn runs without its inputs.
     async fn place_mounts(&self, session: &Session, hand: &Hand) -> Result<(), EnvironmentError> {
         for r in &session.snapshot.resources {
-            let ResourceKind::File { file_id, mount_path } = &r.kind else { continue };
+            let (ResourceKind::File { mount_path, .. } | ResourceKind::Repository { mount_path, .. }) = &r.kind else {
+                continue;
+            };
             let failed = |reason: String| EnvironmentError::Mount {
                 resource: r.id.to_string(),
                 mount_path: mount_path.clone(),
@@ -413,6 +465,25 @@ impl Environments {
             if hand.occupied(&rel).await {
                 continue;
             }
+            let file_id = match &r.kind {
+                ResourceKind::File { file_id, .. } => file_id,
+                ResourceKind::Repository { url, checkout, authorization_token, .. } => {
+                    let token = authorization_token.as_ref().map(|t| self.open_token(t)).transpose().map_err(failed)?;
+                    let staging = self.staging_dir().map_err(failed)?;
+                    let name = format!("{}-{}", session.id, r.id);
+                    let cloned =
+                        self.config.checkout.clone_into(&staging, &name, url, checkout.as_ref(), token.as_ref());
+                    cloned.await.map_err(failed)?;
+                    let adopted = hand.adopt(&staging, Path::new(&name), &rel).await;
+                    if let Err(e) = adopted {
+                        let _ = std::fs::remove_dir_all(staging.join(&name));
+                        return Err(failed(e.to_string()));
+                    }
+                    info!(session = %session.id, resource = %r.id, mount_path, "repository checked out");
+                    continue;
+                }
+                ResourceKind::Workspace { .. } => continue,
+            };
             let id = FileId::parse(file_id).map_err(|e| failed(e.to_string()))?;
             let file = self.files.get_file(&id).await.map_err(|e| failed(e.to_string()))?;
             let mut writer = hand.place(&rel).await.map_err(|e| failed(e.to_string()))?;

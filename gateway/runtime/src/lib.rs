@@ -8,6 +8,7 @@
 pub mod assembly;
 pub mod auth;
 pub mod backend;
+pub mod checkout;
 pub mod coordinator;
 pub mod environment;
 pub mod error;

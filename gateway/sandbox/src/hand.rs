@@ -165,6 +165,19 @@ impl Hand {
         Ok(MountWriter(Some(placement)))
     }
 
+    /// Moves the directory `name` of `from` (a gateway-owned directory on the workspace's
+    /// filesystem) to `rel` in the workspace ([`Workspace::adopt`]).
+    pub async fn adopt(&self, from: &Path, name: &Path, rel: &Path) -> std::io::Result<()> {
+        let (files, from, name, rel) =
+            (Arc::clone(&self.files), from.to_path_buf(), name.to_path_buf(), rel.to_path_buf());
+        tokio::task::spawn_blocking(move || {
+            let from = cap_std::fs::Dir::open_ambient_dir(&from, cap_std::ambient_authority())?;
+            files.adopt(&from, &name, &rel)
+        })
+        .await
+        .map_err(std::io::Error::other)?
+    }
+
     /// Where processes in this sandbox find `rel` of the workspace.
     pub fn inner_path(&self, rel: &Path) -> std::path::PathBuf {
         self.sandbox.inner_root().join(rel)

@@ -45,14 +45,15 @@ pub fn model_client(config: &Config) -> anyhow::Result<Arc<dyn ModelClient>> {
 
 /// This host's Session Environments: `[environments]`, pinned to `host_id`, workspaces under
 /// `<data_dir>/workspaces`, made by `providers` ([`sandbox_providers`]), mounting files from
-/// `files`.
+/// `files`, sealing repository tokens with `secrets`.
 pub fn environments(
     config: &Config,
     providers: Vec<Arc<dyn SandboxProvider>>,
     files: Arc<dyn Files>,
+    secrets: SecretBox,
 ) -> Arc<Environments> {
     let root = crate::state::workspaces_root(config);
-    Environments::new(config.host_id(), root, config.environments.clone(), providers, files)
+    Environments::new(config.host_id(), root, config.environments.clone(), providers, files, Some(secrets))
 }
 
 /// The sandbox providers the configured `sandbox` allows on this host.

@@ -18,6 +18,7 @@ use gateway_managed_agents::ManagedAgents;
 use gateway_runtime::assembly::offer_of;
 use gateway_runtime::auth::{Authenticator, OwnNames};
 use gateway_runtime::environment::offers_of;
+use gateway_runtime::secrets::SecretBox;
 use gateway_runtime::{Backend, CoordinatorOptions, PublishedAgents, Runtime, RuntimeConfig};
 use gateway_store::{Store, StoreOptions};
 use tokio_util::sync::CancellationToken;
@@ -59,6 +60,8 @@ pub struct Started {
     pub runtime: Runtime,
     pub published: PublishedAgents,
     pub processes: Arc<ProcessTable>,
+    /// Seals secrets at rest (push credentials, webhook secrets, repository tokens).
+    pub secrets: SecretBox,
 }
 
 /// Checks the sandbox guard, opens the store, assembles the runtime (its Workers start),
@@ -70,7 +73,14 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<S
     compose::startup_guard(config, &provider_offers.iter().map(|p| p.tier.clone()).collect::<Vec<_>>())?;
     let model = compose::model_client(config)?;
     let store = open_store(config).await?;
-    let environments = compose::environments(config, providers, Arc::clone(&store) as _);
+    let secrets = match compose::secret_box(config, store.as_ref()).await {
+        Ok(s) => s,
+        Err(e) => {
+            store.close().await;
+            return Err(e);
+        }
+    };
+    let environments = compose::environments(config, providers, Arc::clone(&store) as _, secrets.clone());
 
     let processes = Arc::new(ProcessTable::default());
     let backends = compose::backends(config, &environments, &processes, model, ext);
@@ -82,7 +92,7 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<S
             files: config.files.clone(),
             ..CoordinatorOptions::default()
         },
-        offer: offer_of(provider_offers, &backends),
+        offer: offer_of(provider_offers, environments.checks_out_repositories(), &backends),
     };
     let runtime = Runtime::assemble(store, runtime_config, environments, backends);
     let published = match crate::publish::publish(config, &runtime.coordinator).await {
@@ -107,22 +117,15 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<S
             gateway_acp::maintain(runtime.coordinator.clone(), Arc::clone(&processes), runtime.shutdown.child_token());
         runtime.tasks.spawn(maintain);
     }
-    Ok(Started { runtime, published, processes })
+    Ok(Started { runtime, published, processes, secrets })
 }
 
 pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
-    let Started { runtime: rt, published, processes } = start_runtime(&config, ext).await?;
+    let Started { runtime: rt, published, processes, secrets } = start_runtime(&config, ext).await?;
     let shutdown = rt.shutdown.clone();
     // Without keys, requests must address one of this gateway's names (no DNS rebinding).
     let names = OwnNames::with_public_url(&config.public_url());
     let auth = Arc::new(Authenticator::new(Arc::clone(&rt.store)).with_names(names));
-    let secrets = match compose::secret_box(&config, rt.coordinator.documents()).await {
-        Ok(s) => s,
-        Err(e) => {
-            rt.stop().await;
-            return Err(e);
-        }
-    };
     match auth.live_keys().await {
         Ok(0) => warn!(
             public_url = %config.public_url(),
@@ -244,7 +247,7 @@ async fn serve_http(server: impl Future<Output = std::io::Result<()>>, shutdown:
 
 /// `gateway acp`: one editor on stdin/stdout; the process runs its own Workers.
 pub async fn acp(config: Config, ext: Extensions, agent: Option<String>) -> anyhow::Result<()> {
-    let Started { runtime: rt, published, processes } = start_runtime(&config, ext).await?;
+    let Started { runtime: rt, published, processes, .. } = start_runtime(&config, ext).await?;
     let ctx = gateway_acp::AcpContext {
         coordinator: rt.coordinator.clone(),
         agents: published,

@@ -482,5 +482,10 @@ impl AcpBackend {
 /// Whether the session mounts inputs its workspace must hold (checked per turn only then, so
 /// a session without mounts costs no acquisition per prompt).
 fn has_mounts(session: &gateway_core::session::Session) -> bool {
-    session.snapshot.resources.iter().any(|r| matches!(r.kind, gateway_core::session::ResourceKind::File { .. }))
+    use gateway_core::session::ResourceKind;
+    session
+        .snapshot
+        .resources
+        .iter()
+        .any(|r| matches!(r.kind, ResourceKind::File { .. } | ResourceKind::Repository { .. }))
 }

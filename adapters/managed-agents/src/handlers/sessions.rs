@@ -15,7 +15,7 @@ use crate::extract::{ApiJson, QueryParams};
 use crate::pagination;
 use crate::wire::Patch;
 use crate::wire::merge_metadata;
-use crate::wire::session::{SessionCreate, SessionUpdate, resource_in, resource_out, session_out};
+use crate::wire::session::{ResourceUpdate, SessionCreate, SessionUpdate, resource_in, resource_out, session_out};
 
 pub fn id(raw: &str) -> Result<SessionId, ApiError> {
     path_id("session", "session_not_found", raw)
@@ -208,16 +208,16 @@ pub async fn retrieve_resource(
     shown(&session, &resource_id(&resource)?)
 }
 
-/// `resources.update` changes a repository's token; files have nothing to update.
+/// `resources.update`: a repository's new `authorization_token` (files have nothing to update).
 pub async fn update_resource(
     State(api): State<ManagedAgents>,
     Path((raw, resource)): Path<(String, String)>,
-    ApiJson(_body): ApiJson<Value>,
+    ApiJson(body): ApiJson<ResourceUpdate>,
 ) -> Result<Json<Value>, ApiError> {
-    let session = api.coordinator.get_session(&id(&raw)?).await?;
     let rid = resource_id(&resource)?;
-    let _exists = shown(&session, &rid)?;
-    Err(ApiError::invalid(format!("resource {rid} is a file; only a repository's authorization_token can be updated")))
+    let token = body.token()?;
+    let session = api.coordinator.set_repository_token(&id(&raw)?, &rid, token).await?;
+    shown(&session, &rid)
 }
 
 pub async fn delete_resource(

@@ -157,6 +157,19 @@ pub fn resource_out(r: &Resource) -> Option<Value> {
     })
 }
 
+/// `resources.update`'s body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceUpdate {
+    authorization_token: String,
+}
+
+impl ResourceUpdate {
+    pub fn token(self) -> Result<Secret, ApiError> {
+        bounded("authorization_token", self.authorization_token).map(Secret)
+    }
+}
+
 impl SessionCreate {
     /// The resources, checked for shape and size; placement decides whether they can be had.
     pub fn take_resources(&mut self) -> Result<Vec<ResourceKind>, ApiError> {

@@ -218,12 +218,16 @@ impl TestGatewayBuilder {
         };
         let workspaces = tempfile::tempdir().expect("a temporary directory for workspaces");
         let files = Arc::clone(&store) as Arc<dyn gateway_store::Files>;
-        let environments = Environments::new(self.host, workspaces.path(), self.environments, self.providers, files);
+        let secrets = Some(crate::secrets::SecretBox::generate());
+        let environments =
+            Environments::new(self.host, workspaces.path(), self.environments, self.providers, files, secrets);
         let mut backends = BackendRegistry::new();
         for (backend_ref, make) in self.backends {
             backends.register(backend_ref, make(&environments));
         }
-        let offer = self.offer.unwrap_or_else(|| offer_of(environments.offers(), &backends));
+        let offer = self
+            .offer
+            .unwrap_or_else(|| offer_of(environments.offers(), environments.checks_out_repositories(), &backends));
         let config =
             RuntimeConfig { instance: self.instance, workers: self.workers, coordinator: self.coordinator, offer };
         let runtime = Runtime::assemble(store, config, environments, backends);

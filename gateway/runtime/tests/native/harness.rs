@@ -72,6 +72,21 @@ pub async fn native_on(
     Native { gw: builder.build().await }
 }
 
+/// The fake model, the local provider, these environment settings, repositories offered.
+pub async fn native_configured(environments: EnvironmentsConfig) -> Native {
+    let model: Arc<dyn ModelClient> = Arc::new(FakeModel::new());
+    let builder = TestGateway::builder()
+        .backend_with(BackendRef::Native, move |envs| {
+            Arc::new(NativeBackend::new(model, Some(Arc::clone(envs)), NativeConfig::default()))
+        })
+        .offer(Offer { repositories: true, ..offer(&[]) })
+        .environments(environments)
+        .subscription_poll(Duration::from_millis(100))
+        .no_workers()
+        .sandbox(Arc::new(LocalProvider::new()));
+    Native { gw: builder.build().await }
+}
+
 pub async fn native() -> Native {
     native_with(Arc::new(FakeModel::new()), offer(&[]), Duration::from_secs(300)).await
 }

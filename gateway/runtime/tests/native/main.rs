@@ -4,6 +4,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod git_server;
 mod harness;
 mod mounts;
 mod workspaces;

@@ -8,11 +8,13 @@ use std::time::Duration;
 use gateway_core::agent::PermissionPolicy;
 use gateway_core::environment::Provisioning;
 use gateway_core::event::{ErrorKind, EventPayload, StopReason};
-use gateway_core::session::{EnvironmentState, ResourceKind};
-use gateway_runtime::{RuntimeError, StoredFile};
+use gateway_core::session::{Checkout, EnvironmentState, ResourceKind, Secret};
+use gateway_runtime::checkout::CheckoutConfig;
+use gateway_runtime::{EnvironmentsConfig, RuntimeError, StoredFile};
 
 use crate::common::stop_of;
-use crate::harness::{Native, cloud, native, native_with, offer, tool_results, toolset};
+use crate::git_server::{self, GitServer};
+use crate::harness::{Native, cloud, native, native_configured, native_with, offer, tool_results, toolset};
 
 async fn upload(n: &Native, content: &[u8]) -> StoredFile {
     let mut upload = n.coordinator.upload();
@@ -141,4 +143,175 @@ async fn mount_paths_are_checked_when_the_session_is_created() {
     let refused =
         n.session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "local"), vec![missing]).await;
     assert!(matches!(refused, Err(RuntimeError::NotFound { kind: "file", .. })), "{refused:?}");
+}
+
+fn repository(url: &str, mount_path: &str, checkout: Option<Checkout>, token: Option<&str>) -> ResourceKind {
+    ResourceKind::Repository {
+        url: url.into(),
+        mount_path: mount_path.into(),
+        checkout,
+        authorization_token: token.map(|t| Secret(t.into())),
+    }
+}
+
+/// Events, as their JSON, for looking for a secret in them.
+fn json_of(es: &[gateway_core::event::Event]) -> String {
+    es.iter().map(|e| serde_json::to_string(&e.payload).unwrap()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn repositories_are_checked_out_at_their_branch_or_commit_and_the_token_stays_out_of_sight() {
+    const TOKEN: &str = "tok-5ecret-4b2c9e";
+    let repos = tempfile::tempdir().unwrap();
+    let first = git_server::repository(repos.path(), "project");
+    // Slow enough to catch git at work in the process table.
+    let server = GitServer::start(repos.path(), Some(TOKEN), Duration::from_millis(400)).await;
+    let logs = LogCapture::install();
+    let config = EnvironmentsConfig {
+        checkout: CheckoutConfig { allow_private_repositories: true, ..Default::default() },
+        ..Default::default()
+    };
+    let n = native_configured(config).await;
+    let pool = n.workers(0);
+    let url = server.url("project.git");
+    let s = n
+        .session(
+            toolset(PermissionPolicy::AlwaysAllow),
+            cloud(Provisioning::OnToolUse, "local"),
+            vec![
+                repository(&url, "/workspace/main", None, Some(TOKEN)),
+                repository(&url, "/workspace/feature", Some(Checkout::Branch { name: "feature".into() }), Some(TOKEN)),
+                repository(&url, "/mnt/session/old", Some(Checkout::Commit { sha: first.clone() }), Some(TOKEN)),
+            ],
+        )
+        .await
+        .unwrap();
+
+    let watcher = tokio::spawn(async {
+        let mut seen = String::new();
+        for _ in 0..40 {
+            let ps = std::process::Command::new("ps").args(["-eww", "-o", "args"]).output().unwrap();
+            seen.push_str(&String::from_utf8_lossy(&ps.stdout));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        seen
+    });
+    let es = n.turn(&s, "hello").await;
+    let ps = watcher.await.unwrap();
+    assert_eq!(stop_of(es.last().unwrap()), Some(StopReason::EndTurn), "{es:?}");
+    assert!(ps.contains("clone --quiet"), "git was seen running");
+    assert!(!ps.contains(TOKEN), "the token is not in any process's argv");
+
+    let workspace = n.workspaces.path().join(s.id.as_str());
+    let readme = |dir: &str| std::fs::read_to_string(workspace.join(dir).join("README")).unwrap();
+    assert_eq!(readme("main"), "v2\n", "the default branch");
+    assert_eq!(readme("feature"), "feature\n", "the branch asked for");
+    assert_eq!(readme("mnt/session/old"), "v1\n", "the commit asked for");
+    let head = git_server::git(&workspace.join("mnt/session/old"), &["rev-parse", "HEAD"]);
+    assert_eq!(head.trim(), first);
+    for dir in ["main", "feature", "mnt/session/old"] {
+        let config = std::fs::read_to_string(workspace.join(dir).join(".git/config")).unwrap();
+        assert!(!config.contains(TOKEN) && !config.contains("extraheader"), "{dir}/.git/config: {config}");
+        assert!(config.contains(&url), "the remote is the URL as given");
+    }
+    let auth = server.authorizations();
+    assert!(!auth.is_empty() && auth.iter().all(|a| a.starts_with("Basic ")), "the token went as a header");
+    let all = n
+        .coordinator
+        .list_events(
+            &s.id,
+            &Default::default(),
+            &gateway_runtime::PageRequest::first(1000, gateway_runtime::Order::Asc),
+        )
+        .await
+        .unwrap();
+    assert!(!json_of(&all.items).contains(TOKEN), "the token is in no event");
+    assert!(logs.text().contains("repository checked out"), "the logs were captured");
+    assert!(!logs.text().contains(TOKEN), "the token is in no log line");
+    // At rest it is sealed: the snapshot is stored as this JSON.
+    let stored = serde_json::to_string(&n.coordinator.get_session(&s.id).await.unwrap().snapshot).unwrap();
+    assert!(!stored.contains(TOKEN) && stored.contains("authorization_token"), "{stored}");
+    pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_repository_that_cannot_be_checked_out_fails_the_turn_naming_it_and_leaves_nothing() {
+    let repos = tempfile::tempdir().unwrap();
+    git_server::repository(repos.path(), "private");
+    let server = GitServer::start(repos.path(), Some("right"), Duration::ZERO).await;
+    let allowed = EnvironmentsConfig {
+        checkout: CheckoutConfig { allow_private_repositories: true, ..Default::default() },
+        ..Default::default()
+    };
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    for (config, url, token, why) in [
+        (EnvironmentsConfig::default(), server.url("private.git"), Some("right"), "loopback, private"),
+        (allowed.clone(), server.url("private.git"), Some("wrong"), "git failed"),
+        (allowed.clone(), server.url("private.git"), None, "git failed"),
+        (allowed.clone(), format!("http://{closed}/gone.git"), None, "git failed"),
+        (allowed.clone(), server.url("missing.git"), Some("right"), "git failed"),
+    ] {
+        let n = native_configured(config).await;
+        let pool = n.workers(0);
+        let mount = repository(&url, "/workspace/src/repo", None, token);
+        let s = n
+            .session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "local"), vec![mount])
+            .await
+            .unwrap();
+        let rid = s.snapshot.resources[0].id.clone();
+        let es = n.turn(&s, "hello").await;
+        let (kind, message) = es
+            .iter()
+            .find_map(|e| match &e.payload {
+                EventPayload::SessionError { kind, message, .. } => Some((*kind, message.clone())),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{url}: a typed error event in {es:?}"));
+        assert_eq!(kind, ErrorKind::MountFailed, "{url}");
+        assert!(message.contains(rid.as_str()) && message.contains(why), "{url}: {message}");
+        assert!(!message.contains("right"), "{message}");
+        assert!(!es.iter().any(|e| matches!(e.payload, EventPayload::ModelRequestStarted {})));
+        let workspace = n.workspaces.path().join(s.id.as_str());
+        assert!(!workspace.join("src").exists(), "{url}: no partial directory");
+        let staged: Vec<_> = std::fs::read_dir(n.workspaces.path().join(".staging"))
+            .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+            .unwrap_or_default();
+        assert!(staged.is_empty(), "{url}: nothing left in staging: {staged:?}");
+        pool.shutdown().await;
+    }
+}
+
+/// Log lines written while it lives, for looking for secrets in them.
+struct LogCapture(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl LogCapture {
+    fn install() -> Self {
+        let buf = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = Arc::clone(&buf);
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(move || Sink(Arc::clone(&sink)))
+            .finish();
+        let _ = tracing::subscriber::set_global_default(subscriber);
+        Self(buf)
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Sink {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

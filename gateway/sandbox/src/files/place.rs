@@ -30,6 +30,19 @@ impl Workspace {
     pub fn occupied(&self, rel: &Path) -> bool {
         self.dir().symlink_metadata(rel).is_ok()
     }
+
+    /// Moves `name`, a directory prepared in `from` (which must be on the workspace's
+    /// filesystem), to `rel` in the workspace, parents created: it appears whole, in one
+    /// rename, or not at all.
+    pub fn adopt(&self, from: &cap_std::fs::Dir, name: &Path, rel: &Path) -> io::Result<()> {
+        if rel.file_name().is_none() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "no directory name"));
+        }
+        if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+            self.dir().create_dir_all(parent)?;
+        }
+        from.rename(name, self.dir(), rel)
+    }
 }
 
 impl Placement {
