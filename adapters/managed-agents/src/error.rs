@@ -128,6 +128,7 @@ impl From<RuntimeError> for ApiError {
                     "webhook endpoint" => Some("webhook_not_found"),
                     "file" => Some("file_not_found"),
                     "session resource" => Some("session_resource_not_found"),
+                    "skill" | "skill version" => Some("skill_not_found"),
                     _ => None,
                 };
                 let err = ApiError::not_found(message);
@@ -150,6 +151,8 @@ impl From<RuntimeError> for ApiError {
                 Guard::WorkState { .. } => ApiError::conflict(message, "work_state_conflict"),
                 Guard::FileInUse { .. } => ApiError::conflict(message, "file_in_use"),
                 Guard::ResourcesChanged(_) => ApiError::conflict(message, "conflict"),
+                Guard::SkillNameChanged { .. } => ApiError::invalid(message).code("skill_name_mismatch"),
+                Guard::LastSkillVersion { .. } => ApiError::conflict(message, "last_skill_version"),
             },
             RuntimeError::Rejected(a) => match a {
                 AdmissionError::Archived => ApiError::invalid(message).code("session_archived"),

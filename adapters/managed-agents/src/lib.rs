@@ -51,7 +51,7 @@ pub struct ManagedAgents {
 
 /// The `/v1` routes of the Managed Agents API (mount at the root).
 pub fn router(api: ManagedAgents) -> Router {
-    use handlers::{agents, environments, events, files, sessions, webhook_endpoints, work};
+    use handlers::{agents, environments, events, files, sessions, skills, webhook_endpoints, work};
     let routes = Router::new()
         .route("/v1/agents", post(agents::create).get(agents::list))
         .route("/v1/agents/{id}", get(agents::retrieve).post(agents::update))
@@ -84,6 +84,10 @@ pub fn router(api: ManagedAgents) -> Router {
         .route("/v1/files", post(files::upload).layer(DefaultBodyLimit::disable()).get(files::list))
         .route("/v1/files/{id}", get(files::retrieve).delete(files::delete))
         .route("/v1/files/{id}/content", get(files::download))
+        .route("/v1/skills", post(skills::create).get(skills::list))
+        .route("/v1/skills/{id}", get(skills::retrieve).delete(skills::delete))
+        .route("/v1/skills/{id}/versions", post(skills::create_version).get(skills::list_versions))
+        .route("/v1/skills/{id}/versions/{version}", get(skills::retrieve_version).delete(skills::delete_version))
         .route("/v1/sessions/{id}/events", post(events::send).get(events::list))
         .route("/v1/sessions/{id}/events/stream", get(stream::stream))
         .route("/v1/sessions/{id}/stream", get(stream::stream))
@@ -142,6 +146,14 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/files/{file_id}"),
     ("delete", "/v1/files/{file_id}"),
     ("get", "/v1/files/{file_id}/content"),
+    ("post", "/v1/skills"),
+    ("get", "/v1/skills"),
+    ("get", "/v1/skills/{skill_id}"),
+    ("delete", "/v1/skills/{skill_id}"),
+    ("post", "/v1/skills/{skill_id}/versions"),
+    ("get", "/v1/skills/{skill_id}/versions"),
+    ("get", "/v1/skills/{skill_id}/versions/{version}"),
+    ("delete", "/v1/skills/{skill_id}/versions/{version}"),
     ("post", "/v1/sessions/{session_id}/events"),
     ("get", "/v1/sessions/{session_id}/events"),
     ("get", "/v1/sessions/{session_id}/events/stream"),

@@ -482,6 +482,11 @@ impl<'a> Part<'a> {
         Self { name: "file", filename: Some(filename), content_type, data }
     }
 
+    /// One file of a skill upload: its filename is its path.
+    fn skill_file(path: &'a str, data: &'a [u8]) -> Self {
+        Self { name: "files", filename: Some(path), content_type: Some("application/octet-stream"), data }
+    }
+
     fn field(name: &'a str, value: &'a str) -> Self {
         Self { name, filename: None, content_type: None, data: value.as_bytes() }
     }
@@ -610,10 +615,14 @@ impl Client {
         Reply { status, body }
     }
 
-    /// Sends a `multipart/form-data` upload to `POST /v1/files`, built by hand (a fixed
-    /// boundary, one part each). The parts of an accepted upload must be fields the document
-    /// names.
+    /// Sends a `multipart/form-data` upload to `POST /v1/files`.
     async fn upload(&self, parts: &[Part<'_>]) -> Reply {
+        self.upload_to(FILES, FILES, parts).await
+    }
+
+    /// Sends a `multipart/form-data` upload to `POST path`, built by hand (a fixed boundary,
+    /// one part each). The parts of an accepted upload must be fields the document names.
+    async fn upload_to(&self, template: &str, path: &str, parts: &[Part<'_>]) -> Reply {
         const BOUNDARY: &str = "openapi-test-boundary-Zm9ybS1kYXRh";
         let mut body = Vec::new();
         for p in parts {
@@ -633,16 +642,16 @@ impl Client {
         }
         body.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
         let rb = self
-            .request(Method::POST, FILES, Auth::ApiKey)
+            .request(Method::POST, path, Auth::ApiKey)
             .header("content-type", format!("multipart/form-data; boundary={BOUNDARY}"))
             .body(body);
-        let reply = self.finish("POST", FILES, FILES, rb).await;
+        let reply = self.finish("POST", template, path, rb).await;
         if reply.status == 200 {
-            match self.spec.multipart_fields("POST", FILES) {
-                None => self.fail(format!("POST {FILES}: the document has no multipart/form-data request body")),
+            match self.spec.multipart_fields("POST", template) {
+                None => self.fail(format!("POST {template}: the document has no multipart/form-data request body")),
                 Some(fields) => {
                     for p in parts.iter().filter(|p| !fields.iter().any(|f| f == p.name)) {
-                        self.fail(format!("POST {FILES}: accepted a part {:?} the document does not name", p.name));
+                        self.fail(format!("POST {template}: accepted a part {:?} the document does not name", p.name));
                     }
                 }
             }
@@ -889,6 +898,10 @@ const RESOURCE: &str = "/v1/sessions/{session_id}/resources/{resource_id}";
 const FILES: &str = "/v1/files";
 const FILE: &str = "/v1/files/{file_id}";
 const FILE_CONTENT: &str = "/v1/files/{file_id}/content";
+const SKILLS: &str = "/v1/skills";
+const SKILL: &str = "/v1/skills/{skill_id}";
+const SKILL_VERSIONS: &str = "/v1/skills/{skill_id}/versions";
+const SKILL_VERSION: &str = "/v1/skills/{skill_id}/versions/{version}";
 const EVENTS: &str = "/v1/sessions/{session_id}/events";
 const STREAM: &str = "/v1/sessions/{session_id}/events/stream";
 const STREAM_ALIAS: &str = "/v1/sessions/{session_id}/stream";
@@ -1154,6 +1167,150 @@ async fn files_and_resources(c: &Client, agent_id: &str, env_id: &str) {
     c.call(Method::DELETE, FILE, &format!("/v1/files/{other_id}"), None).await.ok();
 }
 
+/// Custom skills and their versions (ADR 0017): uploads, lists, versions and their guards, and
+/// the agents and sessions that name them.
+async fn skills(c: &Client, env_id: &str) {
+    const UNKNOWN_SKILL: &str = "/v1/skills/skill_0000000000000000000000";
+    let manifest = |name: &str, description: &str| {
+        format!("---\nname: {name}\ndescription: \"{description}\"\n---\n# Greeter\nRun scripts/hello.sh\n")
+            .into_bytes()
+    };
+    let (v1_md, script) = (manifest("greeter", "Says hello"), b"#!/bin/sh\necho hello\n".as_slice());
+    let created = c
+        .upload_to(
+            SKILLS,
+            SKILLS,
+            &[
+                Part::skill_file("greeter/SKILL.md", &v1_md),
+                Part::skill_file("greeter/scripts/hello.sh", script),
+                Part::field("display_name", "Greeter"),
+            ],
+        )
+        .await;
+    let skill_id = created.id();
+    assert_eq!(
+        (&created.ok()["display_name"], &created.ok()["source"]),
+        (&json!("Greeter"), &json!({"type": "custom"}))
+    );
+    let v1 = created.ok()["latest_version_id"].as_str().expect("a first version").to_owned();
+    // Neither display_name nor a `name:` in SKILL.md: both are the directory's name.
+    let notes = c
+        .upload_to(SKILLS, SKILLS, &[Part::skill_file("note-taker/SKILL.md", b"---\ndescription: Notes\n---\n")])
+        .await;
+    let notes_id = notes.id();
+    assert_eq!(notes.ok()["display_name"], "note-taker");
+    // Uploads that are not skills, and one over 8 MiB.
+    for parts in [
+        vec![Part::skill_file("greeter/README.md", b"no manifest")],
+        vec![Part::skill_file("SKILL.md", &v1_md)],
+        vec![Part::skill_file("greeter/SKILL.md", &v1_md), Part::field("display_name", "two\nlines")],
+    ] {
+        c.upload_to(SKILLS, SKILLS, &parts).await.expect(400, None);
+    }
+    c.call(Method::POST, SKILLS, SKILLS, Some(json!({"files": []}))).await.expect(400, None);
+    let big = vec![b'x'; 8 * 1024 * 1024 + 1];
+    c.upload_to(SKILLS, SKILLS, &[Part::skill_file("greeter/SKILL.md", &v1_md), Part::skill_file("greeter/big", &big)])
+        .await
+        .expect(413, None);
+
+    // Lists (oldest first; no prebuilt skills) and retrieval.
+    let first = c.call(Method::GET, SKILLS, "/v1/skills?limit=1", None).await;
+    assert_eq!(first.ok()["data"][0]["id"], skill_id.as_str(), "oldest first");
+    let next = first.ok()["next_page"].as_str().expect("a next page").to_owned();
+    let second = c.call(Method::GET, SKILLS, &format!("/v1/skills?limit=1&page={next}"), None).await;
+    assert_eq!(second.ok()["data"][0]["id"], notes_id.as_str());
+    let custom = c.call(Method::GET, SKILLS, "/v1/skills?source=custom", None).await;
+    assert_eq!(custom.ok()["data"].as_array().unwrap().len(), 2, "no refused upload was stored");
+    let prebuilt = c.call(Method::GET, SKILLS, "/v1/skills?source=anthropic", None).await;
+    assert_eq!(prebuilt.ok(), &json!({"data": [], "next_page": null}));
+    c.call(Method::GET, SKILLS, "/v1/skills?limit=1001", None).await.expect(400, None);
+    let k = |suffix: &str| format!("/v1/skills/{skill_id}{suffix}");
+    assert_eq!(c.call(Method::GET, SKILL, &k(""), None).await.ok(), created.ok());
+    c.call(Method::GET, SKILL, UNKNOWN_SKILL, None).await.expect(404, Some("skill_not_found"));
+    c.call(Method::GET, SKILL, "/v1/skills/nope", None).await.expect(404, Some("skill_not_found"));
+
+    // Versions: the same name only, no display_name; the new one is the latest.
+    let v2_md = manifest("greeter", "Says hello twice");
+    let other = manifest("other", "Another skill");
+    c.upload_to(SKILL_VERSIONS, &k("/versions"), &[Part::skill_file("other/SKILL.md", &other)])
+        .await
+        .expect(400, Some("skill_name_mismatch"));
+    c.upload_to(
+        SKILL_VERSIONS,
+        &k("/versions"),
+        &[Part::skill_file("greeter/SKILL.md", &v2_md), Part::field("display_name", "Greeter 2")],
+    )
+    .await
+    .expect(400, None);
+    c.upload_to(SKILL_VERSIONS, &format!("{UNKNOWN_SKILL}/versions"), &[Part::skill_file("greeter/SKILL.md", &v2_md)])
+        .await
+        .expect(404, Some("skill_not_found"));
+    let v2 = c.upload_to(SKILL_VERSIONS, &k("/versions"), &[Part::skill_file("greeter/SKILL.md", &v2_md)]).await;
+    let v2_id = v2.id();
+    assert_eq!(
+        (&v2.ok()["skill_id"], &v2.ok()["name"], &v2.ok()["description"]),
+        (&json!(skill_id), &json!("greeter"), &json!("Says hello twice"))
+    );
+    assert_eq!(c.call(Method::GET, SKILL, &k(""), None).await.ok()["latest_version_id"], v2_id.as_str());
+    let page = c.call(Method::GET, SKILL_VERSIONS, &k("/versions?limit=1"), None).await;
+    assert_eq!(page.ok()["data"][0]["id"], v2_id.as_str(), "newest first");
+    let next = page.ok()["next_page"].as_str().expect("a next page").to_owned();
+    let older = c.call(Method::GET, SKILL_VERSIONS, &k(&format!("/versions?limit=1&page={next}")), None).await;
+    assert_eq!(older.ok()["data"][0]["id"], v1.as_str());
+    c.call(Method::GET, SKILL_VERSIONS, &format!("{UNKNOWN_SKILL}/versions"), None)
+        .await
+        .expect(404, Some("skill_not_found"));
+    let by_id = c.call(Method::GET, SKILL_VERSION, &k(&format!("/versions/{v1}")), None).await;
+    assert_eq!((&by_id.ok()["name"], &by_id.ok()["description"]), (&json!("greeter"), &json!("Says hello")));
+    assert_eq!(c.call(Method::GET, SKILL_VERSION, &k("/versions/latest"), None).await.ok(), v2.ok());
+    c.call(Method::GET, SKILL_VERSION, &k("/versions/skillver_0000000000000000000000"), None)
+        .await
+        .expect(404, Some("skill_not_found"));
+
+    // Agents name custom skills only; a session resolves them when it is created.
+    let agent_with = |skill: Value| json!({"name": "greeter", "model": "claude-opus-4-7", "skills": [skill]});
+    c.call(Method::POST, AGENTS, AGENTS, Some(agent_with(json!({"type": "anthropic", "skill_id": "xlsx"}))))
+        .await
+        .expect(400, Some("not_supported"));
+    let agent =
+        c.call(Method::POST, AGENTS, AGENTS, Some(agent_with(json!({"type": "custom", "skill_id": skill_id})))).await;
+    assert_eq!(agent.ok()["skills"], json!([{"type": "custom", "skill_id": skill_id, "version": "latest"}]));
+    let pinned = c
+        .call(
+            Method::POST,
+            AGENTS,
+            AGENTS,
+            Some(agent_with(json!({"type": "custom", "skill_id": skill_id, "version": v1}))),
+        )
+        .await
+        .id();
+    let session_of = |agent: &str| json!({"agent": agent, "environment_id": env_id});
+    let session = c.call(Method::POST, SESSIONS, SESSIONS, Some(session_of(&agent.id()))).await;
+    assert_eq!(
+        session.ok()["agent"]["skills"],
+        json!([{"type": "custom", "skill_id": skill_id, "version": v2_id}]),
+        "the snapshot names the skill, resolved to its latest version"
+    );
+
+    // Deleting versions: any but the last; a session of an agent pinned to a deleted one is refused.
+    let deleted = c.call(Method::DELETE, SKILL_VERSION, &k(&format!("/versions/{v1}")), None).await;
+    assert_eq!(deleted.ok(), &json!({"id": v1, "type": "skill_version_deleted"}));
+    c.call(Method::POST, SESSIONS, SESSIONS, Some(session_of(&pinned))).await.expect(404, Some("skill_not_found"));
+    c.call(Method::DELETE, SKILL_VERSION, &k(&format!("/versions/{v2_id}")), None)
+        .await
+        .expect(409, Some("last_skill_version"));
+    assert_eq!(c.call(Method::GET, SKILL_VERSION, &k("/versions/latest"), None).await.ok(), v2.ok());
+
+    // Deleting the skill: always allowed; sessions of agents that name it are refused from then on.
+    let gone = c.call(Method::DELETE, SKILL, &k(""), None).await;
+    assert_eq!(gone.ok(), &json!({"id": skill_id, "type": "skill_deleted"}));
+    c.call(Method::POST, SESSIONS, SESSIONS, Some(session_of(&agent.id()))).await.expect(404, Some("skill_not_found"));
+    c.call(Method::GET, SKILL, &k(""), None).await.expect(404, Some("skill_not_found"));
+    c.call(Method::DELETE, SKILL, &k(""), None).await.expect(404, Some("skill_not_found"));
+    c.call(Method::DELETE, SKILL, &format!("/v1/skills/{notes_id}"), None).await.ok();
+    c.call(Method::DELETE, SESSION, &format!("/v1/sessions/{}", session.id()), None).await.ok();
+}
+
 fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
@@ -1254,7 +1411,6 @@ async fn scenario(c: &Client) {
                 "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
             },
         ],
-        "skills": [{"type": "anthropic", "skill_id": "xlsx"}],
         "metadata": {"team": "docs"},
     });
     let agent = c.call_as(Method::POST, AGENTS, AGENTS, Some(agent_body), Auth::Bearer).await;
@@ -1446,6 +1602,7 @@ async fn scenario(c: &Client) {
     .await
     .expect(404, Some("file_not_found"));
     files_and_resources(c, &agent_id, &env_id).await;
+    skills(c, &env_id).await;
     c.call(
         Method::POST,
         SESSIONS,
@@ -1728,8 +1885,18 @@ fn the_schemas_reject_misspelled_missing_and_unknown_fields() {
         v[key] = value;
         v
     };
+    let skill = json!({
+        "id": id("skill_"), "type": "skill", "display_name": "Greeter", "latest_version_id": id("skillver_"),
+        "source": {"type": "custom"}, "created_at": t, "updated_at": t,
+    });
+    let skill_with = |key: &str, value: Value| {
+        let mut v = skill.clone();
+        v[key] = value;
+        v
+    };
     let valid = [
         ("Agent", agent.clone()),
+        ("Skill", skill.clone()),
         ("File", file.clone()),
         ("Event", json!({"type": "agent.message", "id": e, "processed_at": t, "content": [text]})),
         ("Event", json!({"type": "user.message", "id": e, "processed_at": null, "content": [text]})),
@@ -1755,6 +1922,13 @@ fn the_schemas_reject_misspelled_missing_and_unknown_fields() {
             "FileResource",
             json!({"id": id("sesrsc_"), "type": "file", "file_id": id("file_"), "created_at": t, "updated_at": t}),
             "a file resource without mount_path",
+        ),
+        ("Skill", skill_with("source", json!("custom")), "a source that is not an object"),
+        (
+            "SkillVersion",
+            json!({"id": id("skillver_"), "type": "skill_version", "skill_id": id("skill_"), "name": "Greeter",
+                   "description": "d", "created_at": t}),
+            "a name that is not a slug",
         ),
         ("Agent", changed("archived_at", None), "a missing nullable key"),
         ("Agent", changed("version", Some(json!("1"))), "a string version"),

@@ -143,6 +143,19 @@ pub struct SkillRef {
     pub source: String,
     pub skill_id: String,
     pub version: String,
+    /// The version this reference named when a session was created (`latest` resolved),
+    /// frozen into the session's agent snapshot; `None` in agent definitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<ResolvedSkill>,
+}
+
+/// A skill version as a session uses it: placed at `skills/<name>/` in its workspace and
+/// described to the model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolvedSkill {
+    pub version_id: String,
+    pub name: String,
+    pub description: String,
 }
 
 /// Everything a client defines about an agent; one immutable value per version.

@@ -139,6 +139,10 @@ define_id!(/// A session resource (mounted file or repository).
     ResourceId, "sesrsc_", "session resource");
 define_id!(/// An uploaded file (its metadata and content live in the store).
     FileId, "file_", "file");
+define_id!(/// A skill (all its versions share the id).
+    SkillId, "skill_", "skill");
+define_id!(/// One immutable version of a skill's files.
+    SkillVersionId, "skillver_", "skill version");
 define_id!(/// An API key (the id, never the secret).
     ApiKeyId, "key_", "api key");
 define_id!(/// An outbound HTTP delivery (webhook, push notification).

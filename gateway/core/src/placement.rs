@@ -618,4 +618,39 @@ mod tests {
             "resources_on_self_hosted"
         );
     }
+
+    /// Each kind of local input, one row each: a file, a repository, a client workspace,
+    /// executable skills.
+    fn each_input_kind() -> [(&'static str, LocalInputs); 4] {
+        [
+            ("1 file mount", mounts()),
+            ("1 repository mount", repositories()),
+            ("a mounted workspace", LocalInputs { workspace: true, ..Default::default() }),
+            ("executable skills", LocalInputs { executable_skills: true, ..Default::default() }),
+        ]
+    }
+
+    // Rows per input kind: realized before execution on a local backend; refused, naming the
+    // input, where no local environment can exist (remote A2A, self-hosted, built-in).
+    #[test]
+    fn every_input_kind_realizes_before_execution_or_is_refused_naming_it() {
+        for (named, inputs) in each_input_kind() {
+            let env = cloud(Provisioning::OnToolUse, "local");
+            let r = place(&BackendRef::Native, &env, &inputs, &offer()).unwrap();
+            assert!(r.environment.realize_before_execution(), "{named}");
+            for (backend, env, code) in [
+                (a2a(), cloud(Provisioning::OnToolUse, "local"), "a2a_with_local_inputs"),
+                (BackendRef::Native, EnvironmentConfig::SelfHosted, "resources_on_self_hosted"),
+                (
+                    BackendRef::Builtin { name: "conformance".into() },
+                    cloud(Provisioning::OnToolUse, "local"),
+                    "builtin_with_local_inputs",
+                ),
+            ] {
+                let err = place(&backend, &env, &inputs, &offer()).unwrap_err();
+                assert_eq!(err.code(), code, "{named}: {err}");
+                assert!(err.to_string().contains(named), "{named}: {err}");
+            }
+        }
+    }
 }

@@ -9,15 +9,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
-use gateway_core::agent::{Agent, AgentOverrides, AgentSpec, BackendRef};
+use gateway_core::agent::{Agent, AgentOverrides, AgentSpec, BackendRef, ResolvedSkill};
 use gateway_core::environment::{Environment, EnvironmentSpec};
 use gateway_core::event::{Event, EventPayload, NewEvent};
 use gateway_core::placement::{LocalInputs, Offer, place};
 use gateway_core::session::{Resource, ResourceKind, Secret, Session, SessionSnapshot};
-use gateway_core::{AgentId, EnvironmentId, EventId, Metadata, ResourceId, SessionId, Timestamp};
+use gateway_core::{AgentId, EnvironmentId, EventId, Metadata, ResourceId, SessionId, SkillId, Timestamp};
 use gateway_store::{
     AdmissionWrites, AgentFilter, EnvironmentFilter, EventFilter, NewSession, Page, PageRequest, SessionFilter,
-    SessionPatch, Store, StoreError,
+    SessionPatch, Store, StoreError, StoredSkill, StoredSkillVersion,
 };
 
 use crate::environment::Environments;
@@ -287,10 +287,11 @@ impl Coordinator {
         }
         self.check_backend(&agent.spec.backend)?;
         check_resources(&req.resources)?;
+        self.resolve_skills(&mut agent.spec, &req.resources).await?;
         let mut req = req;
         self.seal_tokens(req.resources.iter_mut());
         let environment = self.store.get_environment(&req.environment_id).await?;
-        let inputs = local_inputs(&req.resources);
+        let inputs = local_inputs(&agent.spec, &req.resources);
         let requirements = place(&agent.spec.backend, &environment.spec.config, &inputs, &self.offer)?;
         let mut resources = Vec::with_capacity(req.resources.len());
         for kind in req.resources {
@@ -355,7 +356,9 @@ impl Coordinator {
         self.check_backend(&chosen.spec.backend)?;
         let environment = self.store.get_environment(&current.environment_id).await?;
         let kinds: Vec<ResourceKind> = current.snapshot.resources.iter().map(|r| r.kind.clone()).collect();
-        let requirements = place(&chosen.spec.backend, &environment.spec.config, &local_inputs(&kinds), &self.offer)?;
+        self.resolve_skills(&mut chosen.spec, &kinds).await?;
+        let inputs = local_inputs(&chosen.spec, &kinds);
+        let requirements = place(&chosen.spec.backend, &environment.spec.config, &inputs, &self.offer)?;
         let snapshot = SessionSnapshot { agent: chosen, requirements, resources: current.snapshot.resources.clone() };
         Ok(self.store.replace_snapshot(session, snapshot).await?)
     }
@@ -434,13 +437,77 @@ impl Coordinator {
             check_resources(&kinds)?;
             let environment = self.store.get_environment(&current.environment_id).await?;
             let agent = &current.snapshot.agent;
-            let requirements =
-                place(&agent.spec.backend, &environment.spec.config, &local_inputs(&kinds), &self.offer)?;
+            let inputs = local_inputs(&agent.spec, &kinds);
+            let requirements = place(&agent.spec.backend, &environment.spec.config, &inputs, &self.offer)?;
             match self.store.set_resources(id, &base, resources, requirements).await {
                 Err(StoreError::Guard(Guard::ResourcesChanged(_))) if attempts < 3 => attempts += 1,
                 other => return Ok(other?),
             }
         }
+    }
+
+    /// Freezes which version each of the agent's skills is for this session (`latest`
+    /// resolved now), with the name and description the session will use. A skill or version
+    /// that does not exist is not found. Skills are placed in the session's workspace, so a
+    /// session whose workspace is a client's own directory gets none.
+    async fn resolve_skills(&self, agent: &mut AgentSpec, resources: &[ResourceKind]) -> Result<()> {
+        if agent.skills.is_empty() {
+            return Ok(());
+        }
+        if resources.iter().any(|r| matches!(r, ResourceKind::Workspace { .. })) {
+            return Err(RuntimeError::Invalid(
+                "an agent with skills cannot work in a client's own directory: its skills would be written there"
+                    .into(),
+            ));
+        }
+        for skill in &mut agent.skills {
+            let not_found = || RuntimeError::NotFound { kind: "skill", id: skill.skill_id.clone() };
+            let id = SkillId::parse(&skill.skill_id).map_err(|_| not_found())?;
+            let version = match self.store.get_skill_version(&id, &skill.version).await {
+                Err(StoreError::NotFound { .. }) => {
+                    return Err(RuntimeError::NotFound {
+                        kind: "skill version",
+                        id: format!("{}/{}", skill.skill_id, skill.version),
+                    });
+                }
+                other => other?,
+            };
+            skill.resolved = Some(ResolvedSkill {
+                version_id: version.id.to_string(),
+                name: version.name,
+                description: version.description,
+            });
+        }
+        Ok(())
+    }
+
+    // ---- skills ----
+
+    /// Custom skills and their versions (reads and deletes).
+    pub fn skills(&self) -> &dyn gateway_store::Skills {
+        self.store.as_ref()
+    }
+
+    /// Creates a skill from its uploaded files (`(path, bytes)`), named by its `SKILL.md`;
+    /// `display_name` defaults to that name.
+    pub async fn create_skill(
+        &self,
+        display_name: Option<String>,
+        files: Vec<(String, Vec<u8>)>,
+    ) -> Result<(StoredSkill, StoredSkillVersion)> {
+        let version = crate::skills::version_of(files).map_err(|e| RuntimeError::Invalid(e.0))?;
+        let display_name = display_name.unwrap_or_else(|| version.name.clone());
+        Ok(self.store.create_skill(&SkillId::new(), &display_name, version).await?)
+    }
+
+    /// Adds a version of a skill from its uploaded files; it becomes the latest.
+    pub async fn add_skill_version(
+        &self,
+        skill: &SkillId,
+        files: Vec<(String, Vec<u8>)>,
+    ) -> Result<StoredSkillVersion> {
+        let version = crate::skills::version_of(files).map_err(|e| RuntimeError::Invalid(e.0))?;
+        Ok(self.store.add_skill_version(skill, version).await?)
     }
 
     // ---- files ----
@@ -589,19 +656,20 @@ fn check_resources(resources: &[ResourceKind]) -> Result<()> {
     gateway_core::mounts::check_all(paths).map_err(|e| RuntimeError::Invalid(e.to_string()))?;
     for r in resources {
         if let ResourceKind::Repository { url, .. } = r {
+            // Not echoed: a URL refused for holding credentials would show them.
             crate::ssrf::check_url(url, true).map_err(|_| {
-                RuntimeError::Invalid(format!(
-                    "repository url {:?} must be an http or https URL without credentials in it (give a token as authorization_token)",
-                    url.chars().take(200).collect::<String>()
-                ))
+                RuntimeError::Invalid(
+                    "a repository url must be an http or https URL without credentials in it (give a token as authorization_token)"
+                        .into(),
+                )
             })?;
         }
     }
     Ok(())
 }
 
-fn local_inputs(resources: &[ResourceKind]) -> LocalInputs {
-    let mut inputs = LocalInputs::default();
+fn local_inputs(agent: &AgentSpec, resources: &[ResourceKind]) -> LocalInputs {
+    let mut inputs = LocalInputs { executable_skills: !agent.skills.is_empty(), ..LocalInputs::default() };
     for r in resources {
         match r {
             ResourceKind::File { .. } => inputs.files += 1,

@@ -32,11 +32,11 @@ use gateway_core::environment::ProviderTier;
 use gateway_core::event::ErrorKind;
 use gateway_core::placement::{EnvironmentPlan, NetworkControl, ProviderOffer};
 use gateway_core::session::{EnvironmentState, ResourceKind, Secret, Session};
-use gateway_core::{FileId, SessionId, mounts};
+use gateway_core::{FileId, SessionId, SkillVersionId, mounts};
 use gateway_sandbox::{
     DirError, Hand, Limits, LocalProvider, NamespaceProvider, SandboxPolicy, SandboxProvider, WorkspaceDir,
 };
-use gateway_store::{EnvironmentChange, Files, Store};
+use gateway_store::{EnvironmentChange, Store};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
@@ -226,8 +226,8 @@ pub struct Environments {
     slots: Mutex<HashMap<SessionId, Slot>>,
     /// `max_commands`, shared by every Hand.
     commands: Arc<tokio::sync::Semaphore>,
-    /// Where mounted files' content is read from.
-    files: Arc<dyn Files>,
+    /// Where mounted files' content and skills' files are read from.
+    content: Arc<dyn Store>,
     /// Seals repository tokens at rest ([`Environments::seal_tokens`]); without one they are
     /// kept as given (tests, tools).
     secrets: Option<SecretBox>,
@@ -255,13 +255,13 @@ impl Drop for Lease {
 
 impl Environments {
     /// The environments of `host`, with session workspaces under `root`, made by `providers`,
-    /// their mounted files read from `files`, repository tokens sealed with `secrets`.
+    /// mounted files and skills read from `content`, repository tokens sealed with `secrets`.
     pub fn new(
         host: impl Into<String>,
         root: impl Into<PathBuf>,
         config: EnvironmentsConfig,
         providers: Vec<Arc<dyn SandboxProvider>>,
-        files: Arc<dyn Files>,
+        content: Arc<dyn Store>,
         secrets: Option<SecretBox>,
     ) -> Arc<Self> {
         let commands = Arc::new(tokio::sync::Semaphore::new(config.max_commands.max(1)));
@@ -272,7 +272,7 @@ impl Environments {
             providers: providers.into_iter().map(|p| (p.tier(), p)).collect(),
             slots: Mutex::new(HashMap::new()),
             commands,
-            files,
+            content,
             secrets,
         })
     }
@@ -485,12 +485,12 @@ impl Environments {
                 ResourceKind::Workspace { .. } => continue,
             };
             let id = FileId::parse(file_id).map_err(|e| failed(e.to_string()))?;
-            let file = self.files.get_file(&id).await.map_err(|e| failed(e.to_string()))?;
+            let file = self.content.get_file(&id).await.map_err(|e| failed(e.to_string()))?;
             let mut writer = hand.place(&rel).await.map_err(|e| failed(e.to_string()))?;
             let mut digest = Sha256::new();
             let mut size = 0u64;
             for seq in 0..file.chunks {
-                let bytes = self.files.file_chunk(&id, seq).await.map_err(|e| failed(e.to_string()))?;
+                let bytes = self.content.file_chunk(&id, seq).await.map_err(|e| failed(e.to_string()))?;
                 digest.update(&bytes);
                 size += bytes.len() as u64;
                 writer.write(bytes).await.map_err(|e| failed(e.to_string()))?;
@@ -500,6 +500,39 @@ impl Environments {
             }
             writer.finish().await.map_err(|e| failed(e.to_string()))?;
             info!(session = %session.id, resource = %r.id, mount_path, bytes = size, "file mounted");
+        }
+        for skill in &session.snapshot.agent.spec.skills {
+            let Some(resolved) = &skill.resolved else { continue };
+            let rel = Path::new(SKILLS_DIR).join(&resolved.name);
+            let failed = |reason: String| EnvironmentError::Mount {
+                resource: format!("skill {} ({})", skill.skill_id, resolved.version_id),
+                mount_path: format!("{SKILLS_DIR}/{}", resolved.name),
+                reason,
+            };
+            if hand.occupied(&rel).await {
+                continue;
+            }
+            let version = SkillVersionId::parse(&resolved.version_id).map_err(|e| failed(e.to_string()))?;
+            let files = self.content.skill_files(&version).await.map_err(|e| failed(e.to_string()))?;
+            if files.is_empty() {
+                return Err(failed("the skill version no longer exists".into()));
+            }
+            let staging = self.staging_dir().map_err(failed)?;
+            let name = format!("{}-{}", session.id, version);
+            let dir = staging.join(&name);
+            let written = tokio::task::spawn_blocking(move || write_skill(&dir, &files))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+            let placed = match written {
+                Ok(()) => hand.adopt(&staging, Path::new(&name), &rel).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = placed {
+                let _ = std::fs::remove_dir_all(staging.join(&name));
+                return Err(failed(e));
+            }
+            info!(session = %session.id, skill = %skill.skill_id, version = %version, "skill placed");
         }
         Ok(())
     }
@@ -577,6 +610,30 @@ impl Environments {
             }
         }
     }
+}
+
+/// Where a session's skills are placed in its workspace: `skills/<name>/`.
+pub const SKILLS_DIR: &str = "skills";
+
+/// Writes a skill version's files under `dir` (new), executables 0755, the rest 0644.
+fn write_skill(dir: &Path, files: &[gateway_store::SkillFile]) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::DirBuilder::new().mode(0o755).create(dir)?;
+    for f in files {
+        // Paths were checked when the version was made (`skills::version_of`); checked again,
+        // since a file written here must stay under `dir`.
+        let rel = Path::new(&f.path);
+        if !rel.components().all(|c| matches!(c, std::path::Component::Normal(_))) {
+            return Err(std::io::Error::other(format!("skill file {:?} is not a plain relative path", f.path)));
+        }
+        let path = dir.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::DirBuilder::new().recursive(true).mode(0o755).create(parent)?;
+        }
+        std::fs::write(&path, &f.bytes)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(if f.executable { 0o755 } else { 0o644 }))?;
+    }
+    Ok(())
 }
 
 fn remove_workspace(path: &Path) {

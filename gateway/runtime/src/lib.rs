@@ -20,6 +20,7 @@ pub mod native;
 pub mod previews;
 pub mod published;
 pub mod secrets;
+pub mod skills;
 pub mod ssrf;
 pub mod subscription;
 pub mod worker;
@@ -49,7 +50,7 @@ pub use gateway_store::Delivery as OutboxDelivery;
 pub use gateway_store::{
     AdmissionWrites, AgentFilter, DeliveryState, Document, DocumentLease, DocumentWrite, Documents, EnvironmentFilter,
     EventFilter, Keyset, NewDelivery, Order, Outbox, Page, PageCursor, PageRequest, ReadDocuments, SessionFilter,
-    SessionPatch, StoredFile, TimeRange,
+    SessionPatch, StoredFile, StoredSkill, StoredSkillVersion, TimeRange,
 };
 pub use gateway_store::{
     ApiKey, Beat, EndpointOrigin, NewEndpoint, Stop, WebhookEndpoint, WorkItem, WorkState, WorkStats,

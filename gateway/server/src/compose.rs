@@ -16,7 +16,7 @@ use gateway_runtime::environment::host_providers;
 use gateway_runtime::secrets::{KeyOrigin, SecretBox};
 use gateway_runtime::{BackendRegistry, Environments, NativeBackend};
 use gateway_sandbox::SandboxProvider;
-use gateway_store::Files;
+use gateway_store::Store;
 use tracing::{info, warn};
 
 use crate::config::Config;
@@ -45,15 +45,15 @@ pub fn model_client(config: &Config) -> anyhow::Result<Arc<dyn ModelClient>> {
 
 /// This host's Session Environments: `[environments]`, pinned to `host_id`, workspaces under
 /// `<data_dir>/workspaces`, made by `providers` ([`sandbox_providers`]), mounting files from
-/// `files`, sealing repository tokens with `secrets`.
+/// `content` (uploaded files, skills), sealing repository tokens with `secrets`.
 pub fn environments(
     config: &Config,
     providers: Vec<Arc<dyn SandboxProvider>>,
-    files: Arc<dyn Files>,
+    content: Arc<dyn Store>,
     secrets: SecretBox,
 ) -> Arc<Environments> {
     let root = crate::state::workspaces_root(config);
-    Environments::new(config.host_id(), root, config.environments.clone(), providers, files, Some(secrets))
+    Environments::new(config.host_id(), root, config.environments.clone(), providers, content, Some(secrets))
 }
 
 /// The sandbox providers the configured `sandbox` allows on this host.

@@ -80,7 +80,7 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<S
             return Err(e);
         }
     };
-    let environments = compose::environments(config, providers, Arc::clone(&store) as _, secrets.clone());
+    let environments = compose::environments(config, providers, Arc::clone(&store), secrets.clone());
 
     let processes = Arc::new(ProcessTable::default());
     let backends = compose::backends(config, &environments, &processes, model, ext);

@@ -68,6 +68,12 @@ pub enum Guard {
     /// A file mounted by a live session cannot be deleted.
     #[error("file {file} is mounted by session {session}; delete the resource or the session first")]
     FileInUse { file: String, session: String },
+    /// A skill's versions all have the skill's name.
+    #[error("skill {skill} is named {expected:?}; a new version named {given:?} cannot be added to it")]
+    SkillNameChanged { skill: String, expected: String, given: String },
+    /// A skill keeps at least one version: delete the skill instead.
+    #[error("version {version} is the only version of skill {skill}; delete the skill instead")]
+    LastSkillVersion { skill: String, version: String },
     /// The session's resources changed since the caller read them.
     #[error("the resources of session {0} were changed concurrently; read them again")]
     ResourcesChanged(String),

@@ -12,6 +12,7 @@ mod files;
 mod model;
 #[doc(hidden)]
 pub mod rows;
+mod skills;
 pub mod wake;
 mod webhooks;
 mod work;
@@ -39,6 +40,7 @@ use gateway_core::{AgentId, ApiKeyId, DeliveryId, EnvironmentId, EventId, RunId,
 pub use error::{Guard, Result, StoreError};
 pub use files::{CHUNK_BYTES, Files, NewFile, StoredFile};
 pub use model::*;
+pub use skills::{NewSkillVersion, SkillFile, Skills, StoredSkill, StoredSkillVersion};
 pub use wake::{Hint, Tip, Wakeups};
 pub use webhooks::{EndpointOrigin, FEED_KINDS, NewEndpoint, WebhookEndpoint, Webhooks};
 pub use work::{Beat, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
@@ -341,7 +343,7 @@ pub trait Outbox: Send + Sync {
 /// The whole durable state of the gateway.
 #[async_trait]
 pub trait Store:
-    Catalog + Sessions + EventLog + RunQueue + ApiKeys + Documents + Outbox + WorkQueue + Webhooks + Files
+    Catalog + Sessions + EventLog + RunQueue + ApiKeys + Documents + Outbox + WorkQueue + Webhooks + Files + Skills
 {
     /// Succeeds while the database answers.
     async fn ping(&self) -> Result<()>;

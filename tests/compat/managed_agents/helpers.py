@@ -32,7 +32,9 @@ from anthropic.types.beta import (
 from anthropic.types.beta.sessions import (
     BetaManagedAgentsDeleteSessionResource,
     BetaManagedAgentsFileResource,
+    BetaManagedAgentsGitHubRepositoryResource,
     BetaManagedAgentsSessionEvent,
+    BetaManagedAgentsSessionResource,
     BetaManagedAgentsStreamSessionEvents,
 )
 from standardwebhooks import Webhook
@@ -115,6 +117,8 @@ ENVIRONMENT_STATES = {"none", "realized", "hibernated", "released"}
 FILE_KEYS = {"id": str, "type": str, "filename": str, "mime_type": str, "size_bytes": int, "created_at": TS,
              "downloadable": bool}
 FILE_RESOURCE_KEYS = {"id": str, "type": str, "file_id": str, "mount_path": str, "created_at": TS, "updated_at": TS}
+REPOSITORY_RESOURCE_KEYS = {"id": str, "type": str, "url": str, "mount_path": str, "checkout": (dict, NULL),
+                            "created_at": TS, "updated_at": TS}
 
 
 def check_tools(tools: list, where: str) -> None:
@@ -165,9 +169,7 @@ def check_session(body: dict) -> None:
     assert body["agent"]["type"] == "agent"
     check_tools(body["agent"]["tools"], "session.agent")
     for i, resource in enumerate(body["resources"]):
-        require(resource, {"type": str}, f"session.resources[{i}]")
-        if resource["type"] == "file":
-            check_file_resource(resource, f"session.resources[{i}]")
+        check_session_resource(resource, f"session.resources[{i}]")
 
 
 def check_file(body: dict) -> None:
@@ -191,6 +193,29 @@ def check_file_resource(body: dict, where: str = "session_resource") -> None:
     assert ID["sesrsc"].fullmatch(body["id"]), f"{where}: resource id {body['id']!r}"
     assert ID["file"].fullmatch(body["file_id"]), f"{where}: file_id {body['file_id']!r}"
     validate(BetaManagedAgentsFileResource, body)
+
+
+def check_repository_resource(body: dict, where: str = "session_resource") -> None:
+    """A session resource of type `github_repository`: `checkout` present (an object or null),
+    and never its `authorization_token`."""
+    require(body, REPOSITORY_RESOURCE_KEYS, where)
+    assert body["type"] == "github_repository", f"{where}: {body}"
+    assert ID["sesrsc"].fullmatch(body["id"]), f"{where}: resource id {body['id']!r}"
+    assert "authorization_token" not in body, f"{where}: the token is shown: {sorted(body)}"
+    checkout = body["checkout"]
+    if checkout is not None:
+        require(checkout, {"type": str}, f"{where}.checkout")
+        assert checkout["type"] in ("branch", "commit"), f"{where}.checkout: {checkout}"
+        require(checkout, {"name": str} if checkout["type"] == "branch" else {"sha": str}, f"{where}.checkout")
+    validate(BetaManagedAgentsGitHubRepositoryResource, body)
+
+
+def check_session_resource(body: dict, where: str = "session_resource") -> None:
+    """Any session resource the gateway serves, checked by its type."""
+    require(body, {"type": str}, where)
+    checks = {"file": check_file_resource, "github_repository": check_repository_resource}
+    assert body["type"] in checks, f"{where}: unexpected resource type {body['type']!r}"
+    checks[body["type"]](body, where)
 
 
 def check_session_resource_deleted(body: dict) -> None:
@@ -414,7 +439,7 @@ OBJECTS = {
     "session_deleted": (BetaManagedAgentsDeletedSession, check_session_deleted),
     "file": (BetaFileMetadata, check_file),
     "file_deleted": (BetaDeletedFile, check_file_deleted),
-    "session_resource": (BetaManagedAgentsFileResource, check_file_resource),
+    "session_resource": (pydantic.TypeAdapter(BetaManagedAgentsSessionResource), check_session_resource),
     "session_resource_deleted": (BetaManagedAgentsDeleteSessionResource, check_session_resource_deleted),
 }
 
@@ -539,3 +564,51 @@ def text_of(event: Any) -> str:
         if btype == "text":
             out.append(block["text"] if isinstance(block, dict) else block.text)
     return "".join(out)
+
+
+# --- custom skills (test_skills.py) ------------------------------------------------------------
+
+from anthropic.types.beta import BetaDeletedSkill, BetaSkill  # noqa: E402 (kept with the checks below)
+from anthropic.types.beta.skills import BetaDeletedSkillVersion, BetaSkillVersion  # noqa: E402
+
+SKILL_ID = re.compile(r"skill_[0-9A-Za-z]{22}")
+SKILL_VERSION_ID = re.compile(r"skillver_[0-9A-Za-z]{22}")
+SKILL_KEYS = {"id": str, "type": str, "display_name": str, "latest_version_id": str, "source": dict,
+              "created_at": TS, "updated_at": TS}
+SKILL_VERSION_KEYS = {"id": str, "type": str, "skill_id": str, "name": str, "description": str, "created_at": TS}
+
+
+def check_skill(body: dict) -> None:
+    """A skill (`client.beta.skills`): `source` is an object `{type}` (BetaSkillSource)."""
+    require(body, SKILL_KEYS, "skill")
+    assert body["type"] == "skill", body
+    assert SKILL_ID.fullmatch(body["id"]), f"skill id {body['id']!r}"
+    assert SKILL_VERSION_ID.fullmatch(body["latest_version_id"]), f"latest_version_id {body['latest_version_id']!r}"
+    require(body["source"], {"type": str}, "skill.source")
+
+
+def check_skill_deleted(body: dict) -> None:
+    require(body, {"id": str, "type": str}, "skill_deleted")
+    assert body["type"] == "skill_deleted", body
+    assert SKILL_ID.fullmatch(body["id"]), f"skill id {body['id']!r}"
+
+
+def check_skill_version(body: dict) -> None:
+    require(body, SKILL_VERSION_KEYS, "skill_version")
+    assert body["type"] == "skill_version", body
+    assert SKILL_VERSION_ID.fullmatch(body["id"]), f"skill version id {body['id']!r}"
+    assert SKILL_ID.fullmatch(body["skill_id"]), f"skill_id {body['skill_id']!r}"
+
+
+def check_skill_version_deleted(body: dict) -> None:
+    require(body, {"id": str, "type": str}, "skill_version_deleted")
+    assert body["type"] == "skill_version_deleted", body
+    assert SKILL_VERSION_ID.fullmatch(body["id"]), f"skill version id {body['id']!r}"
+
+
+OBJECTS.update({
+    "skill": (BetaSkill, check_skill),
+    "skill_deleted": (BetaDeletedSkill, check_skill_deleted),
+    "skill_version": (BetaSkillVersion, check_skill_version),
+    "skill_version_deleted": (BetaDeletedSkillVersion, check_skill_version_deleted),
+})

@@ -106,7 +106,7 @@ def test_unsupported_features_are_400_not_supported(client, make_agent, make_env
         lambda: client.beta.sessions.create(agent=agent.id, environment_id=env.id, vault_ids=["vlt_x"]),
         lambda: client.beta.sessions.create(
             agent=agent.id, environment_id=env.id,
-            resources=[{"type": "github_repository", "url": "https://github.com/octocat/Hello-World"}]),
+            resources=[{"type": "memory_store", "memory_store_id": "memstore_x"}]),
         lambda: client.beta.sessions.create(
             agent=agent.id, environment_id=env.id,
             budget={"type": "limit", "max_list_cost": {"amount": "2500", "currency": "USD"}}),
@@ -131,7 +131,7 @@ def test_unsupported_features_are_400_not_supported(client, make_agent, make_env
 
 def test_unsupported_route_families_are_404(client, make_session):
     s = make_session()
-    for call in (client.beta.vaults.list, client.beta.skills.list,
+    for call in (client.beta.vaults.list,
                  client.beta.memory_stores.list, lambda: client.beta.sessions.threads.list(s.id)):
         with pytest.raises(anthropic.NotFoundError) as e:
             call()

@@ -5,6 +5,7 @@ pub mod environments;
 pub mod events;
 pub mod files;
 pub mod sessions;
+pub mod skills;
 pub mod webhook_endpoints;
 pub mod work;
 

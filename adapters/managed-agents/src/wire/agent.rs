@@ -323,10 +323,18 @@ fn skills_in(skills: Vec<SkillIn>) -> Result<Vec<SkillRef>, ApiError> {
     skills
         .into_iter()
         .map(|s| {
-            if !["anthropic", "custom"].contains(&s.kind.as_str()) {
-                return Err(ApiError::invalid(format!("skill type must be anthropic or custom, not {:?}", s.kind)));
+            match s.kind.as_str() {
+                "custom" => {}
+                "anthropic" => {
+                    let id: String = s.skill_id.chars().take(128).collect();
+                    return Err(ApiError::not_supported(format!("prebuilt skill {id:?} (type \"anthropic\")")));
+                }
+                other => {
+                    return Err(ApiError::invalid(format!("skill type must be anthropic or custom, not {other:?}")));
+                }
             }
-            Ok(SkillRef { source: s.kind, skill_id: s.skill_id, version: s.version.unwrap_or_else(|| "latest".into()) })
+            let version = s.version.unwrap_or_else(|| "latest".into());
+            Ok(SkillRef { source: s.kind, skill_id: s.skill_id, version, resolved: None })
         })
         .collect()
 }
@@ -543,7 +551,11 @@ pub fn definition(id: &str, version: u32, s: &AgentSpec) -> Value {
         "model": model,
         "tools": tools_out(&s.tools),
         "mcp_servers": s.mcp_servers.iter().map(|m| json!({"type": "url", "name": m.name, "url": m.url})).collect::<Vec<_>>(),
-        "skills": s.skills.iter().map(|k| json!({"type": k.source, "skill_id": k.skill_id, "version": k.version})).collect::<Vec<_>>(),
+        // A session's snapshot shows the version it was frozen to.
+        "skills": s.skills.iter().map(|k| {
+            let version = k.resolved.as_ref().map_or(&k.version, |r| &r.version_id);
+            json!({"type": k.source, "skill_id": k.skill_id, "version": version})
+        }).collect::<Vec<_>>(),
         "multiagent": Value::Null,
         "execution_identity": s.extensions.get("execution_identity").cloned().unwrap_or_else(|| json!({"type": "service_account"})),
         "version": version,

@@ -25,7 +25,7 @@ use gateway_sandbox::ToolOutput;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{Backend, BackendError, RunContext, TurnOutcome};
-use crate::environment::{Environments, Lease};
+use crate::environment::{Environments, Lease, SKILLS_DIR};
 use crate::executors::Connection;
 use crate::previews::Preview;
 
@@ -344,9 +344,10 @@ impl<'a> Turn<'a> {
         Ok(None)
     }
 
-    /// The agent's system prompt, followed by where the session's mounted files are: the
-    /// paths they were mounted at where the sandbox shows them there, else their real paths
-    /// (the `local` sandbox; `gateway_core::mounts`).
+    /// The agent's system prompt, followed by where the session's mounted files are (the
+    /// paths they were mounted at where the sandbox shows them there, else their real paths:
+    /// the `local` sandbox; `gateway_core::mounts`) and which skills it has, with each one's
+    /// description and directory, as the Managed Agents documentation describes.
     fn system_prompt(&self) -> Option<String> {
         let system = self.ctx.session.snapshot.agent.spec.system.clone();
         let Some(hand) = self.lease.as_ref().map(|l| &l.acquired.hand) else { return system };
@@ -369,10 +370,34 @@ impl<'a> Turn<'a> {
                 _ => None,
             })
             .collect();
-        if lines.is_empty() {
+        let skills: Vec<String> = self
+            .ctx
+            .session
+            .snapshot
+            .agent
+            .spec
+            .skills
+            .iter()
+            .filter_map(|k| k.resolved.as_ref())
+            .map(|k| {
+                let dir = hand.inner_path(&std::path::Path::new(SKILLS_DIR).join(&k.name));
+                format!("- {}: {} (read {}/SKILL.md before using it)", k.name, k.description, dir.display())
+            })
+            .collect();
+        let mut notes = Vec::new();
+        if !lines.is_empty() {
+            notes.push(format!("Files mounted in your environment (read-only):\n{}", lines.join("\n")));
+        }
+        if !skills.is_empty() {
+            notes.push(format!(
+                "Skills available in your environment, each a directory whose SKILL.md says how to use it:\n{}",
+                skills.join("\n")
+            ));
+        }
+        if notes.is_empty() {
             return system;
         }
-        let note = format!("Files mounted in your environment (read-only):\n{}", lines.join("\n"));
+        let note = notes.join("\n\n");
         Some(match system {
             Some(s) if !s.is_empty() => format!("{s}\n\n{note}"),
             _ => note,

@@ -217,7 +217,7 @@ impl TestGatewayBuilder {
             }
         };
         let workspaces = tempfile::tempdir().expect("a temporary directory for workspaces");
-        let files = Arc::clone(&store) as Arc<dyn gateway_store::Files>;
+        let files = Arc::clone(&store);
         let secrets = Some(crate::secrets::SecretBox::generate());
         let environments =
             Environments::new(self.host, workspaces.path(), self.environments, self.providers, files, secrets);

@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway_core::agent::PermissionPolicy;
+use gateway_core::agent::{PermissionPolicy, SkillRef};
 use gateway_core::environment::Provisioning;
 use gateway_core::event::{ErrorKind, EventPayload, StopReason};
 use gateway_core::session::{Checkout, EnvironmentState, ResourceKind, Secret};
@@ -314,4 +314,73 @@ impl std::io::Write for Sink {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agents_skills_are_in_its_workspace_before_the_first_step_and_in_its_system_prompt() {
+    let stub = gateway_models::stub::StubServer::start().await;
+    let client = gateway_models::anthropic::AnthropicClient::new(gateway_models::anthropic::AnthropicConfig::new(
+        stub.base_url(),
+        gateway_models::anthropic::Credential::ApiKey("k".into()),
+    ))
+    .unwrap();
+    let n = native_with(Arc::new(client), offer(&[]), Duration::from_secs(300)).await;
+    let pool = n.workers(0);
+    let manifest =
+        b"---\nname: greeter\ndescription: Greets people by name with a shell script\n---\nRun scripts/hello.sh NAME\n";
+    let (skill, v1) = n
+        .coordinator
+        .create_skill(
+            None,
+            vec![
+                ("greeter/SKILL.md".into(), manifest.to_vec()),
+                ("greeter/scripts/hello.sh".into(), b"#!/bin/sh\necho \"hello, $1\"\n".to_vec()),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(skill.display_name, "greeter", "named by its SKILL.md");
+    let mut agent = toolset(PermissionPolicy::AlwaysAllow);
+    agent.skills = vec![SkillRef {
+        source: "custom".into(),
+        skill_id: skill.id.to_string(),
+        version: "latest".into(),
+        resolved: None,
+    }];
+    let s = n.session(agent.clone(), cloud(Provisioning::OnToolUse, "local"), vec![]).await.unwrap();
+    let frozen = s.snapshot.agent.spec.skills[0].resolved.clone().expect("resolved at creation");
+    assert_eq!((frozen.version_id.as_str(), frozen.name.as_str()), (v1.id.as_str(), "greeter"));
+
+    // A newer version after the session was created does not change what it runs.
+    n.coordinator
+        .add_skill_version(
+            &skill.id,
+            vec![
+                ("greeter/SKILL.md".into(), manifest.to_vec()),
+                ("greeter/scripts/hello.sh".into(), b"#!/bin/sh\necho \"v2 $1\"\n".to_vec()),
+            ],
+        )
+        .await
+        .unwrap();
+    let ran = n.turn(&s, r#"tool:bash {"command": "skills/greeter/scripts/hello.sh world"}"#).await;
+    let (out, is_error) = tool_results(&ran).remove(0);
+    assert!(!is_error && out.contains("hello, world"), "{out}");
+    let workspace = n.workspaces.path().join(s.id.as_str());
+    let script = std::fs::metadata(workspace.join("skills/greeter/scripts/hello.sh")).unwrap();
+    assert_eq!(script.permissions().mode() & 0o777, 0o755, "the script is executable");
+    let doc = std::fs::metadata(workspace.join("skills/greeter/SKILL.md")).unwrap();
+    assert_eq!(doc.permissions().mode() & 0o777, 0o644);
+
+    let first = stub.requests().into_iter().find(|r| r.path == "/v1/messages").expect("a model request");
+    let system = first.body["system"].to_string();
+    assert!(system.contains("greeter: Greets people by name with a shell script"), "{system}");
+    assert!(system.contains(&workspace.join("skills/greeter").display().to_string()), "{system}");
+    assert_eq!(n.state(&s).await, EnvironmentState::Realized);
+
+    // A skill that does not exist is refused when the session is created.
+    agent.skills[0].skill_id = gateway_core::SkillId::new().to_string();
+    let refused = n.session(agent, cloud(Provisioning::OnToolUse, "local"), vec![]).await;
+    assert!(matches!(refused, Err(RuntimeError::NotFound { kind: "skill version", .. })), "{refused:?}");
+    pool.shutdown().await;
+    stub.stop().await;
 }

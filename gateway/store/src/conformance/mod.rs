@@ -13,6 +13,7 @@ pub mod files;
 pub mod harness;
 pub mod runs;
 pub mod sessions;
+pub mod skills;
 pub mod work;
 
 use std::sync::Arc;
@@ -105,7 +106,8 @@ macro_rules! conformance_suite {
             work::fed_events_become_deliveries_once,
             work::webhook_endpoints_disable_after_failures,
             files::files_keep_their_bytes_and_appear_only_once_created,
-            files::a_mounted_file_outlives_every_attempt_to_delete_it
+            files::a_mounted_file_outlives_every_attempt_to_delete_it,
+            skills::skill_versions_keep_their_files_and_the_latest_follows_changes
         );
     };
     (@each $harness:expr; $($module:ident :: $name:ident),* $(,)?) => {

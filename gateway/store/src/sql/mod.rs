@@ -39,6 +39,7 @@ mod lateness;
 mod outbox;
 mod runs;
 mod sessions;
+mod skills;
 mod webhooks;
 mod work;
 
