@@ -56,15 +56,19 @@ macro_rules! list_files_sql {
 }
 
 impl<E: Engine> SqlStore<E> {
-    /// Records which files the session's resources mount, replacing what was recorded; every
-    /// one must exist. In the transaction that writes the resources, so the record never
-    /// differs from them.
+    /// Records which files the session's resources mount, replacing what was recorded (a new
+    /// session has nothing to replace: `replace` false spares it a statement); every one must
+    /// exist. In the transaction that writes the resources, so the record never differs from
+    /// them.
     pub(crate) async fn record_file_mounts(
         tx: &mut WriteTx<E>,
         session: &SessionId,
         resources: &[Resource],
+        replace: bool,
     ) -> Result<()> {
-        query("DELETE FROM file_mounts WHERE session_id = $1").bind(session.as_str()).execute(&mut **tx).await?;
+        if replace {
+            query("DELETE FROM file_mounts WHERE session_id = $1").bind(session.as_str()).execute(&mut **tx).await?;
+        }
         for r in resources {
             let ResourceKind::File { file_id, .. } = &r.kind else { continue };
             let exists = query_as::<(String,)>("SELECT id FROM files WHERE id = $1")

@@ -114,7 +114,7 @@ impl<E: Engine> SqlStore<E> {
         .map_err(|e| {
             if e.is_unique_violation() { StoreError::Guard(Guard::SessionExists(id.to_string())) } else { e.into() }
         })?;
-        Self::record_file_mounts(&mut tx, &id, &snapshot.resources).await?;
+        Self::record_file_mounts(&mut tx, &id, &snapshot.resources, false).await?;
         let mut hints = Hints::default();
         let events = if new.initial_inputs.is_empty() {
             Vec::new()
@@ -470,7 +470,7 @@ impl<E: Engine> Sessions for SqlStore<E> {
         for r in resources.iter_mut().filter(|r| r.created_at.0 == 0) {
             r.created_at = Timestamp(now);
         }
-        Self::record_file_mounts(&mut tx, id, &resources).await?;
+        Self::record_file_mounts(&mut tx, id, &resources, true).await?;
         let mut snapshot = current.snapshot;
         snapshot.resources = resources;
         snapshot.requirements = requirements;
