@@ -70,19 +70,20 @@ impl CheckoutConfig {
             .is_ok_and(|s| s.success())
     }
 
-    /// Clones `url` at `checkout` into `staging/<name>`; on any failure nothing is left there.
+    /// Clones `url` at `checkout` into `dest` (a path that does not exist yet, in a private
+    /// directory: git's home and working directory are its parent); on any failure nothing is
+    /// left there.
     pub async fn clone_into(
         &self,
-        staging: &Path,
-        name: &str,
+        dest: &Path,
         url: &str,
         checkout: Option<&Checkout>,
         token: Option<&Secret>,
     ) -> Result<(), String> {
-        let dest = staging.join(name);
-        let result = self.run_clone(staging, &dest, url, checkout, token).await;
+        let staging = dest.parent().ok_or("the clone's directory has no parent")?;
+        let result = self.run_clone(staging, dest, url, checkout, token).await;
         if result.is_err() {
-            let _ = std::fs::remove_dir_all(&dest);
+            let _ = std::fs::remove_dir_all(dest);
         }
         result
     }

@@ -445,12 +445,12 @@ impl Environments {
         Ok(lease)
     }
 
-    /// Places the session's mounted files that its workspace does not hold yet: all of them
-    /// at the first realization, those added since at a later acquisition (so a resource
-    /// added between turns is there before the next turn runs). Outside the slots' lock: it
-    /// reads the store. Each file's content is checked against its recorded size and digest
-    /// before it appears at its mount path; any failure names the resource and fails the
-    /// acquisition, so no turn runs without its inputs.
+    /// Places the session's mounts that its workspace does not hold yet: all of them at the
+    /// first realization, those added since at a later acquisition (so a resource added
+    /// between turns is there before the next turn runs). Outside the slots' lock: it reads
+    /// the store and runs git. Each mount appears at its place whole or not at all; any
+    /// failure names the resource and fails the acquisition, so no turn runs without its
+    /// inputs (invariant 34).
     async fn place_mounts(&self, session: &Session, hand: &Hand) -> Result<(), EnvironmentError> {
         for r in &session.snapshot.resources {
             let (ResourceKind::File { mount_path, .. } | ResourceKind::Repository { mount_path, .. }) = &r.kind else {
@@ -465,41 +465,22 @@ impl Environments {
             if hand.occupied(&rel).await {
                 continue;
             }
-            let file_id = match &r.kind {
-                ResourceKind::File { file_id, .. } => file_id,
+            match &r.kind {
+                ResourceKind::File { file_id, .. } => {
+                    self.place_file(hand, file_id, &rel).await.map_err(failed)?;
+                    info!(session = %session.id, resource = %r.id, mount_path, "file mounted");
+                }
                 ResourceKind::Repository { url, checkout, authorization_token, .. } => {
                     let token = authorization_token.as_ref().map(|t| self.open_token(t)).transpose().map_err(failed)?;
-                    let staging = self.staging_dir().map_err(failed)?;
+                    let clone = |dest: PathBuf| async move {
+                        self.config.checkout.clone_into(&dest, url, checkout.as_ref(), token.as_ref()).await
+                    };
                     let name = format!("{}-{}", session.id, r.id);
-                    let cloned =
-                        self.config.checkout.clone_into(&staging, &name, url, checkout.as_ref(), token.as_ref());
-                    cloned.await.map_err(failed)?;
-                    let adopted = hand.adopt(&staging, Path::new(&name), &rel).await;
-                    if let Err(e) = adopted {
-                        let _ = std::fs::remove_dir_all(staging.join(&name));
-                        return Err(failed(e.to_string()));
-                    }
+                    self.stage_and_adopt(hand, &rel, &name, clone).await.map_err(failed)?;
                     info!(session = %session.id, resource = %r.id, mount_path, "repository checked out");
-                    continue;
                 }
-                ResourceKind::Workspace { .. } => continue,
-            };
-            let id = FileId::parse(file_id).map_err(|e| failed(e.to_string()))?;
-            let file = self.content.get_file(&id).await.map_err(|e| failed(e.to_string()))?;
-            let mut writer = hand.place(&rel).await.map_err(|e| failed(e.to_string()))?;
-            let mut digest = Sha256::new();
-            let mut size = 0u64;
-            for seq in 0..file.chunks {
-                let bytes = self.content.file_chunk(&id, seq).await.map_err(|e| failed(e.to_string()))?;
-                digest.update(&bytes);
-                size += bytes.len() as u64;
-                writer.write(bytes).await.map_err(|e| failed(e.to_string()))?;
+                ResourceKind::Workspace { .. } => {}
             }
-            if size != file.size_bytes || hex::encode(digest.finalize()) != file.sha256 {
-                return Err(failed(format!("the stored content of file {id} does not match its size and digest")));
-            }
-            writer.finish().await.map_err(|e| failed(e.to_string()))?;
-            info!(session = %session.id, resource = %r.id, mount_path, bytes = size, "file mounted");
         }
         for skill in &session.snapshot.agent.spec.skills {
             let Some(resolved) = &skill.resolved else { continue };
@@ -517,24 +498,61 @@ impl Environments {
             if files.is_empty() {
                 return Err(failed("the skill version no longer exists".into()));
             }
-            let staging = self.staging_dir().map_err(failed)?;
-            let name = format!("{}-{}", session.id, version);
-            let dir = staging.join(&name);
-            let written = tokio::task::spawn_blocking(move || write_skill(&dir, &files))
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()));
-            let placed = match written {
-                Ok(()) => hand.adopt(&staging, Path::new(&name), &rel).await.map_err(|e| e.to_string()),
-                Err(e) => Err(e),
+            let write = |dest: PathBuf| async move {
+                tokio::task::spawn_blocking(move || write_skill(&dest, &files))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())
             };
-            if let Err(e) = placed {
-                let _ = std::fs::remove_dir_all(staging.join(&name));
-                return Err(failed(e));
-            }
+            let name = format!("{}-{}", session.id, version);
+            self.stage_and_adopt(hand, &rel, &name, write).await.map_err(failed)?;
             info!(session = %session.id, skill = %skill.skill_id, version = %version, "skill placed");
         }
         Ok(())
+    }
+
+    /// Writes an uploaded file at `rel`, checked against its recorded size and digest before
+    /// it appears there.
+    async fn place_file(&self, hand: &Hand, file_id: &str, rel: &Path) -> Result<(), String> {
+        let id = FileId::parse(file_id).map_err(|e| e.to_string())?;
+        let file = self.content.get_file(&id).await.map_err(|e| e.to_string())?;
+        let mut writer = hand.place(rel).await.map_err(|e| e.to_string())?;
+        let mut digest = Sha256::new();
+        let mut size = 0u64;
+        for seq in 0..file.chunks {
+            let bytes = self.content.file_chunk(&id, seq).await.map_err(|e| e.to_string())?;
+            digest.update(&bytes);
+            size += bytes.len() as u64;
+            writer.write(bytes).await.map_err(|e| e.to_string())?;
+        }
+        if size != file.size_bytes || hex::encode(digest.finalize()) != file.sha256 {
+            return Err(format!("the stored content of file {id} does not match its size and digest"));
+        }
+        writer.finish().await.map_err(|e| e.to_string())
+    }
+
+    /// Prepares the directory `name` in the staging directory (`prepare` gets its path, which
+    /// does not exist yet) and moves it to `rel` in the workspace. Whatever fails, nothing is
+    /// left in staging; if another acquisition placed the same mount meanwhile, that one
+    /// stands.
+    async fn stage_and_adopt<F, Fut>(&self, hand: &Hand, rel: &Path, name: &str, prepare: F) -> Result<(), String>
+    where
+        F: FnOnce(PathBuf) -> Fut,
+        Fut: std::future::Future<Output = Result<(), String>>,
+    {
+        let staging = self.staging_dir()?;
+        let dest = staging.join(name);
+        let placed = match prepare(dest.clone()).await {
+            Ok(()) => hand.adopt(&staging, Path::new(name), rel).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        };
+        if placed.is_err() {
+            let _ = std::fs::remove_dir_all(&dest);
+            if hand.occupied(rel).await {
+                return Ok(());
+            }
+        }
+        placed
     }
 
     /// Hibernates every Hand idle longer than the configured time and records the state. The
