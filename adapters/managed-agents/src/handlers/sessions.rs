@@ -153,9 +153,8 @@ fn resource_id(raw: &str) -> Result<ResourceId, ApiError> {
 }
 
 /// The session's resources in the order they were added (`order=desc`: newest first), a page
-/// at a time. A cursor names the
-/// last resource shown and its position: if it has been removed since, the one that took its
-/// place comes next.
+/// at a time. A cursor names the last resource shown and its position: if it has been
+/// removed since, the one that took its place comes next.
 pub async fn resources(
     State(api): State<ManagedAgents>,
     Path(raw): Path<String>,

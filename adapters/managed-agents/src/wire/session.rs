@@ -63,8 +63,8 @@ fn agent_id(s: &str) -> Result<AgentId, ApiError> {
 }
 
 /// A session resource as the client sent it. Files and repositories are handed to the core,
-/// whose placement decides whether the session can have them (a remote A2A agent never can;
-/// this gateway does not check out repositories yet), so the refusal names the deciding rule.
+/// whose placement decides whether the session can have them (a remote A2A agent never can),
+/// so the refusal names the deciding rule.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum ResourceIn {
