@@ -74,8 +74,8 @@ pub enum ErrorKind {
     /// No self-hosted executor connected within the connect timeout; the input it was
     /// needed for was not run.
     EnvironmentConnectTimeout,
-    /// A mounted input (an uploaded file) could not be placed in the session's environment;
-    /// the turn did not run without it.
+    /// A mounted input (an uploaded file, a repository, a skill) could not be placed in the
+    /// session's environment; the turn did not run without it.
     MountFailed,
 }
 

@@ -1,4 +1,4 @@
-//! Where a session's mounted inputs (uploaded files today) live in its workspace.
+//! Where a session's mounted inputs (uploaded files, repositories) live in its workspace.
 //!
 //! Clients name a mount by the path a sandboxed process sees (`mount_path`): a path under
 //! [`WORKSPACE_VIEW`], or under [`SESSION_MOUNTS`] (the Managed Agents default for files is

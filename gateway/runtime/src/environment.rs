@@ -339,7 +339,7 @@ impl Environments {
         }
     }
 
-    /// Where repositories are cloned before they move into a workspace: beside the
+    /// Where repositories are cloned and skills written before they move into a workspace: beside the
     /// workspaces (one filesystem, so the move is a rename), private to the gateway, under a
     /// name no session id can have (the release sweep passes it over).
     fn staging_dir(&self) -> Result<PathBuf, String> {

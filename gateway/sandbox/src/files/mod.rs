@@ -49,7 +49,8 @@ impl Workspace {
 
     /// The tool's `path` as a path relative to the workspace directory (empty: the root).
     ///
-    /// Refuses NUL bytes, absolute paths not under the sandbox's view of the workspace, and
+    /// Refuses NUL bytes, absolute paths not under the sandbox's view of the workspace (or
+    /// under `/mnt/session`, the session mounts kept in the workspace), and
     /// `..` components that climb above the root. Symlinks are left to cap-std.
     pub fn resolve(&self, raw: &str) -> Result<PathBuf, String> {
         if raw.contains('\0') {
