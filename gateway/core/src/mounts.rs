@@ -17,6 +17,8 @@ pub const WORKSPACE_VIEW: &str = "/workspace";
 pub const SESSION_MOUNTS: &str = "/mnt/session";
 /// Where [`SESSION_MOUNTS`] is inside the workspace directory.
 pub const SESSION_MOUNTS_IN_WORKSPACE: &str = "mnt/session";
+/// Where an agent's skills are placed in the workspace: `skills/<name>/`.
+pub const SKILLS_IN_WORKSPACE: &str = "skills";
 /// Longest accepted `mount_path`, in bytes.
 pub const MAX_MOUNT_PATH: usize = 1024;
 
@@ -31,6 +33,30 @@ pub enum MountPathError {
     Duplicate(String),
     #[error("mount_path {inner:?} lies inside the mount {outer:?}")]
     Nested { outer: String, inner: String },
+    #[error("mount_path {0:?} is where the agent's skill {1:?} is placed ({SKILLS_IN_WORKSPACE}/{1}/)")]
+    SkillPlace(String, String),
+}
+
+/// Where the skill `name` is placed, relative to the workspace.
+pub fn skill_relative(name: &str) -> PathBuf {
+    Path::new(SKILLS_IN_WORKSPACE).join(name)
+}
+
+/// Checks that no mount lands on, inside or above the place of one of `skills` (by name).
+pub fn check_skill_places<'a>(
+    mount_paths: impl IntoIterator<Item = &'a str>,
+    skills: &[&str],
+) -> Result<(), MountPathError> {
+    for raw in mount_paths {
+        let rel = workspace_relative(raw)?;
+        for name in skills {
+            let place = skill_relative(name);
+            if rel.starts_with(&place) || place.starts_with(&rel) {
+                return Err(MountPathError::SkillPlace(raw.to_owned(), (*name).to_owned()));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The place of `mount_path` relative to the workspace directory. Refuses anything that is not
@@ -123,5 +149,13 @@ mod tests {
         assert!(matches!(check_all(["/workspace/a/b", "/workspace/a"]), Err(MountPathError::Nested { .. })));
         // `/workspace/mnt/session/x` and `/mnt/session/x` are one place in the workspace.
         assert!(check_all(["/workspace/mnt/session/x", "/mnt/session/x"]).is_err());
+    }
+
+    #[test]
+    fn mounts_keep_off_the_places_of_skills() {
+        assert!(check_skill_places(["/workspace/skills-data", "/workspace/skills/other"], &["greeter"]).is_ok());
+        for bad in ["/workspace/skills/greeter", "/workspace/skills/greeter/x", "/workspace/skills"] {
+            assert!(matches!(check_skill_places([bad], &["greeter"]), Err(MountPathError::SkillPlace(..))), "{bad}");
+        }
     }
 }

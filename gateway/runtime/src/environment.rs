@@ -484,10 +484,10 @@ impl Environments {
         }
         for skill in &session.snapshot.agent.spec.skills {
             let Some(resolved) = &skill.resolved else { continue };
-            let rel = Path::new(SKILLS_DIR).join(&resolved.name);
+            let rel = mounts::skill_relative(&resolved.name);
             let failed = |reason: String| EnvironmentError::Mount {
                 resource: format!("skill {} ({})", skill.skill_id, resolved.version_id),
-                mount_path: format!("{SKILLS_DIR}/{}", resolved.name),
+                mount_path: rel.display().to_string(),
                 reason,
             };
             if hand.occupied(&rel).await {
@@ -629,9 +629,6 @@ impl Environments {
         }
     }
 }
-
-/// Where a session's skills are placed in its workspace: `skills/<name>/`.
-pub const SKILLS_DIR: &str = "skills";
 
 /// Writes a skill version's files under `dir` (new), executables 0755, the rest 0644.
 fn write_skill(dir: &Path, files: &[gateway_store::SkillFile]) -> std::io::Result<()> {

@@ -91,6 +91,7 @@ impl Coordinator {
             let inputs = local_inputs(&agent.spec, &kinds);
             let requirements = place(&agent.spec.backend, &environment.spec.config, &inputs, &self.offer)?;
             check_resources(&kinds)?;
+            check_skill_places(&agent.spec, &kinds)?;
             match self.store.set_resources(id, &base, resources, requirements).await {
                 Err(StoreError::Guard(Guard::ResourcesChanged(_))) if attempts < 3 => attempts += 1,
                 other => return Ok(other?),
@@ -130,7 +131,7 @@ impl Coordinator {
                 description: version.description,
             });
         }
-        Ok(())
+        check_skill_places(agent, resources)
     }
 
     // ---- skills ----
@@ -210,4 +211,19 @@ pub(super) fn check_resources(resources: &[ResourceKind]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// No mount lands where one of the agent's (resolved) skills is placed.
+fn check_skill_places(agent: &AgentSpec, resources: &[ResourceKind]) -> Result<()> {
+    let names: Vec<&str> = agent.skills.iter().filter_map(|s| s.resolved.as_ref()).map(|r| r.name.as_str()).collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    let paths = resources.iter().filter_map(|r| match r {
+        ResourceKind::File { mount_path, .. } | ResourceKind::Repository { mount_path, .. } => {
+            Some(mount_path.as_str())
+        }
+        ResourceKind::Workspace { .. } => None,
+    });
+    gateway_core::mounts::check_skill_places(paths, &names).map_err(|e| RuntimeError::Invalid(e.to_string()))
 }

@@ -25,7 +25,7 @@ use gateway_sandbox::ToolOutput;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{Backend, BackendError, RunContext, TurnOutcome};
-use crate::environment::{Environments, Lease, SKILLS_DIR};
+use crate::environment::{Environments, Lease};
 use crate::executors::Connection;
 use crate::previews::Preview;
 
@@ -380,7 +380,7 @@ impl<'a> Turn<'a> {
             .iter()
             .filter_map(|k| k.resolved.as_ref())
             .map(|k| {
-                let dir = hand.inner_path(&std::path::Path::new(SKILLS_DIR).join(&k.name));
+                let dir = hand.inner_path(&mounts::skill_relative(&k.name));
                 format!("- {}: {} (read {}/SKILL.md before using it)", k.name, k.description, dir.display())
             })
             .collect();

@@ -377,6 +377,14 @@ async fn an_agents_skills_are_in_its_workspace_before_the_first_step_and_in_its_
     assert!(system.contains(&workspace.join("skills/greeter").display().to_string()), "{system}");
     assert_eq!(n.state(&s).await, EnvironmentState::Realized);
 
+    // No mount may land where a skill goes.
+    let f = upload(&n, b"in the way").await;
+    let clash = vec![file(&f, "/workspace/skills/greeter/SKILL.md")];
+    let refused = n.session(agent.clone(), cloud(Provisioning::OnToolUse, "local"), clash).await;
+    assert!(matches!(&refused, Err(RuntimeError::Invalid(m)) if m.contains("skill")), "{refused:?}");
+    let added = n.coordinator.add_resource(&s.id, file(&f, "/workspace/skills")).await;
+    assert!(matches!(added, Err(RuntimeError::Invalid(_))), "{added:?}");
+
     // A skill that does not exist is refused when the session is created.
     agent.skills[0].skill_id = gateway_core::SkillId::new().to_string();
     let refused = n.session(agent, cloud(Provisioning::OnToolUse, "local"), vec![]).await;
