@@ -247,8 +247,10 @@ impl Backend for AcpBackend {
         };
         p.touch();
         if has_mounts(&ctx.session) {
-            // Files added to the session since its process started are placed in its `cwd`
-            // before the prompt that may need them (the acquisition places what is missing).
+            // Files and repositories added to the session since its process started are placed
+            // in its `cwd` before the prompt that may need them (the acquisition places what
+            // is missing; the process's own lease keeps the environment from hibernating, so
+            // there is no lifecycle change to commit here).
             drop(self.environments.acquire(&ctx.session).await?);
         }
         let view = ctx.turn_view().await?;
