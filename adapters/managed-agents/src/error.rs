@@ -62,7 +62,12 @@ impl ApiError {
     }
 
     pub fn too_large(limit: usize) -> Self {
-        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large", format!("request body exceeds {limit} bytes"))
+        Self::content_too_large(format!("request body exceeds {limit} bytes"))
+    }
+
+    /// 413 `request_too_large` with the limit the content exceeded in words.
+    pub fn content_too_large(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large", message)
     }
 
     /// The overload refusal: 529 `overloaded_error`, which the SDK retries after the hint.

@@ -127,6 +127,11 @@ impl QueryParams {
     }
 }
 
+/// A multipart body that cannot be read (uploads of files and skills).
+pub fn multipart_error(e: axum::extract::multipart::MultipartError) -> ApiError {
+    ApiError::invalid(format!("the multipart body cannot be read: {}", e.body_text()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

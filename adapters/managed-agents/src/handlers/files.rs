@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::path_id;
 use crate::ManagedAgents;
 use crate::error::ApiError;
-use crate::extract::QueryParams;
+use crate::extract::{QueryParams, multipart_error};
 use crate::pagination;
 use crate::wire::time;
 
@@ -34,9 +34,7 @@ fn id(raw: &str) -> Result<FileId, ApiError> {
 impl From<UploadError> for ApiError {
     fn from(e: UploadError) -> Self {
         match e {
-            UploadError::TooLarge { .. } => {
-                ApiError::new(axum::http::StatusCode::PAYLOAD_TOO_LARGE, "request_too_large", e.to_string())
-            }
+            UploadError::TooLarge { .. } => ApiError::content_too_large(e.to_string()),
             UploadError::Store(s) => RuntimeError::from(s).into(),
         }
     }
@@ -73,10 +71,6 @@ fn mime_of(field: &Field<'_>) -> Result<String, ApiError> {
         Some(m) if m.len() <= MAX_MIME && m.is_ascii() && !m.chars().any(|c| c.is_ascii_control()) => Ok(m.into()),
         Some(_) => Err(ApiError::invalid("the file part's content type is not a valid MIME type")),
     }
-}
-
-fn multipart_error(e: axum::extract::multipart::MultipartError) -> ApiError {
-    ApiError::invalid(format!("the multipart body cannot be read: {}", e.body_text()))
 }
 
 /// `POST /v1/files`: one `file` part. Its bytes are bounded by `[files] max_bytes` (413

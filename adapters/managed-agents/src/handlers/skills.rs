@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::path_id;
 use crate::ManagedAgents;
 use crate::error::ApiError;
-use crate::extract::QueryParams;
+use crate::extract::{QueryParams, multipart_error};
 use crate::pagination;
 use crate::wire::time;
 
@@ -59,13 +59,8 @@ async fn form(
     let mut multipart = multipart
         .map_err(|e| ApiError::invalid(format!("a skill upload is multipart/form-data: {}", e.body_text())))?;
     let (mut files, mut display_name, mut total) = (Vec::new(), None, 0usize);
-    let too_large = || {
-        ApiError::new(
-            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-            "request_too_large",
-            format!("a skill's files hold at most {MAX_SKILL_BYTES} bytes in all"),
-        )
-    };
+    let too_large =
+        || ApiError::content_too_large(format!("a skill's files hold at most {MAX_SKILL_BYTES} bytes in all"));
     while let Some(mut field) = multipart.next_field().await.map_err(multipart_error)? {
         let name = field.name().unwrap_or_default().to_owned();
         let filename = field.file_name().map(str::to_owned);
@@ -99,10 +94,6 @@ async fn form(
         }
     }
     Ok((files, display_name))
-}
-
-fn multipart_error(e: axum::extract::multipart::MultipartError) -> ApiError {
-    ApiError::invalid(format!("the multipart body cannot be read: {}", e.body_text()))
 }
 
 pub async fn create(

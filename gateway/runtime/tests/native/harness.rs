@@ -176,3 +176,24 @@ pub fn tool_results(es: &[Event]) -> Vec<(String, bool)> {
         })
         .collect()
 }
+
+/// The typed error a turn ended with, if any: its kind and message.
+pub fn session_error(es: &[Event]) -> Option<(gateway_core::event::ErrorKind, String)> {
+    es.iter().find_map(|e| match &e.payload {
+        EventPayload::SessionError { kind, message, .. } => Some((*kind, message.clone())),
+        _ => None,
+    })
+}
+
+/// A gateway whose native backend talks to the loopback Anthropic API stub (which records
+/// every request), on the local provider.
+pub async fn native_on_stub() -> (gateway_models::stub::StubServer, Native) {
+    let stub = gateway_models::stub::StubServer::start().await;
+    let client = gateway_models::anthropic::AnthropicClient::new(gateway_models::anthropic::AnthropicConfig::new(
+        stub.base_url(),
+        gateway_models::anthropic::Credential::ApiKey("k".into()),
+    ))
+    .unwrap();
+    let n = native_with(Arc::new(client), offer(&[]), Duration::from_secs(300)).await;
+    (stub, n)
+}

@@ -21,7 +21,7 @@ use gateway_models::fake::FakeModel;
 use gateway_runtime::{Delivery, RuntimeError};
 use gateway_sandbox::SandboxProvider;
 use gateway_sandbox::local::LocalProvider;
-use harness::{cloud, native, native_on, native_with, offer, tool_results, toolset};
+use harness::{cloud, native, native_on, native_with, offer, session_error, tool_results, toolset};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_session_that_never_calls_a_tool_never_gets_an_environment() {
@@ -140,10 +140,7 @@ async fn a_missing_provider_fails_closed_with_a_typed_error() {
         .await
         .unwrap();
     let es = n.turn(&s, r#"tool:write {"file_path": "x", "content": "y"}"#).await;
-    let err = es.iter().find_map(|e| match &e.payload {
-        EventPayload::SessionError { kind, message, .. } => Some((*kind, message.clone())),
-        _ => None,
-    });
+    let err = session_error(&es);
     let (kind, message) = err.expect("a typed error event");
     assert_eq!(kind, ErrorKind::PlacementFailed);
     assert!(message.contains("namespace"), "{message}");
@@ -223,10 +220,7 @@ async fn a_turn_past_twenty_rounds_ends_with_a_clear_error() {
         .unwrap();
     let es = n.turn(&s, r#"repeat:bash {"command": "true"}"#).await;
     assert_eq!(es.iter().filter(|e| e.kind() == EventKind::ModelRequestStarted).count(), 20);
-    let err = es.iter().find_map(|e| match &e.payload {
-        EventPayload::SessionError { kind, message, .. } => Some((*kind, message.clone())),
-        _ => None,
-    });
+    let err = session_error(&es);
     let (kind, message) = err.unwrap();
     assert_eq!(kind, ErrorKind::RoundLimitReached);
     assert!(message.contains("20"), "{message}");

@@ -14,7 +14,7 @@ use gateway_runtime::{EnvironmentsConfig, RuntimeError, StoredFile};
 
 use crate::common::stop_of;
 use crate::git_server::{self, GitServer};
-use crate::harness::{Native, cloud, native, native_configured, native_with, offer, tool_results, toolset};
+use crate::harness::{Native, cloud, native, native_configured, native_on_stub, session_error, tool_results, toolset};
 
 async fn upload(n: &Native, content: &[u8]) -> StoredFile {
     let mut upload = n.coordinator.upload();
@@ -31,13 +31,7 @@ fn file(f: &StoredFile, mount_path: &str) -> ResourceKind {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mounted_files_are_placed_before_the_first_model_request_and_the_model_is_told_where() {
-    let stub = gateway_models::stub::StubServer::start().await;
-    let client = gateway_models::anthropic::AnthropicClient::new(gateway_models::anthropic::AnthropicConfig::new(
-        stub.base_url(),
-        gateway_models::anthropic::Credential::ApiKey("k".into()),
-    ))
-    .unwrap();
-    let n = native_with(Arc::new(client), offer(&[]), Duration::from_secs(300)).await;
+    let (stub, n) = native_on_stub().await;
     let pool = n.workers(0);
     let text = upload(&n, b"hello mounted world\n").await;
     // Across a chunk boundary of the store, every byte value.
@@ -102,13 +96,7 @@ async fn a_file_that_cannot_be_placed_fails_the_turn_naming_it_and_leaves_nothin
     let f = upload(&n, b"never placed").await;
     let (_, rid) = n.coordinator.add_resource(&s.id, file(&f, "/workspace/data/x.txt")).await.unwrap();
     let es = n.turn(&s, "hello").await;
-    let (kind, message) = es
-        .iter()
-        .find_map(|e| match &e.payload {
-            EventPayload::SessionError { kind, message, .. } => Some((*kind, message.clone())),
-            _ => None,
-        })
-        .expect("a typed error event");
+    let (kind, message) = session_error(&es).expect("a typed error event");
     assert_eq!(kind, ErrorKind::MountFailed);
     assert!(message.contains(rid.as_str()) && message.contains("/workspace/data/x.txt"), "{message}");
     assert!(!es.iter().any(|e| matches!(e.payload, EventPayload::ModelRequestStarted {})), "the model was not asked");
@@ -263,13 +251,7 @@ async fn a_repository_that_cannot_be_checked_out_fails_the_turn_naming_it_and_le
             .unwrap();
         let rid = s.snapshot.resources[0].id.clone();
         let es = n.turn(&s, "hello").await;
-        let (kind, message) = es
-            .iter()
-            .find_map(|e| match &e.payload {
-                EventPayload::SessionError { kind, message, .. } => Some((*kind, message.clone())),
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("{url}: a typed error event in {es:?}"));
+        let (kind, message) = session_error(&es).unwrap_or_else(|| panic!("{url}: a typed error event in {es:?}"));
         assert_eq!(kind, ErrorKind::MountFailed, "{url}");
         assert!(message.contains(rid.as_str()) && message.contains(why), "{url}: {message}");
         assert!(!message.contains("right"), "{message}");
@@ -318,13 +300,7 @@ impl std::io::Write for Sink {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_agents_skills_are_in_its_workspace_before_the_first_step_and_in_its_system_prompt() {
-    let stub = gateway_models::stub::StubServer::start().await;
-    let client = gateway_models::anthropic::AnthropicClient::new(gateway_models::anthropic::AnthropicConfig::new(
-        stub.base_url(),
-        gateway_models::anthropic::Credential::ApiKey("k".into()),
-    ))
-    .unwrap();
-    let n = native_with(Arc::new(client), offer(&[]), Duration::from_secs(300)).await;
+    let (stub, n) = native_on_stub().await;
     let pool = n.workers(0);
     let manifest =
         b"---\nname: greeter\ndescription: Greets people by name with a shell script\n---\nRun scripts/hello.sh NAME\n";
