@@ -358,6 +358,11 @@ pub trait Store:
     async fn migrate(&self) -> Result<()>;
     /// Closes connections and background listeners.
     async fn close(&self);
+    /// Logical writes this store committed since it was opened: each admission, fenced
+    /// commit, settlement, claim or document write counts once, however many of them shared
+    /// a transaction (group commit). What a path costs the database, for operators and for
+    /// the tests that hold a path to its count of commits.
+    fn writes_committed(&self) -> u64;
     /// `sqlite` or `postgres`.
     fn engine(&self) -> &'static str;
 }

@@ -8,6 +8,13 @@
 //! messageId (our event id), so a remote that dedupes can drop a resend from the small window
 //! between its acceptance and our commit.
 //!
+//! A remote that answers at once (its first event settles the task) costs the turn no commit
+//! of its own: the send, the remote task and its answer ride with the settlement. Lost with
+//! the claim (a crash in the one commit between), nothing of the turn is durable and the
+//! resumed run sends the message again, with the same messageId: the same window as between
+//! a remote's acceptance and our commit of it. A remote slower than [`FIRST_EVENT_GRACE`] to
+//! say anything gets the send committed then, as before.
+//!
 //! A remote INPUT_REQUIRED / AUTH_REQUIRED parks the turn on a custom tool use
 //! (`a2a_input_required` / `a2a_auth_required`, input `{"prompt": ...}`); the client's result
 //! is forwarded as the next message of the same remote task. Only such a result continues
@@ -47,6 +54,10 @@ const K_STATE: &str = "a2a.remote_state";
 const K_ARTIFACTS: &str = "a2a.artifact_parts";
 /// Longest a best-effort CancelTask may take.
 const CANCEL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a remote stream's first event may take before the send is committed on its own.
+/// An answer within it settles with the send in the turn's last commit (see the module
+/// doc); past it, the window in which a crash would send the message again stays short.
+const FIRST_EVENT_GRACE: Duration = Duration::from_millis(25);
 
 /// Time limits of remote turns.
 #[derive(Debug, Clone, Copy)]
@@ -264,10 +275,10 @@ impl RemoteBackend {
                     Ok(r) => r.map_err(from_call)?,
                     Err(stop) => return self.stop(ctx, &client, &mut remote, Some(seq), stop).await,
                 };
-                // The remote answered 2xx with a stream: it has the message. Recorded now, so
-                // no retry or later turn sends it again, however the stream goes on.
-                ctx.commit_bindings(vec![], vec![(K_SENT.to_owned(), seq.to_string())]).await?;
-                return self.follow(ctx, &client, &mut remote, None, events, deadline).await;
+                // The remote answered 2xx with a stream: it has the message. Recorded with its
+                // first event, or on its own if that takes longer than FIRST_EVENT_GRACE, so no
+                // retry or later turn sends it again, however the stream goes on.
+                return self.follow(ctx, &client, &mut remote, Some(seq), events, deadline).await;
             }
             let send =
                 client.call("SendMessage", json!({"message": message, "configuration": {"returnImmediately": true}}));
@@ -327,10 +338,25 @@ impl RemoteBackend {
         let mut events = std::pin::pin!(events);
         let idle = self.limits.stream_idle;
         loop {
-            let next = match self.guard(ctx, deadline, tokio::time::timeout(idle, events.next())).await? {
+            let grace = sent.is_some() && FIRST_EVENT_GRACE < idle;
+            let wait = if grace { FIRST_EVENT_GRACE } else { idle };
+            let next = match self.guard(ctx, deadline, tokio::time::timeout(wait, events.next())).await? {
                 Ok(n) => n,
                 Err(stop) => return self.stop(ctx, client, remote, sent, stop).await,
             };
+            if !matches!(next, Ok(Some(Ok(_)))) {
+                // No first event to record the send with: it is committed on its own, before
+                // the stream's silence or end is acted on (a turn that fails now must not
+                // send the message again either).
+                if let Some(seq) = sent.take() {
+                    let mut bindings = remote.bindings();
+                    bindings.push((K_SENT.to_owned(), seq.to_string()));
+                    ctx.commit_bindings(vec![], bindings).await?;
+                }
+                if grace && next.is_err() {
+                    continue;
+                }
+            }
             match next {
                 Ok(Some(Ok(event))) => {
                     if let Some(outcome) = self.absorb(ctx, remote, sent.take(), event).await? {
@@ -527,7 +553,14 @@ impl RemoteBackend {
         }
         let mut bindings = remote.bindings();
         match sent {
-            // The remote has the message: durable now, so no reclaim sends it again.
+            // The remote settled the task with its first word: the send, the task and the
+            // answer ride with the settlement (lost with the claim, the resumed run sends the
+            // message again: see the module doc).
+            Some(seq) if outcome.is_some() => {
+                bindings.push((K_SENT.to_owned(), seq.to_string()));
+                ctx.stage_with_bindings(out, bindings);
+            }
+            // The remote has the message and goes on: durable now, so no reclaim sends it again.
             Some(seq) => {
                 bindings.push((K_SENT.to_owned(), seq.to_string()));
                 ctx.commit_bindings(out, bindings).await?;

@@ -148,6 +148,8 @@ pub struct SqlStore<E: Engine> {
     pub(crate) background: tokio_util::sync::CancellationToken,
     /// Commits feed lifecycle events to webhooks (see `webhooks.rs`).
     pub(crate) feed: std::sync::atomic::AtomicBool,
+    /// Logical writes committed (see [`Store::writes_committed`](crate::Store::writes_committed)).
+    pub(crate) writes: std::sync::atomic::AtomicU64,
 }
 
 impl<E: Engine> SqlStore<E> {
@@ -271,7 +273,9 @@ impl<E: Engine> SqlStore<E> {
             let payload = self.wake.notify_payload(&hints.hints);
             query(sql).bind(WAKE_CHANNEL).bind(payload).execute(&mut *tx).await?;
         }
-        self.db.commit(tx, hints).await
+        self.db.commit(tx, hints).await?;
+        self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Appends events after `last_seq`: seqs `last_seq+1 ..`, no gap, no duplicate (the

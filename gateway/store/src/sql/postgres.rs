@@ -284,6 +284,7 @@ impl PgStore {
             wake,
             background,
             feed: Default::default(),
+            writes: Default::default(),
         })
     }
 
@@ -338,6 +339,10 @@ impl Store for PgStore {
     async fn close(&self) {
         self.background.cancel();
         self.db.pool.close().await;
+    }
+
+    fn writes_committed(&self) -> u64 {
+        self.writes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn engine(&self) -> &'static str {

@@ -144,6 +144,7 @@ impl SqliteStore {
             wake,
             background: tokio_util::sync::CancellationToken::new(),
             feed: Default::default(),
+            writes: Default::default(),
         })
     }
 }
@@ -225,6 +226,10 @@ impl Store for SqliteStore {
         self.background.cancel();
         self.db.writer.stop().await;
         self.db.readers.close();
+    }
+
+    fn writes_committed(&self) -> u64 {
+        self.writes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn engine(&self) -> &'static str {
