@@ -169,6 +169,13 @@ impl Remote {
         ]
     }
 
+    /// [`bindings`](Self::bindings), and `sent` as the seq of the last input the remote has.
+    fn bindings_sent(&self, sent: Option<u64>) -> Vec<(String, String)> {
+        let mut b = self.bindings();
+        b.extend(sent.map(|seq| (K_SENT.to_owned(), seq.to_string())));
+        b
+    }
+
     /// New content from an artifact (a snapshot or an update), counting committed parts.
     fn artifact(&mut self, a: &Artifact, append: bool) -> Vec<ContentBlock> {
         let seen = self.parts.entry(a.artifact_id.clone()).or_insert(0);
@@ -348,10 +355,8 @@ impl RemoteBackend {
                 // No first event to record the send with: it is committed on its own, before
                 // the stream's silence or end is acted on (a turn that fails now must not
                 // send the message again either).
-                if let Some(seq) = sent.take() {
-                    let mut bindings = remote.bindings();
-                    bindings.push((K_SENT.to_owned(), seq.to_string()));
-                    ctx.commit_bindings(vec![], bindings).await?;
+                if sent.is_some() {
+                    ctx.commit_bindings(vec![], remote.bindings_sent(sent.take())).await?;
                 }
                 if grace && next.is_err() {
                     continue;
@@ -444,11 +449,7 @@ impl RemoteBackend {
             self.cancel_remote(client, &task).await;
         }
         remote.state = Some(TaskState::Canceled);
-        let mut bindings = remote.bindings();
-        if let Some(seq) = sent {
-            bindings.push((K_SENT.to_owned(), seq.to_string()));
-        }
-        ctx.commit_bindings(vec![], bindings).await?;
+        ctx.commit_bindings(vec![], remote.bindings_sent(sent)).await?;
         match why {
             Stop::Interrupted => Ok(TurnOutcome::Interrupted),
             Stop::Deadline => Err(failed(format!(
@@ -551,18 +552,14 @@ impl RemoteBackend {
                 TaskState::Submitted | TaskState::Working => {}
             }
         }
-        let mut bindings = remote.bindings();
+        let bindings = remote.bindings_sent(sent);
         match sent {
             // The remote settled the task with its first word: the send, the task and the
             // answer ride with the settlement (lost with the claim, the resumed run sends the
             // message again: see the module doc).
-            Some(seq) if outcome.is_some() => {
-                bindings.push((K_SENT.to_owned(), seq.to_string()));
-                ctx.stage_with_bindings(out, bindings);
-            }
+            Some(_) if outcome.is_some() => ctx.stage_with_bindings(out, bindings),
             // The remote has the message and goes on: durable now, so no reclaim sends it again.
-            Some(seq) => {
-                bindings.push((K_SENT.to_owned(), seq.to_string()));
+            Some(_) => {
                 ctx.commit_bindings(out, bindings).await?;
             }
             // The remote task settled: its last word rides with the settlement, the next
