@@ -408,6 +408,9 @@ async fn every_network_face_requires_a_key_once_one_exists() {
             assert!(acp.headers().contains_key("www-authenticate"));
         }
     }
+    // An empty `x-api-key:` (a client's unset variable) does not hide a good bearer token.
+    let both = http.get(g.url("/v1/agents")).header("x-api-key", "").bearer_auth(&key).send().await.unwrap();
+    assert_eq!(both.status().as_u16(), 200, "empty x-api-key beside a valid bearer token");
     let card = http.get(g.url("/.well-known/agent-card.json")).send().await.unwrap().status();
     assert_eq!(card.as_u16(), 200, "agent cards are public");
     drop(g);

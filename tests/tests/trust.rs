@@ -185,11 +185,14 @@ async fn with_a_key_any_host_is_served_to_the_key_holder() {
         assert_eq!(r.status().as_u16(), served(face), "{face} with a key and Host proxy.example");
     }
     for (face, req) in faces(&http, &g, "sesn_unknown") {
-        if face == "metrics" || face == "event stream" {
-            continue; // metrics need no key; the stream of an unknown session is checked above
+        if face == "event stream" {
+            continue; // the stream of an unknown session is checked above
         }
         let r = req.header("host", "proxy.example").send().await.unwrap();
         assert_eq!(r.status().as_u16(), 401, "{face} without a key");
+        if face == "metrics" {
+            assert!(r.headers().contains_key("www-authenticate"), "metrics say which credentials they want");
+        }
     }
     drop(g);
     let _ = std::fs::remove_dir_all(&dir);

@@ -41,10 +41,11 @@ pub fn prompt_to_core(prompt: &Value, support: PromptSupport) -> Result<Vec<Cont
         let block = match kind {
             "text" => ContentBlock::Text { text: str_field(o, "text").ok_or_else(|| missing("text"))? },
             "image" if support.image => ContentBlock::Image {
-                source: MediaSource::Base64 {
-                    media_type: str_field(o, "mimeType").ok_or_else(|| missing("mimeType"))?,
-                    data: str_field(o, "data").ok_or_else(|| missing("data"))?,
-                },
+                source: MediaSource::base64(
+                    str_field(o, "mimeType").ok_or_else(|| missing("mimeType"))?,
+                    str_field(o, "data").ok_or_else(|| missing("data"))?,
+                )
+                .map_err(|e| RpcError::invalid_params(format!("prompt[{i}] (image): {e}")))?,
             },
             "resource_link" => ContentBlock::Link {
                 uri: str_field(o, "uri").ok_or_else(|| missing("uri"))?,

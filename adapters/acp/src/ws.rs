@@ -34,16 +34,17 @@ const WRITER_GRACE: Duration = Duration::from_secs(2);
 /// face does, before the upgrade: plain-text 401 with a challenge, or 421 for a request
 /// addressed to a host name that is not this gateway's. The keyless rules (loopback peers, no
 /// web pages, only this gateway's names) are the shared
-/// [`Authenticator`](gateway_runtime::auth::Authenticator)'s.
+/// [`Authenticator`](gateway_runtime::auth::Authenticator)'s. Returns what ends the
+/// connection when its key is revoked.
 async fn authenticate(
     ctx: &AcpContext,
     peer: Option<SocketAddr>,
     uri: &Uri,
     headers: &HeaderMap,
-) -> Result<(), Response> {
-    let Some(auth) = &ctx.auth else { return Ok(()) };
+) -> Result<Revoked, Response> {
+    let Some(auth) = &ctx.auth else { return Ok(Box::pin(std::future::pending())) };
     match auth.authorize(peer, uri, headers).await {
-        Ok(_) => Ok(()),
+        Ok(principal) => Ok(Box::pin(auth.until_revoked(&principal))),
         Err(AuthError::Unavailable(e)) => {
             Err((StatusCode::SERVICE_UNAVAILABLE, format!("cannot check credentials: {e}")).into_response())
         }
@@ -58,6 +59,9 @@ async fn authenticate(
     }
 }
 
+/// Resolves when the key that opened a connection is revoked.
+type Revoked = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
 async fn upgrade(
     State(ctx): State<AcpContext>,
     extensions: Extensions,
@@ -66,9 +70,10 @@ async fn upgrade(
     ws: WebSocketUpgrade,
 ) -> Response {
     let peer = extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
-    if let Err(refused) = authenticate(&ctx, peer, &uri, &headers).await {
-        return refused;
-    }
+    let revoked = match authenticate(&ctx, peer, &uri, &headers).await {
+        Ok(revoked) => revoked,
+        Err(refused) => return refused,
+    };
     // Random and unguessable like every gateway id; only used to correlate logs.
     let connection =
         format!("acpc_{}", &gateway_core::ResourceId::new().as_str()[gateway_core::ResourceId::PREFIX.len()..]);
@@ -77,7 +82,7 @@ async fn upgrade(
         ws.max_message_size(MAX_MESSAGE_BYTES).max_frame_size(MAX_MESSAGE_BYTES).on_upgrade(move |socket| {
             // Tracked: the process waits for its editor connections before it closes the store.
             let tasks = ctx.tasks.clone();
-            tasks.track_future(serve(ctx, socket, span_id))
+            tasks.track_future(serve(ctx, socket, span_id, revoked))
         });
     if let Ok(v) = HeaderValue::from_str(&connection) {
         response.headers_mut().insert("acp-connection-id", v);
@@ -85,7 +90,7 @@ async fn upgrade(
     response
 }
 
-async fn serve(ctx: AcpContext, socket: WebSocket, connection: String) {
+async fn serve(ctx: AcpContext, socket: WebSocket, connection: String, revoked: Revoked) {
     tracing::info!(%connection, "ACP WebSocket connection opened");
     let shutdown = ctx.shutdown.clone();
     let (mut sink, mut stream) = socket.split();
@@ -117,6 +122,10 @@ async fn serve(ctx: AcpContext, socket: WebSocket, connection: String) {
     tokio::select! {
         _ = loop_task => {}
         _ = shutdown.cancelled() => peer.close(),
+        _ = revoked => {
+            tracing::info!(%connection, "closing an ACP WebSocket connection: its API key was revoked");
+            peer.close();
+        }
     }
     reader.abort();
     drop(peer);

@@ -64,6 +64,22 @@ pub enum MediaSource {
     Text { media_type: String, data: String },
 }
 
+/// Inline data that is not base64: refused when it arrives, rather than by a model after
+/// the turn started.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the data of a base64 source is not valid base64: {0}")]
+pub struct InvalidBase64(String);
+
+impl MediaSource {
+    /// Inline bytes as every face carries them: standard base64, padded (what the model API
+    /// accepts). The data is decoded once here to check it, and kept as given.
+    pub fn base64(media_type: impl Into<String>, data: String) -> Result<Self, InvalidBase64> {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.decode(&data).map_err(|e| InvalidBase64(e.to_string()))?;
+        Ok(MediaSource::Base64 { media_type: media_type.into(), data })
+    }
+}
+
 /// The concatenated text of a list of blocks (non-text blocks are skipped).
 pub fn plain_text(blocks: &[ContentBlock]) -> String {
     let mut out = String::new();

@@ -13,6 +13,7 @@
 
 mod caller;
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,7 +23,8 @@ use gateway_core::{ApiKeyId, EnvironmentId};
 use gateway_store::Store;
 use http::{HeaderMap, Uri};
 use sha2::{Digest, Sha256};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, watch};
+use tokio_util::sync::CancellationToken;
 
 /// Who a request was authenticated as.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +90,9 @@ pub struct Authenticator {
     cache: Mutex<Cache>,
     /// The names keyless requests must address.
     names: OwnNames,
+    /// API keys seen revoked by this process: open streams of theirs end (see
+    /// [`Authenticator::until_revoked`]).
+    revoked: watch::Sender<Arc<HashSet<ApiKeyId>>>,
 }
 
 /// A new API key: the secret (shown once) and its hash (stored).
@@ -102,13 +107,16 @@ const API_KEY_PREFIX: &str = "gwk_";
 const ENVIRONMENT_KEY_PREFIX: &str = "gwe_";
 
 /// The key a client presented: the `x-api-key` header's value, else the token of an
-/// `Authorization: Bearer` header. Every HTTP face reads credentials this one way.
+/// `Authorization: Bearer` header. Every HTTP face reads credentials this one way. An empty
+/// value is no key: an empty `x-api-key:` (which some clients send when unset) must not hide
+/// the bearer token beside it.
 pub fn presented_key<'a>(x_api_key: Option<&'a str>, authorization: Option<&'a str>) -> Option<&'a str> {
-    if let Some(k) = x_api_key {
+    if let Some(k) = x_api_key.map(str::trim).filter(|k| !k.is_empty()) {
         return Some(k);
     }
-    let (scheme, token) = authorization?.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
+    let (scheme, token) = authorization?.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 /// [`presented_key`] of a request's headers.
@@ -146,7 +154,12 @@ impl Authenticator {
     /// An authenticator whose keyless names are loopback literals and `localhost` only; a
     /// served gateway adds its `public_url` with [`Authenticator::with_names`].
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store, cache: Mutex::new(Cache { live_keys: None, known: Vec::new() }), names: OwnNames::default() }
+        Self {
+            store,
+            cache: Mutex::new(Cache { live_keys: None, known: Vec::new() }),
+            names: OwnNames::default(),
+            revoked: watch::Sender::new(Arc::default()),
+        }
     }
 
     /// The names keyless requests may address (see [`OwnNames`]).
@@ -171,20 +184,73 @@ impl Authenticator {
         self.authenticate(presented_key_in(headers), &self.caller(peer, uri, headers)).await
     }
 
-    /// For routes served without a key (`/metrics`): while no key exists, the request must
-    /// still address one of this gateway's names, so a rebound page cannot read them.
-    pub async fn check_addressed(
+    /// For the operator's routes (`/metrics`): once a key exists, an API key (an
+    /// environment key is an executor's, not an operator's); while none exists, any peer may
+    /// read them (a scraper on another host), but the request must still address one of this
+    /// gateway's names, so a rebound page cannot.
+    pub async fn authorize_operator(
         &self,
         peer: Option<SocketAddr>,
         uri: &Uri,
         headers: &HeaderMap,
     ) -> Result<(), AuthError> {
         if self.live_keys().await? > 0 {
-            return Ok(());
+            return match self.authenticate(presented_key_in(headers), &self.caller(peer, uri, headers)).await? {
+                Principal::Key(_) => Ok(()),
+                Principal::Loopback | Principal::Environment { .. } => Err(AuthError::Invalid),
+            };
         }
         match self.caller(peer, uri, headers).foreign_host {
             Some(host) => Err(AuthError::ForeignHost { host }),
             None => Ok(()),
+        }
+    }
+
+    /// Resolves when `principal`'s key is revoked (never for [`Principal::Loopback`]), so an
+    /// open stream authorised by it can end: a revoked key must not keep reading. Seen
+    /// within [`CACHE_TTL`] of a revocation by any process while
+    /// [`Authenticator::watch_revocations`] runs, at once for one made through this process.
+    pub fn until_revoked(&self, principal: &Principal) -> impl Future<Output = ()> + Send + 'static {
+        let key = match principal {
+            Principal::Key(k) | Principal::Environment { key: k, .. } => Some(k.clone()),
+            Principal::Loopback => None,
+        };
+        let mut revoked = self.revoked.subscribe();
+        async move {
+            let Some(key) = key else { return std::future::pending().await };
+            loop {
+                if revoked.borrow_and_update().contains(&key) {
+                    return;
+                }
+                if revoked.changed().await.is_err() {
+                    return std::future::pending().await;
+                }
+            }
+        }
+    }
+
+    /// Reads the revoked API keys every [`CACHE_TTL`] until `shutdown`, for
+    /// [`Authenticator::until_revoked`]: one query per process, whatever the number of streams.
+    pub async fn watch_revocations(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            match self.store.list_api_keys().await {
+                Ok(keys) => {
+                    let now: HashSet<ApiKeyId> =
+                        keys.into_iter().filter(|k| k.revoked_at.is_some()).map(|k| k.id).collect();
+                    self.revoked.send_if_modified(|seen| {
+                        let grew = now.iter().any(|k| !seen.contains(k));
+                        if grew {
+                            *seen = Arc::new(seen.union(&now).cloned().collect());
+                        }
+                        grew
+                    });
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot read revoked API keys"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(CACHE_TTL) => {}
+                _ = shutdown.cancelled() => return,
+            }
         }
     }
 
@@ -213,6 +279,11 @@ impl Authenticator {
         self.lookup(secret).await
     }
 
+    /// The principal a presented secret names, keys or no keys (cached briefly).
+    pub async fn principal_of(&self, secret: &str) -> Result<Principal, AuthError> {
+        self.lookup(secret.trim()).await
+    }
+
     /// The principal a presented secret names (cached briefly).
     async fn lookup(&self, secret: &str) -> Result<Principal, AuthError> {
         if secret.len() > 256 {
@@ -223,7 +294,13 @@ impl Authenticator {
             let mut cache = self.cache.lock().await;
             cache.known.retain(|(_, _, at)| at.elapsed() < CACHE_TTL);
             if let Some((_, principal, _)) = cache.known.iter().find(|(h, _, _)| *h == hash) {
-                return Ok(principal.clone());
+                // A revocation seen since the answer was cached wins over the cache.
+                return match principal {
+                    Principal::Key(k) | Principal::Environment { key: k, .. } if self.revoked.borrow().contains(k) => {
+                        Err(AuthError::Invalid)
+                    }
+                    _ => Ok(principal.clone()),
+                };
             }
         }
         match self.store.find_api_key(&hash).await {
@@ -251,6 +328,16 @@ impl Authenticator {
             .known
             .retain(|(_, p, _)| !matches!(p, Principal::Key(k) | Principal::Environment { key: k, .. } if k == id));
         cache.live_keys = None;
+        drop(cache);
+        self.revoked.send_if_modified(|seen| {
+            if seen.contains(id) {
+                return false;
+            }
+            let mut grown = HashSet::clone(seen);
+            grown.insert(id.clone());
+            *seen = Arc::new(grown);
+            true
+        });
     }
 
     /// Whether any live key exists (cached briefly). Logged at start-up.
@@ -280,5 +367,15 @@ mod tests {
         assert_eq!(a.hash, hash_key(&a.secret));
         assert_eq!(a.hash.len(), 64);
         assert!(!a.hash.contains(&a.secret[4..]));
+    }
+
+    #[test]
+    fn an_empty_header_is_no_key_and_hides_no_other() {
+        assert_eq!(presented_key(Some(""), Some("Bearer gwk_b")), Some("gwk_b"));
+        assert_eq!(presented_key(Some("  "), Some("bearer  gwk_b ")), Some("gwk_b"));
+        assert_eq!(presented_key(Some("gwk_a"), Some("Bearer gwk_b")), Some("gwk_a"), "x-api-key first");
+        assert_eq!(presented_key(Some(""), Some("Bearer ")), None);
+        assert_eq!(presented_key(None, Some("Basic dTpw")), None);
+        assert_eq!(presented_key(Some(""), None), None);
     }
 }

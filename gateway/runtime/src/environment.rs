@@ -130,6 +130,10 @@ pub struct EnvironmentsConfig {
     /// place while it runs, sleeping or not, so the default is generous: four per core, at
     /// least 16.
     pub max_commands: usize,
+    /// Live environments (each a running shell holding a few file descriptors) kept in this
+    /// process: realizing one more first hibernates the least recently used idle one, so
+    /// many idle sessions cannot exhaust the descriptors every client and turn needs.
+    pub max_live: usize,
     /// How long a self-hosted session's input waits for an executor to connect.
     #[serde(rename = "connect_timeout_secs", with = "gateway_core::durations::secs")]
     pub connect_timeout: Duration,
@@ -162,6 +166,7 @@ impl Default for EnvironmentsConfig {
             limits: Limits::default(),
             bwrap: PathBuf::from("bwrap"),
             max_commands: (4 * cores).max(16),
+            max_live: 256,
             connect_timeout: crate::executors::ExecutorSettings::default().connect_timeout,
             heartbeat_ttl: crate::executors::ExecutorSettings::default().heartbeat_ttl,
             checkout: CheckoutConfig::default(),
@@ -424,6 +429,7 @@ impl Environments {
             tracing::debug!("provider cannot restrict the network; the environment allows it");
         }
         let workspace = self.open_workspace(session)?;
+        self.make_room(&mut slots).await;
         let shown = workspace.path().display().to_string();
         let policy = SandboxPolicy { network: sandbox.network, limits: self.config.limits.clone() };
         let opened = provider.open(workspace, &policy).map_err(|e| EnvironmentError::ProviderUnavailable {
@@ -566,17 +572,26 @@ impl Environments {
             .map(|(id, _)| id.clone())
             .collect();
         for session in due {
-            match store
-                .transition_environment(&session, &[EnvironmentState::Realized], EnvironmentState::Hibernated)
-                .await
-            {
-                Ok(_) => {
-                    if let Some(slot) = slots.remove(&session) {
-                        slot.hand.hibernate().await;
-                    }
-                    info!(%session, "environment hibernated");
-                }
-                Err(e) => warn!(%session, error = %e, "could not record hibernation; keeping the Hand"),
+            hibernate(&mut slots, &session, store.as_ref(), "idle").await;
+        }
+    }
+
+    /// Before a new Hand joins `slots` (whose lock the caller holds): hibernates the least
+    /// recently used idle Hands until there is room under `max_live`. Hands in use are never
+    /// hibernated; when all are, the new one opens past the cap (in-use Hands are bounded by
+    /// the turns in flight) and that is logged.
+    async fn make_room(&self, slots: &mut HashMap<SessionId, Slot>) {
+        while slots.len() >= self.config.max_live.max(1) {
+            let lru = slots.iter().filter(|(_, s)| s.users == 0).min_by_key(|(_, s)| s.last_used).map(|(id, _)| id);
+            let Some(lru) = lru.cloned() else {
+                warn!(
+                    live = slots.len(),
+                    "every live environment is in use; one more opens past environments.max_live"
+                );
+                return;
+            };
+            if !hibernate(slots, &lru, self.content.as_ref(), "least recently used").await {
+                return;
             }
         }
     }
@@ -626,6 +641,24 @@ impl Environments {
             if sweeps.is_multiple_of(10) {
                 self.sweep_released(&store).await;
             }
+        }
+    }
+}
+
+/// Records `session`'s environment as hibernated and stops its Hand; false (the Hand kept)
+/// when the state cannot be recorded.
+async fn hibernate(slots: &mut HashMap<SessionId, Slot>, session: &SessionId, store: &dyn Store, why: &str) -> bool {
+    match store.transition_environment(session, &[EnvironmentState::Realized], EnvironmentState::Hibernated).await {
+        Ok(_) => {
+            if let Some(slot) = slots.remove(session) {
+                slot.hand.hibernate().await;
+            }
+            info!(%session, reason = why, "environment hibernated");
+            true
+        }
+        Err(e) => {
+            warn!(%session, error = %e, "could not record hibernation; keeping the Hand");
+            false
         }
     }
 }

@@ -44,6 +44,7 @@ impl From<StoreError> for RuntimeError {
             StoreError::Guard(g) => RuntimeError::Guard(g),
             StoreError::Rejected(a) => RuntimeError::Rejected(a),
             StoreError::Unavailable(m) => RuntimeError::Unavailable(m),
+            StoreError::Unstorable(m) => RuntimeError::Invalid(m),
             other => RuntimeError::Internal(other.to_string()),
         }
     }

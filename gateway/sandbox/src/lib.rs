@@ -27,6 +27,7 @@ pub mod local;
 pub mod namespace;
 mod shell;
 pub mod terminal;
+mod text;
 pub mod tools;
 
 #[cfg(feature = "conformance")]

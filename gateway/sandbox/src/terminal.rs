@@ -264,7 +264,8 @@ impl Terminals {
         let t = self.get(id)?;
         let exit = t.exit.borrow().clone();
         let buf = t.output.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(TerminalOutput { output: String::from_utf8_lossy(&buf.bytes).into_owned(), truncated: buf.truncated, exit })
+        let (output, cut) = crate::text::capped_text(&buf.bytes, buf.limit);
+        Ok(TerminalOutput { output, truncated: buf.truncated || cut > 0, exit })
     }
 
     /// Waits until the command exits.

@@ -1,23 +1,26 @@
 //! The HTTP surface shared by every protocol: health, readiness, metrics, and the assembled
 //! router.
 //!
-//! These routes need no key. Health and readiness say nothing an attacker can use, so they
-//! stay open (orchestrators probe them by IP). Metrics are reads of this process's state:
-//! while no key exists they are served only to requests addressed to one of the gateway's
-//! own names, so a DNS-rebound page cannot read them ([`check_addressed`]).
+//! Health and readiness need no key: they say nothing an attacker can use, so they stay open
+//! (orchestrators probe them by IP). Metrics are reads of this process's state: once a key
+//! exists they need an API key; while none exists they are served only to requests addressed
+//! to one of the gateway's own names, so a DNS-rebound page cannot read them
+//! ([`authorize_operator`]).
 //!
-//! [`check_addressed`]: gateway_runtime::auth::Authenticator::check_addressed
+//! [`authorize_operator`]: gateway_runtime::auth::Authenticator::authorize_operator
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use futures::StreamExt;
 use gateway_runtime::Coordinator;
 use gateway_runtime::auth::Authenticator;
 use serde_json::json;
@@ -37,7 +40,8 @@ pub fn router(
 ) -> Router {
     let metrics = Router::new()
         .route("/metrics", get(metrics))
-        .layer(middleware::from_fn_with_state(state.clone(), addressed_to_us));
+        .layer(middleware::from_fn_with_state(state.clone(), operators_only));
+    let auth = Arc::clone(&state.auth);
     let mut app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -48,7 +52,24 @@ pub fn router(
     if let Some(acp) = acp {
         app = app.merge(gateway_acp::router(acp));
     }
-    app
+    app.layer(middleware::from_fn_with_state(auth, end_streams_at_revocation))
+}
+
+/// An event stream opened with an API key ends when that key is revoked, whichever face
+/// served it: the faces authorised it when it opened, and a revoked key must not keep
+/// reading a session for as long as its connection lasts.
+async fn end_streams_at_revocation(State(auth): State<Arc<Authenticator>>, req: Request, next: Next) -> Response {
+    let secret = gateway_runtime::auth::presented_key_in(req.headers()).map(str::to_owned);
+    let response = next.run(req).await;
+    let streams = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let Some(secret) = secret.filter(|_| streams) else { return response };
+    let Ok(principal) = auth.principal_of(&secret).await else { return response };
+    let revoked = auth.until_revoked(&principal);
+    let (parts, body) = response.into_parts();
+    Response::from_parts(parts, Body::from_stream(body.into_data_stream().take_until(revoked)))
 }
 
 /// Liveness: the process answers.
@@ -56,18 +77,25 @@ async fn healthz() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
 }
 
-/// Refuses a keyless gateway's metrics to requests addressed to another name (421), in plain
-/// text like the metrics themselves.
-async fn addressed_to_us(State(state): State<AppState>, req: Request, next: Next) -> Response {
+/// Serves the operator's routes only to whom [`Authenticator::authorize_operator`] allows,
+/// refusing in plain text like the metrics themselves.
+async fn operators_only(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
-    match state.auth.check_addressed(peer, req.uri(), req.headers()).await {
+    match state.auth.authorize_operator(peer, req.uri(), req.headers()).await {
         Ok(()) => next.run(req).await,
         Err(e) => {
             let status = e.http_status();
             if status == StatusCode::SERVICE_UNAVAILABLE {
                 tracing::warn!(error = %e, "cannot check API keys");
             }
-            (status, e.to_string()).into_response()
+            let mut refused = (status, e.to_string()).into_response();
+            if status == StatusCode::UNAUTHORIZED {
+                refused.headers_mut().insert(
+                    axum::http::header::WWW_AUTHENTICATE,
+                    axum::http::HeaderValue::from_static("Bearer realm=\"gateway\""),
+                );
+            }
+            refused
         }
     }
 }

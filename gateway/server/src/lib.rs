@@ -5,6 +5,7 @@ pub mod cli;
 pub mod compose;
 pub mod config;
 pub mod http;
+pub mod listen;
 pub mod publish;
 pub mod serve;
 pub mod state;

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::serve::ListenerExt;
 use gateway_acp::backend::ProcessTable;
 use gateway_core::agent::BackendRef;
 use gateway_core::environment::ProviderTier;
@@ -62,11 +61,14 @@ pub struct Started {
     pub processes: Arc<ProcessTable>,
     /// Seals secrets at rest (push credentials, webhook secrets, repository tokens).
     pub secrets: SecretBox,
+    /// The open files limit in force (raised at start).
+    pub fd_limit: u64,
 }
 
-/// Checks the sandbox guard, opens the store, assembles the runtime (its Workers start),
+/// Raises the open files limit (see [`raise_fd_limit`]), checks the sandbox guard, opens the store, assembles the runtime (its Workers start),
 /// publishes configured agents and starts the background tasks that need no HTTP server.
 pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<Started> {
+    let fd_limit = raise_fd_limit();
     crate::state::prepare(config)?;
     let providers = compose::sandbox_providers(config);
     let provider_offers = offers_of(&providers);
@@ -117,11 +119,34 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<S
             gateway_acp::maintain(runtime.coordinator.clone(), Arc::clone(&processes), runtime.shutdown.child_token());
         runtime.tasks.spawn(maintain);
     }
-    Ok(Started { runtime, published, processes, secrets })
+    Ok(Started { runtime, published, processes, secrets, fd_limit })
+}
+
+/// Raises this process's soft limit on open files to its hard limit, so the gateway's own caps
+/// (HTTP connections, live environments), not the kernel, decide when a client is refused. Returns the limit now in force.
+pub fn raise_fd_limit() -> u64 {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => {
+                info!(from = soft, to = hard, "raised the open files limit");
+                hard
+            }
+            Err(e) => {
+                warn!(error = %e, limit = soft, "cannot raise the open files limit");
+                soft
+            }
+        },
+        Ok((soft, _)) => soft,
+        Err(e) => {
+            warn!(error = %e, "cannot read the open files limit");
+            1024
+        }
+    }
 }
 
 pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
-    let Started { runtime: rt, published, processes, secrets } = start_runtime(&config, ext).await?;
+    let Started { runtime: rt, published, processes, secrets, fd_limit } = start_runtime(&config, ext).await?;
     let shutdown = rt.shutdown.clone();
     // Without keys, requests must address one of this gateway's names (no DNS rebinding).
     let names = OwnNames::with_public_url(&config.public_url());
@@ -196,12 +221,6 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
             return Err(e).with_context(|| format!("binding {}", config.listen));
         }
     };
-    let listener = listener.tap_io(|tcp| {
-        // Small SSE frames must not wait for Nagle plus delayed ACK.
-        if let Err(e) = tcp.set_nodelay(true) {
-            warn!(error = %e, "could not set TCP_NODELAY");
-        }
-    });
     info!(
         listen = %config.listen,
         database = %redact_url(&config.database_url),
@@ -213,36 +232,23 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
         "gateway serving"
     );
 
+    rt.tasks.spawn(Arc::clone(&auth).watch_revocations(shutdown.clone()));
     rt.tasks.spawn(gateway_a2a::run_push_deliveries(a2a));
     rt.tasks.spawn(watch_signals(shutdown.clone()));
-    let server = axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-    rt.tasks.spawn(serve_http(server.into_future(), shutdown.clone()));
+    rt.tasks.spawn(crate::listen::serve(
+        listener,
+        app,
+        config.http.clone(),
+        fd_limit,
+        shutdown.clone(),
+        CONNECTIONS_GRACE,
+    ));
 
     shutdown.cancelled().await;
     info!("shutting down: no new claims, finishing or releasing running turns");
     rt.stop().await;
     info!("stopped");
     Ok(())
-}
-
-/// Serves HTTP until the shutdown signal, then lets open connections finish (SSE streams and
-/// WebSockets end with the signal too). A connection still open [`CONNECTIONS_GRACE`] after
-/// the signal (a client still sending a request body) is not waited for: the process exits
-/// without it, after the store has refused its remaining queries.
-async fn serve_http(server: impl Future<Output = std::io::Result<()>>, shutdown: CancellationToken) {
-    let grace_over = async {
-        shutdown.cancelled().await;
-        tokio::time::sleep(CONNECTIONS_GRACE).await;
-    };
-    tokio::select! {
-        ended = server => {
-            if let Err(e) = ended {
-                warn!(error = %e, "HTTP server ended with an error");
-            }
-        }
-        _ = grace_over => warn!("open connections did not close within {CONNECTIONS_GRACE:?}; exiting without them"),
-    }
 }
 
 /// `gateway acp`: one editor on stdin/stdout; the process runs its own Workers.

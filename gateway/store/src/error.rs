@@ -30,6 +30,11 @@ pub enum StoreError {
     #[error("database unavailable: {0}")]
     Unavailable(String),
 
+    /// A value given to be stored is one the store refuses on every engine (text holding
+    /// U+0000): the caller's input is invalid.
+    #[error("{0}")]
+    Unstorable(String),
+
     /// A stored value could not be decoded: a bug or a manual edit, never a client error.
     #[error("corrupt row: {0}")]
     Corrupt(String),
@@ -101,6 +106,7 @@ impl From<crate::sql::conn::DbError> for StoreError {
         match e.kind {
             DbErrorKind::Unavailable => StoreError::Unavailable(e.message),
             DbErrorKind::Decode => StoreError::Corrupt(e.message),
+            DbErrorKind::Unstorable => StoreError::Unstorable(e.message),
             DbErrorKind::UniqueViolation | DbErrorKind::LockTimeout | DbErrorKind::Other => {
                 StoreError::Database(e.message)
             }

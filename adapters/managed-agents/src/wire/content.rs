@@ -61,7 +61,7 @@ pub fn blocks_in(blocks: Vec<BlockIn>, allow_search: bool) -> Result<Vec<Content
         .into_iter()
         .map(|b| match b {
             BlockIn::Text { text } => Ok(ContentBlock::Text { text }),
-            BlockIn::Image { source } => Ok(ContentBlock::Image { source: image_source_in(source) }),
+            BlockIn::Image { source } => Ok(ContentBlock::Image { source: image_source_in(source)? }),
             BlockIn::Document { source, title, context } => {
                 Ok(ContentBlock::Document { source: document_source_in(source)?, title, context })
             }
@@ -76,17 +76,21 @@ pub fn blocks_in(blocks: Vec<BlockIn>, allow_search: bool) -> Result<Vec<Content
         .collect()
 }
 
-fn image_source_in(s: ImageSourceIn) -> MediaSource {
-    match s {
-        ImageSourceIn::Base64 { media_type, data } => MediaSource::Base64 { media_type, data },
+fn image_source_in(s: ImageSourceIn) -> Result<MediaSource, ApiError> {
+    Ok(match s {
+        ImageSourceIn::Base64 { media_type, data } => base64_source(media_type, data)?,
         ImageSourceIn::Url { url } => MediaSource::Url { url },
         ImageSourceIn::File { file_id } => MediaSource::File { file_id },
-    }
+    })
+}
+
+fn base64_source(media_type: String, data: String) -> Result<MediaSource, ApiError> {
+    MediaSource::base64(media_type, data).map_err(|e| ApiError::invalid(e.to_string()))
 }
 
 fn document_source_in(s: DocumentSourceIn) -> Result<MediaSource, ApiError> {
     Ok(match s {
-        DocumentSourceIn::Base64 { media_type, data } => MediaSource::Base64 { media_type, data },
+        DocumentSourceIn::Base64 { media_type, data } => base64_source(media_type, data)?,
         DocumentSourceIn::Url { url } => MediaSource::Url { url },
         DocumentSourceIn::File { file_id } => MediaSource::File { file_id },
         DocumentSourceIn::Text { media_type, data } => {

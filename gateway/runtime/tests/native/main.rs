@@ -321,6 +321,33 @@ async fn idle_environments_hibernate_and_wake_with_their_files() {
     pool.shutdown().await;
 }
 
+/// At most `max_live` environments stay live: realizing a third of two hibernates the least
+/// recently used idle one (its files kept, its shell stopped), whose next turn wakes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn live_environments_are_capped_by_hibernating_the_least_recently_used() {
+    let config = gateway_runtime::EnvironmentsConfig { max_live: 2, ..Default::default() };
+    let n = harness::native_configured(config).await;
+    let pool = n.workers(0);
+    let mut sessions = Vec::new();
+    for i in 0..3 {
+        let s = n
+            .session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "local"), vec![])
+            .await
+            .unwrap();
+        n.turn(&s, &format!(r#"tool:bash {{"command": "echo {i} > mine; echo ok"}}"#)).await;
+        // The lease of the turn's Hand is given back by a task: let it run before the next.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        sessions.push(s);
+    }
+    let states = [n.state(&sessions[0]).await, n.state(&sessions[1]).await, n.state(&sessions[2]).await];
+    assert_eq!(states, [EnvironmentState::Hibernated, EnvironmentState::Realized, EnvironmentState::Realized]);
+    let es = n.turn(&sessions[0], r#"tool:bash {"command": "cat mine"}"#).await;
+    assert_eq!(tool_results(&es), vec![("0\n".to_owned(), false)], "its files were kept");
+    assert_eq!(n.state(&sessions[0]).await, EnvironmentState::Realized);
+    assert_eq!(n.state(&sessions[1]).await, EnvironmentState::Hibernated, "now the least recently used");
+    pool.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn model_failures_are_rescheduled_then_end_with_a_typed_error() {
     let stub = gateway_models::stub::StubServer::start().await;

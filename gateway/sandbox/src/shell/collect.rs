@@ -1,6 +1,8 @@
 //! Splitting a shell's output stream into "what the command printed" and the sentinel line
 //! that ends it, with the output cap applied as bytes arrive.
 
+use crate::text::capped_text;
+
 /// Collects one command's output until the sentinel `\n<token>:<status>\n`.
 ///
 /// Memory stays bounded: at most `cap` bytes are kept, plus a tail shorter than the sentinel
@@ -63,9 +65,11 @@ impl Collector {
         self.dropped += bytes.len() - take;
     }
 
-    /// The kept output as text (invalid UTF-8 replaced) and how many bytes were dropped.
+    /// The kept output as text within the cap ([`capped_text`]) and how many bytes were
+    /// dropped.
     pub fn into_parts(self) -> (String, usize) {
-        (String::from_utf8_lossy(&self.kept).into_owned(), self.dropped)
+        let (text, cut) = capped_text(&self.kept, self.cap);
+        (text, self.dropped + cut)
     }
 }
 
@@ -107,6 +111,16 @@ mod tests {
         assert_eq!(c.feed(b"abcdefgh"), None);
         assert_eq!(c.feed(b"ij\nTK:1\n"), Some(1));
         assert_eq!(c.into_parts(), ("abcd".to_owned(), 6));
+    }
+
+    #[test]
+    fn binary_output_is_capped_as_the_text_a_client_receives() {
+        let mut c = Collector::new("TK", 1000);
+        assert_eq!(c.feed(&[0x80; 1000]), None);
+        assert_eq!(c.feed(b"\nTK:0\n"), Some(0));
+        let (text, dropped) = c.into_parts();
+        assert!(serde_json::to_string(&text).unwrap().len() <= 1002, "{} bytes as JSON", text.len());
+        assert_eq!(dropped, 2001, "1000 bytes became 3000 of text; 333 characters (999 bytes) were kept");
     }
 
     #[test]

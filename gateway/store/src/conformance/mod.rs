@@ -57,6 +57,7 @@ macro_rules! conformance_suite {
             catalog::environments_crud_and_delete_guard,
             catalog::api_keys_are_found_by_hash_until_revoked,
             sessions::creation_needs_a_live_environment,
+            sessions::text_holding_nul_is_refused_alike_and_writes_nothing,
             sessions::initial_inputs_start_a_run,
             sessions::lists_filter_and_paginate_both_ways,
             sessions::archive_and_delete_are_refused_while_running,

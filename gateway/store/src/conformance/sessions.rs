@@ -30,6 +30,27 @@ pub async fn creation_needs_a_live_environment(h: &dyn Harness) {
     assert_eq!(got, live);
 }
 
+/// U+0000 in a text column (a session's title) is the caller's error on both engines, and
+/// nothing of the refused write remains; inside a message, which is stored as JSON text
+/// with the character escaped, it is kept.
+pub async fn text_holding_nul_is_refused_alike_and_writes_nothing(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let live = session(&s).await;
+    let mut titled = new_session(live.environment_id.clone(), live.snapshot.clone(), vec![msg("hi")]);
+    titled.title = Some("a\0b".into());
+    let id = titled.id.clone();
+    assert!(matches!(s.create_session(titled).await, Err(StoreError::Unstorable(_))));
+    assert!(matches!(s.get_session(&id).await, Err(StoreError::NotFound { .. })), "nothing was written");
+    let kept = session_with(&s, vec![msg("nul \0 inside")]).await;
+    let log = s.events_after(&kept.id, 0, 10).await.unwrap();
+    assert!(
+        matches!(&log[0].payload, EventPayload::UserMessage { content }
+            if matches!(&content[0], gateway_core::content::ContentBlock::Text { text } if text == "nul \0 inside")),
+        "{:?}",
+        log[0].payload
+    );
+}
+
 pub async fn initial_inputs_start_a_run(h: &dyn Harness) {
     let s = h.fresh().await;
     let sess = session_with(&s, vec![msg("hello"), msg("again")]).await;

@@ -34,6 +34,8 @@ pub enum DbErrorKind {
     Unavailable,
     /// A value could not be decoded into the type asked for.
     Decode,
+    /// An argument neither engine can store alike ([`Query::check_storable`]).
+    Unstorable,
     Other,
 }
 
@@ -150,6 +152,17 @@ impl<'q> Query<'q> {
     pub fn bind(mut self, arg: impl Into<Arg<'q>>) -> Self {
         self.args.push(arg.into());
         self
+    }
+
+    /// Refuses text holding U+0000 before either engine sees it: PostgreSQL cannot store it
+    /// in a text column (the request failed as a database error) while SQLite kept it, so one
+    /// request was answered two ways. Both engines call this first, for every statement.
+    /// (JSON documents are stored as text with the character escaped, so they never hold it.)
+    pub fn check_storable(&self) -> Result<(), DbError> {
+        if self.args.iter().any(|a| matches!(a, Arg::Text(Some(t)) if t.contains('\0'))) {
+            return Err(DbError::new(DbErrorKind::Unstorable, "text must not contain the character U+0000 (NUL)"));
+        }
+        Ok(())
     }
 
     /// Runs the statement; how many rows it changed.

@@ -237,11 +237,13 @@ impl Row for PgRowRef<'_> {
 
 impl Conn for PgConnection {
     async fn execute<'q>(&mut self, query: Query<'q>) -> std::result::Result<u64, DbError> {
+        query.check_storable()?;
         let done = statement(&query).execute(&mut *self).await.map_err(pg_error)?;
         Ok(done.rows_affected())
     }
 
     async fn fetch<'q, R: FromRow>(&mut self, query: Query<'q>, limit: usize) -> std::result::Result<Vec<R>, DbError> {
+        query.check_storable()?;
         let rows = if limit == 1 {
             statement(&query).fetch_optional(&mut *self).await.map_err(pg_error)?.into_iter().collect()
         } else {

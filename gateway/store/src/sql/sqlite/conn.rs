@@ -122,6 +122,7 @@ impl Row for LiteRow<'_, '_> {
 }
 
 fn run_execute(conn: &Connection, query: &Query<'_>) -> Result<u64, DbError> {
+    query.check_storable()?;
     let mut statement = conn.prepare_cached(query.sql).map_err(db_error)?;
     bind(&mut statement, &query.args)?;
     // Stepped to the end whether or not it returns rows (a RETURNING clause run for its effect).
@@ -133,6 +134,7 @@ fn run_execute(conn: &Connection, query: &Query<'_>) -> Result<u64, DbError> {
 /// Decodes up to `limit` rows. Stopping early is safe for writes: SQLite applies a statement's
 /// whole change on its first step, RETURNING or not.
 fn run_fetch<R: FromRow>(conn: &Connection, query: &Query<'_>, limit: usize) -> Result<Vec<R>, DbError> {
+    query.check_storable()?;
     let mut statement = conn.prepare_cached(query.sql).map_err(db_error)?;
     bind(&mut statement, &query.args)?;
     let mut rows = statement.raw_query();

@@ -12,6 +12,10 @@ use gateway_runtime::files::FilesConfig;
 use gateway_runtime::{AdmissionLimits, EnvironmentsConfig, NativeConfig, WorkerConfig};
 use serde::{Deserialize, Serialize};
 
+use crate::listen::HttpLimits;
+
+mod strict;
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Config {
@@ -67,6 +71,8 @@ pub struct Config {
     pub allow_private_webhook_targets: bool,
     /// `[webhook_delivery]`: retry pacing.
     pub webhook_delivery: WebhookDelivery,
+    /// `[http]`: deadlines and connection caps of the HTTP server.
+    pub http: HttpLimits,
 }
 
 impl Default for Config {
@@ -99,6 +105,7 @@ impl Default for Config {
             webhooks: Vec::new(),
             allow_private_webhook_targets: false,
             webhook_delivery: WebhookDelivery::default(),
+            http: HttpLimits::default(),
         }
     }
 }
@@ -252,8 +259,14 @@ impl Config {
             }
             fig = fig.merge(Toml::file(path));
         }
-        fig = fig.merge(Env::prefixed("GATEWAY_").ignore(&NOT_CONFIG).split("__"));
+        let env = Env::prefixed("GATEWAY_").ignore(&NOT_CONFIG).split("__");
+        fig = fig.merge(env.clone());
         let config: Config = fig.extract().map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let unknown = strict::unknown_keys(file, &env);
+        if !unknown.is_empty() {
+            let all: Vec<String> = unknown.iter().map(ToString::to_string).collect();
+            return Err(ConfigError::Invalid(all.join("; ")));
+        }
         config.validate()?;
         Ok(config)
     }
@@ -460,6 +473,57 @@ mod tests {
             assert_eq!((c.workers.retry.max_retries, c.workers.poll, c.workers.lease), (8, ms(300), secs(11)));
             assert_eq!((c.environments.limits.output_cap, c.environments.limits.wall_clock), (6000, secs(31)));
             assert_eq!((c.native.max_tokens, c.anthropic.request_timeout_secs), (101, 10));
+            Ok(())
+        });
+    }
+
+    /// A misspelt key or section refuses the start, naming the key and the nearest known one,
+    /// from the file and from nested `GATEWAY_*` variables; every key spelt right (tables keyed
+    /// by the operator's names included) still loads.
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's own test harness signature
+    fn an_unknown_key_refuses_the_start_naming_the_nearest_known_one() {
+        figment::Jail::expect_with(|jail| {
+            let refused = |file: &str| Config::load(Some(Path::new(file))).expect_err(file).to_string();
+            jail.create_file("section.toml", "[workres]\nmax_turns = 2\n")?;
+            assert_eq!(
+                refused("section.toml"),
+                "invalid configuration: unknown configuration key `workres` (the nearest known key is `workers`)"
+            );
+            jail.create_file(
+                "nested.toml",
+                "[workers]\nmax_turn = 2\n[agents.helper]\nbackned = \"native\"\n\
+                 [[webhooks]]\nurl = \"https://h/\"\nsecret = \"whsec_x\"\nevent_type = []\n",
+            )?;
+            let e = refused("nested.toml");
+            for expected in [
+                "`workers.max_turn` (the nearest known key is `workers.max_turns`)",
+                "`agents.helper.backned` (the nearest known key is `agents.helper.backend`)",
+                "`webhooks[0].event_type` (the nearest known key is `webhooks[0].event_types`)",
+            ] {
+                assert!(e.contains(expected), "{expected} in {e}");
+            }
+
+            jail.create_file(
+                "good.toml",
+                "listen = \"127.0.0.1:9\"\n[workers]\nmax_turns = 2\nmax_retries = 1\n\
+                 [environments]\noutput_cap_bytes = 10\nidle_secs = 5\n\
+                 [agents.helper]\nbackend = \"acp:x\"\nallow = [\"read\"]\n\
+                 [executors.acp.x]\ncommand = \"agent\"\nenv = { ANY_NAME = \"v\" }\n\
+                 [remotes.a2a.r]\nurl = \"http://r/\"\n\
+                 [[webhooks]]\nurl = \"https://h/\"\nsecret = \"whsec_x\"\n",
+            )?;
+            Config::load(Some(Path::new("good.toml"))).map_err(|e| e.to_string())?;
+
+            jail.set_env("GATEWAY_URL", "http://client-side/");
+            jail.set_env("GATEWAY_API_KEY", "not configuration");
+            Config::load(None).map_err(|e| e.to_string())?;
+            jail.set_env("GATEWAY_WORKERS__MAX_TURN", "3");
+            assert_eq!(
+                Config::load(None).expect_err("nested variable").to_string(),
+                "invalid configuration: unknown configuration key `GATEWAY_WORKERS__MAX_TURN` \
+                 (the nearest known key is `GATEWAY_WORKERS__MAX_TURNS`)"
+            );
             Ok(())
         });
     }
