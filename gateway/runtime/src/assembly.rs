@@ -100,6 +100,7 @@ impl Runtime {
         backends: BackendRegistry,
     ) -> Self {
         let RuntimeConfig { instance, workers, coordinator: options, offer } = config;
+        let subscription_poll = options.subscription_poll;
         let previews = PreviewBus::default();
         let metrics = Arc::new(Metrics::default());
         let executors = Arc::new(Executors::new(Arc::clone(&store), environments.config().executors()));
@@ -111,6 +112,11 @@ impl Runtime {
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         tasks.spawn(Arc::clone(&executors).sweep(shutdown.child_token()));
+        tasks.spawn(crate::subscription::poll_session_tips(
+            Arc::clone(&store),
+            subscription_poll,
+            shutdown.child_token(),
+        ));
         tasks.spawn(Arc::clone(&environments).maintain(Arc::clone(&store), shutdown.child_token()));
         tasks.spawn(crate::files::sweep_abandoned_uploads(Arc::clone(&store) as _, shutdown.child_token()));
         tasks.spawn(Arc::clone(coordinator.load()).measure_lag(shutdown.child_token()));

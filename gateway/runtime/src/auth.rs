@@ -27,7 +27,7 @@ use tokio::sync::{Mutex, watch};
 use tokio_util::sync::CancellationToken;
 
 /// Who a request was authenticated as.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Principal {
     /// No keys exist and the request is a local program's (see [`Caller`]).
     Loopback,

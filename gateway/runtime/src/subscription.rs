@@ -5,10 +5,12 @@
 //! the last seq delivered; wake-ups only decide *when* to read again, never *what* is
 //! delivered. A missed wake-up delays delivery by at most one poll interval (invariant 3).
 //!
-//! With wake-ups on, a subscription polls [`HINTED_POLL_FACTOR`] times less often: hints reach
-//! it on every commit (and every waiter is woken after a lost PostgreSQL listener connection),
-//! so the poll is only the safety net, and thousands of idle subscribers must not each read
-//! the store twice a second.
+//! The poll is the process's, not each subscription's ([`poll_session_tips`]): one read of the
+//! last seq of every watched session per interval, delivered to the session's watch when it
+//! moved. A subscription reads the store only when its watch says the log moved past what it
+//! delivered, so thousands of idle subscribers cost one small read per interval in all, and a
+//! commit costs one read per subscriber (none for one this process made: its batch is shared
+//! in memory).
 //!
 //! Previews are merged by position: each carries the seq of the last event its run had
 //! committed when it was published, and is delivered right after that event and before the
@@ -25,7 +27,6 @@ use gateway_core::event::{Event, EventKind};
 use gateway_core::{EventId, SessionId};
 use gateway_store::{Store, Tip};
 use tokio::sync::{broadcast, watch};
-use tokio::time::Instant;
 
 use crate::error::RuntimeError;
 use crate::metrics::Metrics;
@@ -48,8 +49,8 @@ pub struct SubscribeOptions {
     pub poll: Option<Duration>,
 }
 
-/// How much longer the poll interval is when wake-ups are on (see the module doc).
-pub const HINTED_POLL_FACTOR: u32 = 10;
+/// Most sessions asked about in one read of [`poll_session_tips`].
+const TIPS_PER_READ: usize = 500;
 
 /// How many committed ids with previews a subscription remembers, to drop late previews.
 const CLOSED_MEMORY: usize = 256;
@@ -59,6 +60,7 @@ struct State {
     store: Arc<dyn Store>,
     session: SessionId,
     last_seq: u64,
+    /// Only for a watch whose hub channel is gone (not expected): read again after this long.
     poll: Duration,
     buffer: VecDeque<Event>,
     watch: watch::Receiver<Tip>,
@@ -70,7 +72,6 @@ struct State {
     /// Recently committed ids that had previews: later previews for them are stale.
     closed: VecDeque<EventId>,
     need_read: bool,
-    next_poll: Instant,
     ended: bool,
     _open: OpenGauge,
 }
@@ -165,7 +166,6 @@ pub(crate) fn subscribe(
     metrics.subscriptions_open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let watch = store.wakeups().watch_session(&session);
     let poll = options.poll.unwrap_or(Duration::from_millis(500));
-    let poll = if store.wakeups().enabled() { poll * HINTED_POLL_FACTOR } else { poll };
     let previews = options.previews.then(|| bus.subscribe(&session));
     let state = State {
         store,
@@ -179,7 +179,6 @@ pub(crate) fn subscribe(
         open: HashSet::new(),
         closed: VecDeque::new(),
         need_read: true,
-        next_poll: Instant::now(),
         ended: false,
         _open: OpenGauge(metrics),
     };
@@ -212,7 +211,6 @@ pub(crate) fn subscribe(
                 // Mark the watch as seen *before* reading, so a commit that lands after this
                 // read changes it again and wakes the wait below.
                 let tip = st.watch.borrow_and_update().clone();
-                st.next_poll = Instant::now() + st.poll;
                 // A batch this process just committed, contiguous with what was delivered:
                 // take it from memory instead of the store.
                 if let Some(batch) = tip.batch.filter(|b| {
@@ -244,10 +242,13 @@ pub(crate) fn subscribe(
             tokio::select! {
                 changed = st.watch.changed() => {
                     if changed.is_err() {
-                        // The hub dropped this session's channel: fall back to the poll timer.
-                        tokio::time::sleep_until(st.next_poll).await;
+                        // The hub dropped this session's channel: poll on this stream's own.
+                        tokio::time::sleep(st.poll).await;
+                        st.need_read = true;
+                    } else {
+                        // Only a log that moved past what was delivered is worth a read.
+                        st.need_read = st.watch.borrow().seq > st.last_seq;
                     }
-                    st.need_read = true;
                 }
                 p = preview => match p {
                     Ok(placed) => st.pending.push_back(placed),
@@ -255,8 +256,32 @@ pub(crate) fn subscribe(
                     Err(broadcast::error::RecvError::Lagged(_)) => {}
                     Err(broadcast::error::RecvError::Closed) => st.previews = None,
                 },
-                _ = tokio::time::sleep_until(st.next_poll) => st.need_read = true,
             }
         }
     })
+}
+
+/// The process's subscription poll: every `every`, one read of the last seq of every session
+/// a subscription of this process watches (in reads of at most [`TIPS_PER_READ`]), delivered
+/// to the watches of those that moved. Hints usually come first; this bounds how late a
+/// missed or disabled one makes a subscriber (invariant 3). Runs until `stop`.
+pub async fn poll_session_tips(store: Arc<dyn Store>, every: Duration, stop: tokio_util::sync::CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.cancelled() => return,
+        }
+        let watched = store.wakeups().watched_sessions();
+        for chunk in watched.chunks(TIPS_PER_READ) {
+            let ids: Vec<SessionId> = chunk.iter().map(|(id, _)| id.clone()).collect();
+            match store.session_tips(&ids).await {
+                Ok(tips) => {
+                    for (session, seq) in tips {
+                        store.wakeups().deliver_polled(&session, seq);
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "subscription poll failed; trying again next interval"),
+            }
+        }
+    }
 }

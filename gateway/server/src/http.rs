@@ -9,8 +9,9 @@
 //!
 //! [`authorize_operator`]: gateway_runtime::auth::Authenticator::authorize_operator
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -22,7 +23,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use futures::StreamExt;
 use gateway_runtime::Coordinator;
-use gateway_runtime::auth::Authenticator;
+use gateway_runtime::auth::{Authenticator, Principal};
 use serde_json::json;
 
 #[derive(Clone)]
@@ -37,6 +38,7 @@ pub fn router(
     managed_agents: gateway_managed_agents::ManagedAgents,
     a2a: gateway_a2a::A2aContext,
     acp: Option<gateway_acp::AcpContext>,
+    max_streams_per_key: usize,
 ) -> Router {
     let metrics = Router::new()
         .route("/metrics", get(metrics))
@@ -52,24 +54,89 @@ pub fn router(
     if let Some(acp) = acp {
         app = app.merge(gateway_acp::router(acp));
     }
-    app.layer(middleware::from_fn_with_state(auth, end_streams_at_revocation))
+    let streams = Arc::new(Streams { auth, per_key: max_streams_per_key, open: Mutex::default() });
+    app.layer(middleware::from_fn_with_state(streams, govern_streams))
 }
 
-/// An event stream opened with an API key ends when that key is revoked, whichever face
-/// served it: the faces authorised it when it opened, and a revoked key must not keep
-/// reading a session for as long as its connection lasts.
-async fn end_streams_at_revocation(State(auth): State<Arc<Authenticator>>, req: Request, next: Next) -> Response {
+/// The event streams open in this process, by the key that opened them.
+struct Streams {
+    auth: Arc<Authenticator>,
+    per_key: usize,
+    open: Mutex<HashMap<Principal, usize>>,
+}
+
+/// One open stream's place among its key's; given back when the stream ends.
+struct StreamPlace {
+    streams: Arc<Streams>,
+    principal: Principal,
+}
+
+impl Drop for StreamPlace {
+    fn drop(&mut self) {
+        let mut open = self.streams.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.principal) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.principal);
+            }
+        }
+    }
+}
+
+/// Every event stream, whichever face served it, is held to two rules the faces authorised
+/// it under when it opened:
+/// - one key holds at most `http.max_streams_per_key` open streams (keyless local clients
+///   count as one key); past it the stream is refused `429` with `retry-after`, so one
+///   client cannot hold every subscription the process can serve;
+/// - a stream opened with a key ends when that key is revoked: a revoked key must not keep
+///   reading a session for as long as its connection lasts.
+async fn govern_streams(State(streams): State<Arc<Streams>>, req: Request, next: Next) -> Response {
     let secret = gateway_runtime::auth::presented_key_in(req.headers()).map(str::to_owned);
     let response = next.run(req).await;
-    let streams = response
+    let is_stream = response
         .headers()
         .get(axum::http::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-    let Some(secret) = secret.filter(|_| streams) else { return response };
-    let Ok(principal) = auth.principal_of(&secret).await else { return response };
-    let revoked = auth.until_revoked(&principal);
+    if !is_stream {
+        return response;
+    }
+    let principal = match &secret {
+        Some(secret) => match streams.auth.principal_of(secret).await {
+            Ok(p) => p,
+            // Keyless: whatever a local client presents, it was served as one.
+            Err(_) => Principal::Loopback,
+        },
+        None => Principal::Loopback,
+    };
+    let place = {
+        let mut open = streams.open.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(principal.clone()).or_insert(0);
+        if *n >= streams.per_key {
+            drop(open);
+            tracing::warn!(limit = streams.per_key, "event stream refused: too many open for one key");
+            return too_many_streams(streams.per_key);
+        }
+        *n += 1;
+        StreamPlace { streams: Arc::clone(&streams), principal: principal.clone() }
+    };
+    let revoked = streams.auth.until_revoked(&principal);
     let (parts, body) = response.into_parts();
-    Response::from_parts(parts, Body::from_stream(body.into_data_stream().take_until(revoked)))
+    let body = body.into_data_stream().take_until(revoked).map(move |chunk| {
+        let _held = &place;
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(body))
+}
+
+/// `429` with a retry hint, in the error shape of the Managed Agents API (the face most
+/// streams come from; the others' clients read the status).
+fn too_many_streams(limit: usize) -> Response {
+    let body = json!({"type": "error", "error": {"type": "rate_limit_error", "message": format!(
+        "this key has {limit} event streams open, the most one key may hold; close one or retry later"
+    )}});
+    let mut refused = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
+    refused.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+    refused
 }
 
 /// Liveness: the process answers.

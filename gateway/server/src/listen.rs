@@ -52,6 +52,9 @@ pub struct HttpLimits {
     pub max_connections_per_peer: usize,
     /// Open connections in all; default half the process's file descriptor limit.
     pub max_connections: Option<usize>,
+    /// Event streams (SSE, any face) one key may hold open at once; keyless local clients
+    /// count as one key. Enforced by the router (`http::govern_streams`).
+    pub max_streams_per_key: usize,
 }
 
 impl Default for HttpLimits {
@@ -61,6 +64,7 @@ impl Default for HttpLimits {
             body_idle_timeout: Duration::from_secs(30),
             max_connections_per_peer: 1024,
             max_connections: None,
+            max_streams_per_key: 1000,
         }
     }
 }

@@ -213,6 +213,7 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
         managed_agents,
         a2a.clone(),
         acp,
+        config.http.max_streams_per_key,
     );
     let listener = match tokio::net::TcpListener::bind(&config.listen).await {
         Ok(l) => l,

@@ -161,6 +161,9 @@ pub trait EventLog: Send + Sync {
     /// Events with seq greater than `after`, ascending, at most `limit`: the subscription path.
     async fn events_after(&self, session: &SessionId, after: u64, limit: u32) -> Result<Vec<Event>>;
     async fn find_event(&self, session: &SessionId, id: &EventId) -> Result<Option<Event>>;
+    /// The seq of the last event of each of `sessions` that exists, in one read: what the
+    /// process-wide subscription poll asks about every watched session at once.
+    async fn session_tips(&self, sessions: &[SessionId]) -> Result<Vec<(SessionId, u64)>>;
 }
 
 /// Run dispatch with leases fenced by epochs (invariant 2).

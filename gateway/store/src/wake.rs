@@ -165,6 +165,28 @@ impl Wakeups {
                 .is_some_and(|tx| tx.receiver_count() > 0)
     }
 
+    /// The sessions someone in this process watches, with the seq each watch last learnt: what
+    /// the process-wide subscription poll asks the store about.
+    pub fn watched_sessions(&self) -> Vec<(SessionId, u64)> {
+        let map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        map.iter().filter(|(_, tx)| tx.receiver_count() > 0).map(|(id, tx)| (id.clone(), tx.borrow().seq)).collect()
+    }
+
+    /// Delivers a seq the store was polled for, enabled or not: the poll is the safety net
+    /// that makes a missed (or disabled) hint cost latency only (invariant 3).
+    pub fn deliver_polled(&self, session: &SessionId, seq: u64) {
+        let map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(tx) = map.get(session) {
+            tx.send_if_modified(|cur| {
+                let advanced = seq > cur.seq;
+                if advanced {
+                    *cur = Tip { seq, batch: None };
+                }
+                advanced
+            });
+        }
+    }
+
     /// Delivers a batch this process just committed (contiguous, ascending seqs).
     pub fn deliver_committed(&self, session: &SessionId, batch: Arc<[Event]>) {
         let Some(last) = batch.last().map(|e| e.seq) else { return };

@@ -6,7 +6,7 @@ use gateway_core::{EventId, SessionId};
 
 use super::{Engine, SqlStore, event_cols, events_from, query_as};
 use crate::EventLog;
-use crate::error::Result;
+use crate::error::{Result, StoreError};
 use crate::model::{EventFilter, Keyset, Page, PageRequest};
 use crate::rows::{EventRow, Scan, paginate};
 
@@ -49,6 +49,17 @@ impl<E: Engine> EventLog for SqlStore<E> {
         .fetch_all(&mut *self.reader().await?)
         .await?;
         events_from(rows)
+    }
+
+    async fn session_tips(&self, sessions: &[SessionId]) -> Result<Vec<(SessionId, u64)>> {
+        if sessions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = serde_json::to_string(&sessions.iter().map(SessionId::as_str).collect::<Vec<_>>())?;
+        let rows = query_as::<(String, i64)>(E::SESSION_TIPS).bind(ids).fetch_all(&mut *self.reader().await?).await?;
+        rows.into_iter()
+            .map(|(id, seq)| Ok((SessionId::parse(&id).map_err(StoreError::corrupt)?, seq as u64)))
+            .collect()
     }
 
     async fn find_event(&self, session: &SessionId, id: &EventId) -> Result<Option<Event>> {

@@ -98,6 +98,9 @@ pub trait Engine: Sized + Send + Sync + 'static {
     const LIST_SESSIONS_ASC: &'static str;
     const LIST_SESSIONS_DESC: &'static str;
     const LIST_EVENTS_ASC: &'static str;
+    /// `id, last_seq` of the sessions whose ids are in the JSON array `$1` (deleted ones too:
+    /// their last event is the deletion).
+    const SESSION_TIPS: &'static str;
     const LIST_EVENTS_DESC: &'static str;
     /// Picks due outbox deliveries (see `outbox.rs`).
     const CLAIM_DELIVERIES: &'static str;

@@ -67,6 +67,8 @@ impl Engine for Postgres {
         list_sessions_sql!("(SELECT json_array_elements_text($4::json))", ">", "ASC");
     const LIST_SESSIONS_DESC: &'static str =
         list_sessions_sql!("(SELECT json_array_elements_text($4::json))", "<", "DESC");
+    const SESSION_TIPS: &'static str =
+        "SELECT id, last_seq FROM sessions WHERE id IN (SELECT json_array_elements_text($1::json))";
     const LIST_EVENTS_ASC: &'static str = list_events_sql!("(SELECT json_array_elements_text($2::json))", ">", "ASC");
     const LIST_EVENTS_DESC: &'static str = list_events_sql!("(SELECT json_array_elements_text($2::json))", "<", "DESC");
     const CLAIM_DELIVERIES: &'static str = claim_deliveries_sql!(" FOR UPDATE OF o SKIP LOCKED");

@@ -64,12 +64,12 @@ fn q(s: &str) -> String {
 
 /// The configuration file: defaults everywhere but the addresses, the state locations, the
 /// published agents, a 1 s shutdown grace (it only shortens the bench's own stops) and no
-/// connection caps (every client of the bench comes from 127.0.0.1, as they would through a
+/// connection or stream caps (every client of the bench comes from 127.0.0.1, as they would through a
 /// proxy, and the idle-subscriber test holds 10,000 of them: the open files limit decides).
 pub fn config_toml(listen: &str, db: &Database, data_dir: &Path, publish: &Publish) -> String {
     let mut t = format!(
         "listen = {}\ndatabase_url = {}\ndata_dir = {}\n\n[workers]\nshutdown_grace_secs = 1\n\n\
-         [http]\nmax_connections_per_peer = 1000000\nmax_connections = 1000000\n",
+         [http]\nmax_connections_per_peer = 1000000\nmax_connections = 1000000\nmax_streams_per_key = 1000000\n",
         q(listen),
         q(&db.url),
         q(&data_dir.display().to_string())

@@ -73,6 +73,8 @@ impl Engine for Sqlite {
         claim_candidate_sql!("(SELECT value FROM json_each($1))", "(SELECT value FROM json_each($2))", "");
     const LIST_SESSIONS_ASC: &'static str = list_sessions_sql!("(SELECT value FROM json_each($4))", ">", "ASC");
     const LIST_SESSIONS_DESC: &'static str = list_sessions_sql!("(SELECT value FROM json_each($4))", "<", "DESC");
+    const SESSION_TIPS: &'static str =
+        "SELECT id, last_seq FROM sessions WHERE id IN (SELECT value FROM json_each($1))";
     const LIST_EVENTS_ASC: &'static str = list_events_sql!("(SELECT value FROM json_each($2))", ">", "ASC");
     const LIST_EVENTS_DESC: &'static str = list_events_sql!("(SELECT value FROM json_each($2))", "<", "DESC");
     const CLAIM_DELIVERIES: &'static str = claim_deliveries_sql!("");
