@@ -14,6 +14,9 @@ use gateway_runtime::error::Guard;
 use gateway_runtime::{Busy, RuntimeError};
 use serde_json::{Value, json};
 
+/// When a client refused for an unavailable database should try again.
+const UNAVAILABLE_RETRY_AFTER: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone)]
 pub struct ApiError {
     pub status: StatusCode,
@@ -169,11 +172,16 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::Busy(busy) => ApiError::busy(&busy),
             RuntimeError::Unavailable(m) => {
                 tracing::warn!(error = %m, "store unavailable");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "api_error",
-                    "the gateway's database is unavailable; retry later",
-                )
+                // A restarting database is back in seconds; without a hint the SDK backs off
+                // on its own schedule, with it every client retries at the same pace.
+                ApiError {
+                    retry_after: Some(UNAVAILABLE_RETRY_AFTER),
+                    ..ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "api_error",
+                        "the gateway's database is unavailable; retry later",
+                    )
+                }
             }
             RuntimeError::Internal(m) => {
                 tracing::error!(error = %m, "internal error");

@@ -200,6 +200,7 @@ pub(crate) fn pg_error(e: sqlx::Error) -> DbError {
     let kind = match &e {
         sqlx::Error::Database(d) if d.is_unique_violation() => DbErrorKind::UniqueViolation,
         sqlx::Error::Database(d) if d.code().as_deref() == Some("55P03") => DbErrorKind::LockTimeout,
+        sqlx::Error::Database(d) if d.code().as_deref().is_some_and(server_unavailable) => DbErrorKind::Unavailable,
         sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => {
             DbErrorKind::Unavailable
         }
@@ -209,6 +210,15 @@ pub(crate) fn pg_error(e: sqlx::Error) -> DbError {
         _ => DbErrorKind::Other,
     };
     DbError::new(kind, e.to_string())
+}
+
+/// Whether a SQLSTATE says the server, not the statement, failed: it is shutting down or
+/// restarting (`57P01`-`57P03`, sent to every session by `pg_ctl stop -m fast|immediate` and
+/// while it recovers), the connection broke (class `08`), or it ran out of resources
+/// (class `53`: disk full, too many connections). Such a statement may succeed once the
+/// server is back, so the client is told to retry (503), not that the gateway failed (500).
+fn server_unavailable(sqlstate: &str) -> bool {
+    sqlstate.starts_with("08") || sqlstate.starts_with("53") || matches!(sqlstate, "57P01" | "57P02" | "57P03")
 }
 
 /// The sqlx statement of a [`Query`], its arguments bound in order.
@@ -298,6 +308,9 @@ impl PgStore {
     }
 }
 
+/// How long readiness waits for the database: an answer slower than this is no answer.
+const PING_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Forwards NOTIFY payloads to the local hub. After a lost connection (which the listener
 /// re-establishes by itself) hints may have been missed, so every local waiter is woken to
 /// re-check; polling would find the work anyway, this only saves latency.
@@ -322,9 +335,15 @@ async fn listen(mut listener: PgListener, wake: Arc<Wakeups>, stop: Cancellation
 
 #[async_trait]
 impl Store for PgStore {
+    /// Answers within [`PING_DEADLINE`]: a pool that cannot connect retries until its
+    /// acquire timeout (seconds), and a load balancer must hear "not ready" well before that.
     async fn ping(&self) -> Result<()> {
-        super::query("SELECT 1").execute(&mut *self.reader().await?).await?;
-        Ok(())
+        let ping =
+            async { super::query("SELECT 1").execute(&mut *self.reader().await?).await.map_err(StoreError::from) };
+        match tokio::time::timeout(PING_DEADLINE, ping).await {
+            Ok(answered) => answered.map(|_| ()),
+            Err(_) => Err(StoreError::Unavailable(format!("no answer within {PING_DEADLINE:?}"))),
+        }
     }
 
     async fn sync(&self) -> Result<()> {
@@ -351,5 +370,30 @@ impl Store for PgStore {
 
     fn engine(&self) -> &'static str {
         Postgres::NAME
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::server_unavailable;
+
+    #[test]
+    fn server_side_failures_are_unavailable_and_statement_failures_are_not() {
+        let table = [
+            ("57P01", true, "admin_shutdown: pg_ctl stop -m fast|immediate"),
+            ("57P02", true, "crash_shutdown"),
+            ("57P03", true, "cannot_connect_now: starting up or recovering"),
+            ("08006", true, "connection_failure"),
+            ("08000", true, "connection_exception"),
+            ("53100", true, "disk_full"),
+            ("53300", true, "too_many_connections"),
+            ("57014", false, "query_canceled: a statement timeout is the statement's"),
+            ("23505", false, "unique_violation"),
+            ("22021", false, "character_not_in_repertoire (a NUL in text)"),
+            ("42P01", false, "undefined_table: a bug"),
+        ];
+        for (code, want, why) in table {
+            assert_eq!(server_unavailable(code), want, "{code}: {why}");
+        }
     }
 }

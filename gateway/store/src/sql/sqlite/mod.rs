@@ -196,10 +196,12 @@ fn private_files(db: &Path) -> Result<()> {
 
 #[async_trait]
 impl Store for SqliteStore {
+    /// Ready when the database reads and writes: a full disk still reads.
     async fn ping(&self) -> Result<()> {
         let mut reader = self.reader().await?;
         super::query("SELECT 1").execute(&mut *reader).await?;
-        Ok(())
+        drop(reader);
+        self.db.writer.health().await
     }
 
     async fn sync(&self) -> Result<()> {

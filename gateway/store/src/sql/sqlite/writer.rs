@@ -16,6 +16,9 @@
 //! batch fails: none was acknowledged. A statement error that made SQLite roll back the whole
 //! transaction (disk full, I/O error) is found when its savepoint cannot be rolled back, and
 //! fails the whole batch the same way.
+//!
+//! A failed commit also marks the writer as failing ([`Writer::health`]) until a commit
+//! succeeds: reads still work on a full disk, so readiness must ask the writer, not a reader.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
@@ -39,6 +42,14 @@ pub(crate) struct Batch {
     waiting: Vec<(Hints, oneshot::Sender<Result<()>>)>,
     /// Asks the committer to run (see `Drop for WriteTx`).
     ask: mpsc::Sender<Ask>,
+    failing: Failing,
+}
+
+/// Why the last batch failed to commit, until one commits: the writer's health.
+type Failing = Arc<std::sync::Mutex<Option<String>>>;
+
+fn set_failing(failing: &Failing, why: Option<String>) {
+    *failing.lock().unwrap_or_else(|p| p.into_inner()) = why;
 }
 
 /// What the committer thread is asked to do.
@@ -56,6 +67,7 @@ pub(crate) struct Writer {
     /// (`lateness`). Under load it is the queue in front of the writer plus the batch's
     /// commit; alone, a few statements and one fsync.
     wait: Arc<Lateness>,
+    failing: Failing,
 }
 
 /// One logical write: a savepoint in the shared batch. Derefs to the connection its
@@ -96,8 +108,15 @@ impl Writer {
     /// A writer on `conn`, with its committer thread (stopped by [`Writer::stop`]).
     pub(crate) fn start(conn: Connection, wake: Arc<Wakeups>) -> Result<Self> {
         let (ask, asks) = mpsc::channel();
-        let batch =
-            Arc::new(Mutex::new(Batch { conn, open: false, dirty: false, waiting: Vec::new(), ask: ask.clone() }));
+        let failing = Failing::default();
+        let batch = Arc::new(Mutex::new(Batch {
+            conn,
+            open: false,
+            dirty: false,
+            waiting: Vec::new(),
+            ask: ask.clone(),
+            failing: Arc::clone(&failing),
+        }));
         let committer = {
             let batch = Arc::clone(&batch);
             std::thread::Builder::new()
@@ -105,7 +124,7 @@ impl Writer {
                 .spawn(move || commit_batches(&batch, &asks, &wake))
                 .map_err(|e| StoreError::Unavailable(format!("cannot start the SQLite committer: {e}")))?
         };
-        Ok(Self { batch, ask, committer: std::sync::Mutex::new(Some(committer)), wait: Default::default() })
+        Ok(Self { batch, ask, committer: std::sync::Mutex::new(Some(committer)), wait: Default::default(), failing })
     }
 
     fn ask(&self, what: Ask) {
@@ -154,6 +173,22 @@ impl Writer {
     /// write still waiting if that is longer (zero when no write happened lately).
     pub(crate) fn lateness(&self) -> std::time::Duration {
         self.wait.now()
+    }
+
+    /// Whether writes commit. While they do (the last batch committed) this costs nothing;
+    /// after a failed commit (a full disk, an I/O error) it commits a probe write, which
+    /// dirties the database header (`user_version`, rewritten unchanged) so the commit must
+    /// append to the WAL as any write would: the writer is healthy again only when that
+    /// commit succeeds. Without the probe, a gateway taken out of service for failing writes
+    /// would never see them succeed again.
+    pub(crate) async fn health(&self) -> Result<()> {
+        if self.failing.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
+            return Ok(());
+        }
+        let tx = self.begin().await?;
+        let version: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(super::conn::db_error)?;
+        tx.pragma_update(None, "user_version", version).map_err(super::conn::db_error)?;
+        self.commit(tx, Hints::default()).await
     }
 
     /// Waits until what the batch holds now is committed (or failed).
@@ -205,6 +240,7 @@ fn fail_batch(batch: &mut Batch, why: &str) {
     }
     batch.open = false;
     batch.dirty = false;
+    set_failing(&batch.failing, Some(why.to_owned()));
     for (_, done) in batch.waiting.drain(..) {
         let _ = done.send(Err(StoreError::Unavailable(why.to_owned())));
     }
@@ -240,13 +276,15 @@ fn commit_batches(batch: &Mutex<Batch>, asks: &mpsc::Receiver<Ask>, wake: &Wakeu
             }
             result = if batch.open {
                 batch.open = false;
-                run(&batch.conn, "COMMIT").map_err(|e| {
+                let committed = run(&batch.conn, "COMMIT").map_err(|e| {
                     let e = super::conn::db_error(e);
                     if !batch.conn.is_autocommit() {
                         let _ = run(&batch.conn, "ROLLBACK");
                     }
                     e
-                })
+                });
+                set_failing(&batch.failing, committed.as_ref().err().map(|e| format!("the last commit failed: {e}")));
+                committed
             } else {
                 Ok(())
             };
