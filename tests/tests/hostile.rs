@@ -380,3 +380,80 @@ async fn one_key_holds_at_most_its_cap_of_streams() {
     drop(g);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// F6: a subscriber that never reads while its session takes 10,000 messages (40 MB of
+/// events) is disconnected once the gateway could not write to it for the stall deadline
+/// (2 s here), the server's memory stays flat, and a subscriber that reads gets every
+/// message as it is committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_subscriber_that_never_reads_is_cut_off_and_costs_others_nothing() {
+    let dir = workdir("slow-reader");
+    let g =
+        GatewayBuilder::new(TESTBED, "slow-reader").cwd(&dir).env("GATEWAY_HTTP__WRITE_STALL_TIMEOUT_SECS", 2).spawn();
+    g.ready(Duration::from_secs(30)).await;
+    let http = reqwest::Client::new();
+    let (stream, events) = stream_url(&http, &g).await;
+    let path = stream.strip_prefix(&g.url("")).unwrap().to_owned();
+
+    let mut slow = TcpStream::connect(("127.0.0.1", g.port)).await.unwrap();
+    slow.write_all(format!("GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\naccept: text/event-stream\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let fast = http.get(&stream).send().await.unwrap();
+    assert_eq!(fast.status().as_u16(), 200);
+    let reader = tokio::spawn(async move {
+        use futures::StreamExt;
+        let mut body = fast.bytes_stream();
+        let (mut seen, mut tail) = (0usize, String::new());
+        while let Some(Ok(chunk)) = body.next().await {
+            tail.push_str(&String::from_utf8_lossy(&chunk));
+            seen += tail.matches("\"type\":\"user.message\"").count();
+            // Keep only what may hold the start of a match cut by the chunk boundary.
+            let keep = tail.len().saturating_sub(32);
+            tail = tail.split_off(tail.floor_char_boundary(keep));
+            if seen >= 10_000 {
+                return Instant::now();
+            }
+        }
+        panic!("the reading subscriber's stream ended after {seen} messages");
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = rss_mib(&g);
+
+    let text = "x".repeat(4000);
+    for _ in 0..100 {
+        let batch: Vec<Value> =
+            (0..100).map(|_| json!({"type": "user.message", "content": [{"type": "text", "text": text}]})).collect();
+        let (status, body) = post(&http, &g, &events, json!({"events": batch})).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let sent = Instant::now();
+    let last = tokio::time::timeout(Duration::from_secs(60), reader).await.expect("every message reached the reader");
+    let lag = last.unwrap().saturating_duration_since(sent);
+    assert!(lag < Duration::from_secs(10), "the reading subscriber got the last message {lag:?} after it was sent");
+
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    let ended = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match slow.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got += n,
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the subscriber that never read is still connected ({got} bytes buffered for it)");
+    assert!(got < 40_000_000, "it was cut off before the end ({got} bytes)");
+    let after = rss_mib(&g);
+    assert!(after < before + 128, "memory grew from {before} MiB to {after} MiB");
+    drop(g);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Resident memory of the gateway, in MiB.
+fn rss_mib(g: &Gateway) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", g.pid())).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() / 1024
+}

@@ -18,7 +18,9 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -28,7 +30,7 @@ use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -47,6 +49,11 @@ pub struct HttpLimits {
     /// The longest a request body may pause between two of its pieces.
     #[serde(rename = "body_idle_timeout_secs", with = "gateway_core::durations::secs")]
     pub body_idle_timeout: Duration,
+    /// The longest a client may leave the gateway unable to write to it (it stopped reading
+    /// a stream): past it the connection is closed, and the client resumes from its last
+    /// event id like after any other disconnection.
+    #[serde(rename = "write_stall_timeout_secs", with = "gateway_core::durations::secs")]
+    pub write_stall_timeout: Duration,
     /// Open connections from one IP address. Behind a proxy every client shares the
     /// proxy's address: raise this there.
     pub max_connections_per_peer: usize,
@@ -62,6 +69,7 @@ impl Default for HttpLimits {
         Self {
             header_read_timeout: Duration::from_secs(15),
             body_idle_timeout: Duration::from_secs(30),
+            write_stall_timeout: Duration::from_secs(60),
             max_connections_per_peer: 1024,
             max_connections: None,
             max_streams_per_key: 1000,
@@ -129,14 +137,15 @@ pub async fn serve(
             })
             .service(app.clone());
         let (builder, watcher, header_deadline) = (builder.clone(), graceful.watcher(), limits.header_read_timeout);
+        let stall = limits.write_stall_timeout;
         connections.spawn(async move {
             let _place = place;
             if !first_bytes(&tcp, header_deadline).await {
                 debug!(%peer, "connection closed: no request began within the header deadline");
                 return;
             }
-            let connection =
-                builder.serve_connection_with_upgrades(TokioIo::new(tcp), TowerToHyperService::new(service));
+            let io = TokioIo::new(StallGuard::new(tcp, stall));
+            let connection = builder.serve_connection_with_upgrades(io, TowerToHyperService::new(service));
             if let Err(e) = watcher.watch(connection.into_owned()).await {
                 debug!(%peer, error = %e, "connection ended with an error");
             }
@@ -173,6 +182,81 @@ async fn first_bytes(tcp: &TcpStream, deadline: Duration) -> bool {
         }
     };
     matches!(tokio::time::timeout(deadline, decided).await, Ok(Ok(())))
+}
+
+/// A connection whose writes may not stay blocked longer than `stall`: a client that stops
+/// reading (a stream it never consumes) is disconnected instead of holding its connection,
+/// its subscription and the socket's buffers for ever. The server's memory does not grow
+/// meanwhile either way (streams are pulled as the socket takes them); this bounds how long.
+struct StallGuard {
+    tcp: TcpStream,
+    stall: Duration,
+    /// Set while a write is blocked: when the stall began to count.
+    blocked: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl StallGuard {
+    fn new(tcp: TcpStream, stall: Duration) -> Self {
+        Self { tcp, stall, blocked: None }
+    }
+
+    /// What a write that left the socket full answers: pending until the deadline, then an
+    /// error that ends the connection.
+    fn stalled(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
+        let stall = self.stall;
+        let deadline = self.blocked.get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
+        match deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the client read nothing for {stall:?}"),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn written(&mut self, done: Poll<std::io::Result<usize>>, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
+        match done {
+            Poll::Pending => self.stalled(cx),
+            done => {
+                self.blocked = None;
+                done
+            }
+        }
+    }
+}
+
+impl AsyncRead for StallGuard {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for StallGuard {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        let done = Pin::new(&mut self.tcp).poll_write(cx, data);
+        self.written(done, cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let done = Pin::new(&mut self.tcp).poll_write_vectored(cx, data);
+        self.written(done, cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
 }
 
 /// Answers a connection past a bound, without reading its request first.
