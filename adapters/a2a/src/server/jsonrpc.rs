@@ -2,7 +2,8 @@
 //!
 //! The method name picks the version family: PascalCase = v1.0 (requires `A2A-Version: 1.0`,
 //! else -32009 naming the header), slash names = v0.3 (params and results rewritten at the
-//! edge). Errors before a stream starts are ordinary JSON-RPC responses (HTTP 200).
+//! edge). Errors before a stream starts are ordinary JSON-RPC responses (HTTP 200); a
+//! notification (no `id`) gets 204 and nothing else. Bodies are admitted by `server::body`.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
