@@ -18,7 +18,7 @@ use gateway_runtime::{Backend, BackendError, RunContext, TurnOutcome};
 use serde_json::json;
 
 use crate::tasks::projection::hint;
-use crate::tasks::records::{self, TaskRecord, task_id_for};
+use crate::tasks::records::{self, AnswerRecord, TaskRecord, task_id_for};
 
 pub struct ConformanceBackend;
 
@@ -107,21 +107,31 @@ impl Backend for ConformanceBackend {
             EventPayload::UserMessage { content } => plain_text(content),
             _ => String::new(),
         };
+        // A follow-up on the INPUT_REQUIRED task is an answer; the TCK's contract keys it on
+        // its own messageId like a first message (`tck-input-required` parks the task again,
+        // `tck-complete-task` completes it); one that names no scenario completes it with
+        // the answer quoted.
         let answered = inputs[i + 1..].iter().rev().find_map(|e| match &e.payload {
-            EventPayload::ClientToolResult { content, .. } => Some(plain_text(content)),
+            EventPayload::ClientToolResult { content, .. } => Some((e.id.clone(), plain_text(content))),
             _ => None,
         });
-        if let Some(answer) = answered {
+        let docs = ctx.documents();
+        let (message_id, text) = match &answered {
+            Some((answer, answer_text)) => {
+                let asked = records::get::<AnswerRecord>(docs, records::ANSWERS, answer.as_str()).await;
+                (asked.ok().flatten().map(|(r, _)| r.message_id).unwrap_or_default(), answer_text.clone())
+            }
+            None => {
+                let asked = records::get::<TaskRecord>(docs, records::TASKS, &task_id_for(&start.id)).await;
+                (asked.ok().flatten().map(|(r, _)| r.message_id).unwrap_or_default(), text)
+            }
+        };
+        if let Some((_, answer)) = &answered
+            && scenario(&message_id).is_none()
+        {
             ctx.commit(vec![status(&format!("Input received: {answer}"))]).await?;
             return Ok(TurnOutcome::EndTurn);
         }
-        let docs = ctx.documents();
-        let message_id = records::get::<TaskRecord>(docs, records::TASKS, &task_id_for(&start.id))
-            .await
-            .ok()
-            .flatten()
-            .map(|(r, _)| r.message_id)
-            .unwrap_or_default();
         let key = if scenario(&message_id).is_some() { message_id.as_str() } else { text.trim() };
         let step = 50;
         let events = match scenario(key) {

@@ -5,8 +5,9 @@
 //! `google.rpc.Status`, REST v0.3 as an ad-hoc `{code, message}` body with the HTTP status.
 //!
 //! Errors this server cannot produce have no variant: the card declares push notifications
-//! (so PushNotificationNotSupported never applies) and no extended card (so
-//! GetExtendedAgentCard is UnsupportedOperation, never ExtendedAgentCardNotConfigured).
+//! (so PushNotificationNotSupported never applies). The card declares no extended card: v1.0
+//! says that is UnsupportedOperation; v0.3 had only AuthenticatedExtendedCardNotConfigured
+//! (-32007) for it, which its SDK answers, so v0.3 callers get that.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
@@ -30,6 +31,14 @@ pub enum A2aError {
     InvalidAgentResponse(String),
     #[error("{0}")]
     VersionNotSupported(String),
+    /// v0.3's answer to `agent/getAuthenticatedExtendedCard` on a card without one.
+    #[error("this agent has no authenticated extended card")]
+    ExtendedCardNotConfigured,
+    /// The body is larger than the routes accept, or holds more JSON values than they parse
+    /// (`server::body`). JSON-RPC: Invalid Request (-32600), since A2A names no error for
+    /// it and the request as sent is not one the server takes; REST: HTTP 413.
+    #[error("request too large: {0}")]
+    TooLarge(String),
     #[error("parse error: {0}")]
     Parse(String),
     #[error("invalid request: {0}")]
@@ -68,9 +77,10 @@ impl A2aError {
             A2aError::UnsupportedOperation(_) => -32004,
             A2aError::ContentTypeNotSupported(_) => -32005,
             A2aError::InvalidAgentResponse(_) => -32006,
+            A2aError::ExtendedCardNotConfigured => -32007,
             A2aError::VersionNotSupported(_) => -32009,
             A2aError::Parse(_) => -32700,
-            A2aError::InvalidRequest(_) => -32600,
+            A2aError::InvalidRequest(_) | A2aError::TooLarge(_) => -32600,
             A2aError::InvalidParams(_) => -32602,
             A2aError::MethodNotFound(_) => -32601,
             A2aError::Unauthenticated(_)
@@ -92,6 +102,7 @@ impl A2aError {
             A2aError::ContentTypeNotSupported(_) => "CONTENT_TYPE_NOT_SUPPORTED",
             A2aError::InvalidAgentResponse(_) => "INVALID_AGENT_RESPONSE",
             A2aError::VersionNotSupported(_) => "VERSION_NOT_SUPPORTED",
+            A2aError::ExtendedCardNotConfigured => "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
             A2aError::Unauthenticated(_) => "UNAUTHENTICATED",
             _ => return None,
         })
@@ -102,9 +113,11 @@ impl A2aError {
         match self {
             A2aError::TaskNotFound(_) => (StatusCode::NOT_FOUND, "NOT_FOUND"),
             A2aError::MethodNotFound(_) => (StatusCode::NOT_FOUND, "UNIMPLEMENTED"),
-            A2aError::TaskNotCancelable(_) | A2aError::UnsupportedOperation(_) | A2aError::VersionNotSupported(_) => {
-                (StatusCode::BAD_REQUEST, "FAILED_PRECONDITION")
-            }
+            A2aError::TaskNotCancelable(_)
+            | A2aError::UnsupportedOperation(_)
+            | A2aError::VersionNotSupported(_)
+            | A2aError::ExtendedCardNotConfigured => (StatusCode::BAD_REQUEST, "FAILED_PRECONDITION"),
+            A2aError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "INVALID_ARGUMENT"),
             A2aError::ContentTypeNotSupported(_)
             | A2aError::Parse(_)
             | A2aError::InvalidRequest(_)
@@ -180,19 +193,30 @@ impl A2aError {
         e
     }
 
-    /// The REST error body: `google.rpc.Status` for v1.0, `{code, message}` for v0.3.
+    /// The REST error body: `google.rpc.Status` for v1.0, `{code, message}` for v0.3. v0.3
+    /// REST statuses follow its reference server (a2a-sdk 0.3: TaskNotCancelable 409, no
+    /// extended card 404) where they differ from the 1.0.1 mapping.
     pub fn rest(&self, version: Version) -> (StatusCode, Value) {
         let (status, grpc) = self.http();
-        let body = match version {
-            Version::V1 => json!({"error": {
-                "code": status.as_u16(),
-                "status": grpc,
-                "message": self.public_message(),
-                "details": self.details(),
-            }}),
-            Version::V03 => json!({"code": self.code(), "message": self.public_message()}),
-        };
-        (status, body)
+        match version {
+            Version::V1 => {
+                let body = json!({"error": {
+                    "code": status.as_u16(),
+                    "status": grpc,
+                    "message": self.public_message(),
+                    "details": self.details(),
+                }});
+                (status, body)
+            }
+            Version::V03 => {
+                let status = match self {
+                    A2aError::TaskNotCancelable(_) => StatusCode::CONFLICT,
+                    A2aError::ExtendedCardNotConfigured => StatusCode::NOT_FOUND,
+                    _ => status,
+                };
+                (status, json!({"code": self.code(), "message": self.public_message()}))
+            }
+        }
     }
 }
 
@@ -245,6 +269,10 @@ mod tests {
         let (status, body) = A2aError::TaskNotFound("t".into()).rest(Version::V03);
         assert_eq!(status, StatusCode::NOT_FOUND);
         assert_eq!(body["code"], -32001);
+        // v0.3 follows its reference server: 409 for a task that cannot be canceled.
+        let (status, body) = A2aError::TaskNotCancelable("t".into()).rest(Version::V03);
+        assert_eq!(status, StatusCode::CONFLICT);
+        assert_eq!(body["code"], -32002);
     }
 
     #[test]

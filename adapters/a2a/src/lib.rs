@@ -26,6 +26,7 @@ mod v03;
 pub mod wire;
 
 use push::delivery;
+pub use server::body::{BODY_LIMIT, MAX_VALUES};
 pub use server::version;
 use server::{auth, card, jsonrpc, rest};
 
@@ -39,9 +40,6 @@ use gateway_core::agent::BackendRef;
 use gateway_runtime::auth::Authenticator;
 use gateway_runtime::{Backend, Coordinator, PublishedAgents, SecretBox};
 use tokio_util::sync::CancellationToken;
-
-/// Largest request body the A2A routes accept.
-pub const BODY_LIMIT: usize = 8 * 1024 * 1024;
 
 /// What the A2A server needs from the process.
 #[derive(Clone)]

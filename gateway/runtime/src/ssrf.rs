@@ -78,7 +78,7 @@ fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
 pub enum TargetError {
     #[error("push URL must be absolute http or https: {0}")]
     BadUrl(String),
-    #[error("push target {0} is a loopback, private or link-local address")]
+    #[error("push target {0} is a non-public address (loopback, private, link-local or other special-purpose)")]
     Private(String),
 }
 

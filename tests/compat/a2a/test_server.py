@@ -13,7 +13,8 @@ from a2a.client import ClientConfig, ClientFactory
 from a2a.client.errors import A2AClientError
 from a2a.helpers import new_text_part
 from a2a.types import (
-    AgentCard, AuthenticationInfo, CancelTaskRequest, GetTaskRequest, ListTasksRequest, Message, Role,
+    AgentCard, AuthenticationInfo, CancelTaskRequest, GetTaskPushNotificationConfigRequest, GetTaskRequest,
+    ListTasksRequest, Message, Role,
     SendMessageConfiguration, SendMessageRequest, SubscribeToTaskRequest, TaskPushNotificationConfig, TaskState,
 )
 from a2a.utils.errors import TaskNotCancelableError
@@ -131,12 +132,13 @@ async def test_cancel_an_open_task(gw, mode):
     # REST transport knows only a2a-sdk's own `type` field, so it reports the HTTP status) ...
     version, binding = mode
     if (version, binding) == ("0.3", "HTTP+JSON"):
-        with pytest.raises(A2AClientError, match="HTTP Error 400"):
+        with pytest.raises(A2AClientError, match="HTTP Error 409"):
             await c.cancel_task(CancelTaskRequest(id=task.id))
     else:
         with pytest.raises(TaskNotCancelableError):
             await c.cancel_task(CancelTaskRequest(id=task.id))
-    # ... and on the wire it is -32002 over JSON-RPC, HTTP 400 over REST (wire reference §5).
+    # ... and on the wire it is -32002 over JSON-RPC, HTTP 400 over v1.0 REST (wire reference
+    # §5), 409 over v0.3 REST (what a2a-sdk 0.3's server answers).
     r = cancel_on_the_wire(gw, "conformance", mode, task.id)
     if binding == "JSONRPC":
         assert r.status_code == 200, r.text
@@ -144,7 +146,7 @@ async def test_cancel_an_open_task(gw, mode):
         if version == "1.0":
             assert r.json()["error"]["data"][0]["reason"] == "TASK_NOT_CANCELABLE", r.text
     else:
-        assert r.status_code == 400, r.text
+        assert r.status_code == (400 if version == "1.0" else 409), r.text
         if version == "1.0":
             assert r.json()["error"]["status"] == "FAILED_PRECONDITION", r.text
             assert r.json()["error"]["details"][0]["reason"] == "TASK_NOT_CANCELABLE", r.text
@@ -241,3 +243,18 @@ async def test_input_required_round_trip(gw, mode):
     assert done.id == task.id
     assert done.status.state == TaskState.TASK_STATE_COMPLETED
     assert done.status.message.parts[0].text == "Input received: Ada"
+
+
+@pytest.mark.parametrize("mode", MODES, ids=ids)
+async def test_a_push_config_created_by_the_client_is_read_back(gw, mode):
+    # Over v0.3 REST the client sends `{parent, configId, config: {name,
+    # pushNotificationConfig}}` (the v0.3 proto's CreateTaskPushNotificationConfigRequest).
+    c = client(gw, "conformance", mode, streaming=False)
+    task = (await collect(c.send_message(SendMessageRequest(message=message("x", f"tck-input-required-{uuid.uuid4()}")))))[0].task
+    cfg = TaskPushNotificationConfig(task_id=task.id, id="c1", url="https://example.com/hook", token="tok")
+    created = await c.create_task_push_notification_config(cfg)
+    assert created.url == "https://example.com/hook"
+    got = await c.get_task_push_notification_config(GetTaskPushNotificationConfigRequest(task_id=task.id, id=created.id))
+    assert got.url == "https://example.com/hook"
+    assert got.token == "tok"
+    await c.cancel_task(CancelTaskRequest(id=task.id))

@@ -321,9 +321,23 @@ async fn post(ctx: &A2aContext, http: &reqwest::Client, d: &OutboxDelivery) -> R
         let v = header_value(&ctx.secrets, v).map_err(|e| format!("cannot send the {k} header: {e}"))?;
         req = req.header(k.as_str(), v);
     }
-    // Errors are reported without the request (its headers hold credentials).
-    let resp = req.send().await.map_err(|e| format!("request failed: {}", e.without_url()))?;
+    let resp = req.send().await.map_err(send_failure)?;
     if resp.status().is_success() { Ok(()) } else { Err(format!("receiver answered HTTP {}", resp.status().as_u16())) }
+}
+
+/// Why a request was not sent, for the log and the outbox. A target the resolver refused
+/// (a name that resolves only to non-public addresses) is named as such: reqwest says only
+/// "error sending request" and keeps the reason in its source chain. Errors are reported
+/// without the request (its headers hold credentials).
+fn send_failure(e: reqwest::Error) -> String {
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        if let Some(refused) = s.downcast_ref::<ssrf::TargetError>() {
+            return refused.to_string();
+        }
+        source = s.source();
+    }
+    format!("request failed: {}", e.without_url())
 }
 
 #[cfg(test)]
@@ -348,6 +362,18 @@ mod tests {
             let refused = header_value(&other, sealed).unwrap_err();
             assert!(matches!(refused, SecretError::WrongKey { .. }), "another key fails, never sends ciphertext");
         }
+    }
+
+    /// The attack: a push URL whose host name passes registration (only literal addresses
+    /// and `localhost` names are refused there) but resolves to a loopback address. The
+    /// delivery client's resolver refuses it; the failure must say why.
+    #[tokio::test]
+    async fn a_name_resolving_to_a_non_public_address_is_reported_as_such() {
+        let http = ssrf::client(false, Duration::from_secs(5));
+        let refused = http.post("http://localhost:9/hook").send().await.unwrap_err();
+        let said = send_failure(refused);
+        assert!(said.contains("non-public address"), "{said}");
+        assert!(said.contains("localhost"), "{said}");
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub async fn admit(State(ctx): State<A2aContext>, req: Request, next: Next) -> R
     };
     let segments = req.uri().path().trim_matches('/').split('/').count();
     if segments <= 2 && req.method() == axum::http::Method::POST {
-        crate::server::jsonrpc::envelope_error(&serde_json::Value::Null, &busy, Version::V1)
+        crate::server::jsonrpc::envelope_error(serde_json::value::RawValue::NULL, &busy, Version::V1)
     } else {
         crate::server::rest::error_reply(&busy, Version::V1, HeaderValue::from_static("application/json"))
     }

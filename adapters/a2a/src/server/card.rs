@@ -9,6 +9,7 @@
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use gateway_core::Timestamp;
 use gateway_core::agent::Agent;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -82,8 +83,19 @@ pub fn card(ctx: &A2aContext, name: &str, agent: &Agent) -> Value {
     })
 }
 
-/// Serves a card with a strong ETag over its bytes and a short max-age.
-pub fn respond(body: &Value, headers: &HeaderMap) -> Response {
+/// An HTTP date (RFC 9110 IMF-fixdate), or `None` for a time it cannot show.
+fn http_date(t: Timestamp) -> Option<String> {
+    let format = time::macros::format_description!(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+    );
+    let at = time::OffsetDateTime::from_unix_timestamp(t.millis().div_euclid(1000)).ok()?;
+    at.format(&format).ok()
+}
+
+/// Serves a card with a strong ETag over its bytes, a short max-age, and `Last-Modified`:
+/// when the agent's published version was last changed (the card's other inputs, the
+/// gateway's configuration, change only with a restart; the ETag covers those).
+pub fn respond(body: &Value, headers: &HeaderMap, modified: Timestamp) -> Response {
     let bytes = body.to_string();
     let etag = format!("\"{}\"", hex::encode(&Sha256::digest(bytes.as_bytes())[..16]));
     let matches = headers
@@ -100,6 +112,9 @@ pub fn respond(body: &Value, headers: &HeaderMap) -> Response {
         h.insert(header::ETAG, v);
     }
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=300"));
+    if let Some(v) = http_date(modified).and_then(|d| HeaderValue::from_str(&d).ok()) {
+        h.insert(header::LAST_MODIFIED, v);
+    }
     r
 }
 
@@ -122,7 +137,7 @@ async fn load(ctx: &A2aContext, name: &str) -> Result<Agent, Response> {
 
 pub async fn agent_card(State(ctx): State<A2aContext>, Path(name): Path<String>, headers: HeaderMap) -> Response {
     match load(&ctx, &name).await {
-        Ok(agent) => respond(&card(&ctx, &name, &agent), &headers),
+        Ok(agent) => respond(&card(&ctx, &name, &agent), &headers, agent.updated_at),
         Err(r) => r,
     }
 }
@@ -133,7 +148,21 @@ pub async fn root_card(State(ctx): State<A2aContext>, headers: HeaderMap) -> Res
     };
     let name = name.to_owned();
     match load(&ctx, &name).await {
-        Ok(agent) => respond(&card(&ctx, &name, &agent), &headers),
+        Ok(agent) => respond(&card(&ctx, &name, &agent), &headers, agent.updated_at),
         Err(r) => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_modified_is_an_imf_fixdate() {
+        assert_eq!(
+            http_date(Timestamp::from_millis(1_794_232_475_999)).as_deref(),
+            Some("Mon, 09 Nov 2026 13:54:35 GMT")
+        );
+        assert_eq!(http_date(Timestamp::from_millis(0)).as_deref(), Some("Thu, 01 Jan 1970 00:00:00 GMT"));
     }
 }

@@ -2,24 +2,61 @@
 //!
 //! The method name picks the version family: PascalCase = v1.0 (requires `A2A-Version: 1.0`,
 //! else -32009 naming the header), slash names = v0.3 (params and results rewritten at the
-//! edge). Errors before a stream starts are ordinary JSON-RPC responses (HTTP 200).
+//! edge). Errors before a stream starts are ordinary JSON-RPC responses (HTTP 200); a
+//! notification (no `id`) gets 204 and nothing else. Bodies are admitted by `server::body`.
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Deserializer};
+use serde_json::error::Category;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, debug, info_span, warn};
 
 use crate::A2aContext;
 use crate::error::{A2aError, Result};
+use crate::server::body;
 use crate::server::ops::{self, Op, Outcome};
 use crate::server::version::{self, Version};
 use crate::v03::{self, Shape};
 use crate::wire::{self, ListTasksRequest, PushConfig, PushConfigRef, SendMessageRequest, TaskIdRequest};
 
-pub(crate) fn envelope_error(id: &Value, e: &A2aError, version: Version) -> Response {
-    e.with_retry_hint(axum::Json(json!({"jsonrpc": "2.0", "id": id, "error": e.jsonrpc(version)})).into_response())
+/// A JSON-RPC response. The id is echoed as the raw text the request carried, so any id a
+/// client may send (a 40-digit integer, `1e400`) comes back byte for byte; a parse into a
+/// number would round it through `f64`.
+fn envelope(id: &RawValue, member: &str, value: &Value) -> Response {
+    let body = format!(r#"{{"jsonrpc":"2.0","id":{},"{member}":{value}}}"#, id.get());
+    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
+}
+
+pub(crate) fn envelope_error(id: &RawValue, e: &A2aError, version: Version) -> Response {
+    e.with_retry_hint(envelope(id, "error", &e.jsonrpc(version)))
+}
+
+/// A request envelope, read straight from the body: the members stay raw text (borrowed, not
+/// parsed into a tree), so the id can be echoed exactly and the params parsed once.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(default, borrow)]
+    jsonrpc: Option<&'a RawValue>,
+    /// `None` only when the member is absent (a notification); `null` is an id.
+    #[serde(default, borrow, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    method: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    params: Option<&'a RawValue>,
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+fn string_of(raw: Option<&RawValue>) -> Option<String> {
+    raw.and_then(|r| serde_json::from_str::<String>(r.get()).ok())
 }
 
 fn is_v1(method: &str) -> bool {
@@ -44,57 +81,70 @@ pub async fn handle(
     Path(agent): Path<String>,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: std::result::Result<Bytes, BytesRejection>,
 ) -> Response {
-    let null = Value::Null;
+    let null = RawValue::NULL;
+    let body = match body::accept(body) {
+        Ok(b) => b,
+        Err(e) => return envelope_error(null, &e, Version::V1),
+    };
     if let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
         && !ct.to_ascii_lowercase().contains("json")
     {
         let e = A2aError::ContentTypeNotSupported(format!("JSON-RPC requests must be application/json, not {ct:?}"));
-        return envelope_error(&null, &e, Version::V1);
+        return envelope_error(null, &e, Version::V1);
     }
-    let req: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => return envelope_error(&null, &A2aError::Parse(e.to_string()), Version::V1),
-    };
-    let Value::Object(mut env) = req else {
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
         let e = A2aError::InvalidRequest("the request must be one JSON-RPC object (batches are not supported)".into());
-        return envelope_error(&null, &e, Version::V1);
-    };
-    let id = env.remove("id").unwrap_or(Value::Null);
-    if !(id.is_string() || id.is_number() || id.is_null()) {
-        return envelope_error(
-            &null,
-            &A2aError::InvalidRequest("id must be a string, number or null".into()),
-            Version::V1,
-        );
+        return envelope_error(null, &e, Version::V1);
     }
-    let method = match (env.get("jsonrpc").and_then(Value::as_str), env.get("method").and_then(Value::as_str)) {
-        (Some("2.0"), Some(m)) if m.len() <= 100 => m.to_owned(),
+    let env: Envelope<'_> = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) if e.classify() == Category::Data => {
+            let e = A2aError::InvalidRequest(format!("the request must be one JSON-RPC object: {e}"));
+            return envelope_error(null, &e, Version::V1);
+        }
+        Err(e) => return envelope_error(null, &A2aError::Parse(e.to_string()), Version::V1),
+    };
+    if env.id.is_some_and(|id| !matches!(id.get().as_bytes().first(), Some(b'"' | b'-' | b'0'..=b'9' | b'n'))) {
+        let e = A2aError::InvalidRequest("id must be a string, number or null".into());
+        return envelope_error(null, &e, Version::V1);
+    }
+    let method = match (string_of(env.jsonrpc).as_deref(), string_of(env.method)) {
+        (Some("2.0"), Some(m)) if m.len() <= 100 => m,
         _ => {
             let e = A2aError::InvalidRequest("expected jsonrpc \"2.0\" and a method".into());
-            return envelope_error(&id, &e, Version::V1);
+            return envelope_error(env.id.unwrap_or(null), &e, Version::V1);
         }
     };
-    let params = match env.remove("params") {
-        None | Some(Value::Null) => json!({}),
-        Some(p @ Value::Object(_)) => p,
+    // JSON-RPC 2.0 §4.1: a request without an id is a notification, and the server never
+    // answers one. A2A defines no notifications (every method returns something), so none is
+    // acted on either: 204, no body.
+    let Some(id) = env.id else {
+        debug!(%method, "a JSON-RPC notification (no id): not answered");
+        return StatusCode::NO_CONTENT.into_response();
+    };
+    let params = match env.params.map(|p| serde_json::from_str::<Value>(p.get())) {
+        None => json!({}),
+        Some(Ok(p @ Value::Object(_))) => p,
         Some(_) => {
-            return envelope_error(&id, &A2aError::InvalidParams("params must be an object".into()), Version::V1);
+            return envelope_error(id, &A2aError::InvalidParams("params must be an object".into()), Version::V1);
         }
     };
     let asked = match version::requested(&headers, uri.query()) {
         Ok(v) => v,
-        Err(e) => return envelope_error(&id, &e, Version::V1),
+        Err(e) => return envelope_error(id, &e, Version::V1),
     };
     let version = if is_v1(&method) {
         if let Err(e) = version::v1_required(asked) {
-            return envelope_error(&id, &e, Version::V1);
+            return envelope_error(id, &e, Version::V1);
         }
         Version::V1
     } else {
         Version::V03
     };
+    let id = id.to_owned();
+    drop(body);
     let span = info_span!("a2a", binding = "jsonrpc", %method, version = version.as_str(), %agent);
     dispatch(ctx, agent, method, params, id, version).instrument(span).await
 }
@@ -123,16 +173,17 @@ fn op_for(method: &str, params: Value) -> Result<Op> {
             Op::PushDelete { task_id: r.task_id, id: r.id.unwrap_or_default() }
         }
         "GetExtendedAgentCard" | "agent/getAuthenticatedExtendedCard" => Op::ExtendedCard,
-        "message/send" => Op::Send { req: Box::new(wire::parse(v03::send_in(params, Shape::JsonRpc))?), stream: false },
+        "message/send" => {
+            Op::Send { req: Box::new(wire::parse(v03::send_in(params, Shape::JsonRpc)?)?), stream: false }
+        }
         "message/stream" => {
-            Op::Send { req: Box::new(wire::parse(v03::send_in(params, Shape::JsonRpc))?), stream: true }
+            Op::Send { req: Box::new(wire::parse(v03::send_in(params, Shape::JsonRpc)?)?), stream: true }
         }
         "tasks/pushNotificationConfig/set" => {
             let mut p = params;
             wire::normalize(&mut p);
             let task_id = task_id_of(&p);
-            let cfg = p.get("pushNotificationConfig").cloned().unwrap_or(Value::Null);
-            Op::PushCreate(wire::parse(v03::push_config_in(cfg, Some(&task_id)))?)
+            Op::PushCreate(wire::parse(v03::push_create_in(p, &task_id))?)
         }
         "tasks/pushNotificationConfig/get" => {
             let mut p = params;
@@ -162,7 +213,7 @@ async fn dispatch(
     agent: String,
     method: String,
     params: Value,
-    id: Value,
+    id: Box<RawValue>,
     version: Version,
 ) -> Response {
     let op = match op_for(&method, params) {
@@ -179,12 +230,15 @@ async fn dispatch(
                     None => return envelope_error(&id, &A2aError::TaskNotFound("push config".into()), version),
                 };
             }
-            axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
+            envelope(&id, "result", &result)
         }
         Ok(Outcome::Stream { watch, min_seq, send, history_length }) => {
-            let render: crate::server::sse::Render = Box::new(move |item| match item {
-                Ok(u) => json!({"jsonrpc": "2.0", "id": id, "result": ops::render_event(u, version, Shape::JsonRpc)}),
-                Err(e) => json!({"jsonrpc": "2.0", "id": id, "error": e.jsonrpc(version)}),
+            let render: crate::server::sse::Render = Box::new(move |item| {
+                let (member, value) = match item {
+                    Ok(u) => ("result", ops::render_event(u, version, Shape::JsonRpc)),
+                    Err(e) => ("error", e.jsonrpc(version)),
+                };
+                format!(r#"{{"jsonrpc":"2.0","id":{},"{member}":{value}}}"#, id.get())
             });
             ops::stream_response(&ctx, watch, min_seq, send, history_length, render)
         }

@@ -2,6 +2,7 @@
 //! streams, version negotiation, authentication, and the operations both bindings dispatch to.
 
 pub mod auth;
+pub mod body;
 pub mod card;
 pub mod jsonrpc;
 pub mod ops;

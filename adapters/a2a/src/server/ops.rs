@@ -65,9 +65,13 @@ fn value<T: serde::Serialize>(kind: Kind, v: &T) -> Result<Outcome> {
     Ok(Outcome::Value(kind, serde_json::to_value(v).map_err(|e| A2aError::Internal(e.to_string()))?))
 }
 
+/// Runs an operation on a published agent. Every operation first asks whether the agent is
+/// published, so an unknown agent answers the same whatever the operation (MethodNotFound:
+/// its URL serves nothing), never an empty list or a missing task.
 pub async fn execute(ctx: &A2aContext, agent: &str, op: Op, version: Version) -> Result<Outcome> {
     let v03 = version == Version::V03;
     tracing::debug!(operation = op.name(), agent, version = version.as_str(), "a2a operation");
+    service::agent(ctx, agent).await?;
     match op {
         Op::Send { req, stream } => {
             let history_length = req.configuration.as_ref().and_then(|c| c.history_length);
@@ -146,6 +150,7 @@ pub async fn execute(ctx: &A2aContext, agent: &str, op: Op, version: Version) ->
             crate::push::delete(ctx, &rec, &id).await?;
             value(Kind::Empty, &json!({}))
         }
+        Op::ExtendedCard if v03 => Err(A2aError::ExtendedCardNotConfigured),
         Op::ExtendedCard => Err(A2aError::UnsupportedOperation(
             "this agent declares no extended agent card (capabilities.extendedAgentCard is false)".into(),
         )),

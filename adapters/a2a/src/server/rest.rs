@@ -3,6 +3,7 @@
 //! optional `{tenant}/` prefix (ignored: one tenant). Legacy `v1/` is matched before tenants.
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -11,6 +12,7 @@ use tracing::{Instrument, info_span};
 
 use crate::A2aContext;
 use crate::error::{A2aError, Result};
+use crate::server::body;
 use crate::server::ops::{self, Op, Outcome};
 use crate::server::version::{self, Version};
 use crate::v03::{self, Shape};
@@ -60,7 +62,7 @@ pub async fn handle(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: std::result::Result<Bytes, BytesRejection>,
 ) -> Response {
     let ct = content_type(&headers);
     let (version, path) = match rest.strip_prefix("v1/") {
@@ -85,6 +87,10 @@ pub async fn handle(
             return error_reply(&e, Version::V1, ct);
         }
     }
+    let body = match body::accept(body) {
+        Ok(b) => b,
+        Err(e) => return error_reply(&e, version, ct),
+    };
     let span =
         info_span!("a2a", binding = "http+json", method = %method, path = %path, version = version.as_str(), %agent);
     async move {
@@ -98,8 +104,8 @@ pub async fn handle(
             }
             Ok(Outcome::Stream { watch, min_seq, send, history_length }) => {
                 let render: crate::server::sse::Render = Box::new(move |item| match item {
-                    Ok(u) => ops::render_event(u, version, Shape::Rest),
-                    Err(e) => e.rest(version).1,
+                    Ok(u) => ops::render_event(u, version, Shape::Rest).to_string(),
+                    Err(e) => e.rest(version).1.to_string(),
                 });
                 ops::stream_response(&ctx, watch, min_seq, send, history_length, render)
             }
@@ -122,7 +128,7 @@ fn route(method: &Method, path: &str, uri: &Uri, body: &Bytes, version: Version)
     };
     let send = |stream: bool| -> Result<Op> {
         let v = body_json(body)?;
-        let v = if version == Version::V03 { v03::send_in(v, Shape::Rest) } else { v };
+        let v = if version == Version::V03 { v03::send_in(v, Shape::Rest)? } else { v };
         Ok(Op::Send { req: Box::new(wire::parse(v)?), stream })
     };
     match (method.as_str(), path) {
@@ -160,9 +166,7 @@ fn route(method: &Method, path: &str, uri: &Uri, body: &Bytes, version: Version)
         ("POST", None, ["pushNotificationConfigs"]) => {
             let mut v = body_json(body)?;
             if version == Version::V03 {
-                wire::normalize(&mut v);
-                let inner = v.get("pushNotificationConfig").cloned().unwrap_or(v);
-                v = v03::push_config_in(inner, Some(&id));
+                v = v03::push_create_in(v, &id);
             } else if let Value::Object(m) = &mut v {
                 m.insert("taskId".into(), json!(id));
             }

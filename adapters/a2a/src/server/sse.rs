@@ -12,7 +12,6 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -24,10 +23,11 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// How long a send's stream holds its first Task back waiting for the turn's first output.
 const FIRST_OUTPUT_WAIT: Duration = Duration::from_millis(1500);
 
-/// How frames are rendered: `Ok` = a stream event, `Err` = the closing error.
-pub type Render = Box<dyn Fn(Result<&StreamResponse, &A2aError>) -> Value + Send + Sync>;
+/// How frames are rendered, as compact JSON text: `Ok` = a stream event, `Err` = the closing
+/// error. Text rather than a `Value`, so a JSON-RPC envelope can carry its raw id.
+pub type Render = Box<dyn Fn(Result<&StreamResponse, &A2aError>) -> String + Send + Sync>;
 
-fn frame(v: &Value) -> Bytes {
+fn frame(v: &str) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
 
@@ -40,7 +40,7 @@ struct St {
     send: bool,
     started: bool,
     done: bool,
-    queue: std::collections::VecDeque<Value>,
+    queue: std::collections::VecDeque<String>,
     history_length: Option<i64>,
 }
 
@@ -145,10 +145,9 @@ async fn start(st: &mut St) {
             return;
         }
     }
+    // A subscription to an interrupted task (INPUT_REQUIRED, AUTH_REQUIRED) stays open: the
+    // client subscribes to see what follows the answer, and the stream ends at the next final
+    // or interrupted state (`Watch::settled_after` counts only states after the opening).
     let task = st.watch.proj.task(st.history_length, true);
     st.queue.push_back((st.render)(Ok(&StreamResponse::Task(task))));
-    if !st.send && st.watch.proj.settled() {
-        // A subscription to an interrupted task: the Task says everything there is.
-        st.done = true;
-    }
 }

@@ -30,6 +30,8 @@ pub const CONTEXTS: &str = "a2a.context";
 pub const PUSH: &str = "a2a.push";
 pub const FEED: &str = "a2a.feed";
 pub const REMOTE_CARDS: &str = "a2a.remote_card";
+/// Follow-up messages by the answer event they became (key: the event id).
+pub const ANSWERS: &str = "a2a.answer";
 
 const TASK_PREFIX: &str = "task_";
 
@@ -68,6 +70,15 @@ pub struct TaskRecord {
     /// 0 until the feeder first records a state; read as the record's creation time then.
     #[serde(default)]
     pub status_at: i64,
+}
+
+/// The client's messageId of a follow-up message, which the log cannot hold: the message
+/// became answer events (tool results, confirmations). Written with the answers; the
+/// conformance agent reads it for the TCK's per-message scenarios.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AnswerRecord {
+    pub message_id: String,
 }
 
 /// A client-chosen contextId bound to a session.

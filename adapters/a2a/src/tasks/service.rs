@@ -19,7 +19,7 @@ use crate::A2aContext;
 use crate::content::blocks_from_parts;
 use crate::error::{A2aError, Result};
 use crate::tasks::projection::Pending;
-use crate::tasks::records::{self, CONTEXTS, ContextAlias, TaskRecord, task_id_for};
+use crate::tasks::records::{self, AnswerRecord, CONTEXTS, ContextAlias, TaskRecord, task_id_for};
 use crate::tasks::watch::Watch;
 use crate::wire::{ListTasksRequest, Message, SendMessageRequest, Task, TaskState};
 
@@ -227,7 +227,11 @@ async fn follow_up(ctx: &A2aContext, agent_name: &str, task_id: &str, msg: &Mess
         )));
     }
     let answers = answers(msg, watch.proj.pending())?;
-    let committed = ctx.coordinator.submit(&record.session_id, answers).await?;
+    let record_of = AnswerRecord { message_id: msg.message_id.clone() };
+    let documents =
+        answers.iter().map(|a| records::create(records::ANSWERS, a.id.as_str(), &record_of)).collect::<Result<_>>()?;
+    let writes = AdmissionWrites { documents, bindings: vec![] };
+    let committed = ctx.coordinator.submit_with(&record.session_id, answers, writes, None).await?;
     let min_seq = committed.iter().map(|e| e.seq).max().unwrap_or(watch.opened_at);
     info!(task = %task_id, context = %record.context_id, answers = committed.len(), "task answered");
     Ok(Started { record, min_seq })

@@ -7,6 +7,7 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::error::A2aError;
 use crate::wire::{self, TaskState};
 
 /// Which v0.3 shape.
@@ -93,14 +94,57 @@ pub fn push_config_in(cfg: Value, task_id: Option<&str>) -> Value {
     Value::Object(m)
 }
 
+/// v0.3 JSON-RPC parts are discriminated by `kind` (the v0.3 schema requires it; a2a-sdk 0.3
+/// refuses a part without one): a part without a known `kind` is invalid params, not guessed.
+fn kinds_present(message: &Value) -> Result<(), A2aError> {
+    let parts = message.get("parts").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    for (i, p) in parts.iter().enumerate() {
+        if !matches!(p.get("kind").and_then(Value::as_str), Some("text" | "file" | "data")) {
+            return Err(A2aError::InvalidParams(format!(
+                "message.parts[{i}] needs a kind (\"text\", \"file\" or \"data\") in A2A 0.3"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A v0.3 push config creation, in any shape a client sends, as a v1.0 config of `task_id`:
+/// the REST `CreateTaskPushNotificationConfigRequest` (`{parent, configId, config:
+/// {name, pushNotificationConfig}}`, what a2a-sdk 0.3's REST client sends), a
+/// `TaskPushNotificationConfig` (`{taskId, pushNotificationConfig}`), or a bare config.
+pub fn push_create_in(body: Value, task_id: &str) -> Value {
+    let mut body = body;
+    wire::normalize(&mut body);
+    let Value::Object(mut m) = body else { return push_config_in(body, Some(task_id)) };
+    let config_id = take(&mut m, "configId");
+    let outer = match take(&mut m, "config") {
+        Some(Value::Object(c)) => c,
+        _ => m,
+    };
+    let mut inner = match outer.get("pushNotificationConfig") {
+        Some(Value::Object(i)) => i.clone(),
+        _ => outer,
+    };
+    if let Some(id) = config_id
+        && inner.get("id").is_none_or(|v| v.as_str().is_none_or(str::is_empty))
+    {
+        inner.insert("id".into(), id);
+    }
+    push_config_in(Value::Object(inner), Some(task_id))
+}
+
 /// v0.3 send params (`message/send` params or the REST body) as a v1.0 SendMessageRequest.
 /// An absent `blocking` means blocking over JSON-RPC (what v0.3 servers did) but not over
 /// REST, where it is a proto3 `bool` whose default (false) is never written.
-pub fn send_in(params: Value, shape: Shape) -> Value {
+pub fn send_in(params: Value, shape: Shape) -> Result<Value, A2aError> {
     let mut params = params;
     wire::normalize(&mut params);
-    let Value::Object(mut m) = params else { return params };
-    let message = take(&mut m, "message").or_else(|| take(&mut m, "request")).map(message_in);
+    let Value::Object(mut m) = params else { return Ok(params) };
+    let message = take(&mut m, "message").or_else(|| take(&mut m, "request"));
+    if let (Some(msg), Shape::JsonRpc) = (&message, shape) {
+        kinds_present(msg)?;
+    }
+    let message = message.map(message_in);
     let mut out = Map::new();
     if let Some(msg) = message {
         out.insert("message".into(), msg);
@@ -123,7 +167,7 @@ pub fn send_in(params: Value, shape: Shape) -> Value {
     if let Some(md) = take(&mut m, "metadata") {
         out.insert("metadata".into(), md);
     }
-    Value::Object(out)
+    Ok(Value::Object(out))
 }
 
 // ---- responses: v1.0 -> v0.3 ----
@@ -317,7 +361,8 @@ mod tests {
                 "configuration": {"blocking": false, "pushNotificationConfig": {"url": "http://h", "authentication": {"schemes": ["Bearer"], "credentials": "c"}}}
             }),
             Shape::JsonRpc,
-        );
+        )
+        .unwrap();
         let req: wire::SendMessageRequest = wire::parse(v).unwrap();
         assert_eq!(req.message.parts[0].text.as_deref(), Some("hi"));
         assert_eq!(req.message.parts[1].url.as_deref(), Some("https://x/y"));
@@ -336,11 +381,44 @@ mod tests {
                 "configuration": {"blocking": true}
             }),
             Shape::Rest,
-        );
+        )
+        .unwrap();
         let req: wire::SendMessageRequest = wire::parse(v).unwrap();
         assert_eq!(req.message.message_id, "m");
         assert_eq!(req.message.parts[1].data, Some(json!({"k": 2})));
         assert_eq!(req.configuration.unwrap().return_immediately, Some(false));
+    }
+
+    #[test]
+    fn jsonrpc_parts_without_a_kind_are_invalid_params() {
+        for part in [json!({"text": "hi"}), json!({"kind": "texte", "text": "hi"})] {
+            let params = json!({"message": {"kind": "message", "messageId": "m", "role": "user", "parts": [part]}});
+            let refused = send_in(params.clone(), Shape::JsonRpc).unwrap_err();
+            assert!(matches!(&refused, A2aError::InvalidParams(m) if m.contains("parts[0]")), "{refused:?}");
+            // The REST shape (ProtoJSON) has no kind at all.
+            assert!(send_in(params, Shape::Rest).is_ok());
+        }
+    }
+
+    #[test]
+    fn rest_push_config_bodies_of_every_client_shape_become_v1() {
+        let inner = json!({"url": "https://h/hook", "token": "t", "authentication": {"schemes": ["Bearer"], "credentials": "c"}});
+        let shapes = [
+            // a2a-sdk 0.3's REST client: the CreateTaskPushNotificationConfigRequest.
+            json!({"parent": "tasks/t1", "configId": "c1",
+                   "config": {"name": "tasks/t1/pushNotificationConfigs/c1", "pushNotificationConfig": inner}}),
+            json!({"pushNotificationConfig": {"id": "c1", "url": "https://h/hook", "token": "t",
+                   "authentication": {"schemes": ["Bearer"], "credentials": "c"}}}),
+            json!({"id": "c1", "url": "https://h/hook", "token": "t",
+                   "authentication": {"schemes": ["Bearer"], "credentials": "c"}}),
+        ];
+        for body in shapes {
+            let cfg: wire::PushConfig = wire::parse(push_create_in(body.clone(), "t1")).unwrap();
+            assert_eq!(cfg.url, "https://h/hook", "{body}");
+            assert_eq!(cfg.id.as_deref(), Some("c1"), "{body}");
+            assert_eq!(cfg.task_id.as_deref(), Some("t1"), "{body}");
+            assert_eq!(cfg.authentication.unwrap().scheme, "Bearer", "{body}");
+        }
     }
 
     #[test]
