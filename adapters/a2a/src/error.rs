@@ -165,13 +165,18 @@ impl A2aError {
         details
     }
 
-    /// The HTTP parts of the overload answer, on a rendered error of either binding: status
-    /// 503 (a JSON-RPC error is otherwise sent with 200) and `Retry-After`.
+    /// The HTTP parts of a "retry later" answer (overload, or the database unavailable), on
+    /// a rendered error of either binding: status 503 (a JSON-RPC error is otherwise sent
+    /// with 200) and `Retry-After` (the overload's hint; one second for a database that is
+    /// restarting, as the Managed Agents face says).
     pub fn with_retry_hint(&self, mut r: Response) -> Response {
-        if let A2aError::Busy(busy) = self {
-            *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(busy.retry_after.as_secs().max(1)));
-        }
+        let after = match self {
+            A2aError::Busy(busy) => busy.retry_after.as_secs().max(1),
+            A2aError::Unavailable(_) => 1,
+            _ => return r,
+        };
+        *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(after));
         r
     }
 
@@ -247,6 +252,24 @@ pub type Result<T, E = A2aError> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A database outage is "retry later" on both bindings, like an overload: 503 with
+    /// `Retry-After`, never a 200 JSON-RPC error or a 500 a client would not retry.
+    #[test]
+    fn an_unavailable_database_is_503_with_retry_after_on_both_bindings() {
+        let e = A2aError::Unavailable("restarting".into());
+        for rendered in [
+            axum::response::IntoResponse::into_response(axum::Json(e.jsonrpc(Version::V1))),
+            axum::response::IntoResponse::into_response((StatusCode::SERVICE_UNAVAILABLE, "x")),
+        ] {
+            let r = e.with_retry_hint(rendered);
+            assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+        }
+        let other = A2aError::TaskNotFound("t".into());
+        let r = other.with_retry_hint(axum::response::IntoResponse::into_response(axum::Json(json!({}))));
+        assert_eq!(r.status(), StatusCode::OK, "other errors keep their status");
+    }
 
     #[test]
     fn v1_errors_carry_error_info_and_v03_do_not() {

@@ -234,7 +234,10 @@ pub(crate) fn runtime_error(e: RuntimeError) -> RpcError {
             RpcError::new(code::INVALID_REQUEST, e.to_string())
         }
         RuntimeError::StaleVersion { .. } => RpcError::new(code::INVALID_REQUEST, e.to_string()),
-        RuntimeError::Unavailable(m) => RpcError::internal(format!("service unavailable: {m}")),
+        // The database is restarting or out of reach: "retry later" in the same terms as an
+        // overload, so an editor can tell it from a failure of the gateway.
+        RuntimeError::Unavailable(m) => RpcError::internal(format!("service unavailable: {m}"))
+            .with_data(serde_json::json!({"reason": "unavailable", "retry_after_ms": 1000})),
         // ACP names no busy error: -32603 naming the cause, with the hint in `data` (ADR 0012).
         RuntimeError::Busy(busy) => RpcError::internal(busy.to_string()).with_data(serde_json::json!({
             "reason": "overloaded",
@@ -242,5 +245,20 @@ pub(crate) fn runtime_error(e: RuntimeError) -> RpcError {
             "retry_after_ms": busy.retry_after.as_millis() as u64,
         })),
         RuntimeError::Internal(m) => RpcError::internal(m),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An unreachable database and an overload both tell the editor when to try again; only
+    /// a failure of the gateway itself is a bare internal error.
+    #[test]
+    fn retry_later_errors_carry_their_hint() {
+        let down = runtime_error(RuntimeError::Unavailable("restarting".into()));
+        assert_eq!(down.code, code::INTERNAL_ERROR);
+        assert_eq!(down.data, Some(serde_json::json!({"reason": "unavailable", "retry_after_ms": 1000})));
+        assert_eq!(runtime_error(RuntimeError::Internal("bug".into())).data, None);
     }
 }
