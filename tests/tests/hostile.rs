@@ -457,3 +457,61 @@ fn rss_mib(g: &Gateway) -> u64 {
     let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
     line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() / 1024
 }
+
+/// Live environments are capped by the open files limit: under a hard limit of 512 (which the
+/// gateway cannot raise), 160 sessions each run a shell command and every one succeeds; at
+/// 419d1b9 each idle session kept its shell and four descriptors, and 41 of 160 turns failed
+/// "Too many open files" while HTTP accepts starved with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_sessions_under_a_low_open_files_limit_all_run_their_commands() {
+    use nix::sys::resource::{Resource, setrlimit};
+    // nextest runs each test in its own process: the limit is this test's (and its gateway's).
+    setrlimit(Resource::RLIMIT_NOFILE, 512, 512).unwrap();
+    let dir = workdir("many-sessions");
+    let g = GatewayBuilder::new(TESTBED, "many-sessions").cwd(&dir).env("GATEWAY_TESTBED_NATIVE", "model").spawn();
+    g.ready(Duration::from_secs(30)).await;
+    let http = reqwest::Client::new();
+    let toolset = json!([{"type": "agent_toolset_20260401",
+        "default_config": {"enabled": true, "permission_policy": {"type": "always_allow"}}}]);
+    let (_, agent) =
+        post(&http, &g, "/v1/agents", json!({"name": "a", "model": "claude-sonnet-4-6", "tools": toolset})).await;
+    let (_, env) = post(&http, &g, "/v1/environments", json!({"name": "e", "config": {"type": "cloud"}})).await;
+    let one = |i: usize| {
+        let (http, g, agent, env) = (&http, &g, &agent, &env);
+        async move {
+            let session = json!({"agent": agent["id"], "environment_id": env["id"]});
+            let (status, s) = post(http, g, "/v1/sessions", session).await;
+            assert_eq!(status, 200, "session {i}: {s}");
+            let events = format!("/v1/sessions/{}/events", s["id"].as_str().unwrap());
+            let say = json!({"events": [{"type": "user.message", "content": [
+                {"type": "text", "text": format!(r#"tool:bash {{"command": "echo ran {i}"}}"#)}]}]});
+            let (status, body) = post(http, g, &events, say).await;
+            assert_eq!(status, 200, "session {i}: {body}");
+            let deadline = Instant::now() + Duration::from_secs(120);
+            loop {
+                let got: Value = http
+                    .get(g.url(&format!("{events}?types[]=agent.tool_result")))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                if let Some(result) = got["data"].as_array().and_then(|d| d.first()) {
+                    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+                    assert!(result["is_error"] == false && text.contains(&format!("ran {i}")), "session {i}: {result}");
+                    return;
+                }
+                assert!(Instant::now() < deadline, "session {i} never ran its command");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    use futures::StreamExt;
+    futures::stream::iter(0..160).map(one).buffer_unordered(16).collect::<Vec<()>>().await;
+    let healthy = http.get(g.url("/healthz")).send().await.unwrap();
+    assert_eq!(healthy.status().as_u16(), 200);
+    assert!(!g.log().contains("Too many open files"), "the process ran out of descriptors");
+    drop(g);
+    let _ = std::fs::remove_dir_all(&dir);
+}

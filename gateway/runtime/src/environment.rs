@@ -132,8 +132,9 @@ pub struct EnvironmentsConfig {
     pub max_commands: usize,
     /// Live environments (each a running shell holding a few file descriptors) kept in this
     /// process: realizing one more first hibernates the least recently used idle one, so
-    /// many idle sessions cannot exhaust the descriptors every client and turn needs.
-    pub max_live: usize,
+    /// many idle sessions cannot exhaust the descriptors every client and turn needs. Unset:
+    /// what the process's open files limit allows ([`EnvironmentsConfig::live_for`]).
+    pub max_live: Option<usize>,
     /// How long a self-hosted session's input waits for an executor to connect.
     #[serde(rename = "connect_timeout_secs", with = "gateway_core::durations::secs")]
     pub connect_timeout: Duration,
@@ -148,6 +149,13 @@ pub struct EnvironmentsConfig {
 }
 
 impl EnvironmentsConfig {
+    /// How many environments may stay live under an open files limit of `fd_limit`: a
+    /// sixteenth of it (a live environment holds a shell and about four descriptors, so a
+    /// quarter of them at most), between 8 and 256.
+    pub fn live_for(fd_limit: u64) -> usize {
+        usize::try_from(fd_limit / 16).unwrap_or(usize::MAX).clamp(8, 256)
+    }
+
     /// What self-hosted executors are held to.
     pub fn executors(&self) -> crate::executors::ExecutorSettings {
         crate::executors::ExecutorSettings {
@@ -166,7 +174,7 @@ impl Default for EnvironmentsConfig {
             limits: Limits::default(),
             bwrap: PathBuf::from("bwrap"),
             max_commands: (4 * cores).max(16),
-            max_live: 256,
+            max_live: None,
             connect_timeout: crate::executors::ExecutorSettings::default().connect_timeout,
             heartbeat_ttl: crate::executors::ExecutorSettings::default().heartbeat_ttl,
             checkout: CheckoutConfig::default(),
@@ -581,7 +589,9 @@ impl Environments {
     /// hibernated; when all are, the new one opens past the cap (in-use Hands are bounded by
     /// the turns in flight) and that is logged.
     async fn make_room(&self, slots: &mut HashMap<SessionId, Slot>) {
-        while slots.len() >= self.config.max_live.max(1) {
+        // Unset where nothing derived it from a limit (an embedding, a test): the most.
+        let max_live = self.config.max_live.unwrap_or_else(|| EnvironmentsConfig::live_for(u64::MAX)).max(1);
+        while slots.len() >= max_live {
             let lru = slots.iter().filter(|(_, s)| s.users == 0).min_by_key(|(_, s)| s.last_used).map(|(id, _)| id);
             let Some(lru) = lru.cloned() else {
                 warn!(

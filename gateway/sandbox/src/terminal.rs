@@ -264,8 +264,7 @@ impl Terminals {
         let t = self.get(id)?;
         let exit = t.exit.borrow().clone();
         let buf = t.output.lock().unwrap_or_else(|p| p.into_inner());
-        let (output, cut) = crate::text::capped_text(&buf.bytes, buf.limit);
-        Ok(TerminalOutput { output, truncated: buf.truncated || cut > 0, exit })
+        Ok(TerminalOutput { output: String::from_utf8_lossy(&buf.bytes).into_owned(), truncated: buf.truncated, exit })
     }
 
     /// Waits until the command exits.

@@ -46,14 +46,18 @@ pub fn model_client(config: &Config) -> anyhow::Result<Arc<dyn ModelClient>> {
 /// This host's Session Environments: `[environments]`, pinned to `host_id`, workspaces under
 /// `<data_dir>/workspaces`, made by `providers` ([`sandbox_providers`]), mounting files from
 /// `content` (uploaded files, skills), sealing repository tokens with `secrets`.
+/// The Session Environments; unless configured, as many live at once as `fd_limit` allows.
 pub fn environments(
     config: &Config,
     providers: Vec<Arc<dyn SandboxProvider>>,
     content: Arc<dyn Store>,
     secrets: SecretBox,
+    fd_limit: u64,
 ) -> Arc<Environments> {
     let root = crate::state::workspaces_root(config);
-    Environments::new(config.host_id(), root, config.environments.clone(), providers, content, Some(secrets))
+    let mut settings = config.environments.clone();
+    settings.max_live.get_or_insert(gateway_runtime::EnvironmentsConfig::live_for(fd_limit));
+    Environments::new(config.host_id(), root, settings, providers, content, Some(secrets))
 }
 
 /// The sandbox providers the configured `sandbox` allows on this host.

@@ -82,7 +82,7 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<S
             return Err(e);
         }
     };
-    let environments = compose::environments(config, providers, Arc::clone(&store), secrets.clone());
+    let environments = compose::environments(config, providers, Arc::clone(&store), secrets.clone(), fd_limit);
 
     let processes = Arc::new(ProcessTable::default());
     let backends = compose::backends(config, &environments, &processes, model, ext);

@@ -325,7 +325,7 @@ async fn idle_environments_hibernate_and_wake_with_their_files() {
 /// recently used idle one (its files kept, its shell stopped), whose next turn wakes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn live_environments_are_capped_by_hibernating_the_least_recently_used() {
-    let config = gateway_runtime::EnvironmentsConfig { max_live: 2, ..Default::default() };
+    let config = gateway_runtime::EnvironmentsConfig { max_live: Some(2), ..Default::default() };
     let n = harness::native_configured(config).await;
     let pool = n.workers(0);
     let mut sessions = Vec::new();
