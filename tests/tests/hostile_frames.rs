@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used)]
 //! F7: hostile frames against a real gateway, on HTTP (the Managed Agents API and A2A
 //! JSON-RPC) and on ACP over stdio: bodies of 100 MB, endless chunked bodies, nesting 100,000
-//! deep, invalid UTF-8, batches of 10,000, ids no 64-bit integer holds. Each must get the
+//! deep, invalid UTF-8, batches of 10,000, ids no 64-bit integer holds, duplicate ids. Each must get the
 //! protocol's error (never a 5xx, never a hang), the process must keep its memory, and it must
 //! serve the next well-formed request.
 
@@ -203,11 +203,14 @@ async fn hostile_acp_frames_get_json_rpc_errors_and_the_connection_carries_on() 
         assert_eq!(got["error"]["code"].as_i64(), Some(code), "{what}: {got}");
         assert_eq!(got["id"], id, "{what}: {got}");
     }
+    // Two requests under one id (the client's mistake): each is answered, under that id.
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}});
-    stdin.write_all(format!("{init}\n").as_bytes()).await.unwrap();
-    let got = answer().await;
-    assert_eq!(got["id"], 1, "{got}");
-    assert!(got["result"]["protocolVersion"].is_number(), "the connection carries on: {got}");
+    stdin.write_all(format!("{init}\n{init}\n").as_bytes()).await.unwrap();
+    for _ in 0..2 {
+        let got = answer().await;
+        assert_eq!(got["id"], 1, "{got}");
+        assert!(got["result"]["protocolVersion"].is_number(), "the connection carries on: {got}");
+    }
     let after = rss_mib(pid);
     assert!(after < before + 128, "memory grew from {before} MiB to {after} MiB");
     drop(stdin);
