@@ -98,7 +98,7 @@ fn hostile_bytes() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
-    #![proptest_config(config(512))]
+    #![proptest_config(config(1024))]
 
     /// Any bytes, split anywhere, read through any buffer size: the framer never panics and
     /// yields exactly what the rule says (so a line over the bound is `TooLong`, never cut).
@@ -182,7 +182,7 @@ fn id() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(config(256))]
+    #![proptest_config(config(1024))]
 
     /// A request's id comes back in its answer exactly as it was sent.
     #[test]
@@ -218,6 +218,16 @@ proptest! {
             let v: Value = serde_json::from_str(f).unwrap();
             prop_assert_eq!(&v["jsonrpc"], "2.0");
             prop_assert!(v.get("result").is_some() != v.get("error").is_some(), "{}", f);
+        }
+        // The documented errors: -32700 for what is not JSON, -32600 for JSON that is not a message.
+        let code = match &v {
+            None if !line.trim().is_empty() => Some(-32700),
+            Some(v) if !v.is_object() => Some(-32600),
+            _ => None,
+        };
+        if let Some(code) = code {
+            let answer: Value = serde_json::from_str(frames.iter().find(|f| raw_id(f) == "null").unwrap()).unwrap();
+            prop_assert_eq!(&answer["error"]["code"], &Value::from(code), "line {:?}", line);
         }
         let probes = frames.iter().filter(|f| raw_id(f) == "\"probe\"").count();
         prop_assert_eq!(probes, 1, "line {:?} answered {:?}", line, frames);
