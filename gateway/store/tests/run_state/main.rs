@@ -1,6 +1,7 @@
-//! The run state machine against a model (issue 13): random interleavings of admit, claim,
-//! renew, lease expiry, worker crash, commit, settle and release over three sessions and three
-//! workers, applied to a real store and to [`model::Model`], which must agree after every step.
+//! The run state machine against a model (issue 13): random interleavings of admit, claim (one
+//! or a batch), renew (one or all of a worker's leases), lease expiry, worker crash, commit,
+//! settle and release over three sessions and three workers, applied to a real store and to an
+//! in-memory model (`model.rs`), which must agree after every step.
 //!
 //! Properties checked after every operation (on SQLite and on PostgreSQL):
 //! - the store's active runs of every session are exactly the model's (state, owner, epoch,
@@ -8,7 +9,8 @@
 //! - at most one live epoch per run: a renew, commit, settle or release with any fence but the
 //!   run's current one is refused `Fenced` and writes nothing (the session's last seq stands);
 //! - a claim takes a run the model allows (the oldest queued run of a session without a running
-//!   run, or a running run whose lease has lapsed), and takes one whenever one is allowed;
+//!   run, or a running run whose lease has lapsed), and takes one whenever one is allowed; a
+//!   batch takes one per session, as many as allowed up to its limit;
 //! - epochs only increase, by one per claim; settled runs stay settled.
 //!
 //! Lease expiry follows the database clock without sleeping: `Expire` renews the holder's lease

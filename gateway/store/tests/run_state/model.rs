@@ -27,8 +27,13 @@ pub enum Op {
     Admit { session: usize },
     /// A worker claims whatever it may (a crashed worker restarts under its old name).
     Claim { worker: usize },
+    /// A worker claims up to `limit` runs in one call, as a process's claim loop does.
+    ClaimBatch { worker: usize, limit: u32 },
     /// A live worker renews one of the fences it was ever given.
     Renew { worker: usize, fence: usize },
+    /// A live worker renews every fence it was ever given in one call, as a process's lease
+    /// keeper does.
+    RenewAll { worker: usize },
     /// A running run's lease lapses on the database clock.
     Expire { run: usize },
     /// A worker stops renewing; it keeps its fences and may still try to write with them.
@@ -45,8 +50,10 @@ pub fn op() -> impl Strategy<Value = Op> {
     let i = || 0..8usize;
     prop_oneof![
         3 => i().prop_map(|session| Op::Admit { session }),
-        4 => i().prop_map(|worker| Op::Claim { worker }),
+        3 => i().prop_map(|worker| Op::Claim { worker }),
+        1 => (i(), 1..4u32).prop_map(|(worker, limit)| Op::ClaimBatch { worker, limit }),
         1 => (i(), i()).prop_map(|(worker, fence)| Op::Renew { worker, fence }),
+        1 => i().prop_map(|worker| Op::RenewAll { worker }),
         3 => i().prop_map(|run| Op::Expire { run }),
         1 => i().prop_map(|worker| Op::Crash { worker }),
         3 => (i(), i()).prop_map(|(worker, fence)| Op::Commit { worker, fence }),
@@ -141,7 +148,24 @@ pub async fn replay(harness: &dyn Harness, ops: Vec<Op>) {
 async fn apply(store: &Arc<dyn Store>, m: &mut Model, op: &Op) {
     match *op {
         Op::Admit { session } => admit(store, m, session % SESSIONS).await,
-        Op::Claim { worker } => claim(store, m, worker % WORKERS).await,
+        Op::Claim { worker } => claim(store, m, worker % WORKERS, None).await,
+        Op::ClaimBatch { worker, limit } => claim(store, m, worker % WORKERS, Some(limit)).await,
+        Op::RenewAll { worker } => {
+            let w = worker % WORKERS;
+            if m.workers[w].crashed {
+                return;
+            }
+            let fences = m.workers[w].fences.clone();
+            let renewed = store.renew_leases(&fences, Duration::from_millis(LEASE_MS)).await.expect("renew leases");
+            assert_eq!(renewed.len(), fences.len());
+            for (fence, renewal) in fences.iter().zip(renewed) {
+                let live = m.is_live(fence);
+                assert_eq!(renewal.is_some(), live, "batch renewal of {fence:?}: the model says live = {live}");
+                if live {
+                    m.runs.get_mut(&fence.run_id).expect("known run").lapsed = false;
+                }
+            }
+        }
         Op::Renew { worker, fence } => {
             let w = worker % WORKERS;
             if m.workers[w].crashed {
@@ -266,15 +290,34 @@ async fn admit(store: &Arc<dyn Store>, m: &mut Model, s: usize) {
     }
 }
 
-async fn claim(store: &Arc<dyn Store>, m: &mut Model, w: usize) {
+/// One claim (`limit` None) or a batch: each claimed run is one the model allows, at most one
+/// per session, and as many as allowed up to the limit.
+async fn claim(store: &Arc<dyn Store>, m: &mut Model, w: usize, limit: Option<u32>) {
     let allowed = m.claimable();
     let before: Vec<u64> = last_seqs(store, m).await;
-    let claim = store.claim_run(&worker(&name(w), "h"), terms(LEASE_MS)).await.expect("claim");
-    let Some(claim) = claim else {
-        assert!(allowed.is_empty(), "nothing claimed while {allowed:?} were claimable");
-        assert_eq!(before, last_seqs(store, m).await, "an empty claim wrote nothing");
-        return;
+    let offer = worker(&name(w), "h");
+    let claims = match limit {
+        None => store.claim_run(&offer, terms(LEASE_MS)).await.expect("claim").into_iter().collect(),
+        Some(limit) => store.claim_runs(&offer, terms(LEASE_MS), limit).await.expect("claim runs"),
     };
+    let mut sessions: Vec<usize> = allowed.iter().map(|id| m.runs[id].session).collect();
+    sessions.sort_unstable();
+    sessions.dedup();
+    let want = sessions.len().min(limit.unwrap_or(1) as usize);
+    assert_eq!(claims.len(), want, "claimed {} runs while {allowed:?} were claimable (limit {limit:?})", claims.len());
+    if claims.is_empty() {
+        assert_eq!(before, last_seqs(store, m).await, "an empty claim wrote nothing");
+    }
+    let mut claimed_sessions: Vec<&gateway_core::SessionId> = claims.iter().map(|c| &c.fence.session_id).collect();
+    claimed_sessions.sort();
+    claimed_sessions.dedup();
+    assert_eq!(claimed_sessions.len(), claims.len(), "one run per session in a batch");
+    for claim in claims {
+        take(m, w, &allowed, claim);
+    }
+}
+
+fn take(m: &mut Model, w: usize, allowed: &[RunId], claim: gateway_core::run::Claim) {
     let id = claim.fence.run_id.clone();
     assert!(allowed.contains(&id), "claimed {id}, but only {allowed:?} were claimable");
     let r = m.runs.get_mut(&id).expect("known run");
