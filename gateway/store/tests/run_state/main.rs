@@ -18,8 +18,8 @@
 //! `now`, may take it. A crashed worker stops renewing but keeps its fences, and may still try
 //! to commit with them (a paused process waking up).
 //!
-//! Reproducible: the seed is fixed ([`SEED`]) and cases default to [`DEFAULT_CASES`] (a few
-//! seconds per engine). A longer run, or another seed:
+//! Reproducible: the seed is fixed ([`SEED`]) and cases default to [`DEFAULT_CASES`] (2–5 s on
+//! SQLite, 8–20 s on PostgreSQL on a shared 2-core machine). A longer run, or another seed:
 //! `PROPTEST_CASES=2000 cargo nextest run -p gateway-store run_state` (add `PROPTEST_RNG_SEED=<u64>`).
 
 mod model;
