@@ -31,7 +31,11 @@ use crate::wire::event::project;
 
 const DELTA_TYPES: [&str; 2] = ["agent.message", "agent.thinking"];
 
+/// One SSE frame. `data` is compact JSON, which escapes every CR and LF inside strings, so a
+/// payload is always one `data:` line and can never end the frame early; `event` (a type name)
+/// and `id` (an event id) are ours and hold no line break.
 fn frame(event: &str, id: Option<&str>, data: &Value) -> Bytes {
+    debug_assert!(!event.contains(['\r', '\n']) && !id.is_some_and(|i| i.contains(['\r', '\n'])));
     let mut s = String::with_capacity(128);
     if let Some(id) = id {
         s.push_str("id: ");
@@ -71,6 +75,9 @@ fn preview_frame(p: &Preview, wanted: &[&str]) -> Option<Bytes> {
         }),
     }
 }
+
+#[cfg(test)]
+mod props;
 
 type Deliveries = Pin<Box<dyn Stream<Item = Result<Delivery, RuntimeError>> + Send>>;
 

@@ -23,6 +23,7 @@
 //!   answer is logged and dropped instead of leaking an entry.
 
 pub mod framing;
+mod id;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -37,6 +38,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
 pub use framing::Inbound;
+use id::Id;
 
 /// JSON-RPC and ACP error codes.
 pub mod code {
@@ -264,7 +266,7 @@ impl Peer {
         self.lock_pending().clear();
     }
 
-    fn serialize(&self, frame: &Value) -> Option<String> {
+    fn serialize(&self, frame: &impl Serialize) -> Option<String> {
         if self.is_closed() {
             return None;
         }
@@ -276,6 +278,11 @@ impl Peer {
     /// Queues a frame, waiting for room; gives up when the connection closes.
     async fn send(&self, frame: Value) -> bool {
         let Some(text) = self.serialize(&frame) else { return false };
+        self.queue(text).await
+    }
+
+    /// Queues a serialized frame, waiting for room; gives up when the connection closes.
+    async fn queue(&self, text: String) -> bool {
         let closed = &self.inner.closed;
         let budget = tokio::select! {
             b = Arc::clone(&self.inner.budget).acquire_many_owned(cost(&text)) => b,
@@ -288,12 +295,23 @@ impl Peer {
         }
     }
 
-    async fn respond(&self, id: Value, result: Result<Value, RpcError>) {
-        let frame = match result {
-            Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-            Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
+    /// Answers a request; the id goes out exactly as it came in ([`Id`]).
+    async fn respond(&self, id: Id, result: Result<Value, RpcError>) {
+        #[derive(Serialize)]
+        struct Answer<'a> {
+            jsonrpc: &'static str,
+            id: &'a serde_json::value::RawValue,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            result: Option<Value>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            error: Option<RpcError>,
+        }
+        let (result, error) = match result {
+            Ok(result) => (Some(result), None),
+            Err(error) => (None, Some(error)),
         };
-        self.send(frame).await;
+        let Some(text) = self.serialize(&Answer { jsonrpc: "2.0", id: id.raw(), result, error }) else { return };
+        self.queue(text).await;
     }
 
     fn lock_pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<Result<Value, RpcError>>>> {
@@ -318,11 +336,6 @@ fn cost(text: &str) -> u32 {
     u32::try_from(text.len().clamp(1, OUT_BYTES)).unwrap_or(u32::MAX)
 }
 
-/// An id is an integer or a string (never null, never anything else).
-fn valid_id(id: &Value) -> bool {
-    matches!(id, Value::String(_)) || id.as_i64().is_some() || id.as_u64().is_some()
-}
-
 fn id_key(id: &Value) -> String {
     match id {
         Value::String(s) => s.clone(),
@@ -343,7 +356,7 @@ async fn read_loop(peer: Peer, mut incoming: mpsc::Receiver<Inbound>, handler: A
             Inbound::TooLong(len) => {
                 warn!(peer = name, bytes = len, "message over the size limit; dropped");
                 let e = RpcError::new(code::PARSE_ERROR, format!("message too large ({len} bytes)"));
-                peer.respond(Value::Null, Err(e)).await;
+                peer.respond(Id::null(), Err(e)).await;
                 continue;
             }
         };
@@ -358,7 +371,7 @@ async fn read_loop(peer: Peer, mut incoming: mpsc::Receiver<Inbound>, handler: A
             }
             Err(e) => {
                 debug!(peer = name, error = %e, "parse error");
-                peer.respond(Value::Null, Err(RpcError::new(code::PARSE_ERROR, format!("parse error: {e}")))).await;
+                peer.respond(Id::null(), Err(RpcError::new(code::PARSE_ERROR, format!("parse error: {e}")))).await;
                 continue;
             }
         };
@@ -368,23 +381,29 @@ async fn read_loop(peer: Peer, mut incoming: mpsc::Receiver<Inbound>, handler: A
             _ = handler.ready() => {}
             _ = peer.inner.closed.cancelled() => break,
         }
-        dispatch(&peer, handler.as_ref(), value).await;
+        dispatch(&peer, handler.as_ref(), value, &line).await;
     }
     peer.close();
     handler.closed();
     debug!(peer = name, "connection closed");
 }
 
-async fn dispatch(peer: &Peer, handler: &dyn Handler, value: Value) {
+/// Handles one message; `line` is its text, read again only for an id a `Value` cannot hold.
+async fn dispatch(peer: &Peer, handler: &dyn Handler, value: Value, line: &str) {
     let Value::Object(mut msg) = value else {
         let what = if value.is_array() { "batches are not supported" } else { "a message must be a JSON object" };
-        peer.respond(Value::Null, Err(RpcError::new(code::INVALID_REQUEST, what))).await;
+        peer.respond(Id::null(), Err(RpcError::new(code::INVALID_REQUEST, what))).await;
         return;
     };
     let id = msg.remove("id").filter(|v| !v.is_null());
     let method = msg.get("method").and_then(Value::as_str).map(str::to_owned);
-    match (method, id) {
-        (Some(method), Some(id)) if valid_id(&id) => {
+    // A request: a method and a valid id.
+    let request = match (&method, &id) {
+        (Some(_), Some(id)) => Id::of_request(id, line),
+        _ => None,
+    };
+    match (method, id, request) {
+        (Some(method), _, Some(id)) => {
             let Ok(permit) = Arc::clone(&peer.inner.in_flight).try_acquire_owned() else {
                 warn!(peer = peer.inner.name, method = %clip(&method, 100), "too many requests in flight; refused");
                 let e = RpcError::internal(format!(
@@ -402,7 +421,7 @@ async fn dispatch(peer: &Peer, handler: &dyn Handler, value: Value) {
                 drop(permit);
             });
         }
-        (Some(method), None) => {
+        (Some(method), None, _) => {
             let params = msg.remove("params").unwrap_or(Value::Null);
             if method == "$/cancel_request" {
                 // Tolerated: every request is still answered, by its own handler.
@@ -411,7 +430,7 @@ async fn dispatch(peer: &Peer, handler: &dyn Handler, value: Value) {
             }
             handler.notification(peer, &method, params);
         }
-        (None, Some(id)) if msg.contains_key("result") || msg.contains_key("error") => {
+        (None, Some(id), _) if msg.contains_key("result") || msg.contains_key("error") => {
             let result = match msg.remove("error") {
                 Some(e) if !e.is_null() => Err(RpcError::from_wire(&e)),
                 _ => Ok(msg.remove("result").unwrap_or(Value::Null)),
@@ -425,8 +444,8 @@ async fn dispatch(peer: &Peer, handler: &dyn Handler, value: Value) {
                 }
             }
         }
-        (_, id) => {
-            let id = id.filter(valid_id).unwrap_or(Value::Null);
+        (_, id, _) => {
+            let id = id.and_then(|id| Id::of_request(&id, line)).unwrap_or_else(Id::null);
             peer.respond(
                 id,
                 Err(RpcError::new(code::INVALID_REQUEST, "not a JSON-RPC 2.0 request, notification or response")),

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use gateway_core::event::EventKind;
+use gateway_core::event::{EventKind, NewEvent};
 use gateway_runtime::auth::Principal;
 use gateway_runtime::{EventFilter, Order};
 use serde::Deserialize;
@@ -23,6 +23,19 @@ pub struct SendBody {
     events: Vec<EventIn>,
 }
 
+impl SendBody {
+    /// The batch as core inputs: 1 to 100 events, each valid on its own (a 400 otherwise).
+    fn into_inputs(self) -> Result<Vec<NewEvent>, ApiError> {
+        if self.events.is_empty() || self.events.len() > 100 {
+            return Err(ApiError::invalid("events must hold 1 to 100 events"));
+        }
+        self.events.into_iter().map(EventIn::into_new_event).collect()
+    }
+}
+
+#[cfg(test)]
+mod props;
+
 /// Commits the batch, then echoes the client's events with their ids: "accepted" is only
 /// said after the commit (invariant 4).
 /// An environment key (a self-hosted executor) may send tool results only: it answers calls,
@@ -34,10 +47,7 @@ pub async fn send(
     ApiJson(body): ApiJson<SendBody>,
 ) -> Result<Json<Value>, ApiError> {
     let id = id(&raw)?;
-    if body.events.is_empty() || body.events.len() > 100 {
-        return Err(ApiError::invalid("events must hold 1 to 100 events"));
-    }
-    let inputs = body.events.into_iter().map(EventIn::into_new_event).collect::<Result<Vec<_>, _>>()?;
+    let inputs = body.into_inputs()?;
     if let Some(Extension(Principal::Environment { .. })) = principal
         && inputs.iter().any(|e| e.payload.kind() != EventKind::ClientToolResult)
     {

@@ -599,4 +599,12 @@ pub async fn leases_renew_together_and_lost_ones_are_reported(h: &dyn Harness) {
     assert!(s.renew_leases(&[], Duration::from_secs(1)).await.unwrap().is_empty());
     // Only the kept one was extended: b's lease is untouched by a's renewal.
     assert!(s.renew_lease(&taken.fence, Duration::from_secs(10)).await.is_ok());
+    // A batch holding a run's current fence and a stale one of the same run: only the current
+    // one is renewed (found by the run state property test).
+    s.renew_lease(&taken.fence, Duration::ZERO).await.unwrap();
+    let again = s.claim_run(&worker("b", "h"), terms(10_000)).await.unwrap().expect("the lapsed lease is reclaimed");
+    assert_eq!((again.fence.run_id.clone(), again.fence.epoch), (l.fence.run_id.clone(), taken.fence.epoch + 1));
+    let renewed = s.renew_leases(&[taken.fence.clone(), again.fence.clone()], Duration::from_secs(10)).await.unwrap();
+    assert!(renewed[0].is_none(), "the stale fence is lost even though its run was renewed");
+    assert!(renewed[1].is_some());
 }

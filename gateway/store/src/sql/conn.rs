@@ -324,6 +324,7 @@ macro_rules! tuple_from_row {
 tuple_from_row!(A 0);
 tuple_from_row!(A 0, B 1);
 tuple_from_row!(A 0, B 1, C 2);
+tuple_from_row!(A 0, B 1, C 2, D 3);
 
 /// Implements [`FromRow`] for a row struct, each field from the column of its name.
 macro_rules! from_row {

@@ -57,7 +57,7 @@ impl Engine for Postgres {
     const RENEW_LEASES: &'static str = "UPDATE runs SET lease_expires_at = $2 WHERE state = 'running' \
          AND (id, lease_owner, lease_epoch) IN \
              (SELECT h->>0, h->>1, (h->>2)::BIGINT FROM json_array_elements($1::json) AS h) \
-         RETURNING id, CASE WHEN cancel_requested THEN 'y' ELSE 'n' END";
+         RETURNING id, lease_owner, lease_epoch, CASE WHEN cancel_requested THEN 'y' ELSE 'n' END";
     const CLAIM_CANDIDATE: &'static str = claim_candidate_sql!(
         "(SELECT json_array_elements_text($1::json))",
         "(SELECT json_array_elements_text($2::json))",

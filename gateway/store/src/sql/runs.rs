@@ -311,17 +311,22 @@ impl<E: Engine> RunQueue for SqlStore<E> {
             fences.iter().map(|f| (f.run_id.as_str(), f.owner.as_str(), f.epoch)).collect();
         let mut tx = self.begin_write().await?;
         let now = Self::now(&mut tx).await?;
-        let renewed = query_as::<(String, String)>(E::RENEW_LEASES)
+        let renewed = query_as::<(String, String, i64, String)>(E::RENEW_LEASES)
             .bind(serde_json::to_string(&held)?)
             .bind(now + millis(lease))
             .fetch_all(&mut *tx)
             .await?;
         self.finish(tx, Hints::default()).await?;
-        let renewed: std::collections::HashMap<String, bool> =
-            renewed.into_iter().map(|(id, cancel)| (id, cancel == "y")).collect();
+        // Answered by the whole fence, not the run id: a stale fence of a run renewed in the
+        // same batch under its current fence is still lost.
+        let renewed: std::collections::HashMap<(String, String, i64), bool> =
+            renewed.into_iter().map(|(id, owner, epoch, cancel)| ((id, owner, epoch), cancel == "y")).collect();
         Ok(fences
             .iter()
-            .map(|f| renewed.get(f.run_id.as_str()).map(|cancel| Renewal { cancel_requested: *cancel }))
+            .map(|f| {
+                let key = (f.run_id.as_str().to_owned(), f.owner.clone(), f.epoch);
+                renewed.get(&key).map(|cancel| Renewal { cancel_requested: *cancel })
+            })
             .collect())
     }
 

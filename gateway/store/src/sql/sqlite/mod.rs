@@ -68,7 +68,7 @@ impl Engine for Sqlite {
     const RENEW_LEASES: &'static str = "UPDATE runs SET lease_expires_at = $2 WHERE state = 'running' AND EXISTS \
          (SELECT 1 FROM json_each($1) h WHERE json_extract(h.value, '$[0]') = runs.id \
           AND json_extract(h.value, '$[1]') = runs.lease_owner AND json_extract(h.value, '$[2]') = runs.lease_epoch) \
-         RETURNING id, CASE WHEN cancel_requested THEN 'y' ELSE 'n' END";
+         RETURNING id, lease_owner, lease_epoch, CASE WHEN cancel_requested THEN 'y' ELSE 'n' END";
     const CLAIM_CANDIDATE: &'static str =
         claim_candidate_sql!("(SELECT value FROM json_each($1))", "(SELECT value FROM json_each($2))", "");
     const LIST_SESSIONS_ASC: &'static str = list_sessions_sql!("(SELECT value FROM json_each($4))", ">", "ASC");
