@@ -17,6 +17,22 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
 }
 
+/// A fresh, empty directory for one test's gateway (its `./data`), named after the test and
+/// this process.
+pub fn workdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gateway-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("test directory");
+    dir
+}
+
+/// Resident memory of process `pid`, in MiB (`VmRSS` of `/proc/PID/status`).
+pub fn rss_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("process status");
+    let kib = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next());
+    kib.and_then(|k| k.parse::<u64>().ok()).expect("VmRSS") / 1024
+}
+
 /// A running gateway process; killed when dropped.
 pub struct Gateway {
     pub name: String,

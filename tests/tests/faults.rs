@@ -9,7 +9,7 @@
 //! private PostgreSQL cluster (the shared one must never restart); F15 needs libfaketime.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,21 +21,13 @@ use gateway_store::{EventLog, PgStore, Store, StoreOptions};
 use gateway_tests::load::{Load, Outcome, Record, Workload, classify};
 use gateway_tests::pg_cluster::PgCluster;
 use gateway_tests::tmpfs::Tmpfs;
-use gateway_tests::{Gateway, GatewayBuilder, eventually};
+use gateway_tests::{Gateway, GatewayBuilder, eventually, workdir};
 use nix::sys::signal::Signal;
 use sqlx::Connection;
 
 const TESTBED: &str = env!("CARGO_BIN_EXE_gateway-testbed");
 /// Debian's libfaketime (package `libfaketime`, pinned in `scripts/test`).
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
-
-/// A fresh directory for one test's local state.
-fn workdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gateway-faults-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// A gateway on `database_url` whose other local state lives in `data_dir`.
 fn gateway(name: &str, database_url: &str, data_dir: &Path) -> GatewayBuilder {
@@ -97,7 +89,7 @@ fn fault_rounds() -> usize {
 /// every round so far; the API shows the last one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn f4_sqlite_kill_9_during_a_burst_of_writes_loses_nothing_acknowledged() {
-    let dir = workdir("f4");
+    let dir = workdir("faults-f4");
     let db = dir.join("gateway.db");
     let url = format!("sqlite://{}", db.display());
     let http = reqwest::Client::new();
@@ -148,7 +140,7 @@ async fn one_write(http: &reqwest::Client, g: &Gateway, w: &Workload, record: &m
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn f14_a_full_disk_fails_writes_cleanly_and_recovers() {
     let fs = Tmpfs::mount("f14", "4m");
-    let dir = workdir("f14");
+    let dir = workdir("faults-f14");
     let db = fs.dir.join("gateway.db");
     let mut g = gateway("f14", &format!("sqlite://{}", db.display()), &dir).spawn();
     g.ready(Duration::from_secs(30)).await;
@@ -239,7 +231,7 @@ async fn readyz_becomes(http: &reqwest::Client, g: &Gateway, want: u16, since: I
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn f3_postgres_crash_restart_under_load() {
     let pg = PgCluster::start("f3");
-    let dir = workdir("f3");
+    let dir = workdir("faults-f3");
     let g = gateway("f3", &pg.url(), &dir).spawn();
     g.ready(Duration::from_secs(30)).await;
     let http = reqwest::Client::new();
@@ -369,7 +361,7 @@ async fn leases_follow_the_database_clock(offset: &str, want_skew: i64) {
     let url = PgHarness::new_schema_url().await;
     let store = Arc::new(PgStore::connect(&url, &StoreOptions::default()).await.expect("connect"));
     store.migrate().await.expect("migrate");
-    let dir = workdir(&format!("f15{offset}"));
+    let dir = workdir(&format!("faults-f15{offset}"));
 
     // (1) The skewed process holds a turn; the normal one starts beside it.
     let mut skew = skewed("skew", &url, &dir, offset).spawn();

@@ -5,20 +5,13 @@
 
 use std::time::Duration;
 
-use gateway_tests::{Gateway, GatewayBuilder, eventually};
+use gateway_tests::{Gateway, GatewayBuilder, eventually, rss_mib, workdir};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 const TESTBED: &str = env!("CARGO_BIN_EXE_gateway-testbed");
-
-fn workdir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("gateway-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// Reads until the server closes the connection (or errors); when that was, and what it sent.
 async fn until_closed(mut tcp: tokio::net::tcp::OwnedReadHalf) -> (Instant, Vec<u8>) {
@@ -418,7 +411,7 @@ async fn a_subscriber_that_never_reads_is_cut_off_and_costs_others_nothing() {
         panic!("the reading subscriber's stream ended after {seen} messages");
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = rss_mib(&g);
+    let before = rss_mib(g.child.id());
 
     let text = "x".repeat(4000);
     for _ in 0..100 {
@@ -445,17 +438,10 @@ async fn a_subscriber_that_never_reads_is_cut_off_and_costs_others_nothing() {
     .await;
     assert!(ended.is_ok(), "the subscriber that never read is still connected ({got} bytes buffered for it)");
     assert!(got < 40_000_000, "it was cut off before the end ({got} bytes)");
-    let after = rss_mib(&g);
+    let after = rss_mib(g.child.id());
     assert!(after < before + 128, "memory grew from {before} MiB to {after} MiB");
     drop(g);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Resident memory of the gateway, in MiB.
-fn rss_mib(g: &Gateway) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", g.pid())).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() / 1024
 }
 
 /// Live environments are capped by the open files limit: under a hard limit of 512 (which the

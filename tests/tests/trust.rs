@@ -5,23 +5,15 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gateway_tests::{Gateway, GatewayBuilder, eventually};
+use gateway_tests::{Gateway, GatewayBuilder, eventually, workdir};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TESTBED: &str = env!("CARGO_BIN_EXE_gateway-testbed");
-
-/// A fresh working directory for one gateway (its `./data`).
-fn workdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gateway-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// `POST` a JSON body to the Managed Agents API from a local client; the created object.
 async fn create(http: &reqwest::Client, g: &Gateway, path: &str, body: Value) -> Value {

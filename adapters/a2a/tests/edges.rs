@@ -190,13 +190,7 @@ async fn a_subscription_to_an_input_required_task_stays_open_until_it_settles_ag
     let task = tck_send(&gw, "tck-input-required", None).await;
     let id = task["id"].as_str().unwrap().to_owned();
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": id}});
-    let req = Request::post("/a2a/conformance")
-        .header("content-type", "application/json")
-        .header("a2a-version", "1.0")
-        .header("x-api-key", &gw.key)
-        .body(Body::from(body.to_string()))
-        .unwrap();
-    let resp = gw.router.clone().oneshot(req).await.unwrap();
+    let resp = gw.router.clone().oneshot(gw.rpc_request("conformance", body.to_string())).await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     let mut frames = resp.into_body().into_data_stream();
     let first = frames.next().await.unwrap().unwrap();

@@ -234,17 +234,7 @@ impl Authenticator {
     pub async fn watch_revocations(self: Arc<Self>, shutdown: CancellationToken) {
         loop {
             match self.store.list_api_keys().await {
-                Ok(keys) => {
-                    let now: HashSet<ApiKeyId> =
-                        keys.into_iter().filter(|k| k.revoked_at.is_some()).map(|k| k.id).collect();
-                    self.revoked.send_if_modified(|seen| {
-                        let grew = now.iter().any(|k| !seen.contains(k));
-                        if grew {
-                            *seen = Arc::new(seen.union(&now).cloned().collect());
-                        }
-                        grew
-                    });
-                }
+                Ok(keys) => self.note_revoked(keys.into_iter().filter(|k| k.revoked_at.is_some()).map(|k| k.id)),
                 Err(e) => tracing::warn!(error = %e, "cannot read revoked API keys"),
             }
             tokio::select! {
@@ -329,13 +319,18 @@ impl Authenticator {
             .retain(|(_, p, _)| !matches!(p, Principal::Key(k) | Principal::Environment { key: k, .. } if k == id));
         cache.live_keys = None;
         drop(cache);
+        self.note_revoked([id.clone()]);
+    }
+
+    /// Adds `ids` to the keys seen revoked, waking [`Authenticator::until_revoked`] only when
+    /// one is new.
+    fn note_revoked(&self, ids: impl IntoIterator<Item = ApiKeyId>) {
+        let ids: Vec<ApiKeyId> = ids.into_iter().collect();
         self.revoked.send_if_modified(|seen| {
-            if seen.contains(id) {
+            if ids.iter().all(|k| seen.contains(k)) {
                 return false;
             }
-            let mut grown = HashSet::clone(seen);
-            grown.insert(id.clone());
-            *seen = Arc::new(grown);
+            *seen = Arc::new(seen.iter().chain(&ids).cloned().collect());
             true
         });
     }

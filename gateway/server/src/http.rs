@@ -9,9 +9,8 @@
 //!
 //! [`authorize_operator`]: gateway_runtime::auth::Authenticator::authorize_operator
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -25,6 +24,8 @@ use futures::StreamExt;
 use gateway_runtime::Coordinator;
 use gateway_runtime::auth::{Authenticator, Principal};
 use serde_json::json;
+
+use crate::places::Places;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -54,33 +55,14 @@ pub fn router(
     if let Some(acp) = acp {
         app = app.merge(gateway_acp::router(acp));
     }
-    let streams = Arc::new(Streams { auth, per_key: max_streams_per_key, open: Mutex::default() });
+    let streams = Arc::new(Streams { auth, open: Places::new(max_streams_per_key, usize::MAX) });
     app.layer(middleware::from_fn_with_state(streams, govern_streams))
 }
 
 /// The event streams open in this process, by the key that opened them.
 struct Streams {
     auth: Arc<Authenticator>,
-    per_key: usize,
-    open: Mutex<HashMap<Principal, usize>>,
-}
-
-/// One open stream's place among its key's; given back when the stream ends.
-struct StreamPlace {
-    streams: Arc<Streams>,
-    principal: Principal,
-}
-
-impl Drop for StreamPlace {
-    fn drop(&mut self) {
-        let mut open = self.streams.open.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = open.get_mut(&self.principal) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.principal);
-            }
-        }
-    }
+    open: Places<Principal>,
 }
 
 /// Every event stream, whichever face served it, is held to two rules the faces authorised
@@ -108,16 +90,12 @@ async fn govern_streams(State(streams): State<Arc<Streams>>, req: Request, next:
         },
         None => Principal::Loopback,
     };
-    let place = {
-        let mut open = streams.open.lock().unwrap_or_else(|p| p.into_inner());
-        let n = open.entry(principal.clone()).or_insert(0);
-        if *n >= streams.per_key {
-            drop(open);
-            tracing::warn!(limit = streams.per_key, "event stream refused: too many open for one key");
-            return too_many_streams(streams.per_key);
+    let place = match streams.open.take(principal.clone()) {
+        Ok(place) => place,
+        Err(full) => {
+            tracing::warn!(limit = full.holder, "event stream refused: too many open for one key");
+            return too_many_streams(full.holder);
         }
-        *n += 1;
-        StreamPlace { streams: Arc::clone(&streams), principal: principal.clone() }
     };
     let revoked = streams.auth.until_revoked(&principal);
     let (parts, body) = response.into_parts();

@@ -16,10 +16,8 @@
 //! A body that trickles one byte just inside the idle deadline is still served: the caps
 //! bound how many such bodies one address holds.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -37,6 +35,8 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceBuilder;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tracing::{debug, info, warn};
+
+use crate::places::Places;
 
 /// `[http]`: what one connection may take.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -95,7 +95,7 @@ pub async fn serve(
     grace: Duration,
 ) {
     let max_total = limits.max_connections.unwrap_or_else(|| usize::try_from(fd_limit / 2).unwrap_or(usize::MAX));
-    let places = Places::new(limits.max_connections_per_peer, max_total);
+    let places: Places<IpAddr> = Places::new(limits.max_connections_per_peer, max_total);
     info!(
         max_connections = max_total,
         max_connections_per_peer = limits.max_connections_per_peer,
@@ -121,9 +121,13 @@ pub async fn serve(
             _ = shutdown.cancelled() => break,
         };
         // `::ffff:a.b.c.d` is the same peer as `a.b.c.d`.
-        let Some(place) = places.take(peer.ip().to_canonical()) else {
-            connections.spawn(refuse(tcp));
-            continue;
+        let place = match places.take(peer.ip().to_canonical()) {
+            Ok(place) => place,
+            Err(full) => {
+                warn!(%peer, per_peer = full.holder, total = full.total, "connection refused: too many open connections");
+                connections.spawn(refuse(tcp));
+                continue;
+            }
         };
         // Small SSE frames must not wait for Nagle plus delayed ACK.
         if let Err(e) = tcp.set_nodelay(true) {
@@ -273,74 +277,4 @@ async fn refuse(mut tcp: TcpStream) {
     let mut sink = [0u8; 4096];
     let drain = async { while matches!(tcp.read(&mut sink).await, Ok(n) if n > 0) {} };
     let _ = tokio::time::timeout(REFUSAL_LINGER, drain).await;
-}
-
-/// Counts open connections per peer address and in all.
-struct Places {
-    per_peer: usize,
-    total: usize,
-    open: Arc<Mutex<Open>>,
-}
-
-#[derive(Default)]
-struct Open {
-    total: usize,
-    by_peer: HashMap<IpAddr, usize>,
-}
-
-/// One open connection's place; given back when dropped.
-struct Place {
-    peer: IpAddr,
-    open: Arc<Mutex<Open>>,
-}
-
-impl Places {
-    fn new(per_peer: usize, total: usize) -> Self {
-        Self { per_peer, total, open: Arc::default() }
-    }
-
-    fn take(&self, peer: IpAddr) -> Option<Place> {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        let from_peer = open.by_peer.get(&peer).copied().unwrap_or(0);
-        if open.total >= self.total || from_peer >= self.per_peer {
-            let (total, per_peer) = (open.total, from_peer);
-            drop(open);
-            warn!(%peer, total, per_peer, "connection refused: too many open connections");
-            return None;
-        }
-        open.total += 1;
-        open.by_peer.insert(peer, from_peer + 1);
-        Some(Place { peer, open: Arc::clone(&self.open) })
-    }
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        open.total -= 1;
-        if let Some(n) = open.by_peer.get_mut(&self.peer) {
-            *n -= 1;
-            if *n == 0 {
-                open.by_peer.remove(&self.peer);
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn places_are_bounded_per_peer_and_in_all_and_given_back() {
-        let places = Places::new(2, 3);
-        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-        let a1 = places.take(a).expect("first");
-        let _a2 = places.take(a).expect("second");
-        assert!(places.take(a).is_none(), "a third from one peer is refused");
-        let _b1 = places.take(b).expect("another peer");
-        assert!(places.take(b).is_none(), "the total is reached");
-        drop(a1);
-        assert!(places.take(b).is_some(), "a closed connection gives its place back");
-    }
 }

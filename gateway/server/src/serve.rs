@@ -124,7 +124,7 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<S
 
 /// Raises this process's soft limit on open files to its hard limit, so the gateway's own caps
 /// (HTTP connections, live environments), not the kernel, decide when a client is refused. Returns the limit now in force.
-pub fn raise_fd_limit() -> u64 {
+fn raise_fd_limit() -> u64 {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     match getrlimit(Resource::RLIMIT_NOFILE) {
         Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {

@@ -127,22 +127,7 @@ impl Wakeups {
         }
         match hint {
             Hint::RunReady => self.bump_runs(),
-            Hint::SessionAdvanced(session, seq) => {
-                let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(tx) = map.get(session) {
-                    if tx.receiver_count() == 0 {
-                        map.remove(session);
-                    } else {
-                        tx.send_if_modified(|cur| {
-                            let advanced = *seq > cur.seq;
-                            if advanced {
-                                *cur = Tip { seq: *seq, batch: None };
-                            }
-                            advanced
-                        });
-                    }
-                }
-            }
+            Hint::SessionAdvanced(session, seq) => self.advance(session, *seq),
             Hint::CancelRequested(run) => {
                 let map = self.cancels.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(tx) = map.get(run) {
@@ -175,16 +160,25 @@ impl Wakeups {
     /// Delivers a seq the store was polled for, enabled or not: the poll is the safety net
     /// that makes a missed (or disabled) hint cost latency only (invariant 3).
     pub fn deliver_polled(&self, session: &SessionId, seq: u64) {
-        let map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(tx) = map.get(session) {
-            tx.send_if_modified(|cur| {
-                let advanced = seq > cur.seq;
-                if advanced {
-                    *cur = Tip { seq, batch: None };
-                }
-                advanced
-            });
+        self.advance(session, seq);
+    }
+
+    /// Moves the session's watch to `seq` if that is further than it knows (without a batch:
+    /// the watchers read the store); drops the channel if nobody watches any more.
+    fn advance(&self, session: &SessionId, seq: u64) {
+        let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(tx) = map.get(session) else { return };
+        if tx.receiver_count() == 0 {
+            map.remove(session);
+            return;
         }
+        tx.send_if_modified(|cur| {
+            let advanced = seq > cur.seq;
+            if advanced {
+                *cur = Tip { seq, batch: None };
+            }
+            advanced
+        });
     }
 
     /// Delivers a batch this process just committed (contiguous, ascending seqs).

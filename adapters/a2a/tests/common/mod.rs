@@ -97,17 +97,20 @@ impl Gateway {
 
     pub async fn rpc_raw(&self, method: &str, params: Value) -> (StatusCode, axum::http::HeaderMap, Value) {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-        let req = Request::post("/a2a/echo")
+        self.call(self.rpc_request("echo", body.to_string())).await
+    }
+
+    /// A v1.0 JSON-RPC POST of `body` to agent `agent`'s URL with the gateway's key, for a
+    /// caller that reads the answer itself (a stream).
+    pub fn rpc_request(&self, agent: &str, body: impl Into<Body>) -> Request<Body> {
+        Request::post(format!("/a2a/{agent}"))
             .header("content-type", "application/json")
             .header("a2a-version", "1.0")
             .header("x-api-key", &self.key)
-            .body(Body::from(body.to_string()))
-            .unwrap();
-        self.call(req).await
+            .body(body.into())
+            .unwrap()
     }
-}
 
-impl Gateway {
     /// A request with the gateway's key; the answer's bytes as they are.
     pub async fn raw(
         &self,
