@@ -45,6 +45,17 @@ impl BackendRef {
     pub fn is_native(&self) -> bool {
         matches!(self, BackendRef::Native)
     }
+
+    /// The kind without its name (`native`, `acp`, `a2a`, `builtin`): a closed set, what
+    /// metrics label turns with.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BackendRef::Native => "native",
+            BackendRef::Acp { .. } => "acp",
+            BackendRef::A2a { .. } => "a2a",
+            BackendRef::Builtin { .. } => "builtin",
+        }
+    }
 }
 
 impl fmt::Display for BackendRef {

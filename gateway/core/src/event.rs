@@ -79,6 +79,25 @@ pub enum ErrorKind {
     MountFailed,
 }
 
+impl ErrorKind {
+    /// The kind's name as serialized (a closed set: what metrics label errors with).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Unknown => "unknown",
+            ErrorKind::ModelOverloaded => "model_overloaded",
+            ErrorKind::ModelRateLimited => "model_rate_limited",
+            ErrorKind::ModelRequestFailed => "model_request_failed",
+            ErrorKind::RoundLimitReached => "round_limit_reached",
+            ErrorKind::EnvironmentLost => "environment_lost",
+            ErrorKind::PlacementFailed => "placement_failed",
+            ErrorKind::Indeterminate => "indeterminate",
+            ErrorKind::BackendFailed => "backend_failed",
+            ErrorKind::EnvironmentConnectTimeout => "environment_connect_timeout",
+            ErrorKind::MountFailed => "mount_failed",
+        }
+    }
+}
+
 /// Whether the failed work will be retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

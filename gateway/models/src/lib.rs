@@ -170,6 +170,20 @@ impl ModelError {
         )
     }
 
+    /// The error's kind, a closed set (what metrics label failed requests with).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ModelError::RateLimited { .. } => "rate_limited",
+            ModelError::Overloaded { .. } => "overloaded",
+            ModelError::Server { .. } => "server",
+            ModelError::Network(_) => "network",
+            ModelError::StreamCut(_) => "stream_cut",
+            ModelError::Authentication { .. } => "authentication",
+            ModelError::InvalidRequest { .. } => "invalid_request",
+            ModelError::Protocol(_) => "protocol",
+        }
+    }
+
     /// How long the API asked callers to wait, if it said.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {

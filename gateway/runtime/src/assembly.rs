@@ -38,6 +38,9 @@ pub struct RuntimeConfig {
     /// What sessions may be placed on: in the binary, [`offer_of`] the environments' working
     /// providers and the backends; tests widen it to reach refusals of backends they do not run.
     pub offer: Offer,
+    /// The process's series; made by the caller so the store it opened can share them
+    /// ([`Metrics::new`]).
+    pub metrics: Arc<Metrics>,
 }
 
 /// The running core of one gateway process.
@@ -99,10 +102,9 @@ impl Runtime {
         environments: Arc<Environments>,
         backends: BackendRegistry,
     ) -> Self {
-        let RuntimeConfig { instance, workers, coordinator: options, offer } = config;
+        let RuntimeConfig { instance, workers, coordinator: options, offer, metrics } = config;
         let subscription_poll = options.subscription_poll;
         let previews = PreviewBus::default();
-        let metrics = Arc::new(Metrics::default());
         let executors = Arc::new(Executors::new(Arc::clone(&store), environments.config().executors()));
         let handoff = Arc::new(Handoff::default());
         let coordinator = Coordinator::new(Arc::clone(&store), previews.clone(), offer, options, Arc::clone(&metrics))

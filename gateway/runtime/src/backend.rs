@@ -54,6 +54,18 @@ pub enum BackendError {
     Abandoned(String),
 }
 
+impl BackendError {
+    /// The error's kind, or `abandoned` (a closed set: what metrics label failed calls with).
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            BackendError::Transient { kind, .. }
+            | BackendError::Failed { kind, .. }
+            | BackendError::Terminal { kind, .. } => kind.as_str(),
+            BackendError::Abandoned(_) => "abandoned",
+        }
+    }
+}
+
 impl From<StoreError> for BackendError {
     fn from(e: StoreError) -> Self {
         match e {
@@ -148,6 +160,22 @@ pub struct RunContext {
     /// Events and bindings staged to ride with the next commit, or with the settlement (see
     /// `stage`).
     pub(crate) staged: std::sync::Mutex<Staged>,
+    /// When the turn started and whether a client has seen anything of it yet.
+    pub(crate) first: FirstEvent,
+    pub(crate) metrics: Arc<crate::Metrics>,
+}
+
+/// Times a turn's first visible event (a preview or a commit) once.
+#[derive(Debug)]
+pub(crate) struct FirstEvent {
+    pub(crate) started: std::time::Instant,
+    seen: std::sync::atomic::AtomicBool,
+}
+
+impl FirstEvent {
+    pub(crate) fn now() -> Self {
+        Self { started: std::time::Instant::now(), seen: Default::default() }
+    }
 }
 
 impl RunContext {
@@ -268,6 +296,7 @@ impl RunContext {
         let committed = self.store.commit(&self.claim.fence, commit).await?;
         if let Some(last) = committed.last() {
             self.last_seq.fetch_max(last.seq, std::sync::atomic::Ordering::SeqCst);
+            self.seen();
         }
         Ok(committed)
     }
@@ -276,6 +305,30 @@ impl RunContext {
     pub fn preview(&self, preview: Preview) {
         let after_seq = self.last_seq.load(std::sync::atomic::Ordering::SeqCst);
         self.previews.publish(&self.session.id, after_seq, preview);
+        self.seen();
+    }
+
+    /// Something of this turn became visible: the first time, how long that took.
+    fn seen(&self) {
+        if !self.first.seen.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            self.metrics.first_event(self.claim.run.backend.kind(), self.first.started.elapsed());
+        }
+    }
+
+    /// This process's metrics, for backends timing their calls out (model requests, remote
+    /// agents).
+    pub fn metrics(&self) -> &crate::Metrics {
+        &self.metrics
+    }
+
+    /// Records one turn's exchange with a remote agent (an ACP agent process, a remote A2A
+    /// agent), started at `started`, as `gateway_remote_call_duration_seconds`.
+    pub fn remote_call_ended(&self, started: std::time::Instant, result: &Result<TurnOutcome, BackendError>) {
+        let outcome = match result {
+            Ok(_) => "ok",
+            Err(e) => e.kind_name(),
+        };
+        self.metrics.remote_call(self.claim.run.backend.kind(), outcome, started.elapsed());
     }
 
     /// Whether a client asked to interrupt this run.

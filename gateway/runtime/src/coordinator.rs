@@ -118,6 +118,19 @@ impl Coordinator {
         &self.metrics
     }
 
+    /// Reads the figures `/metrics` shows that cost a query (the outbox) or a lock (this
+    /// process's environments), right before they are rendered: nobody scraping, nothing read.
+    /// A figure that cannot be read keeps its last value.
+    pub async fn refresh_metrics(&self) {
+        if let Ok(stats) = self.store.outbox_stats().await {
+            self.metrics.outbox(stats);
+        }
+        if let Some(envs) = &self.environments {
+            let (in_use, idle) = envs.census().await;
+            self.metrics.environments(in_use, idle);
+        }
+    }
+
     /// The admission bounds: each face takes a request permit here before it reads a body.
     pub fn load(&self) -> &Arc<Load> {
         &self.load

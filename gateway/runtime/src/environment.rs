@@ -569,6 +569,14 @@ impl Environments {
         placed
     }
 
+    /// The live environments of this host: how many are in use (a command or a turn holds
+    /// them) and how many idle.
+    pub async fn census(&self) -> (usize, usize) {
+        let slots = self.slots.lock().await;
+        let in_use = slots.values().filter(|s| s.users > 0).count();
+        (in_use, slots.len() - in_use)
+    }
+
     /// Hibernates every Hand idle longer than the configured time and records the state. The
     /// lock is held throughout, so no acquisition can slip between the recorded state and the
     /// Hand it describes.

@@ -232,15 +232,13 @@ impl Load {
     /// admissions that follow meet the same store and report it properly.
     pub async fn sample_queue(self: Arc<Self>, store: Arc<dyn Store>, stop: tokio_util::sync::CancellationToken) {
         loop {
-            if let Ok(q) = store.queue_stats().await {
+            let queue = store.queue_stats().await.ok();
+            if let Some(q) = queue {
                 self.queued.store(q.queued, Ordering::Relaxed);
                 self.oldest_ms.store(q.oldest_wait.as_millis() as u64, Ordering::Relaxed);
-                self.metrics.runs_queued.store(q.queued as i64, Ordering::Relaxed);
             }
             // What the saturation bound reads, for operators wondering why turns are refused.
-            let late = self.lateness(store.as_ref()).as_micros() as u64;
-            self.metrics.lateness_us.store(late, Ordering::Relaxed);
-            self.metrics.cpu_milli.store(self.cpu_milli.load(Ordering::Relaxed), Ordering::Relaxed);
+            self.metrics.sampled(queue, self.lateness(store.as_ref()), self.cpu());
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(SAMPLE_EVERY) => {}

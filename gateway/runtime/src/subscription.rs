@@ -29,7 +29,7 @@ use gateway_store::{Store, Tip};
 use tokio::sync::{broadcast, watch};
 
 use crate::error::RuntimeError;
-use crate::metrics::Metrics;
+use crate::metrics::{Held, Metrics};
 use crate::previews::{Placed, Preview, PreviewBus};
 
 /// What a subscriber receives.
@@ -73,16 +73,7 @@ struct State {
     closed: VecDeque<EventId>,
     need_read: bool,
     ended: bool,
-    _open: OpenGauge,
-}
-
-/// Counts the subscription as open for as long as its stream lives.
-struct OpenGauge(Arc<Metrics>);
-
-impl Drop for OpenGauge {
-    fn drop(&mut self) {
-        self.0.subscriptions_open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    }
+    _open: Held,
 }
 
 impl State {
@@ -163,7 +154,7 @@ pub(crate) fn subscribe(
     options: SubscribeOptions,
     metrics: Arc<Metrics>,
 ) -> impl Stream<Item = Result<Delivery, RuntimeError>> + Send + use<> {
-    metrics.subscriptions_open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let open = Held::new(&metrics.subscriptions_open);
     let watch = store.wakeups().watch_session(&session);
     let poll = options.poll.unwrap_or(Duration::from_millis(500));
     let previews = options.previews.then(|| bus.subscribe(&session));
@@ -180,7 +171,7 @@ pub(crate) fn subscribe(
         closed: VecDeque::new(),
         need_read: true,
         ended: false,
-        _open: OpenGauge(metrics),
+        _open: open,
     };
     futures::stream::unfold(state, |mut st| async move {
         loop {

@@ -7,8 +7,6 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use std::sync::atomic::Ordering::Relaxed;
-
 use common::{new_session, say};
 use gateway_core::event::EventPayload;
 use gateway_core::run::RunState;
@@ -116,7 +114,7 @@ async fn handoff_rig(harness: &SqliteHarness, workers: WorkerConfig) -> TestGate
 
 /// Runs claimed by the process's Workers, and how many of them its admissions handed over.
 fn claimed(gw: &TestGateway) -> (u64, u64) {
-    (gw.metrics.runs_claimed.load(Relaxed), gw.metrics.runs_handed_off.load(Relaxed))
+    (gw.metrics.runs_claimed.get(), gw.metrics.runs_handed_off.get())
 }
 
 /// Handoffs are for a lightly loaded process: with four turns running, the next admission

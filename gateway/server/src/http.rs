@@ -25,6 +25,7 @@ use gateway_runtime::Coordinator;
 use gateway_runtime::auth::{Authenticator, Principal};
 use serde_json::json;
 
+use crate::measure::measured;
 use crate::places::Places;
 
 #[derive(Clone)]
@@ -41,19 +42,18 @@ pub fn router(
     acp: Option<gateway_acp::AcpContext>,
     max_streams_per_key: usize,
 ) -> Router {
+    let measures = Arc::clone(state.coordinator.metrics());
     let metrics = Router::new()
         .route("/metrics", get(metrics))
         .layer(middleware::from_fn_with_state(state.clone(), operators_only));
     let auth = Arc::clone(&state.auth);
-    let mut app = Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .merge(metrics)
+    let ops = Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).merge(metrics);
+    let mut app = measured(ops, "ops", Arc::clone(&measures))
         .with_state(state)
-        .merge(gateway_managed_agents::router(managed_agents))
-        .merge(gateway_a2a::router(a2a));
+        .merge(measured(gateway_managed_agents::router(managed_agents), "managed_agents", Arc::clone(&measures)))
+        .merge(measured(gateway_a2a::router(a2a), "a2a", Arc::clone(&measures)));
     if let Some(acp) = acp {
-        app = app.merge(gateway_acp::router(acp));
+        app = app.merge(measured(gateway_acp::router(acp), "acp", measures));
     }
     let streams = Arc::new(Streams { auth, open: Places::new(max_streams_per_key, usize::MAX) });
     app.layer(middleware::from_fn_with_state(streams, govern_streams))
@@ -145,9 +145,10 @@ async fn operators_only(State(state): State<AppState>, req: Request, next: Next)
     }
 }
 
-/// Prometheus metrics of this process.
+/// The metrics of this process (OpenMetrics text, which Prometheus scrapes).
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.coordinator.metrics().render())
+    state.coordinator.refresh_metrics().await;
+    ([(axum::http::header::CONTENT_TYPE, gateway_runtime::metrics::CONTENT_TYPE)], state.coordinator.metrics().render())
 }
 
 /// Readiness: the database answers within two seconds.

@@ -6,6 +6,7 @@ pub mod compose;
 pub mod config;
 pub mod http;
 pub mod listen;
+mod measure;
 mod places;
 pub mod publish;
 pub mod serve;

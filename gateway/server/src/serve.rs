@@ -18,8 +18,8 @@ use gateway_runtime::assembly::offer_of;
 use gateway_runtime::auth::{Authenticator, OwnNames};
 use gateway_runtime::environment::offers_of;
 use gateway_runtime::secrets::SecretBox;
-use gateway_runtime::{Backend, CoordinatorOptions, PublishedAgents, Runtime, RuntimeConfig};
-use gateway_store::{Store, StoreOptions};
+use gateway_runtime::{Backend, CoordinatorOptions, Metrics, PublishedAgents, Runtime, RuntimeConfig};
+use gateway_store::{Store, StoreMetrics, StoreOptions};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -38,7 +38,12 @@ pub struct Extensions {
 }
 
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
-    let options = StoreOptions { wakeups: config.wakeups, ..Default::default() };
+    open_measured_store(config, StoreMetrics::default()).await
+}
+
+/// [`open_store`], recording its commits in `metrics` (which the process's registry shows).
+async fn open_measured_store(config: &Config, metrics: StoreMetrics) -> anyhow::Result<Arc<dyn Store>> {
+    let options = StoreOptions { wakeups: config.wakeups, metrics, ..Default::default() };
     let store = gateway_store::open(&config.database_url, &options)
         .await
         .with_context(|| format!("opening the database at {}", redact_url(&config.database_url)))?;
@@ -74,7 +79,8 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<S
     let provider_offers = offers_of(&providers);
     compose::startup_guard(config, &provider_offers.iter().map(|p| p.tier.clone()).collect::<Vec<_>>())?;
     let model = compose::model_client(config)?;
-    let store = open_store(config).await?;
+    let store_metrics = StoreMetrics::default();
+    let store = open_measured_store(config, store_metrics.clone()).await?;
     let secrets = match compose::secret_box(config, store.as_ref()).await {
         Ok(s) => s,
         Err(e) => {
@@ -95,6 +101,7 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<S
             ..CoordinatorOptions::default()
         },
         offer: offer_of(provider_offers, environments.checks_out_repositories(), &backends),
+        metrics: Arc::new(Metrics::new(store_metrics)),
     };
     let runtime = Runtime::assemble(store, runtime_config, environments, backends);
     let published = match crate::publish::publish(config, &runtime.coordinator).await {

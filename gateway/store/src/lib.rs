@@ -9,6 +9,7 @@
 
 mod error;
 mod files;
+mod metrics;
 mod model;
 #[doc(hidden)]
 pub mod rows;
@@ -39,6 +40,7 @@ use gateway_core::{AgentId, ApiKeyId, DeliveryId, EnvironmentId, EventId, RunId,
 
 pub use error::{Guard, Result, StoreError};
 pub use files::{CHUNK_BYTES, Files, NewFile, StoredFile};
+pub use metrics::StoreMetrics;
 pub use model::*;
 pub use skills::{NewSkillVersion, SkillFile, Skills, StoredSkill, StoredSkillVersion};
 pub use wake::{Hint, Tip, Wakeups};
@@ -341,6 +343,16 @@ pub trait Outbox: Send + Sync {
     /// Gives up on a delivery; later deliveries of its topic proceed.
     async fn fail_delivery(&self, id: &DeliveryId, error: &str) -> Result<()>;
     async fn delivery_state(&self, id: &DeliveryId) -> Result<Option<(DeliveryState, u32)>>;
+    /// Deliveries not yet made or given up on, and how long the oldest of them has waited
+    /// since it was enqueued (for operators: a growing age is a receiver that stopped taking).
+    async fn outbox_stats(&self) -> Result<OutboxStats>;
+}
+
+/// The outbox at a glance.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutboxStats {
+    pub pending: u64,
+    pub oldest_age: Duration,
 }
 
 /// The whole durable state of the gateway.
@@ -377,11 +389,18 @@ pub struct StoreOptions {
     pub acquire_timeout: Duration,
     /// Whether to send and deliver wake-up hints (polling works without them).
     pub wakeups: bool,
+    /// Where the store records its commits (the process registers the same handles).
+    pub metrics: StoreMetrics,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        Self { max_connections: 8, acquire_timeout: Duration::from_secs(5), wakeups: true }
+        Self {
+            max_connections: 8,
+            acquire_timeout: Duration::from_secs(5),
+            wakeups: true,
+            metrics: StoreMetrics::default(),
+        }
     }
 }
 

@@ -190,7 +190,10 @@ impl Backend for RemoteBackend {
     async fn run(&self, ctx: &RunContext) -> Result<TurnOutcome, BackendError> {
         let span =
             info_span!("a2a_remote", remote = %self.name, session = %ctx.session.id, run = %ctx.claim.fence.run_id);
-        self.turn(ctx).instrument(span).await
+        let started = std::time::Instant::now();
+        let result = self.turn(ctx).instrument(span).await;
+        ctx.remote_call_ended(started, &result);
+        result
     }
 }
 

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use gateway_runtime::metrics::DeliveryOutcome;
 use gateway_runtime::{NewDelivery, OutboxDelivery, SecretBox, SecretError};
 use tracing::{debug, info, warn};
 
@@ -280,8 +281,15 @@ async fn deliver_loop(ctx: A2aContext, owner: String, http: reqwest::Client) {
 
 async fn deliver(ctx: &A2aContext, http: &reqwest::Client, d: OutboxDelivery) {
     let outbox = ctx.coordinator.outbox();
+    let started = std::time::Instant::now();
     let result = post(ctx, http, &d).await;
     let attempt = d.attempts + 1;
+    let outcome = match &result {
+        Ok(()) => DeliveryOutcome::Delivered,
+        Err(_) if attempt >= MAX_ATTEMPTS => DeliveryOutcome::Failed,
+        Err(_) => DeliveryOutcome::Retry,
+    };
+    ctx.coordinator.metrics().delivery("a2a_push", outcome, started.elapsed());
     let settled = match result {
         Ok(()) => {
             debug!(topic = %d.topic, attempt, "push delivered");

@@ -231,7 +231,16 @@ impl Backend for AcpBackend {
     }
 
     async fn run(&self, ctx: &RunContext) -> Result<TurnOutcome, BackendError> {
-        let deadline = Instant::now() + self.config.turn_timeout;
+        let started = Instant::now();
+        let result = self.turn(ctx, started + self.config.turn_timeout).await;
+        ctx.remote_call_ended(started.into_std(), &result);
+        result
+    }
+}
+
+impl AcpBackend {
+    /// One turn with the session's agent process, until `deadline`.
+    async fn turn(&self, ctx: &RunContext, deadline: Instant) -> Result<TurnOutcome, BackendError> {
         // A process stopped while this run waited for its turn (swept, closed, evicted) is
         // replaced once.
         let mut attempts = 0;

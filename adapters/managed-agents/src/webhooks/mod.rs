@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gateway_core::WebhookId;
+use gateway_runtime::metrics::DeliveryOutcome;
 use gateway_runtime::{
     Coordinator, EndpointOrigin, NewDelivery, NewEndpoint, OutboxDelivery, SecretBox, WebhookEndpoint, ssrf,
 };
@@ -304,8 +305,15 @@ impl Webhooks {
             let _ = outbox.fail_delivery(&d.id, "endpoint disabled").await;
             return;
         }
+        let started = std::time::Instant::now();
         let attempt = self.post(&endpoint, &d).await;
         let ok = attempt.is_ok();
+        let outcome = match &attempt {
+            Ok(()) => DeliveryOutcome::Delivered,
+            Err(Attempt::Retry(_)) => DeliveryOutcome::Retry,
+            Err(Attempt::Fail(_)) => DeliveryOutcome::Failed,
+        };
+        self.coordinator.metrics().delivery("webhook", outcome, started.elapsed());
         let settled = match attempt {
             Ok(()) => {
                 debug!(endpoint = %endpoint.id, attempts = d.attempts + 1, "webhook delivered");

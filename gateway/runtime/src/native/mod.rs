@@ -441,10 +441,17 @@ impl<'a> Turn<'a> {
                 }
             }
         };
+        let asked = std::time::Instant::now();
         let streamed = tokio::select! {
             r = self.backend.model.stream(&request, &on_event) => Some(r),
             _ = self.ctx.interrupted() => None,
         };
+        let outcome = match &streamed {
+            None => "interrupted",
+            Some(Ok(_)) => "ok",
+            Some(Err(e)) => e.kind(),
+        };
+        self.ctx.metrics().model_request(outcome, asked.elapsed());
         let close = |is_error: bool, usage: Usage| {
             NewEvent::new(EventPayload::ModelRequestEnded { start_id: start_id.clone(), is_error, usage })
         };

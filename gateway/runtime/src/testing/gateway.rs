@@ -228,8 +228,13 @@ impl TestGatewayBuilder {
         let offer = self
             .offer
             .unwrap_or_else(|| offer_of(environments.offers(), environments.checks_out_repositories(), &backends));
-        let config =
-            RuntimeConfig { instance: self.instance, workers: self.workers, coordinator: self.coordinator, offer };
+        let config = RuntimeConfig {
+            instance: self.instance,
+            workers: self.workers,
+            coordinator: self.coordinator,
+            offer,
+            metrics: Default::default(),
+        };
         let runtime = Runtime::assemble(store, config, environments, backends);
         TestGateway { runtime, workspaces, _harness: harness }
     }

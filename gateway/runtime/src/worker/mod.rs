@@ -18,7 +18,6 @@ mod leases;
 mod turn;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use gateway_core::environment::ProviderTier;
@@ -351,12 +350,12 @@ fn start_turn(
     slot: tokio::sync::OwnedSemaphorePermit,
     handed_off: bool,
 ) {
-    w.metrics.runs_claimed.fetch_add(1, Ordering::Relaxed);
+    w.metrics.runs_claimed.inc();
     if handed_off {
-        w.metrics.runs_handed_off.fetch_add(1, Ordering::Relaxed);
+        w.metrics.runs_handed_off.inc();
     }
     if claim.is_reclaim() {
-        w.metrics.runs_reclaimed.fetch_add(1, Ordering::Relaxed);
+        w.metrics.runs_reclaimed.inc();
     }
     let span =
         info_span!("run", session = %claim.fence.session_id, run = %claim.fence.run_id, epoch = claim.fence.epoch);

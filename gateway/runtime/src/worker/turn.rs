@@ -3,7 +3,6 @@
 //! fenced commit.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use gateway_core::event::{ErrorKind, EventPayload, NewEvent, RetryStatus, StopReason};
@@ -13,7 +12,7 @@ use tracing::{debug, info, warn};
 
 use super::Shared;
 use super::leases::Held;
-use crate::backend::{BackendError, RunContext, TurnOutcome};
+use crate::backend::{BackendError, FirstEvent, RunContext, TurnOutcome};
 
 fn ended(stop: StopReason) -> NewEvent {
     NewEvent::new(EventPayload::TurnEnded { stop })
@@ -77,10 +76,12 @@ pub(super) async fn execute(w: &Arc<Shared>, claim: Claim, held: &Held) {
         interrupted: held.interrupted.clone(),
         abandoned: held.abandoned.clone(),
         staged: Default::default(),
+        first: FirstEvent::now(),
+        metrics: Arc::clone(&w.metrics),
     };
 
-    w.metrics.turns_running.fetch_add(1, Ordering::Relaxed);
-    let _running = Gauge(&w.metrics.turns_running);
+    let _running = crate::metrics::Held::new(&w.metrics.turns_running);
+    let kind = run.backend.kind();
     let result = tokio::select! {
         r = backend.run(&ctx) => Some(r),
         _ = w.drain.cancelled() => None,
@@ -89,7 +90,8 @@ pub(super) async fn execute(w: &Arc<Shared>, claim: Claim, held: &Held) {
 
     let Some(result) = result else {
         info!("releasing the run for another process");
-        w.metrics.runs_released.fetch_add(1, Ordering::Relaxed);
+        w.metrics.runs_released.inc();
+        w.metrics.turn(kind, "released", ctx.first.started.elapsed());
         if let Err(e) = w.store.release_run(&claim.fence).await {
             warn!(error = %e, "release failed; the lease will expire instead");
         }
@@ -112,7 +114,8 @@ pub(super) async fn execute(w: &Arc<Shared>, claim: Claim, held: &Held) {
         ),
         Err(BackendError::Abandoned(why)) => {
             info!(%why, "run abandoned; nothing more is written");
-            w.metrics.runs_fenced.fetch_add(1, Ordering::Relaxed);
+            w.metrics.runs_fenced.inc();
+            w.metrics.turn(kind, "abandoned", ctx.first.started.elapsed());
             return;
         }
         Err(_) if ctx.is_interrupted() => (vec![ended(StopReason::Interrupted)], RunOutcome::Cancelled),
@@ -141,19 +144,11 @@ pub(super) async fn execute(w: &Arc<Shared>, claim: Claim, held: &Held) {
     };
     // What the backend staged (its last model request's events) commits with the settlement:
     // the turn's end costs one commit.
+    w.metrics.turn(kind, crate::metrics::outcome_name(&outcome), ctx.first.started.elapsed());
     let staged = ctx.take_staged();
     let mut all = staged.events;
     all.extend(events);
     settle(w, &claim, Settlement { events: all, outcome, bindings: staged.bindings }).await;
-}
-
-/// Decrements a gauge when dropped (a turn that panics or is aborted still leaves it).
-struct Gauge<'a>(&'a AtomicI64);
-
-impl Drop for Gauge<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 /// The final fenced commit, retried briefly if the store is unavailable (the lease usually
@@ -168,7 +163,7 @@ pub(super) async fn settle(w: &Arc<Shared>, claim: &Claim, settlement: Settlemen
             }
             Err(e @ StoreError::Fenced { .. }) => {
                 info!(error = %e, "settlement fenced; another worker owns the run");
-                w.metrics.runs_fenced.fetch_add(1, Ordering::Relaxed);
+                w.metrics.runs_fenced.inc();
                 return;
             }
             Err(StoreError::Unavailable(m)) if attempt < 4 => {

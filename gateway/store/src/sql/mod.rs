@@ -151,8 +151,8 @@ pub struct SqlStore<E: Engine> {
     pub(crate) background: tokio_util::sync::CancellationToken,
     /// Commits feed lifecycle events to webhooks (see `webhooks.rs`).
     pub(crate) feed: std::sync::atomic::AtomicBool,
-    /// Logical writes committed (see [`Store::writes_committed`](crate::Store::writes_committed)).
-    pub(crate) writes: std::sync::atomic::AtomicU64,
+    /// Logical writes committed, commit latency and batch sizes.
+    pub(crate) metrics: crate::StoreMetrics,
 }
 
 impl<E: Engine> SqlStore<E> {
@@ -257,10 +257,18 @@ impl<E: Engine> SqlStore<E> {
     /// The database clock, read inside the transaction so every row it writes agrees.
     pub(crate) async fn now(tx: &mut WriteTx<E>) -> Result<i64> {
         if E::IN_PROCESS_CLOCK {
-            let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-            return Ok(i64::try_from(since.as_millis()).unwrap_or(i64::MAX));
+            return Ok(in_process_now());
         }
         let (now,): (i64,) = query_as(E::NOW).fetch_one(&mut **tx).await?;
+        Ok(now)
+    }
+
+    /// The database clock, read on a read connection (for figures, not for rows).
+    pub(crate) async fn now_on<'c>(conn: &mut <E::Db as Db>::Reader<'c>) -> Result<i64> {
+        if E::IN_PROCESS_CLOCK {
+            return Ok(in_process_now());
+        }
+        let (now,): (i64,) = query_as(E::NOW).fetch_one(&mut **conn).await?;
         Ok(now)
     }
 
@@ -277,7 +285,7 @@ impl<E: Engine> SqlStore<E> {
             query(sql).bind(WAKE_CHANNEL).bind(payload).execute(&mut *tx).await?;
         }
         self.db.commit(tx, hints).await?;
-        self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.metrics.writes.inc();
         Ok(())
     }
 
@@ -374,4 +382,10 @@ pub(crate) fn upsert_bindings_sql(n: usize) -> &'static str {
 /// Decodes fetched event rows.
 pub(crate) fn events_from(rows: Vec<EventRow>) -> Result<Vec<Event>> {
     rows.into_iter().map(EventRow::into_event).collect()
+}
+
+/// The clock of an engine whose clock is this process's ([`Engine::IN_PROCESS_CLOCK`]).
+fn in_process_now() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::model::millis;
 use crate::rows::{DeliveryRow, DeliveryStateRow};
 use crate::sql::WriteTx;
-use crate::{Delivery, DeliveryState, NewDelivery, Outbox};
+use crate::{Delivery, DeliveryState, NewDelivery, Outbox, OutboxStats};
 
 /// Due deliveries: pending, due, not leased (or lease expired), and the oldest pending one of
 /// their topic, of topics starting with `$3`. `$1` now, `$2` limit.
@@ -94,6 +94,17 @@ impl<E: Engine> Outbox for SqlStore<E> {
             };
             (state, u32::try_from(r.attempts).unwrap_or(u32::MAX))
         }))
+    }
+
+    async fn outbox_stats(&self) -> Result<OutboxStats> {
+        let mut conn = self.reader().await?;
+        let (pending, oldest): (i64, Option<i64>) =
+            query_as("SELECT COUNT(*), MIN(created_at) FROM outbox WHERE state = 'pending'")
+                .fetch_one(&mut *conn)
+                .await?;
+        let now = Self::now_on(&mut conn).await?;
+        let age = oldest.map_or(0, |t| now.saturating_sub(t).max(0));
+        Ok(OutboxStats { pending: pending.max(0) as u64, oldest_age: Duration::from_millis(age as u64) })
     }
 }
 

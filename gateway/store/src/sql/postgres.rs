@@ -99,6 +99,8 @@ pub struct PgDb {
     write_wait: Arc<Lateness>,
     /// Where a commit's hints are delivered in this process.
     wake: Arc<Wakeups>,
+    /// Commit latency (the same handles as the store's).
+    metrics: crate::StoreMetrics,
 }
 
 /// A pooled connection to read on, while the read gate lets this read ask the pool.
@@ -177,7 +179,10 @@ impl Db for PgDb {
 
     async fn commit(&self, mut tx: PgTx, hints: Hints) -> Result<()> {
         if let Some(own) = tx.tx.take() {
-            own.commit().await.map_err(pg_error)?;
+            let started = std::time::Instant::now();
+            let committed = own.commit().await;
+            self.metrics.committed(1, started.elapsed());
+            committed.map_err(pg_error)?;
         }
         if let Some(asked) = tx.asked.take() {
             asked.done();
@@ -294,11 +299,12 @@ impl PgStore {
                 read_wait: Default::default(),
                 write_wait: Default::default(),
                 wake: Arc::clone(&wake),
+                metrics: options.metrics.clone(),
             },
             wake,
             background,
             feed: Default::default(),
-            writes: Default::default(),
+            metrics: options.metrics.clone(),
         })
     }
 
@@ -365,7 +371,7 @@ impl Store for PgStore {
     }
 
     fn writes_committed(&self) -> u64 {
-        self.writes.load(std::sync::atomic::Ordering::Relaxed)
+        self.metrics.writes.get()
     }
 
     fn engine(&self) -> &'static str {

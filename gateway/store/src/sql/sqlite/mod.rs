@@ -140,13 +140,13 @@ impl SqliteStore {
         // The writer first: it creates the file and makes it WAL, which the readers need.
         let write = conn::open(&path, true)?;
         let readers = Readers::open(&path, options.max_connections as usize)?;
-        let writer = Writer::start(write, Arc::clone(&wake))?;
+        let writer = Writer::start(write, Arc::clone(&wake), options.metrics.clone())?;
         Ok(SqlStore {
             db: SqliteDb { path, writer, readers },
             wake,
             background: tokio_util::sync::CancellationToken::new(),
             feed: Default::default(),
-            writes: Default::default(),
+            metrics: options.metrics.clone(),
         })
     }
 }
@@ -233,7 +233,7 @@ impl Store for SqliteStore {
     }
 
     fn writes_committed(&self) -> u64 {
-        self.writes.load(std::sync::atomic::Ordering::Relaxed)
+        self.metrics.writes.get()
     }
 
     fn engine(&self) -> &'static str {

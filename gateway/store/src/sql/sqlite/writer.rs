@@ -106,7 +106,7 @@ impl DerefMut for WriteTx {
 
 impl Writer {
     /// A writer on `conn`, with its committer thread (stopped by [`Writer::stop`]).
-    pub(crate) fn start(conn: Connection, wake: Arc<Wakeups>) -> Result<Self> {
+    pub(crate) fn start(conn: Connection, wake: Arc<Wakeups>, metrics: crate::StoreMetrics) -> Result<Self> {
         let (ask, asks) = mpsc::channel();
         let failing = Failing::default();
         let batch = Arc::new(Mutex::new(Batch {
@@ -121,7 +121,7 @@ impl Writer {
             let batch = Arc::clone(&batch);
             std::thread::Builder::new()
                 .name("sqlite-commit".into())
-                .spawn(move || commit_batches(&batch, &asks, &wake))
+                .spawn(move || commit_batches(&batch, &asks, &wake, &metrics))
                 .map_err(|e| StoreError::Unavailable(format!("cannot start the SQLite committer: {e}")))?
         };
         Ok(Self { batch, ask, committer: std::sync::Mutex::new(Some(committer)), wait: Default::default(), failing })
@@ -254,7 +254,7 @@ pub(crate) static STALL_BEFORE_COMMIT: std::sync::atomic::AtomicBool = std::sync
 
 /// The committer thread: commits batches as writes finish, until asked to stop (then commits
 /// what is left). It takes the batch with `blocking_lock`, behind the writes already queued.
-fn commit_batches(batch: &Mutex<Batch>, asks: &mpsc::Receiver<Ask>, wake: &Wakeups) {
+fn commit_batches(batch: &Mutex<Batch>, asks: &mpsc::Receiver<Ask>, wake: &Wakeups, metrics: &crate::StoreMetrics) {
     loop {
         let mut stopping = matches!(asks.recv(), Ok(Ask::Stop) | Err(_));
         // Every ask that arrived meanwhile is covered by this pass.
@@ -276,7 +276,10 @@ fn commit_batches(batch: &Mutex<Batch>, asks: &mpsc::Receiver<Ask>, wake: &Wakeu
             }
             result = if batch.open {
                 batch.open = false;
-                let committed = run(&batch.conn, "COMMIT").map_err(|e| {
+                let started = std::time::Instant::now();
+                let committed = run(&batch.conn, "COMMIT");
+                metrics.committed(waiting.len(), started.elapsed());
+                let committed = committed.map_err(|e| {
                     let e = super::conn::db_error(e);
                     if !batch.conn.is_autocommit() {
                         let _ = run(&batch.conn, "ROLLBACK");
