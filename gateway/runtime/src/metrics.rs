@@ -17,7 +17,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use gateway_store::{OutboxStats, QueueStats, RunOutcome, StoreMetrics};
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -73,7 +73,7 @@ struct BackendOutcome {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ChannelOutcome {
     channel: &'static str,
-    outcome: DeliveryOutcome,
+    outcome: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -86,7 +86,7 @@ struct RequestLabels {
 }
 
 /// What became of one outbound delivery attempt.
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeliveryOutcome {
     /// The receiver took it.
     Delivered,
@@ -94,6 +94,16 @@ pub enum DeliveryOutcome {
     Retry,
     /// It failed for good (refused, gone, or out of attempts).
     Failed,
+}
+
+impl DeliveryOutcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            DeliveryOutcome::Delivered => "delivered",
+            DeliveryOutcome::Retry => "retry",
+            DeliveryOutcome::Failed => "failed",
+        }
+    }
 }
 
 /// Every series of one process.
@@ -346,7 +356,9 @@ impl Metrics {
 
     /// One outbound delivery attempt on `channel` (`webhook`, `a2a_push`).
     pub fn delivery(&self, channel: &'static str, outcome: DeliveryOutcome, took: Duration) {
-        self.deliveries.get_or_create(&ChannelOutcome { channel, outcome }).observe(took.as_secs_f64());
+        self.deliveries
+            .get_or_create(&ChannelOutcome { channel, outcome: outcome.as_str() })
+            .observe(took.as_secs_f64());
     }
 
     /// The OpenMetrics text exposition of every series.

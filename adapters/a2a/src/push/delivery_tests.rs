@@ -198,5 +198,10 @@ async fn push_credentials_are_sealed_at_rest_and_opened_to_be_sent() {
     let http = reqwest::Client::new();
     let failed = post(&other, &http, &claimed[0]).await.unwrap_err();
     assert!(failed.contains("sealed with another key"), "{failed}");
+    // The failed attempt is counted as one to retry, under its channel.
+    deliver(&other, &http, claimed[0].clone()).await;
+    let metrics = kit.ctx.coordinator.metrics().render();
+    let retried = "gateway_delivery_duration_seconds_count{channel=\"a2a_push\",outcome=\"retry\"} 1\n";
+    assert!(metrics.contains(retried), "{metrics}");
     kit.shutdown().await;
 }

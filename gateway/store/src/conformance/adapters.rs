@@ -106,7 +106,12 @@ fn delivery(topic: &str, body: &str) -> NewDelivery {
 
 pub async fn the_outbox_leases_retries_and_keeps_topic_order(h: &dyn Harness) {
     let s = h.fresh().await;
+    assert_eq!(s.outbox_stats().await.unwrap(), crate::OutboxStats::default(), "empty");
     let ids = s.enqueue_deliveries(vec![delivery("a", "a1"), delivery("a", "a2"), delivery("b", "b1")]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let stats = s.outbox_stats().await.unwrap();
+    assert_eq!(stats.pending, 3);
+    assert!(stats.oldest_age >= Duration::from_millis(20) && stats.oldest_age < Duration::from_secs(60), "{stats:?}");
     let first = s.claim_deliveries("w1", "", 10, Duration::from_secs(30)).await.unwrap();
     let bodies: Vec<&str> = first.iter().map(|d| d.body.as_str()).collect();
     assert_eq!(bodies.len(), 2, "one per topic: a2 waits for a1 ({bodies:?})");
@@ -132,6 +137,7 @@ pub async fn the_outbox_leases_retries_and_keeps_topic_order(h: &dyn Harness) {
     assert_eq!(next.iter().map(|d| d.body.as_str()).collect::<Vec<_>>(), vec!["a2"]);
     s.fail_delivery(&next[0].id, "gave up").await.unwrap();
     assert_eq!(s.delivery_state(&ids[1]).await.unwrap().map(|x| x.0), Some(DeliveryState::Failed));
+    assert_eq!(s.outbox_stats().await.unwrap().pending, 1, "delivered and failed ones are not pending: b1 is");
 
     // An expired lease makes a delivery due again (the deliverer crashed); b1 is still leased.
     let c1 = s.enqueue_deliveries(vec![delivery("c", "c1")]).await.unwrap().remove(0);
