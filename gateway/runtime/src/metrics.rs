@@ -106,9 +106,23 @@ impl DeliveryOutcome {
     }
 }
 
+/// A registry that remembers the names it was given.
+struct Named<'a> {
+    registry: &'a mut Registry,
+    names: &'a mut Vec<&'static str>,
+}
+
+impl Named<'_> {
+    fn add(&mut self, name: &'static str, help: &str, metric: impl prometheus_client::registry::Metric) {
+        self.names.push(name);
+        self.registry.register(name, help, metric);
+    }
+}
+
 /// Every series of one process.
 pub struct Metrics {
     registry: Registry,
+    names: Vec<&'static str>,
     pub runs_claimed: Counter,
     /// Claims taken by an admission of this process and handed to its Workers.
     pub runs_handed_off: Counter,
@@ -156,6 +170,7 @@ impl Metrics {
     pub fn new(store: StoreMetrics) -> Self {
         let mut m = Self {
             registry: Registry::default(),
+            names: Vec::new(),
             runs_claimed: Counter::default(),
             runs_handed_off: Counter::default(),
             runs_reclaimed: Counter::default(),
@@ -195,100 +210,107 @@ impl Metrics {
         m
     }
 
+    /// The names of every family registered (a family with no observation yet is absent
+    /// from the exposition, so this is where to read what exists).
+    pub fn names(&self) -> &[&'static str] {
+        &self.names
+    }
+
     fn register_all(&mut self) {
-        let r = &mut self.registry;
-        r.register("gateway_runs_claimed", "Runs claimed by this process's Workers", self.runs_claimed.clone());
-        r.register(
+        let mut r = Named { registry: &mut self.registry, names: &mut self.names };
+        r.add("gateway_runs_claimed", "Runs claimed by this process's Workers", self.runs_claimed.clone());
+        r.add(
             "gateway_runs_handed_off",
             "Of the claimed runs, those claimed by the admission that queued them (one commit for both)",
             self.runs_handed_off.clone(),
         );
-        r.register(
+        r.add(
             "gateway_runs_reclaimed",
             "Claims that took over a run whose previous holder lost its lease (lease takeovers)",
             self.runs_reclaimed.clone(),
         );
-        r.register("gateway_runs_fenced", "Writes refused because the lease epoch moved on", self.runs_fenced.clone());
-        r.register("gateway_runs_released", "Runs handed back at shutdown", self.runs_released.clone());
-        r.register("gateway_runs_settled", "Runs settled, by outcome", self.settled.clone());
-        r.register("gateway_admissions_refused", "Work refused as busy, by the bound reached", self.refused.clone());
-        r.register("gateway_turns_running", "Turns executing in this process", self.turns_running.clone());
-        r.register(
+        r.add("gateway_runs_fenced", "Writes refused because the lease epoch moved on", self.runs_fenced.clone());
+        r.add("gateway_runs_released", "Runs handed back at shutdown", self.runs_released.clone());
+        r.add("gateway_runs_settled", "Runs settled, by outcome", self.settled.clone());
+        r.add("gateway_admissions_refused", "Work refused as busy, by the bound reached", self.refused.clone());
+        r.add("gateway_turns_running", "Turns executing in this process", self.turns_running.clone());
+        r.add(
             "gateway_subscriptions_open",
             "Open event subscriptions (streams) in this process, every face",
             self.subscriptions_open.clone(),
         );
-        r.register(
+        r.add(
             "gateway_editor_connections",
             "Editors connected to this process over ACP (stdio or WebSocket)",
             self.editor_connections.clone(),
         );
-        r.register(
+        r.add(
             "gateway_runs_queued",
             "Runs waiting to be claimed (every process), as last sampled by admission",
             self.runs_queued.clone(),
         );
-        r.register(
+        r.add(
             "gateway_runs_oldest_queued_seconds",
             "How long the oldest claimable run has waited (every process), as last sampled by admission",
             self.runs_oldest_queued.clone(),
         );
-        r.register(
+        r.add(
             "gateway_admission_lateness_seconds",
             "How late the process's tasks or its store's writes run (moving average), as last sampled by admission: past admission.max_lag_ms while the process is busy, new turns are refused",
             self.lateness.clone(),
         );
-        r.register(
+        r.add(
             "gateway_process_cpu_cores",
             "The CPU this process uses (moving average, in cores), as last sampled by admission: lateness counts as overload only from half a core",
             self.cpu.clone(),
         );
-        r.register(
+        r.add(
             "gateway_outbox_pending",
             "Outbound deliveries (webhooks, A2A push) not yet made nor given up on, every process",
             self.outbox_pending.clone(),
         );
-        r.register(
+        r.add(
             "gateway_outbox_oldest_pending_seconds",
             "How long the oldest pending delivery has waited since it was enqueued",
             self.outbox_oldest.clone(),
         );
-        r.register(
+        r.add(
             "gateway_environments",
             "Session environments live in this process: in_use (a command or turn holds it) or idle",
             self.environments.clone(),
         );
-        r.register(
+        r.add(
             "gateway_http_request_duration_seconds",
             "Time to answer an HTTP request (to the response head; a stream counts until it opens), by face, method, route template and status class",
             self.requests.clone(),
         );
-        r.register(
+        r.add(
             "gateway_turn_duration_seconds",
             "Time from a turn's start in a Worker to its end, by backend kind and outcome",
             self.turns.clone(),
         );
-        r.register(
+        r.add(
             "gateway_turn_first_event_seconds",
             "Time from a turn's start to the first event a client can see (a streamed preview or a committed event), by backend kind",
             self.first_event.clone(),
         );
-        r.register(
+        r.add(
             "gateway_model_request_duration_seconds",
             "Time one model API request took (whole streamed response), by outcome: ok or the error kind",
             self.model_requests.clone(),
         );
-        r.register(
+        r.add(
             "gateway_remote_call_duration_seconds",
             "Time one call to a remote agent took (an ACP agent's prompt, an outbound A2A message until its answer), by backend kind and outcome: ok or the error kind",
             self.remote_calls.clone(),
         );
-        r.register(
+        r.add(
             "gateway_delivery_duration_seconds",
             "Time one outbound delivery attempt took, by channel (webhook, a2a_push) and outcome (delivered, retry, failed)",
             self.deliveries.clone(),
         );
-        self.store.register(r);
+        self.store.register(r.registry);
+        self.names.extend(StoreMetrics::NAMES);
     }
 
     pub fn settled(&self, outcome: &RunOutcome) {

@@ -37,20 +37,27 @@ impl Default for StoreMetrics {
 }
 
 impl StoreMetrics {
+    /// The families [`StoreMetrics::register`] adds.
+    pub const NAMES: [&'static str; 3] = [
+        "gateway_store_writes_committed",
+        "gateway_store_commit_duration_seconds",
+        "gateway_store_commit_batch_writes",
+    ];
+
     /// Adds these series to `registry`.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
-            "gateway_store_writes_committed",
+            Self::NAMES[0],
             "Logical writes (admissions, fenced commits, settlements, claims, documents) the store committed",
             self.writes.clone(),
         );
         registry.register(
-            "gateway_store_commit_duration_seconds",
+            Self::NAMES[1],
             "Time one database commit took; on SQLite one group commit including its fsync",
             self.commit_seconds.clone(),
         );
         registry.register(
-            "gateway_store_commit_batch_writes",
+            Self::NAMES[2],
             "Logical writes that shared one commit (SQLite group commit; 1 on PostgreSQL)",
             self.batch_writes.clone(),
         );
