@@ -142,9 +142,9 @@ pub(super) async fn execute(w: &Arc<Shared>, claim: Claim, held: &Held) {
             RunOutcome::Terminated,
         ),
     };
+    w.metrics.turn(kind, crate::metrics::outcome_name(&outcome), ctx.first.started.elapsed());
     // What the backend staged (its last model request's events) commits with the settlement:
     // the turn's end costs one commit.
-    w.metrics.turn(kind, crate::metrics::outcome_name(&outcome), ctx.first.started.elapsed());
     let staged = ctx.take_staged();
     let mut all = staged.events;
     all.extend(events);
