@@ -32,6 +32,23 @@ fn must(text: &str, series: &str) -> f64 {
     value(text, series).unwrap_or_else(|| panic!("no {series} in\n{text}"))
 }
 
+/// A WebSocket handshake on `/acp`, by hand (the handshake is all this test needs).
+async fn open_acp_websocket(g: &Gateway) -> tokio::net::TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = g.url("").trim_start_matches("http://").trim_end_matches('/').to_owned();
+    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "GET /acp HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut got = [0u8; 512];
+    let n = tcp.read(&mut got).await.unwrap();
+    let answer = String::from_utf8_lossy(&got[..n]);
+    assert!(answer.starts_with("HTTP/1.1 101"), "{answer}");
+    tcp
+}
+
 /// A turn whose tool call sleeps one second: while it runs, the running turn, the open stream
 /// and the environment in use show; afterwards its duration is in the bucket above one second,
 /// its first event (the tool call, before the sleep) in the one below, both model requests
@@ -59,6 +76,18 @@ async fn a_scrape_during_and_after_a_turn_shows_its_latencies_and_gauges() {
     assert_eq!(must(&before, "gateway_runs_queued"), 0.0);
     assert_eq!(must(&before, "gateway_runs_oldest_queued_seconds"), 0.0);
     assert!(value(&before, "gateway_turn_duration_seconds_count{backend=\"native\",outcome=\"completed\"}").is_none());
+
+    // An editor connected over the ACP WebSocket counts while its connection lasts.
+    let editor = open_acp_websocket(&g).await;
+    eventually(5, "the editor counted", || async {
+        (must(&scrape(&http, &g).await, "gateway_editor_connections") == 1.0).then_some(())
+    })
+    .await;
+    drop(editor);
+    eventually(5, "the editor gone", || async {
+        (must(&scrape(&http, &g).await, "gateway_editor_connections") == 0.0).then_some(())
+    })
+    .await;
 
     let stream = http.get(g.url(&format!("/v1/sessions/{id}/events/stream"))).send().await.unwrap();
     assert_eq!(stream.status().as_u16(), 200);
