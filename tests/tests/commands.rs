@@ -94,11 +94,8 @@ struct Tail {
 impl Tail {
     fn start(dir: &Path, name: &str, args: &[&str]) -> Tail {
         let stderr = dir.join(format!("tail-{name}.stderr"));
-        let mut child = command(dir, args)
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
+        let mut child =
+            command(dir, args).stdout(Stdio::piped()).stderr(std::fs::File::create(&stderr).unwrap()).spawn().unwrap();
         let lines = Arc::new(Mutex::new(Vec::new()));
         let (out, sink) = (child.stdout.take().unwrap(), Arc::clone(&lines));
         std::thread::spawn(move || {
@@ -116,10 +113,16 @@ impl Tail {
     }
 
     async fn wait_for(&self, what: &str) {
-        let found = eventually(60, what, || async { self.shown().iter().any(|l| l == what).then_some(()) });
-        tokio::time::timeout(Duration::from_secs(61), found).await.unwrap_or_else(|_| {
-            panic!("tail never showed {what:?}; it showed {:#?}\nstderr: {}", self.shown(), self.stderr())
-        });
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !self.shown().iter().any(|l| l == what) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "tail never showed {what:?}; it showed {:#?}\nstderr: {}",
+                self.shown(),
+                self.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     fn signal(&self, s: Signal) {

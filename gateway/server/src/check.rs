@@ -79,7 +79,9 @@ pub fn main(file: Option<&Path>) -> ExitCode {
         println!("{}", item.line(paint));
     }
     let count = |l: Level| items.iter().filter(|i| i.level == l).count();
-    println!("{} ok, {} warnings, {} failures", count(Level::Ok), count(Level::Warn), count(Level::Fail));
+    let (warn, fail) = (count(Level::Warn), count(Level::Fail));
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    println!("{} ok, {warn} warning{}, {fail} failure{}", count(Level::Ok), plural(warn), plural(fail));
     if count(Level::Fail) > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
 
@@ -301,10 +303,8 @@ fn exposure(config: &Config, keys: Option<u64>) -> Vec<Item> {
     let mut items = Vec::new();
     match keys {
         None => {}
-        Some(0) if reach == Reach::Loopback => items.push(Item::ok(
-            "api keys",
-            format!("none: only clients on this host are served (listening on {listen})"),
-        )),
+        Some(0) if reach == Reach::Loopback => items
+            .push(Item::ok("api keys", format!("none: only clients on this host are served (listening on {listen})"))),
         Some(0) => items.push(Item::warn(
             "api keys",
             format!("none, listening on {listen}: clients on other hosts are refused until a key exists"),
@@ -356,7 +356,8 @@ mod tests {
     #[test]
     fn exposure_rules() {
         use Level::*;
-        let cases: [(&str, Option<&str>, Option<u64>, Vec<(&str, Level)>); 8] = [
+        type Case = (&'static str, Option<&'static str>, Option<u64>, Vec<(&'static str, Level)>);
+        let cases: [Case; 8] = [
             ("127.0.0.1:8080", None, Some(0), vec![("api keys", Ok), ("public url", Ok)]),
             ("localhost:8080", None, Some(0), vec![("api keys", Ok), ("public url", Ok)]),
             ("[::1]:8080", None, None, vec![("public url", Ok)]),

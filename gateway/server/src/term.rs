@@ -28,8 +28,7 @@ impl Paint {
 /// control characters (ESC above all) U+FFFD; a longer text ends with `…`.
 pub fn one_line(s: &str, max: usize) -> String {
     let mut out = String::with_capacity(s.len().min(max * 4));
-    let mut chars = 0;
-    for c in s.trim_end().chars() {
+    for (chars, c) in s.trim_end().chars().enumerate() {
         if chars >= max {
             out.push('…');
             break;
@@ -41,7 +40,6 @@ pub fn one_line(s: &str, max: usize) -> String {
             c if c.is_control() || ('\u{2028}'..='\u{2029}').contains(&c) => out.push('\u{fffd}'),
             c => out.push(c),
         }
-        chars += 1;
     }
     out
 }

@@ -198,7 +198,9 @@ pub fn session(v: &Value) -> Option<SessionSummary> {
         agent_id: str_of(agent, "id").unwrap_or_default().to_owned(),
         agent_name: str_of(agent, "name").unwrap_or_default().to_owned(),
         backend: str_of(agent, "backend").unwrap_or("native").to_owned(),
-        environment_state: str_of(v, "environment_state").and_then(EnvironmentState::parse).unwrap_or(EnvironmentState::None),
+        environment_state: str_of(v, "environment_state")
+            .and_then(EnvironmentState::parse)
+            .unwrap_or(EnvironmentState::None),
         title: str_of(v, "title").map(str::to_owned),
         created_at: time("created_at")?,
         updated_at: time("updated_at")?,

@@ -140,7 +140,11 @@ fn stop_text(stop: &StopReason) -> String {
         StopReason::EndTurn => "end of turn".into(),
         StopReason::RequiresAction { event_ids } => {
             let n = event_ids.len();
-            format!("waiting for {n} answer{} or approval{}", if n == 1 { "" } else { "s" }, if n == 1 { "" } else { "s" })
+            format!(
+                "waiting for {n} answer{} or approval{}",
+                if n == 1 { "" } else { "s" },
+                if n == 1 { "" } else { "s" }
+            )
         }
         StopReason::Interrupted => "interrupted".into(),
         StopReason::RetriesExhausted => "retries exhausted".into(),

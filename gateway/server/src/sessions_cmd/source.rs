@@ -111,9 +111,8 @@ impl Source {
         let limit = limit.clamp(1, 1000);
         Ok(match self {
             Source::Store(store) => {
-                let page = store
-                    .list_events(id, &EventFilter::default(), &PageRequest::first(limit, Order::Desc))
-                    .await?;
+                let page =
+                    store.list_events(id, &EventFilter::default(), &PageRequest::first(limit, Order::Desc)).await?;
                 page.items.into_iter().rev().map(Seen::from).collect()
             }
             Source::Remote(client) => client.recent_events(id, limit).await?.into_iter().map(Seen::from).collect(),
@@ -130,17 +129,18 @@ impl Source {
         match self {
             Source::Store(store) => {
                 let (store, id, after) = (Arc::clone(store), id.clone(), cursor.seq);
-                let batches = futures::stream::unfold((store, id, after, true), |(store, id, after, first)| async move {
-                    if !first {
-                        tokio::time::sleep(POLL).await;
-                    }
-                    let batch = store.events_after(&id, after, BATCH).await.context("reading the event log");
-                    let next = match &batch {
-                        Ok(events) => events.last().map_or(after, |e| e.seq),
-                        Err(_) => after,
-                    };
-                    Some((batch, (store, id, next, false)))
-                });
+                let batches =
+                    futures::stream::unfold((store, id, after, true), |(store, id, after, first)| async move {
+                        if !first {
+                            tokio::time::sleep(POLL).await;
+                        }
+                        let batch = store.events_after(&id, after, BATCH).await.context("reading the event log");
+                        let next = match &batch {
+                            Ok(events) => events.last().map_or(after, |e| e.seq),
+                            Err(_) => after,
+                        };
+                        Some((batch, (store, id, next, false)))
+                    });
                 Ok(Box::pin(batches.flat_map(|batch| {
                     let items: Vec<anyhow::Result<Seen>> = match batch {
                         Ok(events) => events.into_iter().map(|e| Ok(Seen::from(e))).collect(),
