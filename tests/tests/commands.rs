@@ -371,3 +371,39 @@ fn check_fails_naming_bubblewrap_when_it_is_missing_and_passes_on_defaults() {
     assert!(out.lines().any(|l| l.starts_with("FAIL model") && l.contains("ANTHROPIC_API_KEY")), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// With API keys configured, `--url` reads with the key from `GATEWAY_API_KEY` (there is no
+/// key option); without it, and no terminal to ask on, the command fails saying the gateway
+/// refused it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_with_keys_is_read_with_the_key_from_the_environment() {
+    let dir = workdir("remote-key");
+    let (code, key, err) = run(&mut command(&dir, &["keys", "create", "--name", "ops"]));
+    assert_eq!(code, 0, "{err}");
+    let key = key.trim().to_owned();
+    let g = gateway(&dir, free_port());
+    g.ready(Duration::from_secs(30)).await;
+    let http = reqwest::Client::builder()
+        .default_headers([("x-api-key".parse().unwrap(), key.parse().unwrap())].into_iter().collect())
+        .build()
+        .unwrap();
+    let agent = agent(&http, &g, "keyed").await;
+    let session = session(&http, &g, &agent).await;
+    let url = g.url("");
+
+    let (code, out, err) = run(&mut command(&dir, &["sessions", "list", "--url", &url]));
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("401") && !err.contains(&key), "{err}");
+    let (code, out, err) = run(command(&dir, &["sessions", "list", "--url", &url]).env("GATEWAY_API_KEY", &key));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(listed(&out), vec![session.clone()]);
+    let (code, out, err) =
+        run(command(&dir, &["sessions", "show", &session]).env("GATEWAY_URL", &url).env("GATEWAY_API_KEY", &key));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with(&format!("id           {session}\nstatus       idle\nagent        keyed")), "{out}");
+    let (code, _, err) = run(&mut command(&dir, &["sessions", "list", "--key", &key]));
+    assert_ne!(code, 0, "there is no --key option");
+    assert!(err.contains("--key"), "{err}");
+    drop(g);
+    let _ = std::fs::remove_dir_all(&dir);
+}
