@@ -7,6 +7,7 @@
 //! mapped once, in `error.rs`.
 
 mod auth;
+pub mod client;
 pub mod error;
 mod extract;
 mod handlers;

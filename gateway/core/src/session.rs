@@ -198,6 +198,40 @@ pub struct Session {
     pub archived_at: Option<Timestamp>,
 }
 
+/// What an operator sees of a session in a list (`gateway sessions list`): a neutral digest
+/// that a session read from the store and one read from a gateway's API both come to, so one
+/// table prints either.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionSummary {
+    pub id: SessionId,
+    pub status: SessionStatus,
+    pub agent_id: String,
+    pub agent_name: String,
+    /// The backend as configured (`native`, `acp:NAME`, `a2a:NAME`).
+    pub backend: String,
+    pub environment_state: EnvironmentState,
+    pub title: Option<String>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+impl From<&Session> for SessionSummary {
+    fn from(s: &Session) -> Self {
+        let agent = &s.snapshot.agent;
+        Self {
+            id: s.id.clone(),
+            status: s.status,
+            agent_id: agent.id.to_string(),
+            agent_name: agent.spec.name.clone(),
+            backend: agent.spec.backend.to_string(),
+            environment_state: s.environment_state,
+            title: s.title.clone(),
+            created_at: s.created_at,
+            updated_at: s.updated_at,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

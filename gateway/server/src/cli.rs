@@ -1,4 +1,4 @@
-//! The command line: `gateway serve`, `gateway migrate`.
+//! The command line: `gateway serve`, `acp`, `migrate`, `keys`, `sessions`, `check`.
 
 use std::path::PathBuf;
 
@@ -39,6 +39,11 @@ pub enum Command {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    /// List sessions, show one, or follow one live (from the database, or a gateway's --url).
+    Sessions(crate::sessions_cmd::SessionsArgs),
+    /// Check the configuration, database, sandbox, model credentials, keys and public URL;
+    /// exits non-zero when an item fails.
+    Check,
 }
 
 #[derive(Debug, Subcommand)]
@@ -75,6 +80,10 @@ pub fn main_with(ext: Extensions) -> std::process::ExitCode {
         let default = PathBuf::from("gateway.toml");
         default.exists().then_some(default)
     });
+    if matches!(cli.command, Command::Check) {
+        // Check reports a configuration that does not load as one of its items.
+        return crate::check::main(file.as_deref());
+    }
     let mut config = match Config::load(file.as_deref()) {
         Ok(c) => c,
         Err(e) => {
@@ -85,6 +94,11 @@ pub fn main_with(ext: Extensions) -> std::process::ExitCode {
     };
     if matches!(cli.command, Command::Acp { .. }) {
         config.anchor_state_for_editor(Config::user_data_home());
+    }
+    let plain_errors = matches!(cli.command, Command::Sessions(_));
+    if plain_errors {
+        // A command a person reads: only warnings reach stderr, its output goes to stdout.
+        config.log.level = "warn".into();
     }
     telemetry::init(&config.log);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -100,10 +114,16 @@ pub fn main_with(ext: Extensions) -> std::process::ExitCode {
             Command::Acp { agent } => serve::acp(config, ext, agent).await,
             Command::Migrate => serve::migrate(&config).await,
             Command::Keys { command } => serve::keys(&config, command).await,
+            Command::Sessions(args) => crate::sessions_cmd::run(&config, args).await,
+            Command::Check => unreachable!("handled before the configuration is loaded"),
         }
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if plain_errors => {
+            eprintln!("gateway: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "gateway failed");
             std::process::ExitCode::FAILURE

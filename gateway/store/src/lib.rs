@@ -371,6 +371,8 @@ pub trait Store:
     fn wakeups(&self) -> Arc<Wakeups>;
     /// Applies pending migrations.
     async fn migrate(&self) -> Result<()>;
+    /// Compares the database's applied migrations with this build's, changing nothing.
+    async fn migration_status(&self) -> Result<MigrationStatus>;
     /// Closes connections and background listeners.
     async fn close(&self);
     /// Logical writes this store committed since it was opened: each admission, fenced

@@ -273,3 +273,16 @@ pub struct QueueStats {
     /// that Workers do not keep up with grows this, whatever the reason.
     pub oldest_wait: std::time::Duration,
 }
+
+/// How a database's schema compares with the migrations this build carries (what `gateway
+/// check` reports; `migrate` applies the pending ones).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MigrationStatus {
+    /// This build's migrations the database has not applied, as `version description`.
+    pub pending: Vec<String>,
+    /// Versions the database has applied that this build does not know: a newer gateway
+    /// migrated it, and this one would refuse to start on it.
+    pub unknown: Vec<i64>,
+    /// Versions recorded as failed (a migration that stopped half way).
+    pub failed: Vec<i64>,
+}

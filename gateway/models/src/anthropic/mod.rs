@@ -13,7 +13,7 @@
 mod config;
 mod errors;
 mod response;
-mod sse;
+pub mod sse;
 
 use std::error::Error as StdError;
 use std::fmt;

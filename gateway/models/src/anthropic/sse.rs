@@ -6,10 +6,13 @@
 //! comment; `field: value` loses one leading space; several `data:` lines join with `\n`; a
 //! blank line dispatches the event; an unfinished event at end of stream is dropped. Lines and
 //! events are bounded so a misbehaving server cannot make the gateway buffer without limit.
+//!
+//! Public because it is the gateway's one client-side SSE reader: `gateway sessions tail`
+//! reads a gateway's own event stream with it too (gateway-managed-agents `client`).
 
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SseEvent {
+pub struct SseEvent {
     /// The `event:` field, or `message` when the event had none.
     pub event: String,
     pub data: String,
@@ -17,12 +20,12 @@ pub(crate) struct SseEvent {
 
 /// The server sent a line or an event larger than the decoder accepts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TooLarge {
+pub struct TooLarge {
     pub limit: usize,
 }
 
 #[derive(Debug)]
-pub(crate) struct SseDecoder {
+pub struct SseDecoder {
     limit: usize,
     line: Vec<u8>,
     /// The previous byte was a `\r`, so a `\n` right after it ends nothing.

@@ -36,6 +36,7 @@ mod events;
 mod files;
 mod keys;
 mod lateness;
+mod migrations;
 mod outbox;
 mod runs;
 mod sessions;
@@ -109,6 +110,9 @@ pub trait Engine: Sized + Send + Sync + 'static {
     /// `SELECT pg_notify(channel, payload)` where supported: delivered to other processes
     /// only if the transaction commits.
     const NOTIFY: Option<&'static str>;
+    /// Selects 1 if sqlx's `_sqlx_migrations` table exists (in the schema queries resolve
+    /// to), else 0.
+    const MIGRATIONS_TABLE_EXISTS: &'static str;
 
     /// The connection statements run on.
     type Conn: Conn;

@@ -54,6 +54,8 @@ impl Engine for Postgres {
     );
     const CLAIM_SETUP: Option<&'static str> = Some("SET LOCAL lock_timeout = '200ms'");
     const QUEUE_STATS: &'static str = super::queue_stats_sql!(now_ms!());
+    const MIGRATIONS_TABLE_EXISTS: &'static str =
+        "SELECT CAST(CASE WHEN to_regclass('_sqlx_migrations') IS NULL THEN 0 ELSE 1 END AS BIGINT)";
     const RENEW_LEASES: &'static str = "UPDATE runs SET lease_expires_at = $2 WHERE state = 'running' \
          AND (id, lease_owner, lease_epoch) IN \
              (SELECT h->>0, h->>1, (h->>2)::BIGINT FROM json_array_elements($1::json) AS h) \
@@ -363,6 +365,10 @@ impl Store for PgStore {
     async fn migrate(&self) -> Result<()> {
         MIGRATOR.run(&self.db.pool).await?;
         Ok(())
+    }
+
+    async fn migration_status(&self) -> Result<crate::MigrationStatus> {
+        super::migrations::status(self, &MIGRATOR).await
     }
 
     async fn close(&self) {

@@ -65,6 +65,8 @@ impl Engine for Sqlite {
     // BEGIN IMMEDIATE: no one else holds a session while a claim runs.
     const CLAIM_SETUP: Option<&'static str> = None;
     const QUEUE_STATS: &'static str = super::queue_stats_sql!(now_ms!());
+    const MIGRATIONS_TABLE_EXISTS: &'static str =
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'";
     const RENEW_LEASES: &'static str = "UPDATE runs SET lease_expires_at = $2 WHERE state = 'running' AND EXISTS \
          (SELECT 1 FROM json_each($1) h WHERE json_extract(h.value, '$[0]') = runs.id \
           AND json_extract(h.value, '$[1]') = runs.lease_owner AND json_extract(h.value, '$[2]') = runs.lease_epoch) \
@@ -224,6 +226,10 @@ impl Store for SqliteStore {
         pool.close().await;
         migrated?;
         Ok(())
+    }
+
+    async fn migration_status(&self) -> Result<crate::MigrationStatus> {
+        super::migrations::status(self, &MIGRATOR).await
     }
 
     async fn close(&self) {
