@@ -86,11 +86,12 @@ pub fn main_with(ext: Extensions) -> std::process::ExitCode {
     if matches!(cli.command, Command::Acp { .. }) {
         config.anchor_state_for_editor(Config::user_data_home());
     }
-    telemetry::init(&config.log);
+    let telemetry = telemetry::init(&config.log, &config.telemetry);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");
+            telemetry.shutdown();
             return std::process::ExitCode::FAILURE;
         }
     };
@@ -102,6 +103,8 @@ pub fn main_with(ext: Extensions) -> std::process::ExitCode {
             Command::Keys { command } => serve::keys(&config, command).await,
         }
     });
+    // Every task the gateway started has been joined: the spans they ended are queued.
+    telemetry.shutdown();
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

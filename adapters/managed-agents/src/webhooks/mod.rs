@@ -28,7 +28,7 @@ use gateway_runtime::{
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, warn};
 
 pub use payload::TYPES;
 
@@ -304,7 +304,15 @@ impl Webhooks {
             let _ = outbox.fail_delivery(&d.id, "endpoint disabled").await;
             return;
         }
-        let attempt = self.post(&endpoint, &d).await;
+        let span = tracing::info_span!(
+            "webhook_delivery",
+            otel.name = "webhook POST",
+            otel.kind = "client",
+            http.request.method = "POST",
+            webhook.endpoint = %endpoint.id,
+            webhook.attempt = d.attempts + 1,
+        );
+        let attempt = self.post(&endpoint, &d).instrument(span).await;
         let ok = attempt.is_ok();
         let settled = match attempt {
             Ok(()) => {
@@ -356,8 +364,14 @@ impl Webhooks {
                 &self.registered
             }
         };
-        let response = client
-            .post(&d.url)
+        let mut request = client.post(&d.url);
+        // The receiver may continue the delivery's trace (W3C headers).
+        if let Some(trace) = gateway_core::trace::current() {
+            for (name, value) in trace.headers() {
+                request = request.header(name, value);
+            }
+        }
+        let response = request
             .header("content-type", "application/json")
             .header("user-agent", concat!("gateway-webhooks/", env!("CARGO_PKG_VERSION")))
             .header("webhook-id", &id)

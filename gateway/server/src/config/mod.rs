@@ -56,6 +56,8 @@ pub struct Config {
     pub native: NativeConfig,
     pub anthropic: AnthropicSettings,
     pub log: LogConfig,
+    /// `[telemetry]`: OpenTelemetry traces (off unless an OTLP endpoint is set).
+    pub telemetry: crate::telemetry::TelemetryConfig,
     /// Agents published from this file, by name.
     pub agents: BTreeMap<String, AgentConfig>,
     /// The agent editors and A2A clients get when they name none (default: the first).
@@ -96,6 +98,7 @@ impl Default for Config {
             native: NativeConfig::default(),
             anthropic: AnthropicSettings::default(),
             log: LogConfig::default(),
+            telemetry: crate::telemetry::TelemetryConfig::default(),
             agents: BTreeMap::new(),
             default_agent: None,
             executors: ExecutorsConfig::default(),
