@@ -15,6 +15,7 @@ pub mod placement;
 pub mod run;
 pub mod session;
 pub mod time;
+pub mod trace;
 pub mod turn;
 
 pub use ids::*;

@@ -73,6 +73,9 @@ pub struct Run {
     /// The session's last seq when the run was first claimed: the inputs it answers. Inputs
     /// committed later belong to the next run.
     pub input_seq: Option<u64>,
+    /// The trace context of the request that queued the run, if it was traced: the turn's
+    /// span is opened under it (see `trace`).
+    pub trace: Option<crate::trace::TraceContext>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }

@@ -293,10 +293,11 @@ impl Coordinator {
         &self,
         req: CreateSession,
         id: SessionId,
-        writes: AdmissionWrites,
+        mut writes: AdmissionWrites,
         pass: Option<TurnPass>,
     ) -> Result<(Session, Vec<Event>)> {
         self.check_load(&req.initial_inputs, pass)?;
+        writes.trace = writes.trace.or_else(gateway_core::trace::current);
         let mut agent = self.store.get_agent(&req.agent.id, req.agent.version).await?;
         if let Some(o) = &req.agent.overrides {
             o.apply(&mut agent.spec);
@@ -417,10 +418,12 @@ impl Coordinator {
         &self,
         session: &SessionId,
         inputs: Vec<NewEvent>,
-        writes: AdmissionWrites,
+        mut writes: AdmissionWrites,
         pass: Option<TurnPass>,
     ) -> Result<Vec<Event>> {
         self.check_load(&inputs, pass)?;
+        // The request's trace context travels with the run it may queue (see `gateway_core::trace`).
+        writes.trace = writes.trace.or_else(gateway_core::trace::current);
         let Some(reserved) = self.reserve_turn(&inputs) else {
             return Ok(self.store.submit_inputs(session, inputs, writes).await?);
         };

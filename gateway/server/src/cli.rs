@@ -100,11 +100,12 @@ pub fn main_with(ext: Extensions) -> std::process::ExitCode {
         // A command a person reads: only warnings reach stderr, its output goes to stdout.
         config.log.level = "warn".into();
     }
-    telemetry::init(&config.log);
+    let telemetry = telemetry::init(&config.log, &config.telemetry);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");
+            telemetry.shutdown();
             return std::process::ExitCode::FAILURE;
         }
     };
@@ -118,6 +119,8 @@ pub fn main_with(ext: Extensions) -> std::process::ExitCode {
             Command::Check => unreachable!("handled before the configuration is loaded"),
         }
     });
+    // Every task the gateway started has been joined: the spans they ended are queued.
+    telemetry.shutdown();
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) if plain_errors => {

@@ -14,16 +14,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use futures::StreamExt;
+use gateway_core::trace::TraceContext;
 use gateway_runtime::Coordinator;
 use gateway_runtime::auth::{Authenticator, Principal};
 use serde_json::json;
+use tracing::Instrument;
 
 use crate::measure::measured;
 use crate::places::Places;
@@ -56,7 +58,44 @@ pub fn router(
         app = app.merge(measured(gateway_acp::router(acp), "acp", measures));
     }
     let streams = Arc::new(Streams { auth, open: Places::new(max_streams_per_key, usize::MAX) });
-    app.layer(middleware::from_fn_with_state(streams, govern_streams))
+    app.layer(middleware::from_fn_with_state(streams, govern_streams)).layer(middleware::from_fn(trace_requests))
+}
+
+/// While traces are exported: one span per request of a protocol face, named by the route's
+/// template (`HTTP POST /a2a/{agent}`, never a raw id), a child of the caller's W3C
+/// `traceparent` when it sent one. Health, readiness and metrics probes are not traced (they
+/// would bury the requests that matter). Without tracing, nothing happens here.
+async fn trace_requests(req: Request, next: Next) -> Response {
+    if !gateway_core::trace::enabled() || matches!(req.uri().path(), "/healthz" | "/readyz" | "/metrics") {
+        return next.run(req).await;
+    }
+    let route = req.extensions().get::<MatchedPath>().map(|m| m.as_str().to_owned());
+    let method = req.method().clone();
+    let name = match &route {
+        Some(route) => format!("HTTP {method} {route}"),
+        None => format!("HTTP {method}"),
+    };
+    let span = tracing::info_span!(
+        "http_request",
+        otel.name = %name,
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = %method,
+        http.route = route,
+        url.path = req.uri().path(),
+        http.response.status_code = tracing::field::Empty,
+    );
+    let carried = {
+        let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+        header("traceparent").and_then(|tp| TraceContext::from_headers(tp, header("tracestate")))
+    };
+    gateway_core::trace::adopt(&span, carried.as_ref());
+    let response = next.run(req).instrument(span.clone()).await;
+    span.record("http.response.status_code", response.status().as_u16());
+    if response.status().is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
+    response
 }
 
 /// The event streams open in this process, by the key that opened them.

@@ -130,6 +130,9 @@ pub struct AdmissionWrites {
     pub documents: Vec<DocumentWrite>,
     /// Session bindings (key, value), replacing any earlier value of the key.
     pub bindings: Vec<(String, String)>,
+    /// The trace context of the request that submits the inputs, stored with the run the
+    /// admission queues (if it queues one), so the turn's span joins the request's trace.
+    pub trace: Option<gateway_core::trace::TraceContext>,
 }
 
 impl AdmissionWrites {

@@ -169,6 +169,8 @@ pub struct RunRow {
     pub cancel_requested: bool,
     pub started: bool,
     pub input_seq: Option<i64>,
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -191,6 +193,9 @@ impl RunRow {
             cancel_requested: self.cancel_requested,
             started: self.started,
             input_seq: self.input_seq.and_then(|s| u64::try_from(s).ok()),
+            trace: self
+                .traceparent
+                .map(|traceparent| gateway_core::trace::TraceContext { traceparent, tracestate: self.tracestate }),
             created_at: ts(self.created_at),
             updated_at: ts(self.updated_at),
         })
@@ -446,6 +451,8 @@ from_row!(RunRow {
     cancel_requested,
     started,
     input_seq,
+    traceparent,
+    tracestate,
     created_at,
     updated_at
 });

@@ -14,6 +14,7 @@ use gateway_runtime::{Documents, ReadDocuments};
 use reqwest::Url;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use tracing::Instrument;
 
 use super::sse_in;
 use crate::tasks::records::{self, REMOTE_CARDS};
@@ -307,12 +308,34 @@ impl Client {
         if let Some(a) = &self.auth {
             req = req.header("authorization", a);
         }
+        // The remote agent's work joins this call's trace (W3C headers), if it traces.
+        if let Some(trace) = gateway_core::trace::current() {
+            for (name, value) in trace.headers() {
+                req = req.header(name, value);
+            }
+        }
         req
+    }
+
+    /// The span of one call to the remote agent (OpenTelemetry RPC conventions).
+    fn span(&self, method: &str) -> tracing::Span {
+        tracing::info_span!(
+            "a2a_call",
+            otel.name = format!("A2A {method}"),
+            otel.kind = "client",
+            rpc.system = "jsonrpc",
+            rpc.method = %method,
+            server.address = Url::parse(&self.endpoint.url).ok().and_then(|u| u.host_str().map(str::to_owned)),
+        )
     }
 
     /// A unary call; the result in v1.0 form (SendMessage: `{task}|{message}`; GetTask and
     /// CancelTask: the Task).
     pub async fn call(&self, method: &str, params: Value) -> Result<Value, CallError> {
+        self.call_traced(method, params).instrument(self.span(method)).await
+    }
+
+    async fn call_traced(&self, method: &str, params: Value) -> Result<Value, CallError> {
         let resp = self.request(method, &params).timeout(Duration::from_secs(60)).send().await.map_err(transport)?;
         if resp.status().is_server_error() {
             return Err(CallError::Transport(format!("HTTP {}", resp.status())));
@@ -330,8 +353,9 @@ impl Client {
         method: &str,
         params: Value,
     ) -> Result<impl Stream<Item = Result<StreamResponse, CallError>> + Send + use<>, CallError> {
-        let resp =
-            self.request(method, &params).header("accept", "text/event-stream").send().await.map_err(transport)?;
+        // The span covers opening the stream (the remote's answer to the call).
+        let open = async { self.request(method, &params).header("accept", "text/event-stream").send().await };
+        let resp = open.instrument(self.span(method)).await.map_err(transport)?;
         if resp.status().is_server_error() {
             return Err(CallError::Transport(format!("HTTP {}", resp.status())));
         }

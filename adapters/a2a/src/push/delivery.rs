@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use gateway_runtime::metrics::DeliveryOutcome;
 use gateway_runtime::{NewDelivery, OutboxDelivery, SecretBox, SecretError};
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, warn};
 
 use crate::A2aContext;
 use crate::tasks::records::{self, FEED, FeedCursor, store_err};
@@ -281,9 +281,17 @@ async fn deliver_loop(ctx: A2aContext, owner: String, http: reqwest::Client) {
 
 async fn deliver(ctx: &A2aContext, http: &reqwest::Client, d: OutboxDelivery) {
     let outbox = ctx.coordinator.outbox();
-    let started = std::time::Instant::now();
-    let result = post(ctx, http, &d).await;
     let attempt = d.attempts + 1;
+    let span = tracing::info_span!(
+        "push_delivery",
+        otel.name = "A2A push POST",
+        otel.kind = "client",
+        http.request.method = "POST",
+        push.topic = %d.topic,
+        push.attempt = attempt,
+    );
+    let started = std::time::Instant::now();
+    let result = post(ctx, http, &d).instrument(span).await;
     let outcome = match &result {
         Ok(()) => DeliveryOutcome::Delivered,
         Err(_) if attempt >= MAX_ATTEMPTS => DeliveryOutcome::Failed,
@@ -328,6 +336,12 @@ async fn post(ctx: &A2aContext, http: &reqwest::Client, d: &OutboxDelivery) -> R
     for (k, v) in &d.headers {
         let v = header_value(&ctx.secrets, v).map_err(|e| format!("cannot send the {k} header: {e}"))?;
         req = req.header(k.as_str(), v);
+    }
+    // The receiver may continue the delivery's trace (W3C headers).
+    if let Some(trace) = gateway_core::trace::current() {
+        for (name, value) in trace.headers() {
+            req = req.header(name, value);
+        }
     }
     let resp = req.send().await.map_err(send_failure)?;
     if resp.status().is_success() { Ok(()) } else { Err(format!("receiver answered HTTP {}", resp.status().as_u16())) }

@@ -325,7 +325,9 @@ impl AcpBackend {
 /// Sends a prompt; its answer is awaited by whichever run consumes the turn.
 fn send_prompt(p: &AgentProcess, turn: &mut Turn, prompt: Value, seq: u64) {
     let peer = p.peer.clone();
-    let task = tokio::spawn(async move { peer.request("session/prompt", prompt).await });
+    // In the turn's span: the agent request is part of the turn's trace.
+    let task =
+        tokio::spawn(tracing::Instrument::in_current_span(async move { peer.request("session/prompt", prompt).await }));
     turn.prompt = Some(Prompt { task, seq });
 }
 

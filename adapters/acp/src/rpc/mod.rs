@@ -35,7 +35,7 @@ use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, warn};
+use tracing::{Instrument, debug, warn};
 
 pub use framing::Inbound;
 use id::Id;
@@ -215,6 +215,18 @@ impl Peer {
     /// Sends a request and waits for its answer (an error if the connection closes first).
     /// Dropping the future forgets the request: a late answer is dropped.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        let span = tracing::info_span!(
+            "acp_request",
+            otel.name = format!("ACP {method}"),
+            otel.kind = "client",
+            rpc.system = "jsonrpc",
+            rpc.method = %method,
+            peer = self.inner.name,
+        );
+        self.request_traced(method, params).instrument(span).await
+    }
+
+    async fn request_traced(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.lock_pending().insert(id.to_string(), tx);
@@ -413,13 +425,17 @@ async fn dispatch(peer: &Peer, handler: &dyn Handler, value: Value, line: &str) 
                 return;
             };
             let params = msg.remove("params").unwrap_or(Value::Null);
-            let reply = handler.request(peer, &method, params);
+            let span = inbound_span(peer, &method, &params);
+            let reply = span.in_scope(|| handler.request(peer, &method, params));
             let peer = peer.clone();
-            peer.inner.tasks.clone().spawn(async move {
-                let result = reply.await;
-                peer.respond(id, result).await;
-                drop(permit);
-            });
+            peer.inner.tasks.clone().spawn(
+                async move {
+                    let result = reply.await;
+                    peer.respond(id, result).await;
+                    drop(permit);
+                }
+                .instrument(span),
+            );
         }
         (Some(method), None, _) => {
             let params = msg.remove("params").unwrap_or(Value::Null);
@@ -453,6 +469,28 @@ async fn dispatch(peer: &Peer, handler: &dyn Handler, value: Value, line: &str) 
             .await;
         }
     }
+}
+
+/// The span of one request of the other side: a child of the trace context the caller sent
+/// in `params._meta.traceparent` (and `tracestate`), where present.
+fn inbound_span(peer: &Peer, method: &str, params: &Value) -> tracing::Span {
+    let span = tracing::info_span!(
+        "acp_request",
+        otel.name = format!("ACP {}", clip(method, 100)),
+        otel.kind = "server",
+        rpc.system = "jsonrpc",
+        rpc.method = %clip(method, 100),
+        peer = peer.inner.name,
+    );
+    let meta = params.get("_meta");
+    let carried = meta.and_then(|m| m.get("traceparent")).and_then(Value::as_str).and_then(|traceparent| {
+        gateway_core::trace::TraceContext::from_headers(
+            traceparent,
+            meta.and_then(|m| m.get("tracestate")).and_then(Value::as_str),
+        )
+    });
+    gateway_core::trace::adopt(&span, carried.as_ref());
+    span
 }
 
 /// At most `max` characters of `s`.

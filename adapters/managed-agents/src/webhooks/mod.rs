@@ -29,7 +29,7 @@ use gateway_runtime::{
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, warn};
 
 pub use payload::TYPES;
 
@@ -305,8 +305,16 @@ impl Webhooks {
             let _ = outbox.fail_delivery(&d.id, "endpoint disabled").await;
             return;
         }
+        let span = tracing::info_span!(
+            "webhook_delivery",
+            otel.name = "webhook POST",
+            otel.kind = "client",
+            http.request.method = "POST",
+            webhook.endpoint = %endpoint.id,
+            webhook.attempt = d.attempts + 1,
+        );
         let started = std::time::Instant::now();
-        let attempt = self.post(&endpoint, &d).await;
+        let attempt = self.post(&endpoint, &d).instrument(span).await;
         let ok = attempt.is_ok();
         let outcome = match &attempt {
             Ok(()) => DeliveryOutcome::Delivered,
@@ -364,8 +372,14 @@ impl Webhooks {
                 &self.registered
             }
         };
-        let response = client
-            .post(&d.url)
+        let mut request = client.post(&d.url);
+        // The receiver may continue the delivery's trace (W3C headers).
+        if let Some(trace) = gateway_core::trace::current() {
+            for (name, value) in trace.headers() {
+                request = request.header(name, value);
+            }
+        }
+        let response = request
             .header("content-type", "application/json")
             .header("user-agent", concat!("gateway-webhooks/", env!("CARGO_PKG_VERSION")))
             .header("webhook-id", &id)

@@ -122,15 +122,14 @@ impl AnthropicClient {
     /// Sends the request; a response that is not a success becomes a typed failure.
     async fn open(&self, body: &[u8], stream: bool) -> Result<reqwest::Response, Failure> {
         let accept = if stream { "text/event-stream" } else { "application/json" };
-        let response = self
-            .http
-            .post(self.url.clone())
-            .headers(self.headers.clone())
-            .header(ACCEPT, accept)
-            .body(body.to_vec())
-            .send()
-            .await
-            .map_err(|e| ModelError::Network(describe(&e)))?;
+        let mut request = self.http.post(self.url.clone()).headers(self.headers.clone()).header(ACCEPT, accept);
+        // The model request's span continues at the provider, if it traces (W3C headers).
+        if let Some(trace) = gateway_core::trace::current() {
+            for (name, value) in trace.headers() {
+                request = request.header(name, value);
+            }
+        }
+        let response = request.body(body.to_vec()).send().await.map_err(|e| ModelError::Network(describe(&e)))?;
         let status = response.status();
         if status.is_success() {
             return Ok(response);

@@ -23,6 +23,7 @@ use gateway_core::{EventId, JsonObject, mounts};
 use gateway_models::{Block, ModelClient, ModelError, ModelRequest, StopReason as ModelStop, StreamEvent};
 use gateway_sandbox::ToolOutput;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::backend::{Backend, BackendError, RunContext, TurnOutcome};
 use crate::environment::{Environments, Lease};
@@ -176,7 +177,14 @@ impl<'a> Turn<'a> {
         }
         let hand = self.hand_with(vec![NewEvent::new(EventPayload::ToolStarted { tool_use_id: id.clone() })]).await?;
         let cancel = CancellationToken::new();
-        let run = hand.run(name, input, &cancel);
+        let span = tracing::info_span!(
+            "tool_call",
+            otel.name = format!("execute_tool {name}"),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %name,
+            gen_ai.tool.call.id = %id,
+        );
+        let run = hand.run(name, input, &cancel).instrument(span);
         tokio::pin!(run);
         let out: ToolOutput = tokio::select! {
             out = &mut run => out,
@@ -441,9 +449,17 @@ impl<'a> Turn<'a> {
                 }
             }
         };
+        let span = tracing::info_span!(
+            "model_request",
+            otel.name = format!("chat {}", request.model),
+            otel.kind = "client",
+            gen_ai.operation.name = "chat",
+            gen_ai.request.model = %request.model,
+            gen_ai.request.max_tokens = request.max_tokens,
+        );
         let asked = std::time::Instant::now();
         let streamed = tokio::select! {
-            r = self.backend.model.stream(&request, &on_event) => Some(r),
+            r = self.backend.model.stream(&request, &on_event).instrument(span) => Some(r),
             _ = self.ctx.interrupted() => None,
         };
         let outcome = match &streamed {

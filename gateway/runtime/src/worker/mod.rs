@@ -357,8 +357,17 @@ fn start_turn(
     if claim.is_reclaim() {
         w.metrics.runs_reclaimed.inc();
     }
-    let span =
-        info_span!("run", session = %claim.fence.session_id, run = %claim.fence.run_id, epoch = claim.fence.epoch);
+    let span = info_span!(
+        "run",
+        otel.name = "turn",
+        session = %claim.fence.session_id,
+        run = %claim.fence.run_id,
+        epoch = claim.fence.epoch,
+        backend = %claim.run.backend,
+    );
+    // The turn belongs to the trace of the request that queued it, however long ago and
+    // wherever that was (the context is stored with the run).
+    gateway_core::trace::adopt(&span, claim.run.trace.as_ref());
     let holding = w.leases.hold(claim.fence.clone());
     let task = {
         let w = Arc::clone(w);

@@ -56,6 +56,8 @@ pub struct Config {
     pub native: NativeConfig,
     pub anthropic: AnthropicSettings,
     pub log: LogConfig,
+    /// `[telemetry]`: OpenTelemetry traces (off unless an OTLP endpoint is set).
+    pub telemetry: crate::telemetry::TelemetryConfig,
     /// Agents published from this file, by name.
     pub agents: BTreeMap<String, AgentConfig>,
     /// The agent editors and A2A clients get when they name none (default: the first).
@@ -96,6 +98,7 @@ impl Default for Config {
             native: NativeConfig::default(),
             anthropic: AnthropicSettings::default(),
             log: LogConfig::default(),
+            telemetry: crate::telemetry::TelemetryConfig::default(),
             agents: BTreeMap::new(),
             default_agent: None,
             executors: ExecutorsConfig::default(),
@@ -448,9 +451,15 @@ mod tests {
                  [environments]\nidle_secs = 60\ncommand_timeout_secs = 30\nmax_command_timeout_secs = 90\n\
                  output_cap_bytes = 5000\nbwrap = \"/opt/bwrap\"\n\
                  [native]\nmax_rounds = 4\nmax_tokens = 100\n\
-                 [anthropic]\nbase_url = \"http://stub\"\nmax_retries = 0\nrequest_timeout_secs = 9\n",
+                 [anthropic]\nbase_url = \"http://stub\"\nmax_retries = 0\nrequest_timeout_secs = 9\n\
+                 [telemetry]\notlp_endpoint = \"http://collector:4318\"\nservice_name = \"edge\"\n",
             )?;
             let c = Config::load(Some(Path::new("g.toml"))).map_err(|e| e.to_string())?;
+            let t = &c.telemetry;
+            assert_eq!(
+                (t.otlp_endpoint.as_deref(), t.service_name.as_deref()),
+                (Some("http://collector:4318"), Some("edge"))
+            );
             let w = &c.workers;
             assert_eq!((w.max_turns, w.claim_batch, w.lease, w.poll, w.host_ttl), (2, 3, secs(11), ms(250), secs(45)));
             assert_eq!((w.crash_budget, w.retry.max_retries, w.shutdown_grace), (5, 7, secs(3)));
@@ -493,13 +502,15 @@ mod tests {
             jail.create_file(
                 "nested.toml",
                 "[workers]\nmax_turn = 2\n[agents.helper]\nbackned = \"native\"\n\
-                 [[webhooks]]\nurl = \"https://h/\"\nsecret = \"whsec_x\"\nevent_type = []\n",
+                 [[webhooks]]\nurl = \"https://h/\"\nsecret = \"whsec_x\"\nevent_type = []\n\
+                 [telemetry]\notlp_endpont = \"http://c:4318\"\n",
             )?;
             let e = refused("nested.toml");
             for expected in [
                 "`workers.max_turn` (the nearest known key is `workers.max_turns`)",
                 "`agents.helper.backned` (the nearest known key is `agents.helper.backend`)",
                 "`webhooks[0].event_type` (the nearest known key is `webhooks[0].event_types`)",
+                "`telemetry.otlp_endpont` (the nearest known key is `telemetry.otlp_endpoint`)",
             ] {
                 assert!(e.contains(expected), "{expected} in {e}");
             }

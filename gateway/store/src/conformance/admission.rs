@@ -11,7 +11,7 @@ use gateway_core::session::{Resource, ResourceKind, SessionStatus};
 use gateway_core::{ResourceId, Timestamp};
 use serde_json::json;
 
-use super::{Harness, msg, new_session, session, session_with};
+use super::{Harness, msg, new_session, session, session_with, terms, worker};
 use crate::{AdmissionWrites, DocumentWrite, Guard, PageRequest, SessionFilter, Store, StoreError};
 
 fn doc(key: &str, body: serde_json::Value) -> DocumentWrite {
@@ -19,7 +19,11 @@ fn doc(key: &str, body: serde_json::Value) -> DocumentWrite {
 }
 
 fn writes(documents: Vec<DocumentWrite>, bindings: &[(&str, &str)]) -> AdmissionWrites {
-    AdmissionWrites { documents, bindings: bindings.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect() }
+    AdmissionWrites {
+        documents,
+        bindings: bindings.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+        trace: None,
+    }
 }
 
 fn is_conflict_on(e: &StoreError, key: &str) -> bool {
@@ -250,4 +254,28 @@ pub async fn racing_document_claims_take_each_document_once(h: &dyn Harness) {
     let total = all.len();
     all.dedup();
     assert_eq!((total, all.len()), (40, 40), "every document claimed exactly once: x={x:?} y={y:?}");
+}
+
+/// The trace context an admission carries is stored with the run it queues and comes back
+/// with the claim (the turn's span is opened under it); an admission without one, or one
+/// that queues no run, leaves runs without a context.
+pub async fn runs_keep_the_trace_context_of_their_admission(h: &dyn Harness) {
+    use gateway_core::trace::TraceContext;
+    let s = h.fresh().await;
+    let sess = session(&s).await;
+    let traced = TraceContext {
+        traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
+        tracestate: Some("vendor=opaque".into()),
+    };
+    let w = AdmissionWrites { trace: Some(traced.clone()), ..AdmissionWrites::default() };
+    s.submit_inputs(&sess.id, vec![msg("traced")], w).await.unwrap();
+    let claim = s.claim_run(&worker("a", "h"), terms(10_000)).await.unwrap().expect("the run is queued");
+    assert_eq!(claim.run.trace.as_ref(), Some(&traced), "the claim carries the admission's context");
+    assert_eq!(s.get_run(&claim.fence.run_id).await.unwrap().trace, Some(traced));
+
+    let plain = session(&s).await;
+    s.submit_inputs(&plain.id, vec![msg("untraced")], AdmissionWrites::default()).await.unwrap();
+    let claim = s.claim_run(&worker("b", "h"), terms(10_000)).await.unwrap().expect("the run is queued");
+    assert_eq!(claim.run.session_id, plain.id);
+    assert_eq!(claim.run.trace, None);
 }

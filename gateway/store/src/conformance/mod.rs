@@ -100,6 +100,7 @@ macro_rules! conformance_suite {
             admission::resources_get_the_creation_time_of_the_database,
             admission::document_leases_are_claimed_renewed_and_released_on_the_database_clock,
             admission::racing_document_claims_take_each_document_once,
+            admission::runs_keep_the_trace_context_of_their_admission,
             work::work_items_carry_a_sessions_connection,
             work::unanswered_requests_fail_and_lapsed_leases_disconnect,
             work::racing_polls_take_each_item_once,

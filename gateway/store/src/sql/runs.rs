@@ -20,7 +20,8 @@ use crate::wake::Hint;
 macro_rules! run_cols_r {
     () => {
         "r.id, r.session_id, r.state, r.backend, r.provider, r.lease_owner, r.lease_epoch, r.lease_expires_at, \
-         r.crash_count, r.attempt, r.available_at, r.cancel_requested, r.started, r.input_seq, r.created_at, r.updated_at"
+         r.crash_count, r.attempt, r.available_at, r.cancel_requested, r.started, r.input_seq, r.traceparent, r.tracestate, \
+         r.created_at, r.updated_at"
     };
 }
 pub(crate) use run_cols_r;

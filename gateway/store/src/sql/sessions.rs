@@ -120,7 +120,7 @@ impl<E: Engine> SqlStore<E> {
             Vec::new()
         } else {
             let row = Self::lock_session(&mut tx, &id).await?;
-            Self::admit_locked(&mut tx, row, new.initial_inputs, now, &mut hints).await?
+            Self::admit_locked(&mut tx, row, new.initial_inputs, new.writes.trace.as_ref(), now, &mut hints).await?
         };
         // A conflict here returns before `finish`: the session, its inputs and every
         // write roll back together.
@@ -159,6 +159,7 @@ impl<E: Engine> SqlStore<E> {
         tx: &mut WriteTx<E>,
         row: SessionRow,
         inputs: Vec<NewEvent>,
+        trace: Option<&gateway_core::trace::TraceContext>,
         now: i64,
         hints: &mut Hints,
     ) -> Result<Vec<Event>> {
@@ -200,14 +201,16 @@ impl<E: Engine> SqlStore<E> {
         if decision.enqueue_run {
             let req = &session.snapshot.requirements;
             query(
-                "INSERT INTO runs (id, session_id, state, backend, provider, available_at, created_at, updated_at) \
-                 VALUES ($1, $2, 'queued', $3, $4, $5, $5, $5)",
+                "INSERT INTO runs (id, session_id, state, backend, provider, traceparent, tracestate, available_at, \
+                 created_at, updated_at) VALUES ($1, $2, 'queued', $3, $4, $6, $7, $5, $5, $5)",
             )
             .bind(RunId::new().as_str())
             .bind(session.id.as_str())
             .bind(req.backend.to_string())
             .bind(req.provider().map(|p| p.to_string()))
             .bind(now)
+            .bind(trace.map(|t| t.traceparent.clone()))
+            .bind(trace.and_then(|t| t.tracestate.clone()))
             .execute(&mut **tx)
             .await?;
             hints.push(Hint::RunReady);
@@ -494,7 +497,7 @@ impl<E: Engine> Sessions for SqlStore<E> {
         let mut tx = self.begin_write().await?;
         let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
         let mut hints = Hints::default();
-        let events = Self::admit_locked(&mut tx, row, inputs, now, &mut hints).await?;
+        let events = Self::admit_locked(&mut tx, row, inputs, writes.trace.as_ref(), now, &mut hints).await?;
         // Refused inputs returned above; a conflicting write returns here. Either way the
         // transaction is dropped uncommitted and nothing of the admission remains.
         Self::apply_admission_writes(&mut tx, id, &writes, now).await?;
@@ -513,7 +516,7 @@ impl<E: Engine> Sessions for SqlStore<E> {
         let mut tx = self.begin_write().await?;
         let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
         let mut hints = Hints::default();
-        let events = Self::admit_locked(&mut tx, row, inputs, now, &mut hints).await?;
+        let events = Self::admit_locked(&mut tx, row, inputs, writes.trace.as_ref(), now, &mut hints).await?;
         Self::apply_admission_writes(&mut tx, id, &writes, now).await?;
         let claim = Self::claim_admitted(&mut tx, id, offer, terms, &mut hints).await?;
         self.finish(tx, hints).await?;

@@ -188,7 +188,7 @@ impl<E: Engine> SqlStore<E> {
             }
         }
         if !answers.is_empty() {
-            Self::admit_locked(tx, row, answers, now, hints).await?;
+            Self::admit_locked(tx, row, answers, None, now, hints).await?;
         }
         Ok(())
     }
