@@ -51,7 +51,8 @@ pub fn router(
         .merge(metrics)
         .with_state(state)
         .merge(gateway_managed_agents::router(managed_agents))
-        .merge(gateway_a2a::router(a2a));
+        .merge(gateway_a2a::router(a2a))
+        .merge(crate::ui::router());
     if let Some(acp) = acp {
         app = app.merge(gateway_acp::router(acp));
     }

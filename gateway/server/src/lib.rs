@@ -11,5 +11,6 @@ pub mod publish;
 pub mod serve;
 pub mod state;
 pub mod telemetry;
+pub mod ui;
 
 pub use serve::Extensions;

@@ -1,0 +1,209 @@
+"""The live session viewer at /ui/, as a person sees it in a real browser (headless Chromium).
+
+Each test asserts what is on screen: a new session appears in the list without a reload; while a
+turn runs, its tool call (with its input), then the result and the agent's text appear in the
+timeline; with a key configured the page shows a sign-in prompt and no data until the key is
+entered. The page is never reloaded while we wait: a marker set in the page must survive.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+
+from conftest import Gateway, artifacts
+
+
+def wait(driver: WebDriver, what: str, check: Callable[[], Any], timeout: float = 15) -> Any:
+    """Waits until `check()` is truthy (a vanished element counts as not yet), else fails with `what`."""
+
+    def attempt(_: WebDriver) -> Any:
+        try:
+            return check()
+        except StaleElementReferenceException:
+            return None
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(attempt, message=f"not seen within {timeout}s: {what}")
+
+
+def text(driver: WebDriver, css: str) -> str:
+    return "\n".join(e.text for e in driver.find_elements(By.CSS_SELECTOR, css))
+
+
+def shown(driver: WebDriver, element_id: str) -> bool:
+    return driver.find_element(By.ID, element_id).is_displayed()
+
+
+def session_row(driver: WebDriver, session_id: str) -> str:
+    return text(driver, f'#session-rows tr[data-session="{session_id}"]')
+
+
+def console_problems(driver: WebDriver) -> list[str]:
+    """Console errors, CSP violations among them (a blocked inline script or style shows here).
+    The browser's own notes on refused reads (401, expected without a key) and on the favicon
+    it asks for by itself are not the page's problems."""
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"
+            and "favicon.ico" not in e["message"] and "status of 401" not in e["message"]]
+
+
+def test_the_page_is_served_with_strict_headers(spawn_gateway: Callable[..., Gateway]) -> None:
+    gw = spawn_gateway()
+    status, headers, _ = gw.request("GET", "/ui", key=False)
+    assert status == 308 and headers["location"] == "/ui/"
+    for path, content_type in [("/ui/", "text/html"), ("/ui/viewer.js", "text/javascript"),
+                               ("/ui/api.js", "text/javascript"), ("/ui/viewer.css", "text/css")]:
+        status, headers, body = gw.request("GET", path, key=False)
+        assert status == 200 and body, path
+        assert headers["content-type"].startswith(content_type), (path, headers["content-type"])
+        csp = headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in csp and "script-src 'self'" in csp and "unsafe-inline" not in csp, csp
+        assert headers["x-content-type-options"] == "nosniff"
+        assert headers["referrer-policy"] == "no-referrer"
+        assert headers["cache-control"] == "no-cache"
+    assert gw.request("GET", "/ui/nothing.js", key=False)[0] == 404
+
+
+def test_a_session_and_its_turn_appear_live(spawn_gateway: Callable[..., Gateway], browser: WebDriver) -> None:
+    gw = spawn_gateway()
+    agent_id, env_id = gw.agent_and_environment()
+    browser.get(gw.url + "/ui/")
+    # Keyless, and the page is the gateway's own (same origin, loopback): no prompt, the list shows.
+    wait(browser, "the session list", lambda: shown(browser, "viewer"))
+    assert not shown(browser, "sign-in")
+    browser.execute_script("window.sameDocument = true")
+
+    # (1) A session made through the API appears in the list by itself.
+    session = gw.api("POST", "/v1/sessions", {"agent": agent_id, "environment_id": env_id,
+                                              "title": "viewer test session"})
+    sid = session["id"]
+    row = wait(browser, "the new session in the list", lambda: session_row(browser, sid))
+    assert "viewer test session" in row and "idle" in row and "viewer-agent" in row and "native" in row, row
+
+    # Open it; its stream goes live.
+    wait(browser, "the session link", lambda: browser.find_element(
+        By.CSS_SELECTOR, f'#session-rows tr[data-session="{sid}"] a').click() or True)
+    wait(browser, "the stream live", lambda: browser.find_element(By.ID, "stream-state").text == "live")
+    assert browser.find_element(By.ID, "session-id").text == sid
+
+    # Record whether the agent's text was ever shown while still streaming (deltas).
+    browser.execute_script("""
+        window.sawStreaming = false;
+        new MutationObserver(() => {
+          if (document.querySelector('#timeline li.agent.streaming')) window.sawStreaming = true;
+        }).observe(document.getElementById('timeline'), {subtree: true, childList: true, attributes: true,
+                                                         characterData: true});
+    """)
+
+    # (2) A turn whose tool call takes 4 s: the call and its input show while it runs.
+    gw.say(sid, 'tool:bash {"command": "sleep 4; echo viewer-ok"}')
+    started = time.monotonic()
+    call = '#timeline li[data-type="agent.tool_use"]'
+    wait(browser, "the tool call with its input", lambda: "sleep 4; echo viewer-ok" in text(browser, call))
+    seen_after = time.monotonic() - started
+    assert seen_after < 4, f"the tool call showed only after {seen_after:.1f}s, when the turn was over"
+    assert "running" in text(browser, call)
+    assert not browser.find_elements(By.CSS_SELECTOR, f"{call} pre.tool-result"), "result before the tool ran"
+    assert "done:" not in text(browser, '#timeline li[data-type="agent.message"]')
+    assert "tool:bash" in text(browser, '#timeline li[data-type="user.message"]')
+    # The list follows the turn too.
+    wait(browser, "the session running in the list", lambda: "running" in session_row(browser, sid), timeout=3.5)
+
+    # Then the result, then the agent's text, in the same page.
+    wait(browser, "the tool result", lambda: "viewer-ok" in text(browser, f"{call} pre.tool-result"))
+    wait(browser, "the agent's reply", lambda: "done: viewer-ok" in text(
+        browser, '#timeline li[data-type="agent.message"]:not(.streaming)'))
+    wait(browser, "the turn ending", lambda: "idle" in text(browser, '#timeline li[data-type="session.status_idle"]'))
+    assert browser.execute_script("return window.sawStreaming"), "the agent's text never showed as it streamed"
+    assert browser.execute_script("return window.sameDocument") is True, "the page was reloaded"
+    order = [li.get_attribute("data-type") for li in browser.find_elements(By.CSS_SELECTOR, "#timeline li")]
+    assert order.index("user.message") < order.index("agent.tool_use") < order.index("agent.message"), order
+
+    wait(browser, "the session idle in the list", lambda: "idle" in session_row(browser, sid), timeout=3.5)
+    browser.save_screenshot(str(artifacts() / "viewer.png"))
+    assert console_problems(browser) == []
+
+
+def test_a_reloaded_page_shows_the_history_once(spawn_gateway: Callable[..., Gateway], browser: WebDriver) -> None:
+    gw = spawn_gateway()
+    agent_id, env_id = gw.agent_and_environment()
+    sid = gw.api("POST", "/v1/sessions", {"agent": agent_id, "environment_id": env_id})["id"]
+    gw.say(sid, "hello viewer")
+    deadline = time.monotonic() + 15
+    while gw.api("GET", f"/v1/sessions/{sid}")["status"] != "idle" or not any(
+            e["type"] == "session.status_idle" for e in gw.api("GET", f"/v1/sessions/{sid}/events")["data"]):
+        assert time.monotonic() < deadline, "the turn did not end"
+        time.sleep(0.1)
+    browser.get(f"{gw.url}/ui/#{sid}")
+    wait(browser, "the stream live", lambda: browser.find_element(By.ID, "stream-state").text == "live")
+    wait(browser, "the history", lambda: "echo: hello viewer" in text(browser, '#timeline li[data-type="agent.message"]'))
+    time.sleep(1)
+    assert len(browser.find_elements(By.CSS_SELECTOR, '#timeline li[data-type="user.message"]')) == 1
+    assert len(browser.find_elements(By.CSS_SELECTOR, '#timeline li[data-type="agent.message"]')) == 1
+    # The next turn arrives on the same stream.
+    gw.say(sid, "second message")
+    wait(browser, "the second reply", lambda: "echo: second message" in text(
+        browser, '#timeline li[data-type="agent.message"]'))
+    assert len(browser.find_elements(By.CSS_SELECTOR, '#timeline li[data-type="user.message"]')) == 2
+
+
+def test_with_a_key_the_page_asks_for_it_and_shows_nothing_without(
+        spawn_gateway: Callable[..., Gateway], browser: WebDriver) -> None:
+    gw = spawn_gateway(key=True)
+    agent_id, env_id = gw.agent_and_environment()
+    sid = gw.api("POST", "/v1/sessions", {"agent": agent_id, "environment_id": env_id,
+                                          "title": "secret viewer session"})["id"]
+
+    # (3) Without the key: the prompt, and no session data anywhere in the page.
+    browser.get(gw.url + "/ui/")
+    wait(browser, "the sign-in prompt", lambda: shown(browser, "sign-in"))
+    time.sleep(1)
+    assert not shown(browser, "viewer")
+    page = browser.page_source
+    assert sid not in page and "secret viewer session" not in page and "viewer-agent" not in page
+    assert not browser.find_elements(By.CSS_SELECTOR, "#session-rows tr")
+
+    # A wrong key is refused and forgotten; still no data.
+    browser.find_element(By.ID, "api-key").send_keys("gwk_" + "x" * 32)
+    browser.find_element(By.ID, "sign-in-button").click()
+    wait(browser, "the refusal", lambda: "refused" in browser.find_element(By.ID, "sign-in-reason").text)
+    assert shown(browser, "sign-in") and not shown(browser, "viewer")
+    assert sid not in browser.page_source
+    assert browser.execute_script("return sessionStorage.length") == 0
+
+    # The right key: the data shows.
+    browser.find_element(By.ID, "api-key").send_keys(gw.key)
+    browser.find_element(By.ID, "sign-in-button").click()
+    row = wait(browser, "the session after signing in", lambda: session_row(browser, sid))
+    assert "secret viewer session" in row
+    assert not shown(browser, "sign-in")
+    # Kept for this tab only: sessionStorage, never localStorage or a cookie.
+    assert browser.execute_script("return Object.values(sessionStorage)") == [gw.key]
+    assert browser.execute_script("return localStorage.length") == 0
+    assert browser.get_cookies() == []
+    assert gw.key not in browser.current_url
+
+    # Signing out forgets the key and takes the data off the screen.
+    browser.find_element(By.ID, "sign-out").click()
+    wait(browser, "the prompt after signing out", lambda: shown(browser, "sign-in"))
+    assert sid not in browser.page_source
+    assert browser.execute_script("return sessionStorage.length") == 0
+    assert console_problems(browser) == []
+
+
+def test_a_foreign_page_cannot_frame_the_viewer(spawn_gateway: Callable[..., Gateway], browser: WebDriver,
+                                                 tmp_path: Path) -> None:
+    gw = spawn_gateway()
+    # A page of another origin (a file) that frames the viewer: frame-ancestors 'none' blocks it.
+    page = tmp_path / "frame.html"
+    page.write_text(f'<!doctype html><iframe id="f" src="{gw.url}/ui/" width="800" height="600"></iframe>')
+    browser.get(page.as_uri())
+    time.sleep(2)
+    browser.switch_to.frame(browser.find_element(By.ID, "f"))
+    assert not browser.find_elements(By.ID, "sign-in"), "the viewer rendered inside a foreign page"
+    browser.switch_to.default_content()
