@@ -43,8 +43,37 @@ def free_port() -> int:
 
 
 class Gateway:
-    def __init__(self, url: str, key: str | None, proc: subprocess.Popen, workdir: str, log_path: str) -> None:
-        self.url, self.key, self.proc, self.workdir, self.log_path = url, key, proc, workdir, log_path
+    """One `gateway serve` process in its own directory (restartable on the same port)."""
+
+    def __init__(self, binary: str, env: dict[str, str], workdir: str, port: int, key: str | None) -> None:
+        self.binary, self.env, self.workdir, self.key = binary, env, workdir, key
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = os.path.join(workdir, "gateway.log")
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([self.binary, "serve"], cwd=self.workdir, env=self.env,
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while True:
+            assert self.proc.poll() is None, f"the gateway exited with {self.proc.returncode}:\n{self.log_tail()}"
+            try:
+                if self.request("GET", "/readyz", key=False)[0] == 200:
+                    return
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"the gateway was not ready in 30 s:\n{self.log_tail()}"
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
     def log_tail(self) -> str:
         with open(self.log_path, "rb") as f:
@@ -70,16 +99,28 @@ class Gateway:
         assert status == 200, f"{method} {path} answered {status}: {raw[:500]!r}"
         return json.loads(raw)
 
-    def agent_and_environment(self) -> tuple[str, str]:
+    def agent_and_environment(self, **toolset: Any) -> tuple[str, str]:
         agent = self.api("POST", "/v1/agents", {"name": "viewer-agent", "model": MODEL,
-                                                "tools": [{"type": "agent_toolset_20260401"}]})
+                                                "tools": [{"type": "agent_toolset_20260401", **toolset}]})
         env = self.api("POST", "/v1/environments", {"name": "viewer-env", "config": {
             "type": "cloud", "networking": {"type": "unrestricted"}}})
         return agent["id"], env["id"]
 
     def say(self, session_id: str, text: str) -> None:
-        self.api("POST", f"/v1/sessions/{session_id}/events",
-                 {"events": [{"type": "user.message", "content": [{"type": "text", "text": text}]}]})
+        self.send(session_id, {"type": "user.message", "content": [{"type": "text", "text": text}]})
+
+    def send(self, session_id: str, event: dict) -> None:
+        self.api("POST", f"/v1/sessions/{session_id}/events", {"events": [event]})
+
+    def events(self, session_id: str) -> list[dict]:
+        return self.api("GET", f"/v1/sessions/{session_id}/events?limit=1000")["data"]
+
+    def wait_idle(self, session_id: str, turns: int = 1) -> None:
+        """Until the session has ended `turns` turns."""
+        deadline = time.monotonic() + 20
+        while sum(e["type"] == "session.status_idle" for e in self.events(session_id)) < turns:
+            assert time.monotonic() < deadline, f"the turn did not end:\n{self.log_tail()}"
+            time.sleep(0.1)
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -111,32 +152,14 @@ def spawn_gateway() -> Iterator[Callable[..., Gateway]]:
             assert made.returncode == 0, f"gateway keys create failed: {made.stderr[-2000:]}"
             secret = made.stdout.strip()
             assert secret.startswith("gwk_"), f"keys create printed {made.stdout!r}"
-        log_path = os.path.join(workdir, "gateway.log")
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen([binary, "serve"], cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT)
-        gw = Gateway(f"http://127.0.0.1:{port}", secret, proc, workdir, log_path)
+        gw = Gateway(binary, env, workdir, port, secret)
         started.append(gw)
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, f"the gateway exited with {proc.returncode}:\n{gw.log_tail()}"
-            try:
-                if gw.request("GET", "/readyz", key=False)[0] == 200:
-                    return gw
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, f"the gateway was not ready in 30 s:\n{gw.log_tail()}"
-            time.sleep(0.1)
+        gw.start()
+        return gw
 
     yield spawn
     for gw in started:
-        if gw.proc.poll() is None:
-            gw.proc.send_signal(signal.SIGTERM)
-            try:
-                gw.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                gw.proc.kill()
-                gw.proc.wait()
+        gw.stop()
         shutil.rmtree(gw.workdir, ignore_errors=True)
 
 

@@ -134,11 +134,7 @@ def test_a_reloaded_page_shows_the_history_once(spawn_gateway: Callable[..., Gat
     agent_id, env_id = gw.agent_and_environment()
     sid = gw.api("POST", "/v1/sessions", {"agent": agent_id, "environment_id": env_id})["id"]
     gw.say(sid, "hello viewer")
-    deadline = time.monotonic() + 15
-    while gw.api("GET", f"/v1/sessions/{sid}")["status"] != "idle" or not any(
-            e["type"] == "session.status_idle" for e in gw.api("GET", f"/v1/sessions/{sid}/events")["data"]):
-        assert time.monotonic() < deadline, "the turn did not end"
-        time.sleep(0.1)
+    gw.wait_idle(sid)
     browser.get(f"{gw.url}/ui/#{sid}")
     wait(browser, "the stream live", lambda: browser.find_element(By.ID, "stream-state").text == "live")
     wait(browser, "the history", lambda: "echo: hello viewer" in text(browser, '#timeline li[data-type="agent.message"]'))
@@ -150,6 +146,54 @@ def test_a_reloaded_page_shows_the_history_once(spawn_gateway: Callable[..., Gat
     wait(browser, "the second reply", lambda: "echo: second message" in text(
         browser, '#timeline li[data-type="agent.message"]'))
     assert len(browser.find_elements(By.CSS_SELECTOR, '#timeline li[data-type="user.message"]')) == 2
+
+
+def test_an_approval_waiting_is_shown_until_answered(spawn_gateway: Callable[..., Gateway],
+                                                     browser: WebDriver) -> None:
+    gw = spawn_gateway()
+    agent_id, env_id = gw.agent_and_environment(configs=[{"name": "bash", "permission_policy": {"type": "always_ask"}}])
+    sid = gw.api("POST", "/v1/sessions", {"agent": agent_id, "environment_id": env_id})["id"]
+    browser.get(f"{gw.url}/ui/#{sid}")
+    wait(browser, "the stream live", lambda: browser.find_element(By.ID, "stream-state").text == "live")
+    gw.say(sid, 'tool:bash {"command": "echo approved-ok"}')
+    call = '#timeline li[data-type="agent.tool_use"]'
+    wait(browser, "the call waiting for approval", lambda: "approval waiting" in text(browser, f"{call}.waiting"))
+    assert not browser.find_elements(By.CSS_SELECTOR, f"{call} pre.tool-result")
+    tool_use = next(e for e in gw.events(sid) if e["type"] == "agent.tool_use")
+    gw.send(sid, {"type": "user.tool_confirmation", "tool_use_id": tool_use["id"], "result": "allow"})
+    wait(browser, "the result after approval", lambda: "approved-ok" in text(browser, f"{call} pre.tool-result"))
+    assert not browser.find_elements(By.CSS_SELECTOR, f"{call}.waiting")
+
+
+def test_a_cut_stream_resumes_after_the_last_event_seen(spawn_gateway: Callable[..., Gateway],
+                                                        browser: WebDriver) -> None:
+    gw = spawn_gateway()
+    agent_id, env_id = gw.agent_and_environment()
+    sid = gw.api("POST", "/v1/sessions", {"agent": agent_id, "environment_id": env_id})["id"]
+    gw.say(sid, "before the cut")
+    gw.wait_idle(sid)
+    browser.get(f"{gw.url}/ui/#{sid}")
+    wait(browser, "the history", lambda: "echo: before the cut" in text(browser, '#timeline li[data-type="agent.message"]'))
+    browser.execute_script("window.sameDocument = true")
+    # The browser goes offline (so it cannot reconnect) and the gateway restarts (so the open
+    # stream ends). A whole turn happens before the browser is back.
+    browser.execute_cdp_cmd("Network.enable", {})
+    offline = {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
+    browser.execute_cdp_cmd("Network.emulateNetworkConditions", offline)
+    gw.stop()
+    wait(browser, "the stream broken", lambda: browser.find_element(By.ID, "stream-state").text == "reconnecting")
+    gw.start()
+    gw.say(sid, "during the cut")
+    gw.wait_idle(sid, turns=2)
+    browser.execute_cdp_cmd("Network.emulateNetworkConditions", {**offline, "offline": False})
+    # Back online, the page resumes after the last event it saw: the missed turn shows, once.
+    wait(browser, "the missed turn", lambda: "echo: during the cut" in text(
+        browser, '#timeline li[data-type="agent.message"]'), timeout=20)
+    wait(browser, "the stream live again", lambda: browser.find_element(By.ID, "stream-state").text == "live")
+    time.sleep(1)
+    assert len(browser.find_elements(By.CSS_SELECTOR, '#timeline li[data-type="user.message"]')) == 2
+    assert len(browser.find_elements(By.CSS_SELECTOR, '#timeline li[data-type="agent.message"]')) == 2
+    assert browser.execute_script("return window.sameDocument") is True, "the page was reloaded"
 
 
 def test_with_a_key_the_page_asks_for_it_and_shows_nothing_without(
