@@ -15,7 +15,7 @@ from typing import Any, Callable
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from conftest import Gateway, artifacts
 
@@ -102,11 +102,8 @@ def test_a_session_and_its_turn_appear_live(spawn_gateway: Callable[..., Gateway
 
     # (2) A turn whose tool call takes 4 s: the call and its input show while it runs.
     gw.say(sid, 'tool:bash {"command": "sleep 4; echo viewer-ok"}')
-    started = time.monotonic()
     call = '#timeline li[data-type="agent.tool_use"]'
     wait(browser, "the tool call with its input", lambda: "sleep 4; echo viewer-ok" in text(browser, call))
-    seen_after = time.monotonic() - started
-    assert seen_after < 4, f"the tool call showed only after {seen_after:.1f}s, when the turn was over"
     assert "running" in text(browser, call)
     assert not browser.find_elements(By.CSS_SELECTOR, f"{call} pre.tool-result"), "result before the tool ran"
     assert "done:" not in text(browser, '#timeline li[data-type="agent.message"]')
@@ -127,6 +124,28 @@ def test_a_session_and_its_turn_appear_live(spawn_gateway: Callable[..., Gateway
     wait(browser, "the session idle in the list", lambda: "idle" in session_row(browser, sid), timeout=3.5)
     browser.save_screenshot(str(artifacts() / "viewer.png"))
     assert console_problems(browser) == []
+
+
+def test_the_list_filters_by_agent_and_status(spawn_gateway: Callable[..., Gateway], browser: WebDriver) -> None:
+    gw = spawn_gateway()
+    first_agent, env_id = gw.agent_and_environment()
+    second_agent = gw.api("POST", "/v1/agents", {"name": "other-agent", "model": "claude-opus-4-7"})["id"]
+    first = gw.api("POST", "/v1/sessions", {"agent": first_agent, "environment_id": env_id})["id"]
+    second = gw.api("POST", "/v1/sessions", {"agent": second_agent, "environment_id": env_id})["id"]
+    browser.get(gw.url + "/ui/")
+    wait(browser, "both sessions", lambda: session_row(browser, first) and session_row(browser, second))
+    agents = Select(browser.find_element(By.ID, "filter-agent"))
+    wait(browser, "the agents to filter by", lambda: second_agent in [o.get_attribute("value") for o in agents.options])
+    agents.select_by_value(second_agent)
+    wait(browser, "only the other agent's session", lambda: not session_row(browser, first))
+    assert "other-agent" in session_row(browser, second)
+    status = Select(browser.find_element(By.ID, "filter-status"))
+    status.select_by_value("running")
+    wait(browser, "no running session", lambda: not session_row(browser, second))
+    assert "No sessions match" in browser.find_element(By.ID, "list-note").text
+    status.select_by_value("idle")
+    agents.select_by_value("")
+    wait(browser, "both idle sessions again", lambda: session_row(browser, first) and session_row(browser, second))
 
 
 def test_a_reloaded_page_shows_the_history_once(spawn_gateway: Callable[..., Gateway], browser: WebDriver) -> None:
