@@ -152,11 +152,17 @@ def test_a_reloaded_page_shows_the_history_once(spawn_gateway: Callable[..., Gat
     gw = spawn_gateway()
     agent_id, env_id = gw.agent_and_environment()
     sid = gw.api("POST", "/v1/sessions", {"agent": agent_id, "environment_id": env_id})["id"]
-    gw.say(sid, "hello viewer")
+    # Markup in a message is shown as the text it is, never run.
+    markup = '<img src=x onerror="window.pwned = 1">'
+    gw.say(sid, f"hello viewer {markup}")
     gw.wait_idle(sid)
     browser.get(f"{gw.url}/ui/#{sid}")
     wait(browser, "the stream live", lambda: browser.find_element(By.ID, "stream-state").text == "live")
-    wait(browser, "the history", lambda: "echo: hello viewer" in text(browser, '#timeline li[data-type="agent.message"]'))
+    wait(browser, "the history", lambda: f"echo: hello viewer {markup}" in text(
+        browser, '#timeline li[data-type="agent.message"]'))
+    assert markup in text(browser, '#timeline li[data-type="user.message"]')
+    assert not browser.find_elements(By.CSS_SELECTOR, "#timeline img")
+    assert browser.execute_script("return window.pwned") is None
     time.sleep(1)
     assert len(browser.find_elements(By.CSS_SELECTOR, '#timeline li[data-type="user.message"]')) == 1
     assert len(browser.find_elements(By.CSS_SELECTOR, '#timeline li[data-type="agent.message"]')) == 1

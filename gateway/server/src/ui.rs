@@ -101,7 +101,7 @@ mod tests {
     /// silently.
     #[test]
     fn the_page_holds_no_inline_script_or_style() {
-        let (_, _, html) = FILES[0];
+        let html = FILES.iter().find(|(n, _, _)| *n == "index.html").map(|f| f.2).unwrap_or_default();
         assert!(!html.contains("style="), "inline style attribute");
         assert!(!html.contains("<style"), "inline <style>");
         let inline_handler = html.match_indices(" on").any(|(i, _)| {
@@ -115,5 +115,16 @@ mod tests {
             assert!(body.starts_with("</script>"), "inline script: {script:.80}");
         }
         assert!(!html.contains("http://") && !html.contains("https://"), "external asset");
+    }
+
+    /// Session content reaches the page only as text: the scripts never parse strings as
+    /// markup or code, so a message holding `<img onerror=…>` stays a string on screen.
+    #[test]
+    fn the_scripts_never_turn_strings_into_markup_or_code() {
+        for (name, _, body) in FILES.iter().filter(|(n, _, _)| n.ends_with(".js")) {
+            for sink in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "Function("] {
+                assert!(!body.contains(sink), "{name} uses {sink}");
+            }
+        }
     }
 }
