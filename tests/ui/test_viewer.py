@@ -91,25 +91,30 @@ def test_a_session_and_its_turn_appear_live(spawn_gateway: Callable[..., Gateway
     wait(browser, "the stream live", lambda: browser.find_element(By.ID, "stream-state").text == "live")
     assert browser.find_element(By.ID, "session-id").text == sid
 
-    # Record whether the agent's text was ever shown while still streaming (deltas).
+    # Record whether the agent's text was shown as streaming (from deltas) before its final form.
+    # The fake model streams without pauses, so the deltas and the final message may land in one
+    # read: the mutation records (old class values) still show the streaming state existed.
     browser.execute_script("""
         window.sawStreaming = false;
-        new MutationObserver(() => {
-          if (document.querySelector('#timeline li.agent.streaming')) window.sawStreaming = true;
+        new MutationObserver((records) => {
+          for (const r of records) {
+            const was = r.type === 'attributes' && (r.oldValue || '').split(' ').includes('streaming');
+            if (was || r.target.closest?.('li.agent.streaming')) window.sawStreaming = true;
+          }
         }).observe(document.getElementById('timeline'), {subtree: true, childList: true, attributes: true,
-                                                         characterData: true});
+                                                         attributeOldValue: true, characterData: true});
     """)
 
-    # (2) A turn whose tool call takes 4 s: the call and its input show while it runs.
-    gw.say(sid, 'tool:bash {"command": "sleep 4; echo viewer-ok"}')
+    # (2) A turn whose tool call takes 5 s: the call and its input show while it runs.
+    gw.say(sid, 'tool:bash {"command": "sleep 5; echo viewer-ok"}')
     call = '#timeline li[data-type="agent.tool_use"]'
-    wait(browser, "the tool call with its input", lambda: "sleep 4; echo viewer-ok" in text(browser, call))
+    wait(browser, "the tool call with its input", lambda: "sleep 5; echo viewer-ok" in text(browser, call))
     assert "running" in text(browser, call)
     assert not browser.find_elements(By.CSS_SELECTOR, f"{call} pre.tool-result"), "result before the tool ran"
     assert "done:" not in text(browser, '#timeline li[data-type="agent.message"]')
     assert "tool:bash" in text(browser, '#timeline li[data-type="user.message"]')
     # The list follows the turn too.
-    wait(browser, "the session running in the list", lambda: "running" in session_row(browser, sid), timeout=3.5)
+    wait(browser, "the session running in the list", lambda: "running" in session_row(browser, sid), timeout=4.5)
 
     # Then the result, then the agent's text, in the same page.
     wait(browser, "the tool result", lambda: "viewer-ok" in text(browser, f"{call} pre.tool-result"))
@@ -121,7 +126,7 @@ def test_a_session_and_its_turn_appear_live(spawn_gateway: Callable[..., Gateway
     order = [li.get_attribute("data-type") for li in browser.find_elements(By.CSS_SELECTOR, "#timeline li")]
     assert order.index("user.message") < order.index("agent.tool_use") < order.index("agent.message"), order
 
-    wait(browser, "the session idle in the list", lambda: "idle" in session_row(browser, sid), timeout=3.5)
+    wait(browser, "the session idle in the list", lambda: "idle" in session_row(browser, sid), timeout=5)
     browser.save_screenshot(str(artifacts() / "viewer.png"))
     assert console_problems(browser) == []
 
