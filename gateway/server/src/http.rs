@@ -53,7 +53,8 @@ pub fn router(
     let mut app = measured(ops, "ops", Arc::clone(&measures))
         .with_state(state)
         .merge(measured(gateway_managed_agents::router(managed_agents), "managed_agents", Arc::clone(&measures)))
-        .merge(measured(gateway_a2a::router(a2a), "a2a", Arc::clone(&measures)));
+        .merge(measured(gateway_a2a::router(a2a), "a2a", Arc::clone(&measures)))
+        .merge(measured(crate::ui::router(), "ui", Arc::clone(&measures)));
     if let Some(acp) = acp {
         app = app.merge(measured(gateway_acp::router(acp), "acp", measures));
     }

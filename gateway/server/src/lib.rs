@@ -16,5 +16,6 @@ pub mod sessions_cmd;
 pub mod state;
 pub mod telemetry;
 pub mod term;
+pub mod ui;
 
 pub use serve::Extensions;
