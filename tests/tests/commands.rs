@@ -320,6 +320,8 @@ async fn list_filters_by_status_and_agent() {
         assert_eq!(list(&["--agent", "alpha"]).1, sorted(vec![a1.clone(), a2.clone()]), "remote={remote}");
         assert_eq!(list(&["--agent", &beta]).1, vec![b1.clone()], "remote={remote}");
         assert_eq!(list(&["--agent", "alpha", "--status", "idle"]).1, vec![a1.clone()], "remote={remote}");
+        // A name is resolved before the limit applies: b1 is the newest session, not alpha's.
+        assert_eq!(list(&["--agent", "alpha", "--limit", "1"]).1, vec![a2.clone()], "remote={remote}");
     }
     let (code, _, err) = run(&mut command(&dir, &["sessions", "list", "--status", "asleep"]));
     assert_ne!(code, 0);

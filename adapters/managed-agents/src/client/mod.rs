@@ -23,6 +23,8 @@ pub use decode::RemoteEvent;
 
 /// The largest response body, or stream event, this client reads.
 pub const MAX_BODY: usize = 16 * 1024 * 1024;
+/// The most pages of 100 agents [`Client::agent_ids_named`] reads.
+pub const MAX_AGENT_PAGES: usize = 100;
 /// How long a plain request may take (streams have no overall deadline).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -117,6 +119,30 @@ impl Client {
         }
         let v = self.json(self.get(&format!("/v1/sessions?{}", encode(&query)))).await?;
         data(&v)?.iter().map(|s| decode::session(s).ok_or_else(|| invalid("a session", s))).collect()
+    }
+
+    /// The ids of the agents named `name` (archived ones too), reading every page of the
+    /// agent list (at most [`MAX_AGENT_PAGES`]).
+    pub async fn agent_ids_named(&self, name: &str) -> Result<Vec<String>, ClientError> {
+        let mut ids = Vec::new();
+        let mut page: Option<String> = None;
+        for _ in 0..MAX_AGENT_PAGES {
+            let mut query = vec![("limit", "100".to_owned()), ("include_archived", "true".to_owned())];
+            query.extend(page.take().map(|p| ("page", p)));
+            let v = self.json(self.get(&format!("/v1/agents?{}", encode(&query)))).await?;
+            for a in data(&v)? {
+                if a.get("name").and_then(Value::as_str) == Some(name)
+                    && let Some(id) = a.get("id").and_then(Value::as_str)
+                {
+                    ids.push(id.to_owned());
+                }
+            }
+            match v.get("next_page").and_then(Value::as_str) {
+                Some(next) => page = Some(next.to_owned()),
+                None => break,
+            }
+        }
+        Ok(ids)
     }
 
     pub async fn session(&self, id: &SessionId) -> Result<SessionSummary, ClientError> {

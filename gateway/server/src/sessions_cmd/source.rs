@@ -15,7 +15,7 @@ use gateway_core::event::{Event, EventPayload};
 use gateway_core::session::{SessionStatus, SessionSummary};
 use gateway_core::{AgentId, EventId, SessionId, Timestamp};
 use gateway_managed_agents::client::{Client, ClientError, RemoteEvent};
-use gateway_store::{EventFilter, Order, PageRequest, SessionFilter, Store};
+use gateway_store::{AgentFilter, EventFilter, Order, PageRequest, SessionFilter, Store};
 
 /// How often a follower reading the store asks for new events.
 const POLL: Duration = Duration::from_millis(200);
@@ -80,22 +80,52 @@ impl Source {
         agent: Option<&str>,
         limit: u32,
     ) -> anyhow::Result<Vec<SessionSummary>> {
-        let agent_id = agent.and_then(|a| AgentId::parse(a).ok());
-        let mut sessions = match self {
+        // An agent named rather than given by id: the sessions of every agent of that name.
+        let agents: Vec<Option<AgentId>> = match agent {
+            None => vec![None],
+            Some(a) => match AgentId::parse(a) {
+                Ok(id) => vec![Some(id)],
+                Err(_) => self.agents_named(a).await?.into_iter().map(Some).collect(),
+            },
+        };
+        let mut sessions = Vec::new();
+        for agent_id in agents {
+            sessions.extend(match self {
+                Source::Store(store) => {
+                    let filter = SessionFilter { agent_id, statuses: statuses.to_vec(), ..Default::default() };
+                    let page = store.list_sessions(&filter, &PageRequest::first(limit, Order::Desc)).await?;
+                    page.items.iter().map(SessionSummary::from).collect::<Vec<_>>()
+                }
+                Source::Remote(client) => {
+                    client.list_sessions(statuses, agent_id.as_ref().map(|a| a.as_str()), limit).await?
+                }
+            });
+        }
+        sessions.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+        sessions.truncate(limit as usize);
+        Ok(sessions)
+    }
+
+    /// The ids of the agents called `name` (usually one; names are not unique).
+    async fn agents_named(&self, name: &str) -> anyhow::Result<Vec<AgentId>> {
+        match self {
             Source::Store(store) => {
-                let filter =
-                    SessionFilter { agent_id: agent_id.clone(), statuses: statuses.to_vec(), ..Default::default() };
-                let page = store.list_sessions(&filter, &PageRequest::first(limit, Order::Desc)).await?;
-                page.items.iter().map(SessionSummary::from).collect()
+                let filter = AgentFilter { include_archived: true, ..Default::default() };
+                let mut page = PageRequest::first(100, Order::Desc);
+                let mut ids = Vec::new();
+                loop {
+                    let got = store.list_agents(&filter, &page).await?;
+                    ids.extend(got.items.into_iter().filter(|a| a.spec.name == name).map(|a| a.id));
+                    match got.next {
+                        Some(next) => page.cursor = Some(next),
+                        None => return Ok(ids),
+                    }
+                }
             }
             Source::Remote(client) => {
-                client.list_sessions(statuses, agent_id.as_ref().map(|a| a.as_str()), limit).await?
+                Ok(client.agent_ids_named(name).await?.iter().filter_map(|id| AgentId::parse(id).ok()).collect())
             }
-        };
-        if let (Some(name), None) = (agent, agent_id) {
-            sessions.retain(|s| s.agent_name == name);
         }
-        Ok(sessions)
     }
 
     pub async fn summary(&self, id: &SessionId) -> anyhow::Result<SessionSummary> {
