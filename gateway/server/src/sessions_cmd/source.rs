@@ -101,7 +101,7 @@ impl Source {
                 }
             });
         }
-        sessions.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+        sessions.sort_by_key(|s| std::cmp::Reverse(s.created_at));
         sessions.truncate(limit as usize);
         Ok(sessions)
     }
