@@ -84,7 +84,7 @@ pub async fn serve_stdio(ctx: AcpContext, agent: Option<String>) -> anyhow::Resu
         anyhow::bail!("--agent {name:?} is not a published agent (published: {})", known.join(", "));
     }
     let (shutdown, tasks) = (ctx.shutdown.clone(), ctx.tasks.clone());
-    let _connected = gateway_runtime::metrics::Held::new(&ctx.coordinator.metrics().editor_connections);
+    let _connected = gateway_runtime::metrics::GaugeGuard::new(&ctx.coordinator.metrics().editor_connections);
     let editor = editor::Editor::new(ctx, agent);
     let incoming = framing::spawn_reader(stdio::input(), MAX_MESSAGE_BYTES);
     let handler = Arc::new(editor::EditorHandler(editor));

@@ -92,7 +92,7 @@ async fn upgrade(
 
 async fn serve(ctx: AcpContext, socket: WebSocket, connection: String, revoked: Revoked) {
     tracing::info!(%connection, "ACP WebSocket connection opened");
-    let _connected = gateway_runtime::metrics::Held::new(&ctx.coordinator.metrics().editor_connections);
+    let _connected = gateway_runtime::metrics::GaugeGuard::new(&ctx.coordinator.metrics().editor_connections);
     let shutdown = ctx.shutdown.clone();
     let (mut sink, mut stream) = socket.split();
     let (tx, incoming) = mpsc::channel(64);

@@ -403,6 +403,25 @@ impl Coordinator {
         self.store.as_ref()
     }
 
+    /// Records how one delivery attempt on `channel` (`webhook`, `a2a_push`) ended, `took`
+    /// after it began, in the outbox and in the metrics: the one place a delivery's outcome is
+    /// settled, so every deliverer counts alike (an attempt refused before it was sent too).
+    pub async fn settle_delivery(
+        &self,
+        channel: &'static str,
+        id: &gateway_core::DeliveryId,
+        took: Duration,
+        settle: crate::metrics::Settle<'_>,
+    ) -> std::result::Result<(), gateway_store::StoreError> {
+        use crate::metrics::Settle;
+        self.metrics.delivery(channel, &settle, took);
+        match settle {
+            Settle::Delivered => self.store.delivered(id).await,
+            Settle::Retry { after, error } => self.store.retry_delivery(id, after, error).await,
+            Settle::Failed { error } => self.store.fail_delivery(id, error).await,
+        }
+    }
+
     // ---- inputs ----
 
     /// Admits client inputs. Returns only after they are committed (invariant 4).

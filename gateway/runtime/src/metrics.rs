@@ -85,23 +85,23 @@ struct RequestLabels {
     status: &'static str,
 }
 
-/// What became of one outbound delivery attempt.
+/// What became of one outbound delivery attempt ([`crate::Coordinator::settle_delivery`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeliveryOutcome {
+pub enum Settle<'a> {
     /// The receiver took it.
     Delivered,
-    /// It failed and will be tried again.
-    Retry,
-    /// It failed for good (refused, gone, or out of attempts).
-    Failed,
+    /// It failed and is tried again no earlier than `after`.
+    Retry { after: Duration, error: &'a str },
+    /// It failed for good (refused, endpoint gone or disabled, out of attempts).
+    Failed { error: &'a str },
 }
 
-impl DeliveryOutcome {
-    fn as_str(self) -> &'static str {
+impl Settle<'_> {
+    fn as_str(&self) -> &'static str {
         match self {
-            DeliveryOutcome::Delivered => "delivered",
-            DeliveryOutcome::Retry => "retry",
-            DeliveryOutcome::Failed => "failed",
+            Settle::Delivered => "delivered",
+            Settle::Retry { .. } => "retry",
+            Settle::Failed { .. } => "failed",
         }
     }
 }
@@ -377,7 +377,7 @@ impl Metrics {
     }
 
     /// One outbound delivery attempt on `channel` (`webhook`, `a2a_push`).
-    pub fn delivery(&self, channel: &'static str, outcome: DeliveryOutcome, took: Duration) {
+    pub(crate) fn delivery(&self, channel: &'static str, outcome: &Settle<'_>, took: Duration) {
         self.deliveries
             .get_or_create(&ChannelOutcome { channel, outcome: outcome.as_str() })
             .observe(took.as_secs_f64());
@@ -395,16 +395,16 @@ impl Metrics {
 /// Counts one in a gauge for as long as it lives (a stream, a turn, a connection), so one
 /// that panics or is dropped mid-way still leaves it.
 #[derive(Debug)]
-pub struct Held(Gauge);
+pub struct GaugeGuard(Gauge);
 
-impl Held {
+impl GaugeGuard {
     pub fn new(gauge: &Gauge) -> Self {
         gauge.inc();
         Self(gauge.clone())
     }
 }
 
-impl Drop for Held {
+impl Drop for GaugeGuard {
     fn drop(&mut self) {
         self.0.dec();
     }

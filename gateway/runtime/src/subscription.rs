@@ -29,7 +29,7 @@ use gateway_store::{Store, Tip};
 use tokio::sync::{broadcast, watch};
 
 use crate::error::RuntimeError;
-use crate::metrics::{Held, Metrics};
+use crate::metrics::{GaugeGuard, Metrics};
 use crate::previews::{Placed, Preview, PreviewBus};
 
 /// What a subscriber receives.
@@ -73,7 +73,7 @@ struct State {
     closed: VecDeque<EventId>,
     need_read: bool,
     ended: bool,
-    _open: Held,
+    _open: GaugeGuard,
 }
 
 impl State {
@@ -154,7 +154,7 @@ pub(crate) fn subscribe(
     options: SubscribeOptions,
     metrics: Arc<Metrics>,
 ) -> impl Stream<Item = Result<Delivery, RuntimeError>> + Send + use<> {
-    let open = Held::new(&metrics.subscriptions_open);
+    let open = GaugeGuard::new(&metrics.subscriptions_open);
     let watch = store.wakeups().watch_session(&session);
     let poll = options.poll.unwrap_or(Duration::from_millis(500));
     let previews = options.previews.then(|| bus.subscribe(&session));

@@ -511,7 +511,19 @@ def test_connect_timeout_delivers_agent_session_failed(fast_gateway, connect, en
 # --- 4. retries, redirects, disabling ----------------------------------------------------------
 
 
+def delivery_counts(http) -> dict[str, float]:
+    """The gateway's count of webhook delivery attempts by outcome, from `/metrics`."""
+    prefix = 'gateway_delivery_duration_seconds_count{channel="webhook",outcome="'
+    counts = {"delivered": 0.0, "retry": 0.0, "failed": 0.0}
+    for line in http.get("/metrics").text.splitlines():
+        if line.startswith(prefix):
+            outcome, value = line[len(prefix):].split('"} ')
+            counts[outcome] = float(value)
+    return counts
+
+
 def test_retries_keep_the_webhook_id(gateway, app, endpoints, receivers):
+    counted = delivery_counts(endpoints.http(gateway))
     rx = receivers.start("flaky", lambda _req, attempt: (500, {}) if attempt <= 2 else (200, {}))
     endpoint = endpoints.register(gateway, rx.url, [IDLED])
     sid = cloud_session(app)
@@ -531,6 +543,9 @@ def test_retries_keep_the_webhook_id(gateway, app, endpoints, receivers):
     assert len(for_session(rx.requests(), sid)) == 3, f"retried after a 200: {for_session(rx.requests(), sid)}"
     now = endpoints.get(gateway, endpoint["id"])
     assert now["status"] == "enabled" and now["consecutive_failures"] == 0, now
+    # The attempts are counted by outcome (other endpoints of this gateway may add to them).
+    after = delivery_counts(endpoints.http(gateway))
+    assert after["retry"] - counted["retry"] >= 2 and after["delivered"] - counted["delivered"] >= 1, (counted, after)
 
 
 def test_redirects_are_failures_and_never_followed(gateway, app, endpoints, receivers):

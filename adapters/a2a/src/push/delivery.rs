@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gateway_runtime::metrics::DeliveryOutcome;
+use gateway_runtime::metrics::Settle;
 use gateway_runtime::{NewDelivery, OutboxDelivery, SecretBox, SecretError};
 use tracing::{Instrument, debug, info, warn};
 
@@ -280,7 +280,6 @@ async fn deliver_loop(ctx: A2aContext, owner: String, http: reqwest::Client) {
 }
 
 async fn deliver(ctx: &A2aContext, http: &reqwest::Client, d: OutboxDelivery) {
-    let outbox = ctx.coordinator.outbox();
     let attempt = d.attempts + 1;
     let span = tracing::info_span!(
         "push_delivery",
@@ -292,27 +291,22 @@ async fn deliver(ctx: &A2aContext, http: &reqwest::Client, d: OutboxDelivery) {
     );
     let started = std::time::Instant::now();
     let result = post(ctx, http, &d).instrument(span).await;
-    let outcome = match &result {
-        Ok(()) => DeliveryOutcome::Delivered,
-        Err(_) if attempt >= MAX_ATTEMPTS => DeliveryOutcome::Failed,
-        Err(_) => DeliveryOutcome::Retry,
-    };
-    ctx.coordinator.metrics().delivery("a2a_push", outcome, started.elapsed());
-    let settled = match result {
+    let took = started.elapsed();
+    let settle = match &result {
         Ok(()) => {
             debug!(topic = %d.topic, attempt, "push delivered");
-            outbox.delivered(&d.id).await
+            Settle::Delivered
         }
         Err(e) if attempt >= MAX_ATTEMPTS => {
             warn!(topic = %d.topic, attempt, error = %e, "push delivery failed; giving up");
-            outbox.fail_delivery(&d.id, &e).await
+            Settle::Failed { error: e }
         }
         Err(e) => {
             info!(topic = %d.topic, attempt, error = %e, "push delivery failed; will retry");
-            outbox.retry_delivery(&d.id, backoff(d.attempts), &e).await
+            Settle::Retry { after: backoff(d.attempts), error: e }
         }
     };
-    if let Err(e) = settled {
+    if let Err(e) = ctx.coordinator.settle_delivery("a2a_push", &d.id, took, settle).await {
         warn!(topic = %d.topic, error = %e, "cannot record a push delivery's outcome; its lease will expire");
     }
 }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gateway_core::WebhookId;
-use gateway_runtime::metrics::DeliveryOutcome;
+use gateway_runtime::metrics::Settle;
 use gateway_runtime::{
     Coordinator, EndpointOrigin, NewDelivery, NewEndpoint, OutboxDelivery, SecretBox, WebhookEndpoint, ssrf,
 };
@@ -35,6 +35,8 @@ pub use payload::TYPES;
 
 /// Failed attempts in a row after which an endpoint is disabled.
 pub const DISABLE_AFTER: u32 = 20;
+/// The channel webhook deliveries are counted under (`gateway_delivery_duration_seconds`).
+const CHANNEL: &str = "webhook";
 /// Outbox topics of webhooks: `webhook:<endpoint id>`.
 const TOPICS: &str = "webhook:";
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -288,22 +290,26 @@ impl Webhooks {
         }
     }
 
+    /// Settles one attempt in the outbox and the metrics ([`Coordinator::settle_delivery`]).
+    async fn settle(&self, d: &OutboxDelivery, took: Duration, settle: Settle<'_>) {
+        if let Err(e) = self.coordinator.settle_delivery(CHANNEL, &d.id, took, settle).await {
+            warn!(error = %e, "cannot record a webhook delivery's outcome; its lease will expire");
+        }
+    }
+
     async fn deliver(&self, d: OutboxDelivery) {
-        let outbox = self.coordinator.outbox();
         let Some(endpoint_id) = d.topic.strip_prefix(TOPICS).and_then(|id| WebhookId::parse(id).ok()) else {
-            let _ = outbox.fail_delivery(&d.id, "not a webhook topic").await;
-            return;
+            return self.settle(&d, Duration::ZERO, Settle::Failed { error: "not a webhook topic" }).await;
         };
         let endpoint = match self.coordinator.webhooks().get_webhook(&endpoint_id).await {
             Ok(e) => e,
             Err(e) => {
-                let _ = outbox.fail_delivery(&d.id, &format!("endpoint gone: {e}")).await;
-                return;
+                let error = format!("endpoint gone: {e}");
+                return self.settle(&d, Duration::ZERO, Settle::Failed { error: &error }).await;
             }
         };
         if !endpoint.enabled {
-            let _ = outbox.fail_delivery(&d.id, "endpoint disabled").await;
-            return;
+            return self.settle(&d, Duration::ZERO, Settle::Failed { error: "endpoint disabled" }).await;
         }
         let span = tracing::info_span!(
             "webhook_delivery",
@@ -315,29 +321,21 @@ impl Webhooks {
         );
         let started = std::time::Instant::now();
         let attempt = self.post(&endpoint, &d).instrument(span).await;
+        let took = started.elapsed();
         let ok = attempt.is_ok();
-        let outcome = match &attempt {
-            Ok(()) => DeliveryOutcome::Delivered,
-            Err(Attempt::Retry(_)) => DeliveryOutcome::Retry,
-            Err(Attempt::Fail(_)) => DeliveryOutcome::Failed,
-        };
-        self.coordinator.metrics().delivery("webhook", outcome, started.elapsed());
-        let settled = match attempt {
+        match &attempt {
             Ok(()) => {
                 debug!(endpoint = %endpoint.id, attempts = d.attempts + 1, "webhook delivered");
-                outbox.delivered(&d.id).await
+                self.settle(&d, took, Settle::Delivered).await
             }
             Err(Attempt::Retry(e)) => {
                 info!(endpoint = %endpoint.id, attempt = d.attempts + 1, error = %e, "webhook failed; will retry");
-                outbox.retry_delivery(&d.id, self.backoff(d.attempts), &e).await
+                self.settle(&d, took, Settle::Retry { after: self.backoff(d.attempts), error: e }).await
             }
             Err(Attempt::Fail(e)) => {
                 warn!(endpoint = %endpoint.id, error = %e, "webhook refused; not retried");
-                outbox.fail_delivery(&d.id, &e).await
+                self.settle(&d, took, Settle::Failed { error: e }).await
             }
-        };
-        if let Err(e) = settled {
-            warn!(error = %e, "cannot record a webhook delivery's outcome; its lease will expire");
         }
         match self.coordinator.webhooks().record_webhook_attempt(&endpoint.id, ok, DISABLE_AFTER).await {
             Ok(after) if !after.enabled && endpoint.enabled => {

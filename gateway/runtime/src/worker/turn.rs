@@ -80,7 +80,7 @@ pub(super) async fn execute(w: &Arc<Shared>, claim: Claim, held: &Held) {
         metrics: Arc::clone(&w.metrics),
     };
 
-    let _running = crate::metrics::Held::new(&w.metrics.turns_running);
+    let _running = crate::metrics::GaugeGuard::new(&w.metrics.turns_running);
     let kind = run.backend.kind();
     let result = tokio::select! {
         r = backend.run(&ctx) => Some(r),
