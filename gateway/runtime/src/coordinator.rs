@@ -307,7 +307,7 @@ impl Coordinator {
         // Placement first: a combination that cannot exist at all is the clearest answer.
         let inputs = local_inputs(&agent.spec, &req.resources);
         let requirements = place(&agent.spec.backend, &environment.spec.config, &inputs, &self.offer)?;
-        check_resources(&req.resources)?;
+        check_resources(&req.resources, self.allow_private_repositories())?;
         self.resolve_skills(&mut agent.spec, &req.resources).await?;
         let mut req = req;
         self.seal_tokens(req.resources.iter_mut());

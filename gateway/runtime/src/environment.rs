@@ -487,7 +487,8 @@ impl Environments {
                 ResourceKind::Repository { url, checkout, authorization_token, .. } => {
                     let token = authorization_token.as_ref().map(|t| self.open_token(t)).transpose().map_err(failed)?;
                     let clone = |dest: PathBuf| async move {
-                        self.config.checkout.clone_into(&dest, url, checkout.as_ref(), token.as_ref()).await
+                        let cloned = self.config.checkout.clone_into(&dest, url, checkout.as_ref(), token.as_ref());
+                        cloned.await.map_err(|e| e.to_string())
                     };
                     let name = format!("{}-{}", session.id, r.id);
                     self.stage_and_adopt(hand, &rel, &name, clone).await.map_err(failed)?;

@@ -69,6 +69,12 @@ impl Coordinator {
         .await
     }
 
+    /// Whether repository URLs may name non-public hosts (`environments.allow_private_repositories`;
+    /// off where this process has no environments).
+    pub(super) fn allow_private_repositories(&self) -> bool {
+        self.environments.as_ref().is_some_and(|e| e.config().checkout.allow_private_repositories)
+    }
+
     /// Repository tokens are stored sealed (`Environments::seal_tokens`).
     pub(super) fn seal_tokens<'a>(&self, resources: impl IntoIterator<Item = &'a mut ResourceKind>) {
         if let Some(envs) = &self.environments {
@@ -90,7 +96,7 @@ impl Coordinator {
             let agent = &current.snapshot.agent;
             let inputs = local_inputs(&agent.spec, &kinds);
             let requirements = place(&agent.spec.backend, &environment.spec.config, &inputs, &self.offer)?;
-            check_resources(&kinds)?;
+            check_resources(&kinds, self.allow_private_repositories())?;
             check_skill_places(&agent.spec, &kinds)?;
             match self.store.set_resources(id, &base, resources, requirements).await {
                 Err(StoreError::Guard(Guard::ResourcesChanged(_))) if attempts < 3 => attempts += 1,
@@ -177,9 +183,11 @@ impl Coordinator {
 }
 
 /// Every mount of a session at a place of its own (`gateway_core::mounts`), none in a
-/// client's own directory, and repository URLs git may be given (http or https, no
-/// credentials in them; which hosts are reachable is checked when the checkout runs).
-pub(super) fn check_resources(resources: &[ResourceKind]) -> Result<()> {
+/// client's own directory, and repositories git may be given (`checkout::repository_url`:
+/// http or https, no credentials, written as they are read, no literal non-public host unless
+/// `allow_private`; a branch or commit git reads as one). Which addresses a host name reaches
+/// is checked when the checkout runs.
+pub(super) fn check_resources(resources: &[ResourceKind], allow_private: bool) -> Result<()> {
     if resources.len() > gateway_core::session::MAX_RESOURCES {
         let max = gateway_core::session::MAX_RESOURCES;
         return Err(RuntimeError::Invalid(format!("a session has at most {max} resources")));
@@ -200,14 +208,12 @@ pub(super) fn check_resources(resources: &[ResourceKind]) -> Result<()> {
     });
     gateway_core::mounts::check_all(paths).map_err(|e| RuntimeError::Invalid(e.to_string()))?;
     for r in resources {
-        if let ResourceKind::Repository { url, .. } = r {
-            // Not echoed: a URL refused for holding credentials would show them.
-            crate::ssrf::check_url(url, true).map_err(|_| {
-                RuntimeError::Invalid(
-                    "a repository url must be an http or https URL without credentials in it (give a token as authorization_token)"
-                        .into(),
-                )
-            })?;
+        if let ResourceKind::Repository { url, checkout, .. } = r {
+            // The error never echoes the URL: one refused for holding credentials would show them.
+            crate::checkout::repository_url(url, allow_private).map_err(|e| RuntimeError::Invalid(e.to_string()))?;
+            if let Some(checkout) = checkout {
+                crate::checkout::check_checkout(checkout).map_err(|e| RuntimeError::Invalid(e.to_string()))?;
+            }
         }
     }
     Ok(())

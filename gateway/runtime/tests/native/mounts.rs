@@ -235,12 +235,12 @@ async fn a_repository_that_cannot_be_checked_out_fails_the_turn_naming_it_and_le
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
+    let fetch = |addr: std::net::SocketAddr| format!("could not fetch the repository from {}", addr.ip());
     for (config, url, token, why) in [
-        (EnvironmentsConfig::default(), server.url("private.git"), Some("right"), "loopback, private"),
-        (allowed.clone(), server.url("private.git"), Some("wrong"), "git failed"),
-        (allowed.clone(), server.url("private.git"), None, "git failed"),
-        (allowed.clone(), format!("http://{closed}/gone.git"), None, "git failed"),
-        (allowed.clone(), server.url("missing.git"), Some("right"), "git failed"),
+        (allowed.clone(), server.url("private.git"), Some("wrong"), fetch(server.addr)),
+        (allowed.clone(), server.url("private.git"), None, fetch(server.addr)),
+        (allowed.clone(), format!("http://{closed}/gone.git"), None, fetch(closed)),
+        (allowed.clone(), server.url("missing.git"), Some("right"), fetch(server.addr)),
     ] {
         let n = native_configured(config).await;
         let pool = n.workers(0);
@@ -253,8 +253,16 @@ async fn a_repository_that_cannot_be_checked_out_fails_the_turn_naming_it_and_le
         let es = n.turn(&s, "hello").await;
         let (kind, message) = session_error(&es).unwrap_or_else(|| panic!("{url}: a typed error event in {es:?}"));
         assert_eq!(kind, ErrorKind::MountFailed, "{url}");
-        assert!(message.contains(rid.as_str()) && message.contains(why), "{url}: {message}");
+        assert!(message.contains(rid.as_str()) && message.contains(&why), "{url}: {message}");
         assert!(!message.contains("right"), "{message}");
+        // What the network answered stays in the operator's log: a checkout is no port
+        // scanner that reads back (finding 2).
+        let port = url.split(':').nth(2).and_then(|p| p.split('/').next()).unwrap();
+        for said in
+            ["fatal", "HTTP", "401", "404", "refused", "unable to access", "Failed to connect", "Empty reply", port]
+        {
+            assert!(!message.contains(said), "{url}: git's report reached the client: {message}");
+        }
         assert!(!es.iter().any(|e| matches!(e.payload, EventPayload::ModelRequestStarted {})));
         let workspace = n.workspaces.path().join(s.id.as_str());
         assert!(!workspace.join("src").exists(), "{url}: no partial directory");
@@ -266,11 +274,112 @@ async fn a_repository_that_cannot_be_checked_out_fails_the_turn_naming_it_and_le
     }
 }
 
+/// Finding 2, the attack: URL forms where the WHATWG parser (which the gateway checked) and
+/// curl (which git fetches with) read different hosts, aimed at a loopback git server with
+/// private repositories disallowed; and finding 15: loopback literals and branches git would
+/// not read as names. Each is refused when the session is created (and when the resource is
+/// added later), git never runs, nothing is cloned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn repository_urls_that_git_would_read_differently_are_refused_when_given() {
+    let repos = tempfile::tempdir().unwrap();
+    git_server::repository(repos.path(), "project");
+    let server = GitServer::start(repos.path(), None, Duration::ZERO).await;
+    let n = native_configured(EnvironmentsConfig::default()).await;
+    let pool = n.workers(0);
+    let port = server.addr.port();
+    let loopback = server.addr.to_string();
+    let attacks = [
+        (format!("http://example.com\\@{loopback}/project.git"), None, "backslash"),
+        (format!("http://example.com#@{loopback}/project.git"), None, "fragment"),
+        (format!("http://example.com?@{loopback}/project.git"), None, "query"),
+        (format!("http://example.com @{loopback}/project.git"), None, "whitespace"),
+        (format!("http://example.com\t@{loopback}/project.git"), None, "whitespace"),
+        (format!("http://example.com\n@{loopback}/project.git"), None, "whitespace"),
+        (format!("http://example.com/\r\nx@{loopback}/project.git"), None, "whitespace"),
+        (format!("http://127.0.0.%31:{port}/project.git"), None, "host"),
+        (format!("http://127.1:{port}/project.git"), None, "host"),
+        (format!("http://2130706433:{port}/project.git"), None, "host"),
+        (format!("http:///{loopback}/project.git"), None, "host"),
+        (format!("http://x@{loopback}/project.git"), None, "credentials"),
+        (server.url("project.git"), None, "loopback, private"),
+        (format!("http://localhost:{port}/project.git"), None, "loopback, private"),
+        (format!("http://[::ffff:0:7f00:1]:{port}/project.git"), None, "loopback, private"),
+        ("https://example.com/r.git".to_owned(), Some(Checkout::Branch { name: "main\0x".into() }), "branch"),
+        ("https://example.com/r.git".to_owned(), Some(Checkout::Branch { name: "--upload-pack=id".into() }), "branch"),
+        ("https://example.com/r.git".to_owned(), Some(Checkout::Commit { sha: "HEAD~1".into() }), "commit"),
+    ];
+    let s = n
+        .session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "local"), vec![])
+        .await
+        .unwrap();
+    for (url, checkout, why) in attacks {
+        let mount = repository(&url, "/workspace/repo", checkout.clone(), None);
+        let refused = n
+            .session(
+                toolset(PermissionPolicy::AlwaysAllow),
+                cloud(Provisioning::OnToolUse, "local"),
+                vec![mount.clone()],
+            )
+            .await;
+        match &refused {
+            Err(RuntimeError::Invalid(m)) => assert!(m.contains(why), "{url:?}: {m}"),
+            other => panic!("{url:?} {checkout:?} was not refused at creation: {other:?}"),
+        }
+        let added = n.coordinator.add_resource(&s.id, mount).await;
+        assert!(matches!(added, Err(RuntimeError::Invalid(_))), "{url:?} added later: {added:?}");
+    }
+    // Nothing reached git: the session still runs, with nothing mounted, and the server was
+    // never asked.
+    let es = n.turn(&s, "hello").await;
+    assert_eq!(stop_of(es.last().unwrap()), Some(StopReason::EndTurn));
+    assert_eq!(server.requests(), 0, "git never ran");
+    assert!(!n.workspaces.path().join(s.id.as_str()).join("repo").exists(), "nothing cloned");
+    pool.shutdown().await;
+}
+
+/// Finding 11: the repository bound counts entries as well as bytes. A repository of many
+/// empty files (a tiny pack) over a lowered entry bound fails the turn naming the bound and
+/// leaves nothing at the mount path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_repository_of_too_many_files_fails_the_turn_naming_the_bound_and_leaves_nothing() {
+    let repos = tempfile::tempdir().unwrap();
+    git_server::repository_of_many_files(repos.path(), "many", 2_000);
+    let server = GitServer::start(repos.path(), None, Duration::ZERO).await;
+    let config = EnvironmentsConfig {
+        checkout: CheckoutConfig {
+            allow_private_repositories: true,
+            max_repository_entries: 500,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let n = native_configured(config).await;
+    let pool = n.workers(0);
+    let mount = repository(&server.url("many.git"), "/workspace/many", None, None);
+    let s = n
+        .session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "local"), vec![mount])
+        .await
+        .unwrap();
+    let es = n.turn(&s, "hello").await;
+    let (kind, message) = session_error(&es).expect("a typed error event");
+    assert_eq!(kind, ErrorKind::MountFailed);
+    assert!(message.contains("more than 500 entries") && message.contains("max_repository_entries"), "{message}");
+    assert!(!es.iter().any(|e| matches!(e.payload, EventPayload::ModelRequestStarted {})), "the model was not asked");
+    let workspace = n.workspaces.path().join(s.id.as_str());
+    assert!(!workspace.join("many").exists(), "nothing at the mount path");
+    let staged: Vec<_> = std::fs::read_dir(n.workspaces.path().join(".staging"))
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(staged.is_empty(), "nothing left in staging: {staged:?}");
+    assert!(server.requests() > 0, "the clone was tried");
+    pool.shutdown().await;
+}
+
 /// Log lines written while it lives, for looking for secrets in them.
-struct LogCapture(Arc<std::sync::Mutex<Vec<u8>>>);
+pub(crate) struct LogCapture(Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl LogCapture {
-    fn install() -> Self {
+    pub(crate) fn install() -> Self {
         let buf = Arc::new(std::sync::Mutex::new(Vec::new()));
         let sink = Arc::clone(&buf);
         let subscriber = tracing_subscriber::fmt()
@@ -281,7 +390,7 @@ impl LogCapture {
         Self(buf)
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
 }
