@@ -685,15 +685,12 @@ async fn hibernate(slots: &mut HashMap<SessionId, Slot>, session: &SessionId, st
 /// Writes a skill version's files under `dir` (new), executables 0755, the rest 0644.
 fn write_skill(dir: &Path, files: &[gateway_store::SkillFile]) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
+    // The rule the version was accepted by (`skills::version_of`), checked again: a file
+    // written here must stay under `dir`.
+    mounts::check_tree(files.iter().map(|f| f.path.as_str())).map_err(std::io::Error::other)?;
     std::fs::DirBuilder::new().mode(0o755).create(dir)?;
     for f in files {
-        // Paths were checked when the version was made (`skills::version_of`); checked again,
-        // since a file written here must stay under `dir`.
-        let rel = Path::new(&f.path);
-        if !rel.components().all(|c| matches!(c, std::path::Component::Normal(_))) {
-            return Err(std::io::Error::other(format!("skill file {:?} is not a plain relative path", f.path)));
-        }
-        let path = dir.join(rel);
+        let path = dir.join(&f.path);
         if let Some(parent) = path.parent() {
             std::fs::DirBuilder::new().recursive(true).mode(0o755).create(parent)?;
         }

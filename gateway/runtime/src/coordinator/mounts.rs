@@ -219,7 +219,20 @@ pub(super) fn check_resources(resources: &[ResourceKind], allow_private: bool) -
     Ok(())
 }
 
-/// No mount lands where one of the agent's (resolved) skills is placed.
+/// An agent names each skill once: two references to one skill would be placed at one
+/// `skills/<name>/`, the second silently hidden (names of different skills are checked when
+/// a session resolves them, `check_skill_places`).
+pub(super) fn check_skill_refs(agent: &AgentSpec) -> Result<()> {
+    for (i, skill) in agent.skills.iter().enumerate() {
+        if agent.skills[..i].iter().any(|s| s.skill_id == skill.skill_id) {
+            return Err(RuntimeError::Invalid(format!("skill {} is given twice", skill.skill_id)));
+        }
+    }
+    Ok(())
+}
+
+/// No two of the agent's (resolved) skills share a name, and no mount lands where one of
+/// them is placed.
 fn check_skill_places(agent: &AgentSpec, resources: &[ResourceKind]) -> Result<()> {
     let names: Vec<&str> = agent.skills.iter().filter_map(|s| s.resolved.as_ref()).map(|r| r.name.as_str()).collect();
     if names.is_empty() {

@@ -477,3 +477,46 @@ async fn an_agents_skills_are_in_its_workspace_before_the_first_step_and_in_its_
     pool.shutdown().await;
     stub.stop().await;
 }
+
+/// Finding 12: a version the placement could never write, and two skills one place, are
+/// refused when given (the placement's own rule, `gateway_core::mounts`), naming the path
+/// or the name; before, they were accepted and the second skill silently dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn skills_that_could_never_be_placed_are_refused_when_given() {
+    let n = native().await;
+    let manifest = |name: &str| format!("---\nname: {name}\ndescription: d\n---\n").into_bytes();
+    let long = format!("greeter/{}", "n".repeat(300));
+    for (files, why) in [
+        (vec![("greeter/x", b"".to_vec()), ("greeter/x/y", b"".to_vec())], "\"x\" is a file, so \"x/y\""),
+        (vec![(long.as_str(), b"".to_vec())], "longer than 255 bytes"),
+        (vec![("greeter/SKILL.md/x", b"".to_vec())], "\"SKILL.md\" is a file"),
+    ] {
+        let mut files: Vec<(String, Vec<u8>)> = files.into_iter().map(|(p, b)| (p.to_owned(), b)).collect();
+        files.push(("greeter/SKILL.md".into(), manifest("greeter")));
+        let refused = n.coordinator.create_skill(None, files.clone()).await;
+        assert!(matches!(&refused, Err(RuntimeError::Invalid(m)) if m.contains(why)), "{why}: {refused:?}");
+        let (skill, _) =
+            n.coordinator.create_skill(None, vec![("greeter/SKILL.md".into(), manifest("greeter"))]).await.unwrap();
+        let refused = n.coordinator.add_skill_version(&skill.id, files).await;
+        assert!(matches!(&refused, Err(RuntimeError::Invalid(m)) if m.contains(why)), "{why}: {refused:?}");
+    }
+
+    let reference = |id: &gateway_core::SkillId| SkillRef {
+        source: "custom".into(),
+        skill_id: id.to_string(),
+        version: "latest".into(),
+        resolved: None,
+    };
+    let (one, _) = n.coordinator.create_skill(None, vec![("a/SKILL.md".into(), manifest("greeter"))]).await.unwrap();
+    let (two, _) = n.coordinator.create_skill(None, vec![("b/SKILL.md".into(), manifest("greeter"))]).await.unwrap();
+    let mut agent = toolset(PermissionPolicy::AlwaysAllow);
+    agent.skills = vec![reference(&one.id), reference(&one.id)];
+    let refused = n.coordinator.create_agent(agent.clone()).await;
+    assert!(matches!(&refused, Err(RuntimeError::Invalid(m)) if m.contains("given twice")), "{refused:?}");
+    agent.skills = vec![reference(&one.id), reference(&two.id)];
+    let refused = n.session(agent, cloud(Provisioning::OnToolUse, "local"), vec![]).await;
+    assert!(
+        matches!(&refused, Err(RuntimeError::Invalid(m)) if m.contains("two of the agent's skills are named \"greeter\"")),
+        "{refused:?}"
+    );
+}
