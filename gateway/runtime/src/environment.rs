@@ -476,14 +476,18 @@ impl Environments {
                 reason,
             };
             let rel = mounts::workspace_relative(mount_path).map_err(|e| failed(e.to_string()))?;
-            if hand.occupied(&rel).await {
-                continue;
-            }
+            let placed = hand.occupied(&rel).await;
             match &r.kind {
+                // Placed or not, a file is made read-only to this Hand (a new Hand after a wake
+                // knows nothing of earlier ones); something else at its place fails the turn.
                 ResourceKind::File { file_id, .. } => {
-                    self.place_file(hand, file_id, &rel).await.map_err(failed)?;
-                    info!(session = %session.id, resource = %r.id, mount_path, "file mounted");
+                    if !placed {
+                        self.place_file(hand, file_id, &rel).await.map_err(failed)?;
+                        info!(session = %session.id, resource = %r.id, mount_path, "file mounted");
+                    }
+                    hand.protect(&rel).await.map_err(|e| failed(format!("cannot make it read-only: {e}")))?;
                 }
+                _ if placed => {}
                 ResourceKind::Repository { url, checkout, authorization_token, .. } => {
                     let token = authorization_token.as_ref().map(|t| self.open_token(t)).transpose().map_err(failed)?;
                     let clone = |dest: PathBuf| async move {

@@ -520,3 +520,89 @@ async fn skills_that_could_never_be_placed_are_refused_when_given() {
         "{refused:?}"
     );
 }
+
+/// Finding 13 through the runtime: a mounted file is read-only to the file tools in every
+/// turn, also after the environment hibernated and woke with a new Hand, and a file the
+/// agent's shell removed (`local`: no boundary) is placed again before the next turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mounted_files_stay_read_only_across_turns_and_wakes() {
+    let n = crate::harness::native_with(
+        Arc::new(gateway_models::fake::FakeModel::new()),
+        crate::harness::offer(&[]),
+        Duration::from_millis(200),
+    )
+    .await;
+    let pool = n.workers(0);
+    let f = upload(&n, b"id,name\n1,alice\n").await;
+    let s = n
+        .session(
+            toolset(PermissionPolicy::AlwaysAllow),
+            cloud(Provisioning::OnToolUse, "local"),
+            vec![file(&f, "/workspace/ro.csv")],
+        )
+        .await
+        .unwrap();
+    let on_disk = n.workspaces.path().join(s.id.as_str()).join("ro.csv");
+    let attempts = [
+        r#"tool:write {"file_path": "ro.csv", "content": "pwned"}"#,
+        r#"tool:edit {"file_path": "ro.csv", "old_string": "alice", "new_string": "mallory"}"#,
+    ];
+    for attempt in attempts {
+        let (out, is_error) = tool_results(&n.turn(&s, attempt).await).remove(0);
+        assert!(is_error && out.contains("read-only"), "{attempt}: {out}");
+        assert_eq!(std::fs::read(&on_disk).unwrap(), b"id,name\n1,alice\n");
+    }
+    // A new Hand after a wake knows the file too.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    n.environments.hibernate_idle(&n.store).await;
+    assert_eq!(n.state(&s).await, EnvironmentState::Hibernated);
+    let (out, is_error) = tool_results(&n.turn(&s, attempts[0]).await).remove(0);
+    assert!(is_error && out.contains("read-only"), "after a wake: {out}");
+    assert_eq!(std::fs::read(&on_disk).unwrap(), b"id,name\n1,alice\n");
+    // `local` is no boundary: its shell can remove the file; the next turn has it back, whole.
+    n.turn(&s, r#"tool:bash {"command": "rm -f ro.csv"}"#).await;
+    let (out, _) = tool_results(&n.turn(&s, r#"tool:read {"file_path": "ro.csv"}"#).await).remove(0);
+    assert!(out.contains("alice"), "{out}");
+    pool.shutdown().await;
+}
+
+/// Finding 13 on `namespace`: a shell in the sandbox cannot overwrite, delete, replace or
+/// re-mode a mounted file, including one added between turns while its shell ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sandboxed_shell_cannot_change_mounted_files() {
+    let n = crate::harness::native_on(
+        Arc::new(gateway_models::fake::FakeModel::new()),
+        crate::harness::offer(&["namespace"]),
+        Duration::from_secs(300),
+        vec![Arc::new(gateway_sandbox::NamespaceProvider::default())],
+    )
+    .await;
+    let pool = n.workers(0);
+    const CONTENT: &[u8] = b"id,name\n1,alice\n";
+    let f = upload(&n, CONTENT).await;
+    let s = n
+        .session(
+            toolset(PermissionPolicy::AlwaysAllow),
+            cloud(Provisioning::OnToolUse, "namespace"),
+            vec![file(&f, "/workspace/ro.csv")],
+        )
+        .await
+        .unwrap();
+    let workspace = n.workspaces.path().join(s.id.as_str());
+    let attack = |name: &str| {
+        format!(
+            r#"tool:bash {{"command": "echo pwned > {name}; rm -f {name}; echo x > o && mv -f o {name}; chmod 644 {name}; echo pwned > {name}; cat {name}"}}"#
+        )
+    };
+    let (out, _) = tool_results(&n.turn(&s, &attack("ro.csv")).await).remove(0);
+    assert!(out.contains("alice") && !out.contains("pwned"), "{out}");
+    assert_eq!(std::fs::read(workspace.join("ro.csv")).unwrap(), CONTENT);
+
+    // Added between turns, while the session's shell is running.
+    let later = upload(&n, CONTENT).await;
+    n.coordinator.add_resource(&s.id, file(&later, "/mnt/session/uploads/later.csv")).await.unwrap();
+    let (out, _) = tool_results(&n.turn(&s, &attack("/mnt/session/uploads/later.csv")).await).remove(0);
+    assert!(out.contains("alice") && !out.contains("pwned"), "{out}");
+    assert_eq!(std::fs::read(workspace.join("mnt/session/uploads/later.csv")).unwrap(), CONTENT);
+    pool.shutdown().await;
+}
