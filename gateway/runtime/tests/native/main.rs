@@ -348,6 +348,42 @@ async fn live_environments_are_capped_by_hibernating_the_least_recently_used() {
     pool.shutdown().await;
 }
 
+/// Finding 6: a burst of first tool calls, many more than `max_live`, under an open files
+/// limit that cannot hold them all at once: every turn completes (most after waiting for a
+/// live place), none fails with "Too many open files". Before, realization opened past
+/// `max_live` whenever every live environment was in use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_of_first_tool_calls_waits_for_a_place_instead_of_running_out_of_descriptors() {
+    const SESSIONS: usize = 40;
+    let config = gateway_runtime::EnvironmentsConfig { max_live: Some(4), ..Default::default() };
+    let n = harness::native_configured(config).await;
+    let pool = n.workers_for(SESSIONS);
+    let mut sessions = Vec::new();
+    for _ in 0..SESSIONS {
+        let s = n
+            .session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "local"), vec![])
+            .await
+            .unwrap();
+        sessions.push(s);
+    }
+    // This test runs in a process of its own (nextest): a limit with room for what is open
+    // now and a few live environments, far from room for forty.
+    let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
+    let (_, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, open + 64, hard).unwrap();
+
+    let turns = sessions.iter().map(|s| n.turn(s, r#"tool:bash {"command": "sleep 0.2; echo done"}"#));
+    let ended = futures::future::join_all(turns).await;
+    for (s, es) in sessions.iter().zip(&ended) {
+        assert_eq!(session_error(es), None, "{}: {es:?}", s.id);
+        assert_eq!(tool_results(es), vec![("done\n".to_owned(), false)], "{}", s.id);
+        assert_eq!(stop_of(es.last().unwrap()), Some(StopReason::EndTurn), "{}", s.id);
+    }
+    let (in_use, idle) = n.environments.census().await;
+    assert!(in_use + idle <= 4, "never more than max_live live: {in_use} + {idle}");
+    pool.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn model_failures_are_rescheduled_then_end_with_a_typed_error() {
     let stub = gateway_models::stub::StubServer::start().await;
