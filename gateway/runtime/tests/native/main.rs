@@ -478,6 +478,39 @@ async fn keys_gate_remote_callers_and_loopback_without_keys() {
     );
 }
 
+/// Finding 14: a key created by another process (`gateway keys create` only writes to the
+/// database) closes keyless access within `NO_KEYS_TTL`, and each change is logged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_key_closes_keyless_access_within_a_second_and_says_so() {
+    use gateway_runtime::auth::{AuthError, Authenticator, Caller, NO_KEYS_TTL, Principal, generate_key};
+    let logs = mounts::LogCapture::install();
+    let n = native().await;
+    let auth = Authenticator::new(Arc::clone(&n.store));
+    assert_eq!(auth.authenticate(None, &Caller::LOCAL).await, Ok(Principal::Loopback));
+    let uri: http::Uri = "/metrics".parse().unwrap();
+    let mut headers = http::HeaderMap::new();
+    headers.insert(http::header::HOST, "localhost".parse().unwrap());
+    let peer = Some("127.0.0.1:5000".parse().unwrap());
+    assert_eq!(auth.authorize_operator(peer, &uri, &headers).await, Ok(()), "keyless: /metrics is open");
+
+    let key = generate_key();
+    let stored = n.store.create_api_key("ci", &key.hash).await.unwrap();
+    tokio::time::sleep(NO_KEYS_TTL + Duration::from_millis(200)).await;
+    assert_eq!(auth.authenticate(None, &Caller::LOCAL).await, Err(AuthError::Missing), "keyless access is closed");
+    assert!(auth.authorize_operator(peer, &uri, &headers).await.is_err(), "and /metrics needs the key");
+    assert_eq!(auth.authenticate(Some(&key.secret), &Caller::LOCAL).await, Ok(Principal::Key(stored.id.clone())));
+    let closed = "API keys now exist; keyless access is closed";
+    assert_eq!(logs.text().matches(closed).count(), 1, "{}", logs.text());
+
+    n.store.revoke_api_key(&stored.id).await.unwrap();
+    auth.forget(&stored.id).await;
+    assert_eq!(auth.authenticate(None, &Caller::LOCAL).await, Ok(Principal::Loopback));
+    assert_eq!(auth.authenticate(None, &Caller::LOCAL).await, Ok(Principal::Loopback));
+    let open = "no API keys exist any more; keyless access is open";
+    assert_eq!(logs.text().matches(open).count(), 1, "{}", logs.text());
+    assert_eq!(logs.text().matches(closed).count(), 1, "logged once, not per request");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn previews_always_precede_their_committed_message() {
     // The fake model streams without delay and the message is committed right after its last
