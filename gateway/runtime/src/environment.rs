@@ -167,7 +167,7 @@ pub struct EnvironmentsConfig {
     #[serde(rename = "heartbeat_ttl_secs", with = "gateway_core::durations::secs")]
     pub heartbeat_ttl: Duration,
     /// How repository resources are checked out (`git`, `allow_private_repositories`,
-    /// `checkout_timeout_secs`, `max_repository_bytes`).
+    /// `checkout_timeout_secs`, `max_repository_bytes`, `max_repository_entries`).
     #[serde(flatten)]
     pub checkout: CheckoutConfig,
 }
