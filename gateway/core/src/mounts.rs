@@ -21,6 +21,11 @@ pub const SESSION_MOUNTS_IN_WORKSPACE: &str = "mnt/session";
 pub const SKILLS_IN_WORKSPACE: &str = "skills";
 /// Longest accepted `mount_path`, in bytes.
 pub const MAX_MOUNT_PATH: usize = 1024;
+/// Longest name one path component may have (Linux `NAME_MAX`): a longer one cannot be
+/// created on any filesystem the gateway writes to.
+pub const MAX_NAME_BYTES: usize = 255;
+/// Longest accepted path of a file in a tree placed in the workspace (a skill's), in bytes.
+pub const MAX_TREE_PATH: usize = 1024;
 
 /// A `mount_path` this gateway cannot honour.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,6 +40,62 @@ pub enum MountPathError {
     Nested { outer: String, inner: String },
     #[error("mount_path {0:?} is where the agent's skill {1:?} is placed ({SKILLS_IN_WORKSPACE}/{1}/)")]
     SkillPlace(String, String),
+    #[error(
+        "two of the agent's skills are named {0:?}; each is placed at {SKILLS_IN_WORKSPACE}/<name>/, so one would hide the other"
+    )]
+    SkillName(String),
+}
+
+/// A tree of files (a skill version's) that cannot be written under one directory.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TreeError {
+    #[error(
+        "file {0:?}: every path must be a plain relative path (no empty, `.` or `..` components, no NUL or backslash) of at most {MAX_TREE_PATH} bytes"
+    )]
+    NotPlain(String),
+    #[error("file {0:?}: a path component is longer than {MAX_NAME_BYTES} bytes")]
+    LongName(String),
+    #[error("file {0:?} is given twice")]
+    Duplicate(String),
+    #[error("{file:?} is a file, so {inner:?} cannot be inside it")]
+    FileAndDirectory { file: String, inner: String },
+}
+
+/// Checks the relative paths of files to be written under one directory (a skill's, at
+/// `skills/<name>/`): each plain and short enough, each component a name a filesystem takes,
+/// none given twice, none both a file and a directory of another. The one rule both the
+/// upload of a version and its placement apply, so a version that is accepted can be placed.
+pub fn check_tree<'a>(paths: impl IntoIterator<Item = &'a str>) -> Result<(), TreeError> {
+    let paths: Vec<&str> = paths.into_iter().collect();
+    let mut files = std::collections::HashSet::with_capacity(paths.len());
+    // Every directory some file needs, and one file that needs it.
+    let mut dirs: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    for path in &paths {
+        let parts: Vec<&str> = path.split('/').collect();
+        let plain = path.len() <= MAX_TREE_PATH
+            && parts.iter().all(|p| !p.is_empty() && *p != "." && *p != ".." && !p.contains(['\\', '\0']));
+        if !plain {
+            return Err(TreeError::NotPlain(path.chars().take(200).collect()));
+        }
+        if parts.iter().any(|p| p.len() > MAX_NAME_BYTES) {
+            return Err(TreeError::LongName(path.chars().take(200).collect()));
+        }
+        if !files.insert(*path) {
+            return Err(TreeError::Duplicate((*path).to_owned()));
+        }
+        let mut end = 0;
+        for part in &parts[..parts.len() - 1] {
+            end += part.len();
+            dirs.entry(&path[..end]).or_insert(path);
+            end += 1;
+        }
+    }
+    for path in &paths {
+        if let Some(inner) = dirs.get(path) {
+            return Err(TreeError::FileAndDirectory { file: (*path).to_owned(), inner: (*inner).to_owned() });
+        }
+    }
+    Ok(())
 }
 
 /// Where the skill `name` is placed, relative to the workspace.
@@ -42,11 +103,17 @@ pub fn skill_relative(name: &str) -> PathBuf {
     Path::new(SKILLS_IN_WORKSPACE).join(name)
 }
 
-/// Checks that no mount lands on, inside or above the place of one of `skills` (by name).
+/// Checks that no two of `skills` (by name) share a place, and that no mount lands on,
+/// inside or above the place of one of them.
 pub fn check_skill_places<'a>(
     mount_paths: impl IntoIterator<Item = &'a str>,
     skills: &[&str],
 ) -> Result<(), MountPathError> {
+    for (i, name) in skills.iter().enumerate() {
+        if skills[..i].contains(name) {
+            return Err(MountPathError::SkillName((*name).to_owned()));
+        }
+    }
     for raw in mount_paths {
         let rel = workspace_relative(raw)?;
         for name in skills {
@@ -149,6 +216,51 @@ mod tests {
         assert!(matches!(check_all(["/workspace/a/b", "/workspace/a"]), Err(MountPathError::Nested { .. })));
         // `/workspace/mnt/session/x` and `/mnt/session/x` are one place in the workspace.
         assert!(check_all(["/workspace/mnt/session/x", "/mnt/session/x"]).is_err());
+    }
+
+    /// Finding 12: trees the placement could never write are refused by the same rule.
+    #[test]
+    fn the_tree_table() {
+        let long = "n".repeat(MAX_NAME_BYTES + 1);
+        let fits = "n".repeat(MAX_NAME_BYTES);
+        let deep = format!("{}/f", "d/".repeat(MAX_TREE_PATH / 2));
+        let long_path = format!("a/{long}");
+        let fits_path = format!("a/{fits}");
+        let rows: Vec<(Vec<&str>, Result<(), &str>)> = vec![
+            (vec!["SKILL.md", "scripts/run.sh", "data/a/b.txt"], Ok(())),
+            (vec!["SKILL.md", "x-y", "x/y"], Ok(())),
+            (vec!["SKILL.md", &fits_path], Ok(())),
+            (vec!["SKILL.md", "x", "x/y"], Err("is a file, so \"x/y\" cannot be inside it")),
+            (vec!["x/y/z", "SKILL.md", "x/y"], Err("is a file, so \"x/y/z\"")),
+            (vec!["SKILL.md", "SKILL.md/x"], Err("\"SKILL.md\" is a file")),
+            (vec!["SKILL.md", &long_path], Err("longer than 255 bytes")),
+            (vec!["SKILL.md", "a", "a"], Err("given twice")),
+            (vec!["SKILL.md", "a//b"], Err("plain relative")),
+            (vec!["SKILL.md", "a/./b"], Err("plain relative")),
+            (vec!["SKILL.md", "../b"], Err("plain relative")),
+            (vec!["SKILL.md", "/b"], Err("plain relative")),
+            (vec!["SKILL.md", "a/"], Err("plain relative")),
+            (vec!["SKILL.md", "a\\b"], Err("plain relative")),
+            (vec!["SKILL.md", "a\0b"], Err("plain relative")),
+            (vec!["SKILL.md", &deep], Err("plain relative")),
+        ];
+        for (paths, want) in rows {
+            let got = check_tree(paths.iter().copied()).map_err(|e| e.to_string());
+            match (&got, want) {
+                (Ok(()), Ok(())) => {}
+                (Err(e), Err(w)) if e.contains(w) => {}
+                _ => panic!("{paths:?}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn two_skills_of_one_name_are_refused() {
+        assert!(check_skill_places(std::iter::empty(), &["a", "b"]).is_ok());
+        assert_eq!(
+            check_skill_places(std::iter::empty(), &["a", "b", "a"]),
+            Err(MountPathError::SkillName("a".into()))
+        );
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! the host as the gateway's user, so everything that could let a repository URL or a token
 //! reach further than the repository is closed here:
 //!
-//! - only `http` and `https` URLs, without credentials in them; only git's `http`/`https`
-//!   transports; redirects are not followed;
+//! - only `http` and `https` URLs, without credentials in them, written exactly as they are
+//!   read, and git is given the checked URL's serialization, never the client's text
+//!   ([`target`]); only git's `http`/`https` transports; redirects are not followed;
 //! - the host is resolved once and checked with the SSRF filter (no loopback, private or
 //!   link-local address unless `environments.allow_private_repositories`), and git is pinned
 //!   to the checked address (`http.curloptResolve`), so DNS rebinding cannot move it;
@@ -12,8 +13,13 @@
 //!   `Authorization` header), never its argv, a config file or the clone's `.git/config`;
 //! - no system or user git configuration is read (no credential helpers, no hooks), nothing
 //!   prompts;
-//! - the clone is bounded in time and in bytes on disk, and killed (its whole process group)
-//!   past either bound; what it left is removed.
+//! - the clone is bounded in time, in bytes on disk and in entries (files, directories,
+//!   links), and killed (its whole process group) past any bound; what it left is removed;
+//! - git's own error output stays in the operator's log: the client is told the host and
+//!   what kind of failure it was, never what the network answered (that would turn a
+//!   checkout into a port scanner that reads back).
+
+mod target;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -23,7 +29,9 @@ use std::time::Duration;
 use base64::Engine as _;
 use gateway_core::session::{Checkout, Secret};
 use serde::{Deserialize, Serialize};
+pub use target::{MAX_URL, RepositoryError, check_checkout, repository_url};
 use tokio::io::AsyncReadExt as _;
+use tracing::warn;
 
 use crate::ssrf;
 
@@ -40,6 +48,10 @@ pub struct CheckoutConfig {
     pub timeout: Duration,
     /// The most bytes one checkout may put on disk (its `.git` included).
     pub max_repository_bytes: u64,
+    /// The most entries (files, directories, symlinks; its `.git` included) one checkout may
+    /// put on disk: a small pack can hold very many empty files, which the byte bound never
+    /// sees.
+    pub max_repository_entries: u64,
 }
 
 impl Default for CheckoutConfig {
@@ -49,14 +61,59 @@ impl Default for CheckoutConfig {
             allow_private_repositories: false,
             timeout: Duration::from_secs(300),
             max_repository_bytes: 1 << 30,
+            // Ten times what most repositories under the byte bound hold (rust-lang/rust, a
+            // large one, checks out ~60,000 entries with its shallow `.git`), far below what
+            // hurts a filesystem; a repository with more is also one over the byte bound in
+            // practice (the Linux kernel: ~95,000 entries, ~1.5 GiB).
+            max_repository_entries: 100_000,
         }
     }
 }
 
 /// How often a running clone's size is measured.
 const SIZE_EVERY: Duration = Duration::from_millis(200);
-/// The most of git's error output kept for the error message.
+/// The most of git's error output kept for the operator's log.
 const STDERR_KEPT: usize = 2048;
+
+/// Why a checkout did not happen. The message is what the client sees (in the turn's error):
+/// the host and the kind of failure; git's own words go to the operator's log only.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckoutError {
+    /// The resource is not one git may be given (also refused when it was added).
+    #[error(transparent)]
+    Refused(#[from] RepositoryError),
+    #[error("cannot resolve the repository host {0}")]
+    Resolve(String),
+    #[error(
+        "the repository host {0} resolves only to loopback, private or link-local addresses (environments.allow_private_repositories is off)"
+    )]
+    PrivateOnly(String),
+    #[error("could not fetch the repository from {0}; the gateway's log has git's report")]
+    Fetch(String),
+    #[error("the branch {branch:?} is not in the repository at {host}")]
+    NoBranch { host: String, branch: String },
+    #[error("the commit {sha} is not in the repository at {host}")]
+    NoCommit { host: String, sha: String },
+    #[error("the checkout took longer than {0:?} (environments.checkout_timeout_secs)")]
+    Timeout(Duration),
+    #[error("the checkout grew past {limit} bytes ({size} on disk; environments.max_repository_bytes)")]
+    TooLarge { limit: u64, size: u64 },
+    #[error(
+        "the checkout has more than {limit} entries ({entries} files, directories and links; environments.max_repository_entries)"
+    )]
+    TooManyEntries { limit: u64, entries: u64 },
+    #[error("cannot run git: {0}")]
+    Git(String),
+    #[error("{0}")]
+    Staging(String),
+}
+
+/// How one git command ended, before it is judged against what it was asked to do.
+enum GitEnd {
+    Done,
+    /// git failed; its (redacted, bounded) error output.
+    Failed(String),
+}
 
 impl CheckoutConfig {
     /// Whether git runs here (placement offers repositories only then).
@@ -79,8 +136,9 @@ impl CheckoutConfig {
         url: &str,
         checkout: Option<&Checkout>,
         token: Option<&Secret>,
-    ) -> Result<(), String> {
-        let staging = dest.parent().ok_or("the clone's directory has no parent")?;
+    ) -> Result<(), CheckoutError> {
+        let staging =
+            dest.parent().ok_or_else(|| CheckoutError::Staging("the clone's directory has no parent".into()))?;
         let result = self.run_clone(staging, dest, url, checkout, token).await;
         if result.is_err() {
             let _ = std::fs::remove_dir_all(dest);
@@ -95,53 +153,65 @@ impl CheckoutConfig {
         url: &str,
         checkout: Option<&Checkout>,
         token: Option<&Secret>,
-    ) -> Result<(), String> {
-        let pin = self.resolve(url).await?;
+    ) -> Result<(), CheckoutError> {
+        let url = repository_url(url, self.allow_private_repositories)?;
+        if let Some(checkout) = checkout {
+            check_checkout(checkout)?;
+        }
+        let host = url.host_str().unwrap_or_default().to_owned();
+        let pin = self.resolve(&url).await?;
         let mut args: Vec<String> = vec!["clone".into(), "--quiet".into(), "--template=".into()];
         match checkout {
             None => args.extend(["--depth".into(), "1".into()]),
             Some(Checkout::Branch { name }) => {
-                check_branch(name)?;
                 args.extend(["--depth".into(), "1".into(), "--single-branch".into(), "--branch".into(), name.clone()]);
             }
             // Any commit: the whole history is fetched (a server need not serve unadvertised
             // commits by id), then the commit checked out.
-            Some(Checkout::Commit { sha }) => {
-                check_sha(sha)?;
-                args.push("--no-checkout".into());
-            }
+            Some(Checkout::Commit { .. }) => args.push("--no-checkout".into()),
         }
-        args.extend(["--".into(), url.into(), dest.display().to_string()]);
-        self.git(staging, &pin, token, &args, Some(dest)).await?;
+        // The checked URL's serialization, never the text as given.
+        args.extend(["--".into(), url.as_str().into(), dest.display().to_string()]);
+        if let GitEnd::Failed(report) = self.git(staging, &pin, token, &args, dest).await? {
+            warn!(host, report, "git could not clone a repository");
+            return Err(match checkout {
+                Some(Checkout::Branch { name }) if report.contains("not found in upstream") => {
+                    CheckoutError::NoBranch { host, branch: name.clone() }
+                }
+                _ => CheckoutError::Fetch(host),
+            });
+        }
         if let Some(Checkout::Commit { sha }) = checkout {
             let args =
                 ["-C".into(), dest.display().to_string(), "checkout".into(), "--quiet".into(), "--detach".into()];
             let mut args = args.to_vec();
             args.push(sha.clone());
-            self.git(staging, &pin, None, &args, Some(dest)).await?;
+            if let GitEnd::Failed(report) = self.git(staging, &pin, None, &args, dest).await? {
+                warn!(host, report, "git could not check out a commit");
+                return Err(CheckoutError::NoCommit { host, sha: sha.clone() });
+            }
         }
         Ok(())
     }
 
-    /// Checks the URL and resolves its host to the address git must use.
-    async fn resolve(&self, url: &str) -> Result<Option<String>, String> {
-        let parsed = ssrf::check_url(url, self.allow_private_repositories).map_err(|e| match e {
-            ssrf::TargetError::BadUrl(_) => "the URL must be http or https, without credentials in it".to_owned(),
-            ssrf::TargetError::Private(h) => format!("{h} is a loopback, private or link-local address"),
-        })?;
-        let host = parsed.host_str().unwrap_or_default().to_owned();
-        let port = parsed.port_or_known_default().unwrap_or(443);
+    /// Resolves the (checked) URL's host to the address git must use.
+    async fn resolve(&self, url: &reqwest::Url) -> Result<Option<String>, CheckoutError> {
+        let host = url.host_str().unwrap_or_default().to_owned();
+        let port = url.port_or_known_default().unwrap_or(443);
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         if bare.parse::<IpAddr>().is_ok() {
             return Ok(None);
         }
-        let addrs: Vec<IpAddr> = tokio::net::lookup_host((bare, port))
-            .await
-            .map_err(|e| format!("cannot resolve {host}: {e}"))?
-            .map(|a| a.ip())
-            .collect();
+        let looked_up = tokio::net::lookup_host((bare, port)).await.map(|a| a.map(|a| a.ip()).collect::<Vec<_>>());
+        let addrs = match looked_up {
+            Ok(addrs) => addrs,
+            Err(e) => {
+                warn!(host, error = %e, "cannot resolve a repository host");
+                return Err(CheckoutError::Resolve(host.clone()));
+            }
+        };
         let allowed = addrs.into_iter().find(|ip| self.allow_private_repositories || ssrf::is_public(*ip));
-        let ip = allowed.ok_or_else(|| format!("{host} resolves only to loopback, private or link-local addresses"))?;
+        let ip = allowed.ok_or_else(|| CheckoutError::PrivateOnly(host.clone()))?;
         let shown = match ip {
             IpAddr::V4(v4) => v4.to_string(),
             IpAddr::V6(v6) => format!("[{v6}]"),
@@ -149,16 +219,16 @@ impl CheckoutConfig {
         Ok(Some(format!("{bare}:{port}:{shown}")))
     }
 
-    /// Runs git with `args` in a clean environment; bounded in time and (with `watch`) in the
-    /// bytes under that directory.
+    /// Runs git with `args` in a clean environment, bounded in time and in the bytes and
+    /// entries under `watch` (measured while it runs and once more when it ends).
     async fn git(
         &self,
         staging: &Path,
         pin: &Option<String>,
         token: Option<&Secret>,
         args: &[String],
-        watch: Option<&Path>,
-    ) -> Result<(), String> {
+        watch: &Path,
+    ) -> Result<GitEnd, CheckoutError> {
         let mut cmd = tokio::process::Command::new(&self.git);
         let mut config: Vec<(&str, String)> = vec![
             ("protocol.allow", "never".into()),
@@ -194,7 +264,7 @@ impl CheckoutConfig {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .process_group(0);
-        let mut child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", self.git.display()))?;
+        let mut child = cmd.spawn().map_err(|e| CheckoutError::Git(format!("{}: {e}", self.git.display())))?;
         let pgid = child.id().map(|id| nix::unistd::Pid::from_raw(id as i32));
         let mut stderr = child.stderr.take();
         let read_stderr = async move {
@@ -204,22 +274,18 @@ impl CheckoutConfig {
             }
             out
         };
-        let limit = self.max_repository_bytes;
         let too_big = async {
-            let Some(dir) = watch else { return std::future::pending().await };
             loop {
                 tokio::time::sleep(SIZE_EVERY).await;
-                let dir = dir.to_path_buf();
-                let size = tokio::task::spawn_blocking(move || disk_bytes(&dir)).await.unwrap_or(0);
-                if size > limit {
-                    return size;
+                if let Err(over) = self.within_bounds(watch).await {
+                    return over;
                 }
             }
         };
         let outcome = tokio::select! {
             done = async { tokio::join!(child.wait(), read_stderr) } => Ok(done),
-            _ = tokio::time::sleep(self.timeout) => Err(format!("the checkout took longer than {:?}", self.timeout)),
-            size = too_big => Err(format!("the checkout grew past {limit} bytes ({size} on disk)")),
+            _ = tokio::time::sleep(self.timeout) => Err(CheckoutError::Timeout(self.timeout)),
+            over = too_big => Err(over),
         };
         let (status, stderr) = match outcome {
             Ok(done) => done,
@@ -232,9 +298,11 @@ impl CheckoutConfig {
                 return Err(why);
             }
         };
-        let status = status.map_err(|e| e.to_string())?;
+        let status = status.map_err(|e| CheckoutError::Git(e.to_string()))?;
+        // What git left counts too, whether it finished between two measurements or failed.
+        self.within_bounds(watch).await?;
         if status.success() {
-            return Ok(());
+            return Ok(GitEnd::Done);
         }
         let mut text = String::from_utf8_lossy(&stderr).trim().to_owned();
         if let Some(token) = token.filter(|t| !t.0.is_empty()) {
@@ -242,77 +310,89 @@ impl CheckoutConfig {
         }
         let start = text.len().saturating_sub(STDERR_KEPT);
         let start = (start..text.len()).find(|i| text.is_char_boundary(*i)).unwrap_or(text.len());
-        Err(format!("git failed ({status}): {}", &text[start..]))
+        Ok(GitEnd::Failed(format!("{status}: {}", &text[start..])))
+    }
+
+    /// Whether what is under `dir` is within the byte and entry bounds.
+    async fn within_bounds(&self, dir: &Path) -> Result<(), CheckoutError> {
+        let (bytes_limit, entries_limit) = (self.max_repository_bytes, self.max_repository_entries);
+        let dir = dir.to_path_buf();
+        let usage = tokio::task::spawn_blocking(move || disk_usage(&dir, entries_limit)).await.unwrap_or_default();
+        if usage.entries > entries_limit {
+            return Err(CheckoutError::TooManyEntries { limit: entries_limit, entries: usage.entries });
+        }
+        if usage.bytes > bytes_limit {
+            return Err(CheckoutError::TooLarge { limit: bytes_limit, size: usage.bytes });
+        }
+        Ok(())
     }
 }
 
-/// A branch name git will read as a name: not an option, no whitespace or control characters.
-fn check_branch(name: &str) -> Result<(), String> {
-    if name.is_empty()
-        || name.len() > 255
-        || name.starts_with('-')
-        || name.chars().any(|c| c.is_whitespace() || c.is_control())
-    {
-        return Err(format!("{name:?} is not a branch name"));
-    }
-    Ok(())
+/// What a checkout put on disk.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Usage {
+    /// Bytes of its regular files.
+    bytes: u64,
+    /// Its files, directories and symlinks.
+    entries: u64,
 }
 
-/// A commit id: 4 to 64 hexadecimal digits.
-fn check_sha(sha: &str) -> Result<(), String> {
-    if !(4..=64).contains(&sha.len()) || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(format!("{sha:?} is not a commit id"));
-    }
-    Ok(())
-}
-
-/// Bytes of the regular files under `dir` (symlinks not followed).
-fn disk_bytes(dir: &Path) -> u64 {
-    let mut total = 0;
+/// What is under `dir` (symlinks not followed); the walk stops once past `max_entries`.
+fn disk_usage(dir: &Path, max_entries: u64) -> Usage {
+    let mut usage = Usage::default();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(d) = pending.pop() {
         let Ok(entries) = std::fs::read_dir(&d) else { continue };
         for entry in entries.flatten() {
+            usage.entries += 1;
+            if usage.entries > max_entries {
+                return usage;
+            }
             match entry.file_type() {
                 Ok(t) if t.is_dir() => pending.push(entry.path()),
-                Ok(t) if t.is_file() => total += entry.metadata().map(|m| m.len()).unwrap_or(0),
+                Ok(t) if t.is_file() => usage.bytes += entry.metadata().map(|m| m.len()).unwrap_or(0),
                 _ => {}
             }
         }
     }
-    total
+    usage
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn only_names_and_ids_reach_git_as_refs() {
-        assert!(check_branch("main").is_ok() && check_branch("feature/x-1").is_ok());
-        for bad in ["", "-c", "--upload-pack=x", "a b", "a\nb"] {
-            assert!(check_branch(bad).is_err(), "{bad:?}");
-        }
-        assert!(check_sha("0123abcd").is_ok());
-        for bad in ["", "abc", "--x", "xyz123", &"a".repeat(65)] {
-            assert!(check_sha(bad).is_err(), "{bad:?}");
-        }
-    }
-
     #[tokio::test]
     async fn urls_that_could_reach_further_are_refused_before_git_runs() {
         let c = CheckoutConfig { git: PathBuf::from("/nonexistent/git"), ..Default::default() };
+        let dest = tempfile::tempdir().unwrap();
         for (url, why) in [
             ("file:///etc", "http or https"),
-            ("ext::sh -c id", "http or https"),
-            ("https://user:token@example.com/r.git", "without credentials"),
+            ("ext::sh -c id", "whitespace"),
+            ("https://user:token@example.com/r.git", "credentials"),
             ("http://127.0.0.1/r.git", "loopback, private"),
             ("http://localhost:8080/r.git", "loopback, private"),
             ("http://[::1]/r.git", "loopback, private"),
             ("http://10.1.2.3/r.git", "loopback, private"),
+            ("http://example.com\\@127.0.0.1/r.git", "backslash"),
         ] {
-            let err = c.resolve(url).await.unwrap_err();
-            assert!(err.contains(why), "{url}: {err}");
+            let err = c.clone_into(&dest.path().join("r"), url, None, None).await.unwrap_err();
+            assert!(matches!(err, CheckoutError::Refused(_)), "{url}: {err}");
+            assert!(err.to_string().contains(why), "{url}: {err}");
         }
+        let branch = Checkout::Branch { name: "main\0".into() };
+        let err = c.clone_into(&dest.path().join("r"), "https://example.com/r.git", Some(&branch), None).await;
+        assert!(matches!(err, Err(CheckoutError::Refused(RepositoryError::Branch(_)))), "{err:?}");
+    }
+
+    #[test]
+    fn usage_counts_every_entry_and_stops_past_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        for i in 0..10 {
+            std::fs::write(dir.path().join("d").join(i.to_string()), b"12345").unwrap();
+        }
+        assert_eq!(disk_usage(dir.path(), 1000), Usage { bytes: 50, entries: 11 });
+        assert!(disk_usage(dir.path(), 3).entries == 4, "the walk stops once past the bound");
     }
 }

@@ -29,7 +29,7 @@ use crate::previews::PreviewBus;
 use crate::subscription::{self, Delivery, SubscribeOptions};
 
 mod mounts;
-use mounts::check_resources;
+use mounts::{check_resources, check_skill_refs};
 
 /// Which agent version a new session runs, and how it differs for this session.
 #[derive(Debug, Clone)]
@@ -224,6 +224,7 @@ impl Coordinator {
 
     pub async fn create_agent(&self, spec: AgentSpec) -> Result<Agent> {
         self.check_backend(&spec.backend)?;
+        check_skill_refs(&spec)?;
         Ok(self.store.create_agent(spec).await?)
     }
 
@@ -234,6 +235,7 @@ impl Coordinator {
     /// Stores `spec` as the version after `base`; `StaleVersion` if someone else got there first.
     pub async fn update_agent(&self, id: &AgentId, base: u32, spec: AgentSpec) -> Result<Agent> {
         self.check_backend(&spec.backend)?;
+        check_skill_refs(&spec)?;
         Ok(self.store.update_agent(id, base, spec).await?)
     }
 
@@ -307,7 +309,7 @@ impl Coordinator {
         // Placement first: a combination that cannot exist at all is the clearest answer.
         let inputs = local_inputs(&agent.spec, &req.resources);
         let requirements = place(&agent.spec.backend, &environment.spec.config, &inputs, &self.offer)?;
-        check_resources(&req.resources)?;
+        check_resources(&req.resources, self.allow_private_repositories())?;
         self.resolve_skills(&mut agent.spec, &req.resources).await?;
         let mut req = req;
         self.seal_tokens(req.resources.iter_mut());

@@ -65,6 +65,13 @@ pub enum EnvironmentError {
     /// The workspace is not (or no longer) the directory that was checked: fail closed.
     #[error("the workspace of session {session} cannot be used: {source}")]
     WorkspaceRefused { session: SessionId, source: DirError },
+    /// Every live environment of this process stayed in use for the whole wait: the turn is
+    /// retried later rather than opened past `max_live` (which runs the process out of file
+    /// descriptors).
+    #[error(
+        "all {max_live} live environments of this process (environments.max_live) stayed in use for {waited:?} (environments.realize_wait_secs); the turn will be retried"
+    )]
+    Busy { max_live: usize, waited: Duration },
 }
 
 impl EnvironmentError {
@@ -78,9 +85,19 @@ impl EnvironmentError {
     }
 }
 
+/// How long a turn refused for want of a live place waits before it is tried again.
+const BUSY_RETRY_AFTER: Duration = Duration::from_secs(2);
+
 impl From<EnvironmentError> for crate::backend::BackendError {
     fn from(e: EnvironmentError) -> Self {
-        crate::backend::BackendError::Failed { kind: e.kind(), message: e.to_string() }
+        match e {
+            EnvironmentError::Busy { .. } => crate::backend::BackendError::Transient {
+                kind: e.kind(),
+                message: e.to_string(),
+                retry_after: Some(BUSY_RETRY_AFTER),
+            },
+            _ => crate::backend::BackendError::Failed { kind: e.kind(), message: e.to_string() },
+        }
     }
 }
 
@@ -131,10 +148,17 @@ pub struct EnvironmentsConfig {
     /// least 16.
     pub max_commands: usize,
     /// Live environments (each a running shell holding a few file descriptors) kept in this
-    /// process: realizing one more first hibernates the least recently used idle one, so
-    /// many idle sessions cannot exhaust the descriptors every client and turn needs. Unset:
-    /// what the process's open files limit allows ([`EnvironmentsConfig::live_for`]).
+    /// process, those being realized included: realizing one more first hibernates the least
+    /// recently used idle one, and when every one is in use it waits for one to become idle
+    /// (up to `realize_wait`), so neither many idle sessions nor a burst of first tool calls
+    /// can exhaust the descriptors every client and turn needs. Unset: what the process's
+    /// open files limit allows ([`EnvironmentsConfig::live_for`]).
     pub max_live: Option<usize>,
+    /// How long a realization waits for a place under `max_live` while every live
+    /// environment is in use (a turn holds its environment until it ends); past it, the turn
+    /// fails with a retryable error (`placement_failed`, retried like a model overload).
+    #[serde(rename = "realize_wait_secs", with = "gateway_core::durations::secs")]
+    pub realize_wait: Duration,
     /// How long a self-hosted session's input waits for an executor to connect.
     #[serde(rename = "connect_timeout_secs", with = "gateway_core::durations::secs")]
     pub connect_timeout: Duration,
@@ -143,7 +167,7 @@ pub struct EnvironmentsConfig {
     #[serde(rename = "heartbeat_ttl_secs", with = "gateway_core::durations::secs")]
     pub heartbeat_ttl: Duration,
     /// How repository resources are checked out (`git`, `allow_private_repositories`,
-    /// `checkout_timeout_secs`, `max_repository_bytes`).
+    /// `checkout_timeout_secs`, `max_repository_bytes`, `max_repository_entries`).
     #[serde(flatten)]
     pub checkout: CheckoutConfig,
 }
@@ -175,6 +199,7 @@ impl Default for EnvironmentsConfig {
             bwrap: PathBuf::from("bwrap"),
             max_commands: (4 * cores).max(16),
             max_live: None,
+            realize_wait: Duration::from_secs(60),
             connect_timeout: crate::executors::ExecutorSettings::default().connect_timeout,
             heartbeat_ttl: crate::executors::ExecutorSettings::default().heartbeat_ttl,
             checkout: CheckoutConfig::default(),
@@ -237,6 +262,9 @@ pub struct Environments {
     config: EnvironmentsConfig,
     providers: HashMap<ProviderTier, Arc<dyn SandboxProvider>>,
     slots: Mutex<HashMap<SessionId, Slot>>,
+    /// Told whenever a slot becomes idle or is removed: realizations waiting for a place
+    /// under `max_live` look again.
+    freed: Arc<tokio::sync::Notify>,
     /// `max_commands`, shared by every Hand.
     commands: Arc<tokio::sync::Semaphore>,
     /// Where mounted files' content and skills' files are read from.
@@ -261,6 +289,9 @@ impl Drop for Lease {
             if let Some(slot) = envs.slots.lock().await.get_mut(&session) {
                 slot.users = slot.users.saturating_sub(1);
                 slot.last_used = Instant::now();
+                if slot.users == 0 {
+                    envs.freed.notify_waiters();
+                }
             }
         });
     }
@@ -284,6 +315,7 @@ impl Environments {
             config,
             providers: providers.into_iter().map(|p| (p.tier(), p)).collect(),
             slots: Mutex::new(HashMap::new()),
+            freed: Arc::new(tokio::sync::Notify::new()),
             commands,
             content,
             secrets,
@@ -410,7 +442,7 @@ impl Environments {
         if session.environment_state == EnvironmentState::Released {
             return Err(EnvironmentError::Released(session.id.clone()));
         }
-        let mut slots = self.slots.lock().await;
+        let mut slots = self.place_for(session).await?;
         if let Some(slot) = slots.get_mut(&session.id) {
             slot.users += 1;
             slot.last_used = Instant::now();
@@ -437,7 +469,6 @@ impl Environments {
             tracing::debug!("provider cannot restrict the network; the environment allows it");
         }
         let workspace = self.open_workspace(session)?;
-        self.make_room(&mut slots).await;
         let shown = workspace.path().display().to_string();
         let policy = SandboxPolicy { network: sandbox.network, limits: self.config.limits.clone() };
         let opened = provider.open(workspace, &policy).map_err(|e| EnvironmentError::ProviderUnavailable {
@@ -476,18 +507,23 @@ impl Environments {
                 reason,
             };
             let rel = mounts::workspace_relative(mount_path).map_err(|e| failed(e.to_string()))?;
-            if hand.occupied(&rel).await {
-                continue;
-            }
+            let placed = hand.occupied(&rel).await;
             match &r.kind {
+                // Placed or not, a file is made read-only to this Hand (a new Hand after a wake
+                // knows nothing of earlier ones); something else at its place fails the turn.
                 ResourceKind::File { file_id, .. } => {
-                    self.place_file(hand, file_id, &rel).await.map_err(failed)?;
-                    info!(session = %session.id, resource = %r.id, mount_path, "file mounted");
+                    if !placed {
+                        self.place_file(hand, file_id, &rel).await.map_err(failed)?;
+                        info!(session = %session.id, resource = %r.id, mount_path, "file mounted");
+                    }
+                    hand.protect(&rel).await.map_err(|e| failed(format!("cannot make it read-only: {e}")))?;
                 }
+                _ if placed => {}
                 ResourceKind::Repository { url, checkout, authorization_token, .. } => {
                     let token = authorization_token.as_ref().map(|t| self.open_token(t)).transpose().map_err(failed)?;
                     let clone = |dest: PathBuf| async move {
-                        self.config.checkout.clone_into(&dest, url, checkout.as_ref(), token.as_ref()).await
+                        let cloned = self.config.checkout.clone_into(&dest, url, checkout.as_ref(), token.as_ref());
+                        cloned.await.map_err(|e| e.to_string())
                     };
                     let name = format!("{}-{}", session.id, r.id);
                     self.stage_and_adopt(hand, &rel, &name, clone).await.map_err(failed)?;
@@ -588,36 +624,75 @@ impl Environments {
             .map(|(id, _)| id.clone())
             .collect();
         for session in due {
-            hibernate(&mut slots, &session, store.as_ref(), "idle").await;
+            if hibernate(&mut slots, &session, store.as_ref(), "idle").await {
+                self.freed.notify_waiters();
+            }
         }
     }
 
-    /// Before a new Hand joins `slots` (whose lock the caller holds): hibernates the least
-    /// recently used idle Hands until there is room under `max_live`. Hands in use are never
-    /// hibernated; when all are, the new one opens past the cap (in-use Hands are bounded by
-    /// the turns in flight) and that is logged.
-    async fn make_room(&self, slots: &mut HashMap<SessionId, Slot>) {
-        // Unset where nothing derived it from a limit (an embedding, a test): the most.
-        let max_live = self.config.max_live.unwrap_or_else(|| EnvironmentsConfig::live_for(u64::MAX)).max(1);
-        while slots.len() >= max_live {
-            let lru = slots.iter().filter(|(_, s)| s.users == 0).min_by_key(|(_, s)| s.last_used).map(|(id, _)| id);
-            let Some(lru) = lru.cloned() else {
+    /// The slots, locked, once `session` has a slot or there is room for a new one under
+    /// `max_live` (idle Hands hibernated to make it). While every live Hand is in use, waits
+    /// for one to become idle, up to `realize_wait`, then refuses with `Busy`: opening past
+    /// the cap is what ran a burst of first tool calls out of file descriptors. A Hand being
+    /// realized is in the slots (inserted under this lock) before the lock is released, so it
+    /// counts too.
+    async fn place_for(
+        &self,
+        session: &Session,
+    ) -> Result<tokio::sync::MutexGuard<'_, HashMap<SessionId, Slot>>, EnvironmentError> {
+        let max_live = self.max_live();
+        let deadline = Instant::now() + self.config.realize_wait;
+        let mut waited = false;
+        loop {
+            // Registered before the slots are looked at, so a slot freed right after the
+            // look still wakes this wait.
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            let mut slots = self.slots.lock().await;
+            if slots.contains_key(&session.id) || self.make_room(&mut slots, max_live).await {
+                return Ok(slots);
+            }
+            if !waited {
                 warn!(
+                    session = %session.id,
                     live = slots.len(),
-                    "every live environment is in use; one more opens past environments.max_live"
+                    max_live,
+                    "every live environment is in use; waiting for one to become idle (environments.max_live)"
                 );
-                return;
-            };
-            if !hibernate(slots, &lru, self.content.as_ref(), "least recently used").await {
-                return;
+                waited = true;
+            }
+            drop(slots);
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                return Err(EnvironmentError::Busy { max_live, waited: self.config.realize_wait });
             }
         }
+    }
+
+    /// `max_live`; unset where nothing derived it from a limit (an embedding, a test): the most.
+    fn max_live(&self) -> usize {
+        self.config.max_live.unwrap_or_else(|| EnvironmentsConfig::live_for(u64::MAX)).max(1)
+    }
+
+    /// Before a new Hand joins `slots` (whose lock the caller holds): hibernates the least
+    /// recently used idle Hands until there is room under `max_live`. False when there is no
+    /// room: every Hand is in use (or a hibernation could not be recorded).
+    async fn make_room(&self, slots: &mut HashMap<SessionId, Slot>, max_live: usize) -> bool {
+        while slots.len() >= max_live {
+            let lru = slots.iter().filter(|(_, s)| s.users == 0).min_by_key(|(_, s)| s.last_used).map(|(id, _)| id);
+            let Some(lru) = lru.cloned() else { return false };
+            if !hibernate(slots, &lru, self.content.as_ref(), "least recently used").await {
+                return false;
+            }
+        }
+        true
     }
 
     /// Releases a deleted session's environment on this host: stops its Hand and removes its
     /// own workspace (never a client's mounted directory). Irreversible.
     pub async fn release(&self, session: &Session) {
         if let Some(slot) = self.slots.lock().await.remove(&session.id) {
+            self.freed.notify_waiters();
             slot.hand.release().await;
         }
         let (workspace, owned) = self.workspace_of(session);
@@ -638,7 +713,9 @@ impl Environments {
                 continue;
             };
             if let Err(gateway_store::StoreError::NotFound { .. }) = store.get_session(&id).await {
-                self.slots.lock().await.remove(&id);
+                if self.slots.lock().await.remove(&id).is_some() {
+                    self.freed.notify_waiters();
+                }
                 remove_workspace(&entry.path());
             }
         }
@@ -684,15 +761,12 @@ async fn hibernate(slots: &mut HashMap<SessionId, Slot>, session: &SessionId, st
 /// Writes a skill version's files under `dir` (new), executables 0755, the rest 0644.
 fn write_skill(dir: &Path, files: &[gateway_store::SkillFile]) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
+    // The rule the version was accepted by (`skills::version_of`), checked again: a file
+    // written here must stay under `dir`.
+    mounts::check_tree(files.iter().map(|f| f.path.as_str())).map_err(std::io::Error::other)?;
     std::fs::DirBuilder::new().mode(0o755).create(dir)?;
     for f in files {
-        // Paths were checked when the version was made (`skills::version_of`); checked again,
-        // since a file written here must stay under `dir`.
-        let rel = Path::new(&f.path);
-        if !rel.components().all(|c| matches!(c, std::path::Component::Normal(_))) {
-            return Err(std::io::Error::other(format!("skill file {:?} is not a plain relative path", f.path)));
-        }
-        let path = dir.join(rel);
+        let path = dir.join(&f.path);
         if let Some(parent) = path.parent() {
             std::fs::DirBuilder::new().recursive(true).mode(0o755).create(parent)?;
         }

@@ -37,27 +37,26 @@ pub fn version_of(files: Vec<(String, Vec<u8>)>) -> Result<NewSkillVersion, Skil
     let mut top: Option<String> = None;
     let mut out: Vec<SkillFile> = Vec::with_capacity(files.len());
     for (raw, bytes) in files {
-        let parts: Vec<&str> = raw.split('/').collect();
-        let plain = raw.len() <= MAX_PATH
-            && parts.len() >= 2
-            && parts.iter().all(|p| !p.is_empty() && *p != "." && *p != ".." && !p.contains(['\\', '\0']));
-        if !plain {
+        let plain_top = raw.len() <= MAX_PATH
+            && raw
+                .split_once('/')
+                .is_some_and(|(t, _)| !t.is_empty() && t != "." && t != ".." && !t.contains(['\\', '\0']));
+        let Some((first, path)) = raw.split_once('/').filter(|_| plain_top) else {
             return Err(bad(format!(
                 "file {:?}: every path must be a plain relative path inside the skill's one top-level directory",
                 raw.chars().take(200).collect::<String>()
             )));
-        }
+        };
         match &top {
-            None => top = Some(parts[0].to_owned()),
-            Some(t) if t != parts[0] => return Err(bad("all files must be in the same top-level directory")),
+            None => top = Some(first.to_owned()),
+            Some(t) if t != first => return Err(bad("all files must be in the same top-level directory")),
             Some(_) => {}
         }
-        let path = parts[1..].join("/");
-        if out.iter().any(|f| f.path == path) {
-            return Err(bad(format!("file {path:?} is given twice")));
-        }
-        out.push(SkillFile { executable: bytes.starts_with(b"#!"), path, bytes });
+        out.push(SkillFile { executable: bytes.starts_with(b"#!"), path: path.to_owned(), bytes });
     }
+    // The placement's own rule (`gateway_core::mounts::check_tree`): what is accepted here
+    // can be written at `skills/<name>/`.
+    gateway_core::mounts::check_tree(out.iter().map(|f| f.path.as_str())).map_err(|e| bad(e.to_string()))?;
     let top = top.unwrap_or_default();
     let manifest =
         out.iter().find(|f| f.path == "SKILL.md").ok_or_else(|| bad("the skill has no SKILL.md at its root"))?;
@@ -135,6 +134,12 @@ mod tests {
             (vec![("a/SKILL.md".into(), skill_md("Bad Name"))], "lowercase"),
             (vec![("a/SKILL.md".into(), md.clone()), ("a/SKILL.md".into(), md.clone())], "twice"),
             (vec![("a/SKILL.md".into(), md.clone()), ("a/big".into(), vec![0; MAX_SKILL_BYTES])], "at most"),
+            // Finding 12: versions the placement could never write.
+            (vec![("a/SKILL.md".into(), md.clone()), ("a/x".into(), vec![]), ("a/x/y".into(), vec![])], "is a file"),
+            (vec![("a/SKILL.md".into(), md.clone()), (format!("a/{}", "n".repeat(300)), vec![])], "longer than 255"),
+            (vec![("a/SKILL.md".into(), md.clone()), ("a/SKILL.md/x".into(), vec![])], "is a file"),
+            (vec![("a/SKILL.md".into(), md.clone()), ("a/b//c".into(), vec![])], "plain relative"),
+            (vec![("a/SKILL.md".into(), md.clone()), ("a/".into(), vec![])], "plain relative"),
         ] {
             let err = version_of(files).unwrap_err();
             assert!(err.0.contains(why), "{why}: {err}");

@@ -13,10 +13,12 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 /// Whether an address is one a push may reach without `allow_private_push_targets`.
 ///
-/// IPv6 forms that carry an IPv4 address (IPv4-mapped `::ffff:a.b.c.d`, IPv4-compatible
-/// `::a.b.c.d`, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`) are judged by that IPv4 address, since
-/// a translator or relay delivers them there; transition forms whose target cannot be read
-/// (Teredo, local-use NAT64) are refused.
+/// IPv6 forms that carry an IPv4 address (IPv4-mapped `::ffff:a.b.c.d`, IPv4-translated
+/// `::ffff:0:a.b.c.d`, IPv4-compatible `::a.b.c.d`, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`)
+/// are judged by that IPv4 address, however they are spelled (`[::ffff:0:7f00:1]` is
+/// 127.0.0.1), since a translator, relay or the host's own stack delivers them there;
+/// transition forms whose target cannot be read (Teredo, local-use NAT64) and the rest of the
+/// reserved `::/8` are refused.
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
@@ -44,6 +46,7 @@ pub fn is_public(ip: IpAddr) -> bool {
                 || (s[0] & 0xfe00) == 0xfc00 // fc00::/7 unique local
                 || (s[0] & 0xffc0) == 0xfe80 // fe80::/10 link-local
                 || (s[0] & 0xffc0) == 0xfec0 // fec0::/10 site-local (deprecated, still routed locally)
+                || (s[0] & 0xff00) == 0 // ::/8 reserved (its IPv4-carrying forms were judged above)
                 || (s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1) // 64:ff9b:1::/48 local-use NAT64
                 || (s[0] == 0x2001 && s[1] == 0) // 2001::/32 Teredo
                 || (s[0] == 0x2001 && s[1] == 0xdb8) // 2001:db8::/32 documentation
@@ -58,6 +61,10 @@ fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
     let low = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
     if let Some(v4) = v6.to_ipv4_mapped() {
         return Some(v4);
+    }
+    // IPv4-translated (SIIT) ::ffff:0:a.b.c.d.
+    if s[..6] == [0, 0, 0, 0, 0xffff, 0] {
+        return Some(low);
     }
     // NAT64 well-known prefix 64:ff9b::/96.
     if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
@@ -74,12 +81,46 @@ fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
     None
 }
 
+/// Why a target was refused: at registration ([`check_url`]) or at connect time (the
+/// resolver of [`client`], found in a send error's source chain by [`refusal`]).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TargetError {
-    #[error("push URL must be absolute http or https: {0}")]
+    #[error("target URL must be absolute http or https: {0}")]
     BadUrl(String),
-    #[error("push target {0} is a non-public address (loopback, private, link-local or other special-purpose)")]
+    #[error("target {0} is a non-public address (loopback, private, link-local or other special-purpose)")]
     Private(String),
+}
+
+/// The refusal of a non-public target inside a failed send of [`client`], if that is why it
+/// failed: reqwest reports it only as "error sending request" and keeps the resolver's
+/// [`TargetError`] in its source chain.
+pub fn refusal(error: &reqwest::Error) -> Option<&TargetError> {
+    let mut source = std::error::Error::source(error);
+    while let Some(s) = source {
+        if let Some(refused) = s.downcast_ref::<TargetError>() {
+            return Some(refused);
+        }
+        source = s.source();
+    }
+    None
+}
+
+/// A failed send of [`client`] as an operator should read it (log lines, an outbox's last
+/// error): a refused target says it is non-public; anything else gives reqwest's reason and
+/// its causes, never the URL (a query may hold a credential).
+pub fn send_failure(error: reqwest::Error) -> String {
+    if let Some(refused) = refusal(&error) {
+        return refused.to_string();
+    }
+    let error = error.without_url();
+    let mut text = format!("request failed: {error}");
+    let mut source = std::error::Error::source(&error);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 /// Checks a target URL without resolving names (literal addresses and `localhost`).
@@ -213,11 +254,59 @@ mod tests {
         }
     }
 
+    /// Every way of writing a non-public IPv4 address as an IPv6 one, as a registration
+    /// would receive it (finding: `[::ffff:0:7f00:1]` was accepted).
+    #[test]
+    fn every_ipv6_spelling_of_a_non_public_ipv4_address_is_refused() {
+        for (url, what) in [
+            ("http://[::ffff:127.0.0.1]/", "IPv4-mapped, dotted"),
+            ("http://[::ffff:7f00:1]/", "IPv4-mapped, hex"),
+            ("http://[0:0:0:0:0:ffff:7f00:0001]/", "IPv4-mapped, long"),
+            ("http://[::FFFF:A9FE:A9FE]/", "IPv4-mapped metadata address, upper case"),
+            ("http://[::ffff:0:7f00:1]/", "IPv4-translated (SIIT) loopback"),
+            ("http://[::ffff:0:127.0.0.1]/", "IPv4-translated, dotted"),
+            ("http://[::ffff:0:a00:1]/", "IPv4-translated 10.0.0.1"),
+            ("http://[::ffff:0:a9fe:a9fe]/", "IPv4-translated 169.254.169.254"),
+            ("http://[::7f00:1]/", "IPv4-compatible loopback"),
+            ("http://[::c0a8:101]/", "IPv4-compatible 192.168.1.1"),
+            ("http://[64:ff9b::127.0.0.1]/", "NAT64, dotted"),
+            ("http://[64:ff9b::a00:1]/", "NAT64 10.0.0.1"),
+            ("http://[2002:a9fe:a9fe::1]/", "6to4 of 169.254.169.254"),
+            ("http://[::1:7f00:1]/", "elsewhere in the reserved ::/8"),
+            ("http://[1::7f00:1]/", "elsewhere in the reserved ::/8"),
+        ] {
+            assert!(matches!(check_url(url, false), Err(TargetError::Private(_))), "{what}: {url} accepted");
+        }
+        for (ip, what) in [
+            ("::ffff:0:808:808", "IPv4-translated 8.8.8.8"),
+            ("::ffff:8.8.8.8", "IPv4-mapped 8.8.8.8"),
+            ("64:ff9b::1.1.1.1", "NAT64 1.1.1.1"),
+        ] {
+            assert!(is_public(ip.parse().unwrap()), "{what} is public");
+        }
+    }
+
     #[tokio::test]
     async fn the_resolver_refuses_names_that_resolve_to_loopback() {
         let c = client(false, Duration::from_secs(2));
         let err = c.post("http://localhost:9/hook").send().await.unwrap_err();
         let chain = format!("{err:?}");
         assert!(chain.contains("Private"), "{chain}");
+        // reqwest says only "error sending request"; the refusal is found and said.
+        assert!(!err.to_string().contains("non-public"), "{err}");
+        assert_eq!(refusal(&err), Some(&TargetError::Private("localhost".into())));
+        let said = send_failure(err);
+        assert!(said.contains("localhost is a non-public address"), "{said}");
+    }
+
+    #[tokio::test]
+    async fn other_send_failures_keep_their_causes_and_not_the_url() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let c = client(true, Duration::from_secs(2));
+        let err = c.post(format!("http://{closed}/hook?token=s3cret")).send().await.unwrap_err();
+        assert_eq!(refusal(&err), None);
+        let said = send_failure(err);
+        assert!(said.starts_with("request failed") && said.to_lowercase().contains("connect"), "{said}");
+        assert!(!said.contains("s3cret"), "{said}");
     }
 }

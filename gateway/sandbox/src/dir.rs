@@ -16,11 +16,14 @@ use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use gateway_core::session::DirIdentity;
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
 use nix::sys::stat::Mode;
+
+use crate::readonly::ReadOnly;
 
 /// Why a workspace directory could not be opened (or is not the one that was checked).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,6 +54,9 @@ pub struct WorkspaceDir {
     /// The path it was opened at, for messages and for programs that want a path (`HOME` on
     /// `local`). Never used to reach the directory again.
     path: PathBuf,
+    /// Its files the agent may not change (mounted inputs), shared by the file tools and the
+    /// sandbox over it.
+    read_only: Arc<ReadOnly>,
 }
 
 impl fmt::Debug for WorkspaceDir {
@@ -116,7 +122,7 @@ impl WorkspaceDir {
             return Err(DirError::NotADirectory { path: path.display().to_string() });
         }
         let identity = DirIdentity { device: meta.dev(), inode: meta.ino() };
-        Ok(Self { fd: OwnedFd::from(file), identity, path })
+        Ok(Self { fd: OwnedFd::from(file), identity, path, read_only: Arc::default() })
     }
 
     /// `self` if it is the directory `expected` names, else [`DirError::Replaced`].
@@ -130,6 +136,11 @@ impl WorkspaceDir {
 
     pub fn identity(&self) -> DirIdentity {
         self.identity
+    }
+
+    /// Its files the agent may read but not change ([`ReadOnly`]).
+    pub fn read_only(&self) -> &Arc<ReadOnly> {
+        &self.read_only
     }
 
     /// Where it was opened (for messages; never to reach the directory again).

@@ -73,7 +73,10 @@ impl Hand {
             path: workspace.path().display().to_string(),
             reason: e.to_string(),
         })?;
-        let files = Arc::new(Workspace::new(dir, sandbox.inner_root().to_owned(), sandbox.policy().limits.output_cap));
+        let files = Arc::new(
+            Workspace::new(dir, sandbox.inner_root().to_owned(), sandbox.policy().limits.output_cap)
+                .with_read_only(Arc::clone(workspace.read_only())),
+        );
         Ok(Self {
             terminals: Terminals::new(Arc::clone(&sandbox), Arc::clone(&files)),
             sandbox,
@@ -153,6 +156,24 @@ impl Hand {
     pub async fn occupied(&self, rel: &Path) -> bool {
         let (files, rel) = (Arc::clone(&self.files), rel.to_path_buf());
         tokio::task::spawn_blocking(move || files.occupied(&rel)).await.unwrap_or(false)
+    }
+
+    /// Makes the file at `rel` (a mounted input, already placed) read-only to this session:
+    /// the file tools refuse to change it, and processes the sandbox starts cannot where the
+    /// provider enforces it ([`crate::readonly`]). When it was not read-only before, a shell
+    /// already running is stopped (its next command starts a fresh one that sees the file
+    /// read-only), since a process keeps the view it started with. Fails when something other
+    /// than a regular file is at `rel`.
+    pub async fn protect(&self, rel: &Path) -> std::io::Result<()> {
+        let (files, rel) = (Arc::clone(&self.files), rel.to_path_buf());
+        let newly = tokio::task::spawn_blocking(move || files.protect(&rel)).await.map_err(std::io::Error::other)??;
+        if newly
+            && self.sandbox.enforces_read_only()
+            && let Some(shell) = self.shell.lock().await.take()
+        {
+            shell.kill().await;
+        }
+        Ok(())
     }
 
     /// Starts placing a mounted input at `rel` in the workspace: it appears there, whole and

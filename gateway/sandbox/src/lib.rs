@@ -25,6 +25,7 @@ pub mod hand;
 mod input;
 pub mod local;
 pub mod namespace;
+pub mod readonly;
 mod shell;
 pub mod terminal;
 mod text;
@@ -47,6 +48,7 @@ pub use files::FileError;
 pub use hand::{Hand, MountWriter, ToolOutput};
 pub use local::LocalProvider;
 pub use namespace::NamespaceProvider;
+pub use readonly::ReadOnly;
 pub use terminal::{TerminalError, TerminalExit, TerminalOutput, TerminalSpec, Terminals};
 pub use tools::{BuiltinToolDefinition, builtin_tool_definitions};
 
@@ -173,4 +175,10 @@ pub trait Sandbox: Send + Sync {
     fn terminate(&self);
     /// Whether [`Sandbox::terminate`] reaches every descendant (a cgroup holds them).
     fn contains_descendants(&self) -> bool;
+    /// Whether processes this sandbox starts cannot change the workspace's read-only files
+    /// ([`WorkspaceDir::read_only`]) as they were when the process started: then a process
+    /// started before a file became read-only must be restarted for it to hold.
+    fn enforces_read_only(&self) -> bool {
+        false
+    }
 }

@@ -5,7 +5,9 @@
 //! sessions' workspaces. What `local` does give:
 //!
 //! - the file tools of the [`Hand`](crate::Hand) stay confined to the workspace (they go
-//!   through a directory handle, not through the shell);
+//!   through a directory handle, not through the shell), and refuse to change a mounted
+//!   input ([`crate::readonly`]); a shell, running as the gateway's user, can still change or
+//!   delete one (the runtime places a deleted one again before the next turn);
 //! - a cleared, minimal environment, so the gateway's own secrets in its environment do not
 //!   reach the model's commands;
 //! - a process group per shell, so time limits and cancellation kill what it started;

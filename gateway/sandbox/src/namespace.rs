@@ -4,7 +4,8 @@
 //! are dropped, processes run as uid/gid 65534, the system (`/usr` and a curated part of
 //! `/etc`) and the sandbox's own root are read-only, `/tmp` and `/dev/shm` are private tmpfs
 //! mounts and the only writable host directory is the workspace, bound at `/workspace` from
-//! the directory handle checked at realization (`--bind-fd`, never a path). A sandbox that may
+//! the directory handle checked at realization (`--bind-fd`, never a path), less its mounted
+//! inputs, each bound read-only over itself ([`crate::readonly`]). A sandbox that may
 //! use the network gets its own network namespace connected by slirp4netns, which cannot
 //! reach the host's loopback ([`net`]). Processes are limited by the sandbox's `pids` cgroup
 //! where the gateway can create one ([`crate::cgroup`]), and by a shell prologue inside the
@@ -195,7 +196,7 @@ impl NamespaceProvider {
         let sandbox = self.sandbox(WorkspaceDir::open(&path, None)?, &policy)?;
         let fd = sandbox.workspace.duplicate().map_err(|e| Self::unavailable(e.to_string()))?;
         let mut cmd = std::process::Command::new(&sandbox.bwrap);
-        cmd.args(sandbox.argv("true", &[]))
+        cmd.args(sandbox.argv("true", &[], &[]))
             .env_clear()
             .envs(argv::sandbox_env())
             .stdin(Stdio::null())
@@ -283,13 +284,15 @@ pub struct NamespaceSandbox {
 }
 
 impl NamespaceSandbox {
-    /// The bubblewrap arguments that run `program args..` in this sandbox.
-    pub fn argv(&self, program: &str, args: &[String]) -> Vec<OsString> {
+    /// The bubblewrap arguments that run `program args..` in this sandbox, with `read_only`
+    /// (workspace-relative) bound read-only from descriptors [`argv::FIRST_READ_ONLY_FD`]...
+    pub fn argv(&self, program: &str, args: &[String], read_only: &[PathBuf]) -> Vec<OsString> {
         let spec = Spec {
             network: self.network.as_ref().map(|n| n.resolv.path.as_path()),
             limits: &self.policy.limits,
             layout: &self.layout,
             disable_userns: self.disable_userns,
+            read_only,
         };
         argv::bwrap_args(&spec, program, args)
     }
@@ -322,7 +325,12 @@ impl Sandbox for NamespaceSandbox {
             Some(_) => Some(NetPipes::new(argv::STATUS_FD, argv::BLOCK_FD)?),
             None => None,
         };
-        let argv = self.argv(program, args);
+        let mut read_only = Vec::new();
+        for (i, (rel, fd)) in self.workspace.read_only().binds()?.into_iter().enumerate() {
+            fds.push(FdMapping { parent_fd: fd, child_fd: argv::FIRST_READ_ONLY_FD + i as i32 });
+            read_only.push(rel);
+        }
+        let argv = self.argv(program, args, &read_only);
         let (exe, argv) = match &self.cgroup {
             Some(cg) => cg.wrap(self.bwrap.as_os_str(), argv),
             None => (self.bwrap.clone().into_os_string(), argv),
@@ -352,6 +360,11 @@ impl Sandbox for NamespaceSandbox {
 
     fn contains_descendants(&self) -> bool {
         self.cgroup.is_some()
+    }
+
+    /// Every process is started with the read-only files bound read-only (`--ro-bind-fd`).
+    fn enforces_read_only(&self) -> bool {
+        true
     }
 }
 

@@ -347,19 +347,23 @@ def test_urls_with_credentials_or_other_schemes_are_refused_at_create(client):
         check_error(e.value, 400, "invalid_request_error")
 
 
-def test_loopback_repository_fails_the_turn_on_the_default_gateway(client, git_servers):
+def test_loopback_repository_is_refused_at_create_on_the_default_gateway(client, git_servers):
     server = git_servers.start()
-    s, _ = create_session(client, [repository(server.url(), "/workspace/src/main")])
-    (res,) = s["resources"]
-    assert shown(res) == ("github_repository", server.url(), "/workspace/src/main", None), res
+    agent, env = create_agent(client), create_env(client)
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.beta.sessions.create(agent=agent.id, environment_id=env.id,
+                                    resources=[repository(server.url(), "/workspace/src/main")])
+    assert PRIVATE_HOSTS in check_error(e.value, 400, "invalid_request_error")["error"]["message"]
 
-    failed_turn(client, s["id"], res["id"], PRIVATE_HOSTS)
-    assert server.requests() == [], "git reached a refused host"
-
-    # Without the resource the session runs, and nothing of it was left in the workspace.
-    raw(client.beta.sessions.resources.with_raw_response.delete(res["id"], session_id=s["id"]),
-        "session_resource_deleted")
+    # Nor can it be added later; the session runs, and nothing of it reaches the workspace.
+    s, _ = create_session(client, [])
+    with pytest.raises(anthropic.BadRequestError) as e:
+        # The SDK's `resources.add` types files only; the API takes any resource.
+        client.post(f"/v1/sessions/{s['id']}/resources", cast_to=object,
+                    body=repository(server.url(), "/workspace/src/main"))
+    check_error(e.value, 400, "invalid_request_error")
     assert "src" not in listing(tool_turn(client, s["id"], "bash", {"command": "ls -A"}))
+    assert server.requests() == [], "git reached a refused host"
 
 
 # --- clones ------------------------------------------------------------------------------------
@@ -454,7 +458,7 @@ def test_a_wrong_token_fails_the_turn_and_leaves_nothing(gw, pclient, git_server
     s, _ = create_session(pclient, [repository(server.url(), "/workspace/src/locked", token=wrong)])
     (res,) = s["resources"]
 
-    message = failed_turn(pclient, s["id"], res["id"], "git failed")
+    message = failed_turn(pclient, s["id"], res["id"], "could not fetch the repository from 127.0.0.1")
     assert not secrets_in(message, right, wrong), f"the error shows a token: {message}"
     assert server.authorizations() == {basic(wrong)}, server.requests()
     assert all(r.status == 401 for r in server.requests()), server.requests()
@@ -473,7 +477,7 @@ def test_a_rotated_token_is_used_by_the_next_checkout(gw, pclient, git_servers):
     s, _ = create_session(pclient, [repository(server.url(), "/workspace/locked")])
     (res,) = s["resources"]
 
-    failed_turn(pclient, s["id"], res["id"], "git failed")
+    failed_turn(pclient, s["id"], res["id"], "could not fetch the repository from 127.0.0.1")
     assert server.requests() and server.authorizations() == set(), server.requests()
 
     updated = raw(pclient.beta.sessions.resources.with_raw_response.update(

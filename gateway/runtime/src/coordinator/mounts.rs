@@ -69,6 +69,12 @@ impl Coordinator {
         .await
     }
 
+    /// Whether repository URLs may name non-public hosts (`environments.allow_private_repositories`;
+    /// off where this process has no environments).
+    pub(super) fn allow_private_repositories(&self) -> bool {
+        self.environments.as_ref().is_some_and(|e| e.config().checkout.allow_private_repositories)
+    }
+
     /// Repository tokens are stored sealed (`Environments::seal_tokens`).
     pub(super) fn seal_tokens<'a>(&self, resources: impl IntoIterator<Item = &'a mut ResourceKind>) {
         if let Some(envs) = &self.environments {
@@ -90,7 +96,7 @@ impl Coordinator {
             let agent = &current.snapshot.agent;
             let inputs = local_inputs(&agent.spec, &kinds);
             let requirements = place(&agent.spec.backend, &environment.spec.config, &inputs, &self.offer)?;
-            check_resources(&kinds)?;
+            check_resources(&kinds, self.allow_private_repositories())?;
             check_skill_places(&agent.spec, &kinds)?;
             match self.store.set_resources(id, &base, resources, requirements).await {
                 Err(StoreError::Guard(Guard::ResourcesChanged(_))) if attempts < 3 => attempts += 1,
@@ -177,9 +183,11 @@ impl Coordinator {
 }
 
 /// Every mount of a session at a place of its own (`gateway_core::mounts`), none in a
-/// client's own directory, and repository URLs git may be given (http or https, no
-/// credentials in them; which hosts are reachable is checked when the checkout runs).
-pub(super) fn check_resources(resources: &[ResourceKind]) -> Result<()> {
+/// client's own directory, and repositories git may be given (`checkout::repository_url`:
+/// http or https, no credentials, written as they are read, no literal non-public host unless
+/// `allow_private`; a branch or commit git reads as one). Which addresses a host name reaches
+/// is checked when the checkout runs.
+pub(super) fn check_resources(resources: &[ResourceKind], allow_private: bool) -> Result<()> {
     if resources.len() > gateway_core::session::MAX_RESOURCES {
         let max = gateway_core::session::MAX_RESOURCES;
         return Err(RuntimeError::Invalid(format!("a session has at most {max} resources")));
@@ -200,20 +208,31 @@ pub(super) fn check_resources(resources: &[ResourceKind]) -> Result<()> {
     });
     gateway_core::mounts::check_all(paths).map_err(|e| RuntimeError::Invalid(e.to_string()))?;
     for r in resources {
-        if let ResourceKind::Repository { url, .. } = r {
-            // Not echoed: a URL refused for holding credentials would show them.
-            crate::ssrf::check_url(url, true).map_err(|_| {
-                RuntimeError::Invalid(
-                    "a repository url must be an http or https URL without credentials in it (give a token as authorization_token)"
-                        .into(),
-                )
-            })?;
+        if let ResourceKind::Repository { url, checkout, .. } = r {
+            // The error never echoes the URL: one refused for holding credentials would show them.
+            crate::checkout::repository_url(url, allow_private).map_err(|e| RuntimeError::Invalid(e.to_string()))?;
+            if let Some(checkout) = checkout {
+                crate::checkout::check_checkout(checkout).map_err(|e| RuntimeError::Invalid(e.to_string()))?;
+            }
         }
     }
     Ok(())
 }
 
-/// No mount lands where one of the agent's (resolved) skills is placed.
+/// An agent names each skill once: two references to one skill would be placed at one
+/// `skills/<name>/`, the second silently hidden (names of different skills are checked when
+/// a session resolves them, `check_skill_places`).
+pub(super) fn check_skill_refs(agent: &AgentSpec) -> Result<()> {
+    for (i, skill) in agent.skills.iter().enumerate() {
+        if agent.skills[..i].iter().any(|s| s.skill_id == skill.skill_id) {
+            return Err(RuntimeError::Invalid(format!("skill {} is given twice", skill.skill_id)));
+        }
+    }
+    Ok(())
+}
+
+/// No two of the agent's (resolved) skills share a name, and no mount lands where one of
+/// them is placed.
 fn check_skill_places(agent: &AgentSpec, resources: &[ResourceKind]) -> Result<()> {
     let names: Vec<&str> = agent.skills.iter().filter_map(|s| s.resolved.as_ref()).map(|r| r.name.as_str()).collect();
     if names.is_empty() {

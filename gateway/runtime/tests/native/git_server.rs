@@ -19,6 +19,8 @@ struct Shared {
     token: Option<String>,
     /// Every `Authorization` header received (to show where the token travelled).
     authorizations: Mutex<Vec<String>>,
+    /// Requests received (to show git never came).
+    requests: std::sync::atomic::AtomicUsize,
     /// Held before answering the first request of each clone, so a test can look at the
     /// running git process.
     delay: std::time::Duration,
@@ -37,6 +39,7 @@ impl GitServer {
             root: root.to_path_buf(),
             token: token.map(str::to_owned),
             authorizations: Mutex::new(Vec::new()),
+            requests: std::sync::atomic::AtomicUsize::new(0),
             delay,
         });
         let app = axum::Router::new().fallback(cgi).with_state(Arc::clone(&shared));
@@ -55,9 +58,15 @@ impl GitServer {
     pub fn authorizations(&self) -> Vec<String> {
         self.shared.authorizations.lock().unwrap().clone()
     }
+
+    /// How many requests it has received.
+    pub fn requests(&self) -> usize {
+        self.shared.requests.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 async fn cgi(State(s): State<Arc<Shared>>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    s.requests.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     let auth = header("authorization");
     if !auth.is_empty() {
@@ -135,6 +144,23 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
         .unwrap();
     assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// A bare repository `<root>/<name>.git` holding one commit of `files` empty files (in
+/// directories of 100).
+pub fn repository_of_many_files(root: &Path, name: &str, files: usize) -> PathBuf {
+    let work = root.join(format!("{name}-work"));
+    for i in 0..files {
+        let dir = work.join(format!("d{}", i / 100));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("f{i}")), b"").unwrap();
+    }
+    git(&work, &["init", "--quiet", "--initial-branch=main"]);
+    git(&work, &["add", "."]);
+    git(&work, &["commit", "--quiet", "-m", "many"]);
+    let bare = root.join(format!("{name}.git"));
+    git(root, &["clone", "--quiet", "--bare", work.to_str().unwrap(), bare.to_str().unwrap()]);
+    bare
 }
 
 /// A bare repository `<root>/<name>.git` with two commits on `main` (README says "v1", then

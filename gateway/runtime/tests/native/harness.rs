@@ -100,6 +100,15 @@ impl Native {
         self.gw.workers(self.gw.identity("n"), cfg)
     }
 
+    /// Workers of another process on this host running up to `max_turns` turns at once.
+    pub fn workers_for(&self, max_turns: usize) -> WorkerPool {
+        let mut cfg = common::config("n", "h").config;
+        cfg.retry.max_retries = 0;
+        cfg.lease = Duration::from_secs(2);
+        cfg.max_turns = max_turns;
+        self.gw.workers(self.gw.identity("n"), cfg)
+    }
+
     pub async fn session(
         &self,
         agent: AgentSpec,

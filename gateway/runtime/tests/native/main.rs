@@ -348,6 +348,42 @@ async fn live_environments_are_capped_by_hibernating_the_least_recently_used() {
     pool.shutdown().await;
 }
 
+/// Finding 6: a burst of first tool calls, many more than `max_live`, under an open files
+/// limit that cannot hold them all at once: every turn completes (most after waiting for a
+/// live place), none fails with "Too many open files". Before, realization opened past
+/// `max_live` whenever every live environment was in use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_of_first_tool_calls_waits_for_a_place_instead_of_running_out_of_descriptors() {
+    const SESSIONS: usize = 40;
+    let config = gateway_runtime::EnvironmentsConfig { max_live: Some(4), ..Default::default() };
+    let n = harness::native_configured(config).await;
+    let pool = n.workers_for(SESSIONS);
+    let mut sessions = Vec::new();
+    for _ in 0..SESSIONS {
+        let s = n
+            .session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "local"), vec![])
+            .await
+            .unwrap();
+        sessions.push(s);
+    }
+    // This test runs in a process of its own (nextest): a limit with room for what is open
+    // now and a few live environments, far from room for forty.
+    let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
+    let (_, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, open + 64, hard).unwrap();
+
+    let turns = sessions.iter().map(|s| n.turn(s, r#"tool:bash {"command": "sleep 0.2; echo done"}"#));
+    let ended = futures::future::join_all(turns).await;
+    for (s, es) in sessions.iter().zip(&ended) {
+        assert_eq!(session_error(es), None, "{}: {es:?}", s.id);
+        assert_eq!(tool_results(es), vec![("done\n".to_owned(), false)], "{}", s.id);
+        assert_eq!(stop_of(es.last().unwrap()), Some(StopReason::EndTurn), "{}", s.id);
+    }
+    let (in_use, idle) = n.environments.census().await;
+    assert!(in_use + idle <= 4, "never more than max_live live: {in_use} + {idle}");
+    pool.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn model_failures_are_rescheduled_then_end_with_a_typed_error() {
     let stub = gateway_models::stub::StubServer::start().await;
@@ -440,6 +476,39 @@ async fn keys_gate_remote_callers_and_loopback_without_keys() {
         Ok(Principal::Loopback),
         "revoked: back to no keys"
     );
+}
+
+/// Finding 14: a key created by another process (`gateway keys create` only writes to the
+/// database) closes keyless access within `NO_KEYS_TTL`, and each change is logged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_key_closes_keyless_access_within_a_second_and_says_so() {
+    use gateway_runtime::auth::{AuthError, Authenticator, Caller, NO_KEYS_TTL, Principal, generate_key};
+    let logs = mounts::LogCapture::install();
+    let n = native().await;
+    let auth = Authenticator::new(Arc::clone(&n.store));
+    assert_eq!(auth.authenticate(None, &Caller::LOCAL).await, Ok(Principal::Loopback));
+    let uri: http::Uri = "/metrics".parse().unwrap();
+    let mut headers = http::HeaderMap::new();
+    headers.insert(http::header::HOST, "localhost".parse().unwrap());
+    let peer = Some("127.0.0.1:5000".parse().unwrap());
+    assert_eq!(auth.authorize_operator(peer, &uri, &headers).await, Ok(()), "keyless: /metrics is open");
+
+    let key = generate_key();
+    let stored = n.store.create_api_key("ci", &key.hash).await.unwrap();
+    tokio::time::sleep(NO_KEYS_TTL + Duration::from_millis(200)).await;
+    assert_eq!(auth.authenticate(None, &Caller::LOCAL).await, Err(AuthError::Missing), "keyless access is closed");
+    assert!(auth.authorize_operator(peer, &uri, &headers).await.is_err(), "and /metrics needs the key");
+    assert_eq!(auth.authenticate(Some(&key.secret), &Caller::LOCAL).await, Ok(Principal::Key(stored.id.clone())));
+    let closed = "API keys now exist; keyless access is closed";
+    assert_eq!(logs.text().matches(closed).count(), 1, "{}", logs.text());
+
+    n.store.revoke_api_key(&stored.id).await.unwrap();
+    auth.forget(&stored.id).await;
+    assert_eq!(auth.authenticate(None, &Caller::LOCAL).await, Ok(Principal::Loopback));
+    assert_eq!(auth.authenticate(None, &Caller::LOCAL).await, Ok(Principal::Loopback));
+    let open = "no API keys exist any more; keyless access is open";
+    assert_eq!(logs.text().matches(open).count(), 1, "{}", logs.text());
+    assert_eq!(logs.text().matches(closed).count(), 1, "logged once, not per request");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -235,12 +235,12 @@ async fn a_repository_that_cannot_be_checked_out_fails_the_turn_naming_it_and_le
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
+    let fetch = |addr: std::net::SocketAddr| format!("could not fetch the repository from {}", addr.ip());
     for (config, url, token, why) in [
-        (EnvironmentsConfig::default(), server.url("private.git"), Some("right"), "loopback, private"),
-        (allowed.clone(), server.url("private.git"), Some("wrong"), "git failed"),
-        (allowed.clone(), server.url("private.git"), None, "git failed"),
-        (allowed.clone(), format!("http://{closed}/gone.git"), None, "git failed"),
-        (allowed.clone(), server.url("missing.git"), Some("right"), "git failed"),
+        (allowed.clone(), server.url("private.git"), Some("wrong"), fetch(server.addr)),
+        (allowed.clone(), server.url("private.git"), None, fetch(server.addr)),
+        (allowed.clone(), format!("http://{closed}/gone.git"), None, fetch(closed)),
+        (allowed.clone(), server.url("missing.git"), Some("right"), fetch(server.addr)),
     ] {
         let n = native_configured(config).await;
         let pool = n.workers(0);
@@ -253,8 +253,16 @@ async fn a_repository_that_cannot_be_checked_out_fails_the_turn_naming_it_and_le
         let es = n.turn(&s, "hello").await;
         let (kind, message) = session_error(&es).unwrap_or_else(|| panic!("{url}: a typed error event in {es:?}"));
         assert_eq!(kind, ErrorKind::MountFailed, "{url}");
-        assert!(message.contains(rid.as_str()) && message.contains(why), "{url}: {message}");
+        assert!(message.contains(rid.as_str()) && message.contains(&why), "{url}: {message}");
         assert!(!message.contains("right"), "{message}");
+        // What the network answered stays in the operator's log: a checkout is no port
+        // scanner that reads back (finding 2).
+        let port = url.split(':').nth(2).and_then(|p| p.split('/').next()).unwrap();
+        for said in
+            ["fatal", "HTTP", "401", "404", "refused", "unable to access", "Failed to connect", "Empty reply", port]
+        {
+            assert!(!message.contains(said), "{url}: git's report reached the client: {message}");
+        }
         assert!(!es.iter().any(|e| matches!(e.payload, EventPayload::ModelRequestStarted {})));
         let workspace = n.workspaces.path().join(s.id.as_str());
         assert!(!workspace.join("src").exists(), "{url}: no partial directory");
@@ -266,11 +274,112 @@ async fn a_repository_that_cannot_be_checked_out_fails_the_turn_naming_it_and_le
     }
 }
 
+/// Finding 2, the attack: URL forms where the WHATWG parser (which the gateway checked) and
+/// curl (which git fetches with) read different hosts, aimed at a loopback git server with
+/// private repositories disallowed; and finding 15: loopback literals and branches git would
+/// not read as names. Each is refused when the session is created (and when the resource is
+/// added later), git never runs, nothing is cloned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn repository_urls_that_git_would_read_differently_are_refused_when_given() {
+    let repos = tempfile::tempdir().unwrap();
+    git_server::repository(repos.path(), "project");
+    let server = GitServer::start(repos.path(), None, Duration::ZERO).await;
+    let n = native_configured(EnvironmentsConfig::default()).await;
+    let pool = n.workers(0);
+    let port = server.addr.port();
+    let loopback = server.addr.to_string();
+    let attacks = [
+        (format!("http://example.com\\@{loopback}/project.git"), None, "backslash"),
+        (format!("http://example.com#@{loopback}/project.git"), None, "fragment"),
+        (format!("http://example.com?@{loopback}/project.git"), None, "query"),
+        (format!("http://example.com @{loopback}/project.git"), None, "whitespace"),
+        (format!("http://example.com\t@{loopback}/project.git"), None, "whitespace"),
+        (format!("http://example.com\n@{loopback}/project.git"), None, "whitespace"),
+        (format!("http://example.com/\r\nx@{loopback}/project.git"), None, "whitespace"),
+        (format!("http://127.0.0.%31:{port}/project.git"), None, "host"),
+        (format!("http://127.1:{port}/project.git"), None, "host"),
+        (format!("http://2130706433:{port}/project.git"), None, "host"),
+        (format!("http:///{loopback}/project.git"), None, "host"),
+        (format!("http://x@{loopback}/project.git"), None, "credentials"),
+        (server.url("project.git"), None, "loopback, private"),
+        (format!("http://localhost:{port}/project.git"), None, "loopback, private"),
+        (format!("http://[::ffff:0:7f00:1]:{port}/project.git"), None, "loopback, private"),
+        ("https://example.com/r.git".to_owned(), Some(Checkout::Branch { name: "main\0x".into() }), "branch"),
+        ("https://example.com/r.git".to_owned(), Some(Checkout::Branch { name: "--upload-pack=id".into() }), "branch"),
+        ("https://example.com/r.git".to_owned(), Some(Checkout::Commit { sha: "HEAD~1".into() }), "commit"),
+    ];
+    let s = n
+        .session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "local"), vec![])
+        .await
+        .unwrap();
+    for (url, checkout, why) in attacks {
+        let mount = repository(&url, "/workspace/repo", checkout.clone(), None);
+        let refused = n
+            .session(
+                toolset(PermissionPolicy::AlwaysAllow),
+                cloud(Provisioning::OnToolUse, "local"),
+                vec![mount.clone()],
+            )
+            .await;
+        match &refused {
+            Err(RuntimeError::Invalid(m)) => assert!(m.contains(why), "{url:?}: {m}"),
+            other => panic!("{url:?} {checkout:?} was not refused at creation: {other:?}"),
+        }
+        let added = n.coordinator.add_resource(&s.id, mount).await;
+        assert!(matches!(added, Err(RuntimeError::Invalid(_))), "{url:?} added later: {added:?}");
+    }
+    // Nothing reached git: the session still runs, with nothing mounted, and the server was
+    // never asked.
+    let es = n.turn(&s, "hello").await;
+    assert_eq!(stop_of(es.last().unwrap()), Some(StopReason::EndTurn));
+    assert_eq!(server.requests(), 0, "git never ran");
+    assert!(!n.workspaces.path().join(s.id.as_str()).join("repo").exists(), "nothing cloned");
+    pool.shutdown().await;
+}
+
+/// Finding 11: the repository bound counts entries as well as bytes. A repository of many
+/// empty files (a tiny pack) over a lowered entry bound fails the turn naming the bound and
+/// leaves nothing at the mount path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_repository_of_too_many_files_fails_the_turn_naming_the_bound_and_leaves_nothing() {
+    let repos = tempfile::tempdir().unwrap();
+    git_server::repository_of_many_files(repos.path(), "many", 2_000);
+    let server = GitServer::start(repos.path(), None, Duration::ZERO).await;
+    let config = EnvironmentsConfig {
+        checkout: CheckoutConfig {
+            allow_private_repositories: true,
+            max_repository_entries: 500,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let n = native_configured(config).await;
+    let pool = n.workers(0);
+    let mount = repository(&server.url("many.git"), "/workspace/many", None, None);
+    let s = n
+        .session(toolset(PermissionPolicy::AlwaysAllow), cloud(Provisioning::OnToolUse, "local"), vec![mount])
+        .await
+        .unwrap();
+    let es = n.turn(&s, "hello").await;
+    let (kind, message) = session_error(&es).expect("a typed error event");
+    assert_eq!(kind, ErrorKind::MountFailed);
+    assert!(message.contains("more than 500 entries") && message.contains("max_repository_entries"), "{message}");
+    assert!(!es.iter().any(|e| matches!(e.payload, EventPayload::ModelRequestStarted {})), "the model was not asked");
+    let workspace = n.workspaces.path().join(s.id.as_str());
+    assert!(!workspace.join("many").exists(), "nothing at the mount path");
+    let staged: Vec<_> = std::fs::read_dir(n.workspaces.path().join(".staging"))
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(staged.is_empty(), "nothing left in staging: {staged:?}");
+    assert!(server.requests() > 0, "the clone was tried");
+    pool.shutdown().await;
+}
+
 /// Log lines written while it lives, for looking for secrets in them.
-struct LogCapture(Arc<std::sync::Mutex<Vec<u8>>>);
+pub(crate) struct LogCapture(Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl LogCapture {
-    fn install() -> Self {
+    pub(crate) fn install() -> Self {
         let buf = Arc::new(std::sync::Mutex::new(Vec::new()));
         let sink = Arc::clone(&buf);
         let subscriber = tracing_subscriber::fmt()
@@ -281,7 +390,7 @@ impl LogCapture {
         Self(buf)
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
 }
@@ -367,4 +476,133 @@ async fn an_agents_skills_are_in_its_workspace_before_the_first_step_and_in_its_
     assert!(matches!(refused, Err(RuntimeError::NotFound { kind: "skill version", .. })), "{refused:?}");
     pool.shutdown().await;
     stub.stop().await;
+}
+
+/// Finding 12: a version the placement could never write, and two skills one place, are
+/// refused when given (the placement's own rule, `gateway_core::mounts`), naming the path
+/// or the name; before, they were accepted and the second skill silently dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn skills_that_could_never_be_placed_are_refused_when_given() {
+    let n = native().await;
+    let manifest = |name: &str| format!("---\nname: {name}\ndescription: d\n---\n").into_bytes();
+    let long = format!("greeter/{}", "n".repeat(300));
+    for (files, why) in [
+        (vec![("greeter/x", b"".to_vec()), ("greeter/x/y", b"".to_vec())], "\"x\" is a file, so \"x/y\""),
+        (vec![(long.as_str(), b"".to_vec())], "longer than 255 bytes"),
+        (vec![("greeter/SKILL.md/x", b"".to_vec())], "\"SKILL.md\" is a file"),
+    ] {
+        let mut files: Vec<(String, Vec<u8>)> = files.into_iter().map(|(p, b)| (p.to_owned(), b)).collect();
+        files.push(("greeter/SKILL.md".into(), manifest("greeter")));
+        let refused = n.coordinator.create_skill(None, files.clone()).await;
+        assert!(matches!(&refused, Err(RuntimeError::Invalid(m)) if m.contains(why)), "{why}: {refused:?}");
+        let (skill, _) =
+            n.coordinator.create_skill(None, vec![("greeter/SKILL.md".into(), manifest("greeter"))]).await.unwrap();
+        let refused = n.coordinator.add_skill_version(&skill.id, files).await;
+        assert!(matches!(&refused, Err(RuntimeError::Invalid(m)) if m.contains(why)), "{why}: {refused:?}");
+    }
+
+    let reference = |id: &gateway_core::SkillId| SkillRef {
+        source: "custom".into(),
+        skill_id: id.to_string(),
+        version: "latest".into(),
+        resolved: None,
+    };
+    let (one, _) = n.coordinator.create_skill(None, vec![("a/SKILL.md".into(), manifest("greeter"))]).await.unwrap();
+    let (two, _) = n.coordinator.create_skill(None, vec![("b/SKILL.md".into(), manifest("greeter"))]).await.unwrap();
+    let mut agent = toolset(PermissionPolicy::AlwaysAllow);
+    agent.skills = vec![reference(&one.id), reference(&one.id)];
+    let refused = n.coordinator.create_agent(agent.clone()).await;
+    assert!(matches!(&refused, Err(RuntimeError::Invalid(m)) if m.contains("given twice")), "{refused:?}");
+    agent.skills = vec![reference(&one.id), reference(&two.id)];
+    let refused = n.session(agent, cloud(Provisioning::OnToolUse, "local"), vec![]).await;
+    assert!(
+        matches!(&refused, Err(RuntimeError::Invalid(m)) if m.contains("two of the agent's skills are named \"greeter\"")),
+        "{refused:?}"
+    );
+}
+
+/// Finding 13 through the runtime: a mounted file is read-only to the file tools in every
+/// turn, also after the environment hibernated and woke with a new Hand, and a file the
+/// agent's shell removed (`local`: no boundary) is placed again before the next turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mounted_files_stay_read_only_across_turns_and_wakes() {
+    let n = crate::harness::native_with(
+        Arc::new(gateway_models::fake::FakeModel::new()),
+        crate::harness::offer(&[]),
+        Duration::from_millis(200),
+    )
+    .await;
+    let pool = n.workers(0);
+    let f = upload(&n, b"id,name\n1,alice\n").await;
+    let s = n
+        .session(
+            toolset(PermissionPolicy::AlwaysAllow),
+            cloud(Provisioning::OnToolUse, "local"),
+            vec![file(&f, "/workspace/ro.csv")],
+        )
+        .await
+        .unwrap();
+    let on_disk = n.workspaces.path().join(s.id.as_str()).join("ro.csv");
+    let attempts = [
+        r#"tool:write {"file_path": "ro.csv", "content": "pwned"}"#,
+        r#"tool:edit {"file_path": "ro.csv", "old_string": "alice", "new_string": "mallory"}"#,
+    ];
+    for attempt in attempts {
+        let (out, is_error) = tool_results(&n.turn(&s, attempt).await).remove(0);
+        assert!(is_error && out.contains("read-only"), "{attempt}: {out}");
+        assert_eq!(std::fs::read(&on_disk).unwrap(), b"id,name\n1,alice\n");
+    }
+    // A new Hand after a wake knows the file too.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    n.environments.hibernate_idle(&n.store).await;
+    assert_eq!(n.state(&s).await, EnvironmentState::Hibernated);
+    let (out, is_error) = tool_results(&n.turn(&s, attempts[0]).await).remove(0);
+    assert!(is_error && out.contains("read-only"), "after a wake: {out}");
+    assert_eq!(std::fs::read(&on_disk).unwrap(), b"id,name\n1,alice\n");
+    // `local` is no boundary: its shell can remove the file; the next turn has it back, whole.
+    n.turn(&s, r#"tool:bash {"command": "rm -f ro.csv"}"#).await;
+    let (out, _) = tool_results(&n.turn(&s, r#"tool:read {"file_path": "ro.csv"}"#).await).remove(0);
+    assert!(out.contains("alice"), "{out}");
+    pool.shutdown().await;
+}
+
+/// Finding 13 on `namespace`: a shell in the sandbox cannot overwrite, delete, replace or
+/// re-mode a mounted file, including one added between turns while its shell ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sandboxed_shell_cannot_change_mounted_files() {
+    let n = crate::harness::native_on(
+        Arc::new(gateway_models::fake::FakeModel::new()),
+        crate::harness::offer(&["namespace"]),
+        Duration::from_secs(300),
+        vec![Arc::new(gateway_sandbox::NamespaceProvider::default())],
+    )
+    .await;
+    let pool = n.workers(0);
+    const CONTENT: &[u8] = b"id,name\n1,alice\n";
+    let f = upload(&n, CONTENT).await;
+    let s = n
+        .session(
+            toolset(PermissionPolicy::AlwaysAllow),
+            cloud(Provisioning::OnToolUse, "namespace"),
+            vec![file(&f, "/workspace/ro.csv")],
+        )
+        .await
+        .unwrap();
+    let workspace = n.workspaces.path().join(s.id.as_str());
+    let attack = |name: &str| {
+        format!(
+            r#"tool:bash {{"command": "echo pwned > {name}; rm -f {name}; echo x > o && mv -f o {name}; chmod 644 {name}; echo pwned > {name}; cat {name}"}}"#
+        )
+    };
+    let (out, _) = tool_results(&n.turn(&s, &attack("ro.csv")).await).remove(0);
+    assert!(out.contains("alice") && !out.contains("pwned"), "{out}");
+    assert_eq!(std::fs::read(workspace.join("ro.csv")).unwrap(), CONTENT);
+
+    // Added between turns, while the session's shell is running.
+    let later = upload(&n, CONTENT).await;
+    n.coordinator.add_resource(&s.id, file(&later, "/mnt/session/uploads/later.csv")).await.unwrap();
+    let (out, _) = tool_results(&n.turn(&s, &attack("/mnt/session/uploads/later.csv")).await).remove(0);
+    assert!(out.contains("alice") && !out.contains("pwned"), "{out}");
+    assert_eq!(std::fs::read(workspace.join("mnt/session/uploads/later.csv")).unwrap(), CONTENT);
+    pool.shutdown().await;
 }

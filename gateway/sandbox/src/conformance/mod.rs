@@ -17,6 +17,7 @@ pub mod files;
 pub mod harness;
 pub mod isolation;
 pub mod lifecycle;
+pub mod readonly;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -71,7 +72,8 @@ macro_rules! conformance_suite {
             agent_io::terminal_output_is_limited_from_the_start,
             agent_io::killed_terminals_stop_with_their_children,
             agent_io::operator_variables_stay_out_of_argv,
-            agent_io::terminal_variables_stay_out_of_argv
+            agent_io::terminal_variables_stay_out_of_argv,
+            readonly::mounted_files_refuse_the_file_tools
         );
     };
     (@each $harness:expr; $($module:ident :: $name:ident),* $(,)?) => {
@@ -98,7 +100,9 @@ macro_rules! isolation_suite {
             isolation::a_fork_bomb_stops_at_the_process_limit,
             isolation::host_files_and_other_workspaces_are_invisible,
             isolation::resource_limits_apply,
-            isolation::the_hostname_is_the_sandbox
+            isolation::the_hostname_is_the_sandbox,
+            readonly::mounted_files_refuse_sandboxed_processes,
+            readonly::a_file_mounted_while_the_shell_runs_is_read_only_to_its_next_command
         );
     };
 }
@@ -138,6 +142,15 @@ impl Fixture {
         let path = self.host(rel);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, content).unwrap();
+    }
+
+    /// Places `content` at `rel` as a mounted input (whole, then read-only), as the runtime
+    /// places a session's files.
+    pub async fn mount(&self, rel: &str, content: &[u8]) {
+        let mut writer = self.hand.place(Path::new(rel)).await.unwrap();
+        writer.write(content.to_vec()).await.unwrap();
+        writer.finish().await.unwrap();
+        self.hand.protect(Path::new(rel)).await.unwrap();
     }
 
     pub async fn call(&self, tool: &str, input: Value) -> ToolOutput {

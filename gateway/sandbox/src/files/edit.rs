@@ -33,10 +33,12 @@ pub fn write(ws: &Workspace, raw: &str, content: &str) -> FileResult {
 /// Opens for writing without truncating: the type is checked on the descriptor first, so a
 /// FIFO or device swapped in is refused before anything is written or truncated.
 fn create_or_open(ws: &Workspace, raw: &str, rel: &Path) -> Result<File, String> {
+    ws.check_writable(raw, rel)?;
     let mut options = OpenOptions::new();
     options.write(true).create(true).custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits());
     let file = ws.dir().open_with(rel, &options).map_err(|e| describe(raw, &e))?;
     check_regular(raw, &file)?;
+    ws.check_opened_writable(raw, &file)?;
     Ok(file)
 }
 

@@ -18,9 +18,12 @@ mod text;
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
-use cap_std::fs::{Dir, File, OpenOptions, OpenOptionsExt};
+use cap_std::fs::{Dir, File, MetadataExt, OpenOptions, OpenOptionsExt};
 use nix::fcntl::OFlag;
+
+use crate::readonly::ReadOnly;
 
 pub use edit::{edit, write};
 pub use place::Placement;
@@ -40,11 +43,43 @@ pub struct Workspace {
     inner_root: PathBuf,
     /// Bytes of output a tool may return.
     output_cap: usize,
+    /// Files no tool may change (mounted inputs).
+    read_only: Arc<ReadOnly>,
 }
 
 impl Workspace {
     pub fn new(dir: Dir, inner_root: PathBuf, output_cap: usize) -> Self {
-        Self { dir, inner_root, output_cap: output_cap.max(1) }
+        Self { dir, inner_root, output_cap: output_cap.max(1), read_only: Arc::default() }
+    }
+
+    /// The same, with `read_only` (shared with the sandbox over this workspace).
+    pub fn with_read_only(mut self, read_only: Arc<ReadOnly>) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Makes the regular file at `rel` read-only ([`ReadOnly::add`]); true when it was not.
+    pub fn protect(&self, rel: &Path) -> io::Result<bool> {
+        self.read_only.add(&self.dir, rel)
+    }
+
+    /// Refuses to change `raw` when what it resolves to (through symlinks inside the
+    /// workspace) is a read-only file; a path that does not exist yet is writable. Checked
+    /// before a file is opened for writing, so the refusal says why (a 0444 file would
+    /// otherwise fail as "not accessible", or be written when the gateway is root); the
+    /// opened descriptor is checked again ([`Workspace::check_opened_writable`]).
+    pub fn check_writable(&self, raw: &str, rel: &Path) -> Result<(), String> {
+        match self.dir.metadata(rel) {
+            Ok(meta) if self.read_only.holds(meta.dev(), meta.ino()) => Err(read_only(raw)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Refuses to change the opened `file` when it is a read-only file (what was opened is
+    /// what is judged, whatever happened to the path meanwhile).
+    pub fn check_opened_writable(&self, raw: &str, file: &File) -> Result<(), String> {
+        let meta = file.metadata().map_err(|e| describe(raw, &e))?;
+        if self.read_only.holds(meta.dev(), meta.ino()) { Err(read_only(raw)) } else { Ok(()) }
     }
 
     /// The tool's `path` as a path relative to the workspace directory (empty: the root).
@@ -121,10 +156,21 @@ impl Workspace {
         }
         let mut options = OpenOptions::new();
         options.read(true).write(write).custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits());
+        if write {
+            self.check_writable(raw, rel)?;
+        }
         let file = self.dir.open_with(rel, &options).map_err(|e| describe(raw, &e))?;
         check_regular(raw, &file)?;
+        if write {
+            self.check_opened_writable(raw, &file)?;
+        }
         Ok(file)
     }
+}
+
+/// The refusal of a change to a read-only file, as the model reads it.
+fn read_only(raw: &str) -> String {
+    format!("refused: {raw} is a mounted input and read-only; write your changes to another path")
 }
 
 /// Refuses anything but a regular file (directories, FIFOs, devices, sockets).

@@ -15,6 +15,9 @@ pub const WORKSPACE_FD: i32 = 3;
 /// sandboxed program waits on until its network is up (see `net`).
 pub const STATUS_FD: i32 = 4;
 pub const BLOCK_FD: i32 = 5;
+/// The descriptor of the first read-only file bubblewrap binds over itself
+/// (`--ro-bind-fd`); the others follow in order.
+pub const FIRST_READ_ONLY_FD: i32 = 6;
 /// The unprivileged identity processes run as (`nobody`/`nogroup` on Debian).
 pub const SANDBOX_UID: u32 = 65534;
 
@@ -101,6 +104,9 @@ pub struct Spec<'a> {
     pub layout: &'a HostLayout,
     /// bubblewrap >= 0.8 can forbid nested user namespaces (less kernel attack surface).
     pub disable_userns: bool,
+    /// The workspace's read-only files (relative paths), found on descriptors from
+    /// [`FIRST_READ_ONLY_FD`] on, in this order, and bound read-only over themselves.
+    pub read_only: &'a [std::path::PathBuf],
 }
 
 /// The arguments after `bwrap` that run `program args..` confined.
@@ -142,6 +148,14 @@ pub fn bwrap_args(spec: &Spec<'_>, program: &str, args: &[String]) -> Vec<OsStri
     // The workspace is the directory handle checked when the environment was realized, never
     // a path looked up again (a path can be swapped for a symlink in between).
     a.push(["--bind-fd", &WORKSPACE_FD.to_string(), INNER_ROOT]);
+    // Mounted inputs are read-only over the writable workspace: a write or chmod gets EROFS,
+    // an unlink or a rename over them EBUSY (`crate::readonly`). Each is bound from the
+    // descriptor opened when it was placed, never from a path looked up again.
+    for (i, rel) in spec.read_only.iter().enumerate() {
+        let fd = (FIRST_READ_ONLY_FD + i as i32).to_string();
+        let dest = Path::new(INNER_ROOT).join(rel);
+        a.push_os(["--ro-bind-fd".into(), fd.into(), dest.into_os_string()]);
+    }
     // Session mounts live in the workspace; sandboxed processes find them at their own path
     // too (`gateway_core::mounts`).
     let mounts = format!("{INNER_ROOT}/{}", gateway_core::mounts::SESSION_MOUNTS_IN_WORKSPACE);
@@ -218,7 +232,14 @@ mod tests {
         let limits = Limits::default();
         let layout = layout();
         let resolv = Path::new("/run/gw/resolv.conf");
-        let spec = Spec { network: network.then_some(resolv), limits: &limits, layout: &layout, disable_userns: true };
+        let read_only = [std::path::PathBuf::from("data/ro.csv"), std::path::PathBuf::from("mnt/session/uploads/f")];
+        let spec = Spec {
+            network: network.then_some(resolv),
+            limits: &limits,
+            layout: &layout,
+            disable_userns: true,
+            read_only: &read_only,
+        };
         bwrap_args(&spec, "echo", &["a b".into()]).into_iter().map(|s| s.to_string_lossy().into_owned()).collect()
     }
 
@@ -247,6 +268,12 @@ mod tests {
         assert!(has(&a, &["--ro-bind", "/lib", "/lib"]));
         assert!(has(&a, &["--ro-bind", "/usr", "/usr"]));
         assert!(has(&a, &["--bind-fd", "3", "/workspace"]));
+        let at = |seq: &[&str]| a.windows(seq.len()).position(|w| w.iter().zip(seq).all(|(x, y)| x == y));
+        let workspace = at(&["--bind-fd", "3", "/workspace"]).unwrap();
+        let first = at(&["--ro-bind-fd", "6", "/workspace/data/ro.csv"]).expect("the first read-only file");
+        let second = at(&["--ro-bind-fd", "7", "/workspace/mnt/session/uploads/f"]).expect("the second");
+        let sealed = at(&["--remount-ro", "/"]).unwrap();
+        assert!(workspace < first && first < second && second < sealed, "read-only files are bound over the workspace");
         assert!(!a.iter().any(|x| x == "--bind"), "no workspace path is looked up by bubblewrap");
         assert!(has(&a, &["--uid", "65534", "--gid", "65534"]));
         assert!(has(&a, &["--cap-drop", "ALL"]));
