@@ -7,7 +7,9 @@
 //! crash) are removed by [`Files::sweep_file_chunks`].
 //!
 //! A file mounted by a live session cannot be deleted: the sessions' file resources are
-//! mirrored in a table the delete checks in its own statement.
+//! mirrored in a table the delete checks in its own statement, after it has locked the file's
+//! row against mounts being recorded (which hold it shared), so a mount and a delete never
+//! both commit (`sql/files.rs`, `record_file_mounts`).
 
 use async_trait::async_trait;
 use gateway_core::{FileId, Timestamp};

@@ -60,6 +60,18 @@ impl<E: Engine> SqlStore<E> {
     /// session has nothing to replace: `replace` false spares it a statement); every one must
     /// exist. In the transaction that writes the resources, so the record never differs from
     /// them.
+    ///
+    /// Why a delete can never slip between this check and the commit (invariant 35): each
+    /// file row is read with [`Engine::SHARE_FILE`], which PostgreSQL holds until this
+    /// transaction ends, and a delete first takes the same row with [`Engine::LOCK_FILE`]
+    /// (exclusive) before it reads `file_mounts` in a statement of its own. If the mount took
+    /// the row first, the delete waits for it to commit and then, under READ COMMITTED, its next
+    /// statement sees the committed mount and refuses (`FileInUse`). If the delete took it
+    /// first, the mount waits, finds the row gone and refuses (`NotFound`). A plain read here
+    /// (as before) let both commit: the delete's `NOT EXISTS` could not see the uncommitted
+    /// mount. On SQLite every writer is serialized by `BEGIN IMMEDIATE`, so the same reads
+    /// need no lock. Shared locks do not conflict with each other, so sessions mounting one
+    /// file never wait for each other.
     pub(crate) async fn record_file_mounts(
         tx: &mut WriteTx<E>,
         session: &SessionId,
@@ -71,10 +83,7 @@ impl<E: Engine> SqlStore<E> {
         }
         for r in resources {
             let ResourceKind::File { file_id, .. } = &r.kind else { continue };
-            let exists = query_as::<(String,)>("SELECT id FROM files WHERE id = $1")
-                .bind(file_id.as_str())
-                .fetch_optional(&mut **tx)
-                .await?;
+            let exists = query_as::<(String,)>(E::SHARE_FILE).bind(file_id.as_str()).fetch_optional(&mut **tx).await?;
             if exists.is_none() {
                 return Err(StoreError::not_found("file", file_id));
             }
@@ -181,7 +190,12 @@ impl<E: Engine> Files for SqlStore<E> {
 
     async fn delete_file(&self, id: &FileId) -> Result<()> {
         let mut tx = self.begin_write().await?;
-        // The mount check and the delete are one statement.
+        // The row first, exclusively, so no mount is being recorded while the mounts are read
+        // (see `record_file_mounts`); then the check and the delete, in one statement that
+        // sees every mount committed before the lock was granted.
+        if query_as::<(String,)>(E::LOCK_FILE).bind(id.as_str()).fetch_optional(&mut *tx).await?.is_none() {
+            return Err(StoreError::not_found("file", id));
+        }
         let gone = query_as::<(String,)>(
             "DELETE FROM files WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM file_mounts m WHERE m.file_id = $1) RETURNING id",
         )
