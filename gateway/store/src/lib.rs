@@ -45,7 +45,7 @@ pub use model::*;
 pub use skills::{NewSkillVersion, SkillFile, Skills, StoredSkill, StoredSkillVersion};
 pub use wake::{Hint, Tip, Wakeups};
 pub use webhooks::{EndpointOrigin, FEED_KINDS, NewEndpoint, WebhookEndpoint, Webhooks};
-pub use work::{Beat, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
+pub use work::{Beat, Pollers, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
 
 /// Agents (versioned, archive-only) and environments.
 #[async_trait]

@@ -104,6 +104,7 @@ macro_rules! conformance_suite {
             work::work_items_carry_a_sessions_connection,
             work::unanswered_requests_fail_and_lapsed_leases_disconnect,
             work::racing_polls_take_each_item_once,
+            work::pollers_are_pruned_outside_their_window_and_bounded_per_environment,
             work::environment_keys_are_scoped_and_not_api_keys,
             work::fed_events_become_deliveries_once,
             work::webhook_endpoints_disable_after_failures,
