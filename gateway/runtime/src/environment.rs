@@ -142,6 +142,10 @@ pub struct EnvironmentsConfig {
     /// disconnected) when no heartbeat renews it for this long.
     #[serde(rename = "heartbeat_ttl_secs", with = "gateway_core::durations::secs")]
     pub heartbeat_ttl: Duration,
+    /// Distinct workers (`Anthropic-Worker-ID`, a value the executor chooses) one self-hosted
+    /// environment records as polling within the 30 s window; polls from more are served but
+    /// not counted in `workers_polling`, and rows outside the window are pruned.
+    pub max_polling_workers: u64,
     /// How repository resources are checked out (`git`, `allow_private_repositories`,
     /// `checkout_timeout_secs`, `max_repository_bytes`).
     #[serde(flatten)]
@@ -161,6 +165,7 @@ impl EnvironmentsConfig {
         crate::executors::ExecutorSettings {
             connect_timeout: self.connect_timeout,
             heartbeat_ttl: self.heartbeat_ttl,
+            max_polling_workers: self.max_polling_workers,
             ..Default::default()
         }
     }
@@ -177,6 +182,7 @@ impl Default for EnvironmentsConfig {
             max_live: None,
             connect_timeout: crate::executors::ExecutorSettings::default().connect_timeout,
             heartbeat_ttl: crate::executors::ExecutorSettings::default().heartbeat_ttl,
+            max_polling_workers: crate::executors::ExecutorSettings::default().max_polling_workers,
             checkout: CheckoutConfig::default(),
         }
     }

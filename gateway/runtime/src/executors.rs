@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use gateway_core::environment::EnvironmentConfig;
 use gateway_core::{ApiKeyId, EnvironmentId, SessionId, WorkId};
-use gateway_store::{ApiKey, Beat, Page, PageRequest, Stop, Store, StoreError, WorkItem, WorkStats};
+use gateway_store::{ApiKey, Beat, Page, PageRequest, Pollers, Stop, Store, StoreError, WorkItem, WorkStats};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -38,6 +38,9 @@ pub struct ExecutorSettings {
     pub heartbeat_ttl: Duration,
     /// A polled item not acknowledged within this is handed out again (the SDK's default).
     pub reclaim_after: Duration,
+    /// Distinct workers (`Anthropic-Worker-ID`) one environment records within the polling
+    /// window; polls from more are served, not counted ([`gateway_store::Pollers`]).
+    pub max_polling_workers: u64,
 }
 
 impl Default for ExecutorSettings {
@@ -46,6 +49,7 @@ impl Default for ExecutorSettings {
             connect_timeout: Duration::from_secs(300),
             heartbeat_ttl: Duration::from_secs(30),
             reclaim_after: Duration::from_secs(5),
+            max_polling_workers: 1000,
         }
     }
 }
@@ -87,6 +91,11 @@ impl Executors {
 
     pub fn settings(&self) -> &ExecutorSettings {
         &self.settings
+    }
+
+    /// How polls are recorded: within the window work stats count, up to the bound.
+    fn pollers(&self) -> Pollers {
+        Pollers { window: POLLING_WINDOW, max_per_environment: self.settings.max_polling_workers }
     }
 
     /// Makes sure an executor serves `session`, asking for one and waiting up to the connect
@@ -138,7 +147,7 @@ impl Executors {
         let deadline = tokio::time::Instant::now() + block.unwrap_or_default().min(MAX_POLL_BLOCK);
         loop {
             let woken = self.queued.notified();
-            if let Some(item) = self.store.poll_work(environment, worker, reclaim).await? {
+            if let Some(item) = self.store.poll_work(environment, worker, reclaim, self.pollers()).await? {
                 return Ok(Some(item));
             }
             tokio::select! {
