@@ -39,7 +39,7 @@ use gateway_core::session::{EnvironmentState, Session};
 use gateway_core::{AgentId, ApiKeyId, DeliveryId, EnvironmentId, EventId, RunId, SessionId};
 
 pub use error::{Guard, Result, StoreError};
-pub use files::{CHUNK_BYTES, Files, NewFile, StoredFile};
+pub use files::{CHUNK_BYTES, Files, NewFile, StoredFile, UploadQuota};
 pub use metrics::StoreMetrics;
 pub use model::*;
 pub use skills::{NewSkillVersion, SkillFile, Skills, StoredSkill, StoredSkillVersion};

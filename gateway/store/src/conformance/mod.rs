@@ -111,6 +111,7 @@ macro_rules! conformance_suite {
             files::files_keep_their_bytes_and_appear_only_once_created,
             files::a_mounted_file_outlives_every_attempt_to_delete_it,
             files::a_file_is_never_deleted_while_a_session_mounting_it_is_created,
+            files::uploads_are_bounded_per_uploader_and_in_all,
             skills::skill_versions_keep_their_files_and_the_latest_follows_changes
         );
     };
