@@ -48,6 +48,7 @@ pub use hand::{Hand, MountWriter, ToolOutput};
 pub use local::LocalProvider;
 pub use namespace::NamespaceProvider;
 pub use terminal::{TerminalError, TerminalExit, TerminalOutput, TerminalSpec, Terminals};
+pub use text::capped_text;
 pub use tools::{BuiltinToolDefinition, builtin_tool_definitions};
 
 /// Why a sandbox could not be provided or used.
