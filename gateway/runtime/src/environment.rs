@@ -166,6 +166,7 @@ impl EnvironmentsConfig {
             connect_timeout: self.connect_timeout,
             heartbeat_ttl: self.heartbeat_ttl,
             max_polling_workers: self.max_polling_workers,
+            output_cap: self.limits.output_cap,
             ..Default::default()
         }
     }
