@@ -108,6 +108,7 @@ macro_rules! conformance_suite {
             work::environment_keys_are_scoped_and_not_api_keys,
             work::fed_events_become_deliveries_once,
             work::webhook_endpoints_disable_after_failures,
+            work::webhook_endpoints_are_bounded_per_creating_key,
             files::files_keep_their_bytes_and_appear_only_once_created,
             files::a_mounted_file_outlives_every_attempt_to_delete_it,
             files::a_file_is_never_deleted_while_a_session_mounting_it_is_created,

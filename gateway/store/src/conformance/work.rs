@@ -328,3 +328,29 @@ pub async fn pollers_are_pruned_outside_their_window_and_bounded_per_environment
     let all = store.work_stats(&env, Duration::from_secs(3600)).await.unwrap().workers_polling;
     assert_eq!(all, 3, "lapsed rows are gone, not merely uncounted");
 }
+
+/// Endpoints registered through the API are bounded per creating key (a loop of
+/// `POST /v1/webhooks` made every delivery wait); deleting one makes room, another key has
+/// room of its own, and the operator's config endpoints count against none.
+pub async fn webhook_endpoints_are_bounded_per_creating_key(h: &dyn Harness) {
+    use crate::{EndpointOrigin, NewEndpoint};
+    let store = h.fresh().await;
+    let new = |origin, url: &str| NewEndpoint {
+        id: gateway_core::WebhookId::new(),
+        origin,
+        url: url.into(),
+        secret: "sealed".into(),
+        event_types: vec![],
+        description: None,
+    };
+    store.put_webhook(new(EndpointOrigin::Config, "https://config.example")).await.unwrap();
+    let first = store.register_webhook(new(EndpointOrigin::Api, "https://1.example"), "k1", 2).await.unwrap();
+    store.register_webhook(new(EndpointOrigin::Api, "https://2.example"), "k1", 2).await.unwrap();
+    let refused = store.register_webhook(new(EndpointOrigin::Api, "https://3.example"), "k1", 2).await.unwrap_err();
+    assert!(matches!(&refused, StoreError::Guard(Guard::WebhookLimit { count: 2, limit: 2, .. })), "{refused:?}");
+    assert_eq!(store.list_webhooks().await.unwrap().len(), 3, "nothing was written");
+    store.register_webhook(new(EndpointOrigin::Api, "https://k2.example"), "k2", 2).await.unwrap();
+    assert!(store.delete_webhook(&first.id).await.unwrap());
+    store.register_webhook(new(EndpointOrigin::Api, "https://3.example"), "k1", 2).await.unwrap();
+    assert_eq!(store.list_webhooks().await.unwrap().len(), 4);
+}
