@@ -125,10 +125,14 @@ impl FileUpload {
         Ok(())
     }
 
-    /// Stores the rest and makes the file visible under `filename` and `mime_type`.
+    /// Stores the rest and makes the file visible under `filename` and `mime_type`. Refused
+    /// (its last chunk past a quota), it is abandoned: what it stored is removed at once.
     pub async fn finish(mut self, filename: String, mime_type: String) -> Result<StoredFile, UploadError> {
-        if !self.pending.is_empty() {
-            self.flush().await?;
+        if !self.pending.is_empty()
+            && let Err(e) = self.flush().await
+        {
+            self.abandon().await;
+            return Err(e);
         }
         let new = NewFile {
             id: self.id.clone(),
