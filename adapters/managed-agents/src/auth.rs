@@ -69,6 +69,15 @@ async fn check_environment_scope(
     }
 }
 
+/// Whose quota a request's uploads and webhook endpoints count against: its key's id, or the
+/// one name every keyless local client shares.
+pub(crate) fn owner(principal: Option<&Principal>) -> String {
+    match principal {
+        Some(Principal::Key(key) | Principal::Environment { key, .. }) => key.to_string(),
+        Some(Principal::Loopback) | None => gateway_runtime::files::ANONYMOUS.to_owned(),
+    }
+}
+
 /// The envelope of a refused request: 401 `authentication_error`, 421 `permission_error` for
 /// a request addressed to another host's name, 503 `api_error` when keys cannot be checked.
 fn refusal(e: &AuthError) -> ApiError {

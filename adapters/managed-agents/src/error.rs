@@ -14,6 +14,9 @@ use gateway_runtime::error::Guard;
 use gateway_runtime::{Busy, RuntimeError};
 use serde_json::{Value, json};
 
+/// When a client refused for its uploads in progress should try again: long enough for an
+/// upload of its own to finish.
+const UPLOAD_QUOTA_RETRY_AFTER: Duration = Duration::from_secs(10);
 /// When a client refused for an unavailable database should try again.
 const UNAVAILABLE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
@@ -161,6 +164,27 @@ impl From<RuntimeError> for ApiError {
                 Guard::ResourcesChanged(_) => ApiError::conflict(message, "conflict"),
                 Guard::SkillNameChanged { .. } => ApiError::invalid(message).code("skill_name_mismatch"),
                 Guard::LastSkillVersion { .. } => ApiError::conflict(message, "last_skill_version"),
+                // The key's own uploads in progress (or abandoned, until swept) fill its quota:
+                // the per-client throttle, retried once some finish.
+                Guard::UploadQuota { .. } => ApiError {
+                    retry_after: Some(UPLOAD_QUOTA_RETRY_AFTER),
+                    ..ApiError::new(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "rate_limit_error",
+                        format!("{message} (files.max_pending_bytes_per_key)"),
+                    )
+                    .code("upload_quota_exceeded")
+                },
+                // Only deleting files makes room: not retried.
+                Guard::StorageQuota { .. } => ApiError {
+                    no_retry: true,
+                    ..ApiError::content_too_large(format!("{message} (files.max_stored_bytes)"))
+                        .code("storage_quota_exceeded")
+                },
+                Guard::WebhookLimit { .. } => {
+                    ApiError::invalid(format!("{message}; delete one first (webhook_delivery.max_endpoints_per_key)"))
+                        .code("webhook_endpoint_limit")
+                }
             },
             RuntimeError::Rejected(a) => match a {
                 AdmissionError::Archived => ApiError::invalid(message).code("session_archived"),

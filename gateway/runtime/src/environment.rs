@@ -166,6 +166,10 @@ pub struct EnvironmentsConfig {
     /// disconnected) when no heartbeat renews it for this long.
     #[serde(rename = "heartbeat_ttl_secs", with = "gateway_core::durations::secs")]
     pub heartbeat_ttl: Duration,
+    /// Distinct workers (`Anthropic-Worker-ID`, a value the executor chooses) one self-hosted
+    /// environment records as polling within the 30 s window; polls from more are served but
+    /// not counted in `workers_polling`, and rows outside the window are pruned.
+    pub max_polling_workers: u64,
     /// How repository resources are checked out (`git`, `allow_private_repositories`,
     /// `checkout_timeout_secs`, `max_repository_bytes`, `max_repository_entries`).
     #[serde(flatten)]
@@ -185,6 +189,8 @@ impl EnvironmentsConfig {
         crate::executors::ExecutorSettings {
             connect_timeout: self.connect_timeout,
             heartbeat_ttl: self.heartbeat_ttl,
+            max_polling_workers: self.max_polling_workers,
+            output_cap: self.limits.output_cap,
             ..Default::default()
         }
     }
@@ -202,6 +208,7 @@ impl Default for EnvironmentsConfig {
             realize_wait: Duration::from_secs(60),
             connect_timeout: crate::executors::ExecutorSettings::default().connect_timeout,
             heartbeat_ttl: crate::executors::ExecutorSettings::default().heartbeat_ttl,
+            max_polling_workers: crate::executors::ExecutorSettings::default().max_polling_workers,
             checkout: CheckoutConfig::default(),
         }
     }

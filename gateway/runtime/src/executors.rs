@@ -18,9 +18,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gateway_core::content::ContentBlock;
 use gateway_core::environment::EnvironmentConfig;
 use gateway_core::{ApiKeyId, EnvironmentId, SessionId, WorkId};
-use gateway_store::{ApiKey, Beat, Page, PageRequest, Stop, Store, StoreError, WorkItem, WorkStats};
+use gateway_store::{ApiKey, Beat, Page, PageRequest, Pollers, Stop, Store, StoreError, WorkItem, WorkStats};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -38,6 +39,12 @@ pub struct ExecutorSettings {
     pub heartbeat_ttl: Duration,
     /// A polled item not acknowledged within this is handed out again (the SDK's default).
     pub reclaim_after: Duration,
+    /// Distinct workers (`Anthropic-Worker-ID`) one environment records within the polling
+    /// window; polls from more are served, not counted ([`gateway_store::Pollers`]).
+    pub max_polling_workers: u64,
+    /// Bytes of an executor's result kept ([`Executors::cap_result`]): the output cap of the
+    /// gateway's own built-in tools (`[environments] output_cap_bytes`).
+    pub output_cap: usize,
 }
 
 impl Default for ExecutorSettings {
@@ -46,6 +53,8 @@ impl Default for ExecutorSettings {
             connect_timeout: Duration::from_secs(300),
             heartbeat_ttl: Duration::from_secs(30),
             reclaim_after: Duration::from_secs(5),
+            max_polling_workers: 1000,
+            output_cap: gateway_sandbox::Limits::default().output_cap,
         }
     }
 }
@@ -70,6 +79,49 @@ pub struct Executors {
     queued: Notify,
 }
 
+/// An executor's result as it is admitted (`events::send` of the Managed Agents adapter): held to the output cap the gateway's own
+/// built-in tools obey, counted the same way ([`gateway_sandbox::capped_text`]: the JSON
+/// form of the text a client receives), over the whole result. Text is cut at the cap; a
+/// block that is not text and does not fit whole is dropped; a last text block says how
+/// many bytes went, as a built-in tool's output does. Without it an executor's 30 MiB
+/// result was stored, replayed to the model and streamed to every client.
+pub fn cap_result(content: Vec<ContentBlock>, cap: usize) -> Vec<ContentBlock> {
+    let (mut room, mut dropped) = (cap, 0usize);
+    let mut kept = Vec::with_capacity(content.len());
+    for block in content {
+        match block {
+            ContentBlock::Text { text } => {
+                let (text, cut) = gateway_sandbox::capped_text(text.as_bytes(), room);
+                room = room.saturating_sub(json_text_len(&text));
+                dropped += cut;
+                if !text.is_empty() {
+                    kept.push(ContentBlock::Text { text });
+                }
+            }
+            other => {
+                let size = serde_json::to_string(&other).map_or(usize::MAX, |j| j.len());
+                if size <= room {
+                    room -= size;
+                    kept.push(other);
+                } else {
+                    dropped = dropped.saturating_add(size);
+                }
+            }
+        }
+    }
+    if dropped > 0 {
+        kept.push(ContentBlock::text(format!(
+            "[output truncated: {dropped} more bytes were dropped (the cap is {cap} bytes)]"
+        )));
+    }
+    kept
+}
+
+/// The bytes `text` takes inside a JSON string (what [`gateway_sandbox::capped_text`] counts).
+fn json_text_len(text: &str) -> usize {
+    serde_json::to_string(text).map_or(text.len(), |j| j.len().saturating_sub(2))
+}
+
 /// How a wait for an executor ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Connection {
@@ -87,6 +139,16 @@ impl Executors {
 
     pub fn settings(&self) -> &ExecutorSettings {
         &self.settings
+    }
+
+    /// An executor's result as it is admitted, held to the output cap ([`cap_result`]).
+    pub fn cap_result(&self, content: Vec<ContentBlock>) -> Vec<ContentBlock> {
+        cap_result(content, self.settings.output_cap)
+    }
+
+    /// How polls are recorded: within the window work stats count, up to the bound.
+    fn pollers(&self) -> Pollers {
+        Pollers { window: POLLING_WINDOW, max_per_environment: self.settings.max_polling_workers }
     }
 
     /// Makes sure an executor serves `session`, asking for one and waiting up to the connect
@@ -138,7 +200,7 @@ impl Executors {
         let deadline = tokio::time::Instant::now() + block.unwrap_or_default().min(MAX_POLL_BLOCK);
         loop {
             let woken = self.queued.notified();
-            if let Some(item) = self.store.poll_work(environment, worker, reclaim).await? {
+            if let Some(item) = self.store.poll_work(environment, worker, reclaim, self.pollers()).await? {
                 return Ok(Some(item));
             }
             tokio::select! {
@@ -233,5 +295,43 @@ impl Executors {
                 info!(session = %session, "a self-hosted executor's lease lapsed; the session is disconnected");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(t: &str) -> ContentBlock {
+        ContentBlock::text(t)
+    }
+
+    #[test]
+    fn executor_results_are_held_to_the_output_cap() {
+        let note = |dropped: usize| {
+            text(&format!("[output truncated: {dropped} more bytes were dropped (the cap is 10 bytes)]"))
+        };
+        let image = ContentBlock::Image {
+            source: gateway_core::content::MediaSource::Url { url: "https://example.com/a.png".into() },
+        };
+        let image_len = serde_json::to_string(&image).unwrap().len();
+        let cases: Vec<(&str, Vec<ContentBlock>, Vec<ContentBlock>)> = vec![
+            ("under the cap: unchanged", vec![text("0123456789")], vec![text("0123456789")]),
+            ("one text cut at the cap", vec![text("0123456789abc")], vec![text("0123456789"), note(3)]),
+            ("the cap spans blocks", vec![text("012345"), text("6789ab")], vec![text("012345"), text("6789"), note(2)]),
+            ("counted as JSON: a newline is two bytes", vec![text("\n\n\n\n\n\n")], vec![text("\n\n\n\n\n"), note(2)]),
+            (
+                "a block that does not fit whole is dropped",
+                vec![text("01"), image.clone()],
+                vec![text("01"), note(image_len)],
+            ),
+            ("nothing left for later blocks", vec![text("0123456789"), text("x")], vec![text("0123456789"), note(1)]),
+            ("empty stays empty", vec![], vec![]),
+        ];
+        for (case, input, expected) in cases {
+            assert_eq!(cap_result(input, 10), expected, "{case}");
+        }
+        let huge = cap_result(vec![text(&"x".repeat(30 << 20))], 100_000);
+        assert_eq!(huge[0], text(&"x".repeat(100_000)), "a 30 MiB result keeps the cap");
     }
 }

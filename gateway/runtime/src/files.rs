@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gateway_core::FileId;
-use gateway_store::{CHUNK_BYTES, Files, NewFile, StoreError, StoredFile};
+use gateway_store::{CHUNK_BYTES, Files, NewFile, StoreError, StoredFile, UploadQuota};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
@@ -19,13 +19,27 @@ use tracing::{info, warn};
 pub struct FilesConfig {
     /// The largest file accepted, in bytes (the Managed Agents API's own limit is 500 MB).
     pub max_bytes: u64,
+    /// Bytes one key's uploads in progress may hold (chunks stored, file not yet created),
+    /// uploads cut short included until they are swept: four whole uploads of the largest
+    /// size at once by default.
+    pub max_pending_bytes_per_key: u64,
+    /// Bytes all files and uploads in progress may hold together (the Managed Agents API's
+    /// own storage limit is 100 GB per organization).
+    pub max_stored_bytes: u64,
 }
 
 impl Default for FilesConfig {
     fn default() -> Self {
-        Self { max_bytes: 500 * 1000 * 1000 }
+        Self {
+            max_bytes: 500 * 1000 * 1000,
+            max_pending_bytes_per_key: 2000 * 1000 * 1000,
+            max_stored_bytes: 100 * 1000 * 1000 * 1000,
+        }
     }
 }
+
+/// Whose uploads are counted together when the caller has no key (keyless local clients).
+pub const ANONYMOUS: &str = "local";
 
 /// Why an upload was not stored.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +56,7 @@ pub struct FileUpload {
     files: Arc<dyn Files>,
     id: FileId,
     limit: u64,
+    quota: UploadQuota,
     pending: Vec<u8>,
     chunks: u32,
     size: u64,
@@ -54,10 +69,33 @@ impl FileUpload {
             files,
             id: FileId::new(),
             limit: config.max_bytes,
+            quota: UploadQuota {
+                owner: ANONYMOUS.into(),
+                max_pending_bytes: config.max_pending_bytes_per_key,
+                max_stored_bytes: config.max_stored_bytes,
+            },
             pending: Vec::new(),
             chunks: 0,
             size: 0,
             digest: Sha256::new(),
+        }
+    }
+
+    /// Counts this upload against `owner`'s uploads in progress (an API key's id) rather than
+    /// the keyless local clients' shared quota.
+    pub fn owned_by(mut self, owner: impl Into<String>) -> Self {
+        self.quota.owner = owner.into();
+        self
+    }
+
+    /// Removes what was stored of an upload that will not be finished (refused, or its form
+    /// was bad), so its room in the quotas is free at once. An upload dropped without this (the
+    /// client went away) is swept later.
+    pub async fn abandon(self) {
+        if self.chunks > 0
+            && let Err(e) = self.files.discard_upload(&self.id).await
+        {
+            warn!(file = %self.id, error = %e, "could not discard an abandoned upload; the sweep will");
         }
     }
 
@@ -82,15 +120,19 @@ impl FileUpload {
 
     async fn flush(&mut self) -> Result<(), UploadError> {
         let chunk = std::mem::replace(&mut self.pending, Vec::with_capacity(CHUNK_BYTES));
-        self.files.put_file_chunk(&self.id, self.chunks, chunk).await?;
+        self.files.put_file_chunk(&self.id, self.chunks, chunk, &self.quota).await?;
         self.chunks += 1;
         Ok(())
     }
 
-    /// Stores the rest and makes the file visible under `filename` and `mime_type`.
+    /// Stores the rest and makes the file visible under `filename` and `mime_type`. Refused
+    /// (its last chunk past a quota), it is abandoned: what it stored is removed at once.
     pub async fn finish(mut self, filename: String, mime_type: String) -> Result<StoredFile, UploadError> {
-        if !self.pending.is_empty() {
-            self.flush().await?;
+        if !self.pending.is_empty()
+            && let Err(e) = self.flush().await
+        {
+            self.abandon().await;
+            return Err(e);
         }
         let new = NewFile {
             id: self.id.clone(),
@@ -106,8 +148,8 @@ impl FileUpload {
     }
 }
 
-/// How long an upload's chunks may stay without their file before they are swept: longer
-/// than any upload takes.
+/// How long an upload may go without a new chunk before it is swept (with its room in the
+/// quotas): longer than any pause of a live upload.
 pub const ORPHAN_CHUNK_GRACE: Duration = Duration::from_secs(3600);
 
 /// Sweeps the chunks of abandoned uploads every few minutes until `stop`.

@@ -50,6 +50,7 @@ pub use local::LocalProvider;
 pub use namespace::NamespaceProvider;
 pub use readonly::ReadOnly;
 pub use terminal::{TerminalError, TerminalExit, TerminalOutput, TerminalSpec, Terminals};
+pub use text::capped_text;
 pub use tools::{BuiltinToolDefinition, builtin_tool_definitions};
 
 /// Why a sandbox could not be provided or used.

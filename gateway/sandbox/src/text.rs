@@ -6,7 +6,9 @@
 /// The cap counts what a client receives, not what the command printed: an invalid UTF-8
 /// byte becomes U+FFFD (three bytes) and a control character becomes a six-byte `\u00XX`
 /// escape, so capping the raw bytes let 100 KB of binary output become an event of 600 KB.
-pub(crate) fn capped_text(bytes: &[u8], cap: usize) -> (String, usize) {
+/// Public because a self-hosted executor's results obey the same rule when they are admitted
+/// (`gateway_runtime::executors`).
+pub fn capped_text(bytes: &[u8], cap: usize) -> (String, usize) {
     let text = String::from_utf8_lossy(bytes);
     let mut size = 0;
     for (at, c) in text.char_indices() {

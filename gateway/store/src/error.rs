@@ -73,6 +73,19 @@ pub enum Guard {
     /// A file mounted by a live session cannot be deleted.
     #[error("file {file} is mounted by session {session}; delete the resource or the session first")]
     FileInUse { file: String, session: String },
+    /// An upload's chunk would take its uploader's uploads in progress past their quota.
+    #[error(
+        "uploads in progress of {owner} hold {pending} bytes; one more chunk of {chunk} would pass their limit of {limit}"
+    )]
+    UploadQuota { owner: String, pending: u64, chunk: u64, limit: u64 },
+    /// An upload's chunk would take the stored files and uploads past their quota.
+    #[error(
+        "files and uploads in progress hold {stored} bytes; one more chunk of {chunk} would pass the limit of {limit}"
+    )]
+    StorageQuota { stored: u64, chunk: u64, limit: u64 },
+    /// An API key has registered as many webhook endpoints as it may.
+    #[error("{creator} has registered {count} webhook endpoints, the most it may ({limit})")]
+    WebhookLimit { creator: String, count: u64, limit: u64 },
     /// A skill's versions all have the skill's name.
     #[error("skill {skill} is named {expected:?}; a new version named {given:?} cannot be added to it")]
     SkillNameChanged { skill: String, expected: String, given: String },

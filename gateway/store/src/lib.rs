@@ -39,13 +39,13 @@ use gateway_core::session::{EnvironmentState, Session};
 use gateway_core::{AgentId, ApiKeyId, DeliveryId, EnvironmentId, EventId, RunId, SessionId};
 
 pub use error::{Guard, Result, StoreError};
-pub use files::{CHUNK_BYTES, Files, NewFile, StoredFile};
+pub use files::{CHUNK_BYTES, Files, NewFile, StoredFile, UploadQuota};
 pub use metrics::StoreMetrics;
 pub use model::*;
 pub use skills::{NewSkillVersion, SkillFile, Skills, StoredSkill, StoredSkillVersion};
 pub use wake::{Hint, Tip, Wakeups};
 pub use webhooks::{EndpointOrigin, FEED_KINDS, NewEndpoint, WebhookEndpoint, Webhooks};
-pub use work::{Beat, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
+pub use work::{Beat, Pollers, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
 
 /// Agents (versioned, archive-only) and environments.
 #[async_trait]

@@ -72,6 +72,17 @@ pub trait Webhooks: Send + Sync {
     /// Creates an endpoint, or replaces the address, secret and types of the one with its id
     /// (a config endpoint at start), keeping its failure record.
     async fn put_webhook(&self, endpoint: NewEndpoint) -> Result<WebhookEndpoint>;
+    /// Registers an endpoint created through the API by `creator` (an API key's id; keyless
+    /// local clients share one name), refused (`Guard::WebhookLimit`) when `creator` already
+    /// registered `max_per_creator` that still exist. Exact on SQLite; on PostgreSQL
+    /// registrations by one creator at the same moment may each see room (at most one more per
+    /// registration in flight).
+    async fn register_webhook(
+        &self,
+        endpoint: NewEndpoint,
+        creator: &str,
+        max_per_creator: u64,
+    ) -> Result<WebhookEndpoint>;
     /// Deletes the config endpoints not in `keep` (removed from the file).
     async fn prune_config_webhooks(&self, keep: &[WebhookId]) -> Result<()>;
     async fn list_webhooks(&self) -> Result<Vec<WebhookEndpoint>>;

@@ -106,6 +106,19 @@ pub struct WorkStats {
     pub workers_polling: u64,
 }
 
+/// How the store keeps who polled an environment's queue (work stats' `workers_polling`):
+/// one row per distinct `Anthropic-Worker-ID`, a value the client chooses. Without bounds
+/// every new id was a row kept forever (tens of thousands in seconds, slowing every writer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pollers {
+    /// A worker that has not polled for this long no longer counts, and its row may go: the
+    /// rows of an environment are pruned when a worker it does not know yet polls.
+    pub window: Duration,
+    /// The most workers one environment records at once (those within `window`). A poll from
+    /// one more is served all the same, and not recorded: `workers_polling` stops at the bound.
+    pub max_per_environment: u64,
+}
+
 /// A self-hosted environment's work queue.
 #[async_trait]
 pub trait WorkQueue: Send + Sync {
@@ -125,12 +138,13 @@ pub trait WorkQueue: Send + Sync {
     async fn give_up_connection(&self, session: &SessionId, error: &str) -> Result<bool>;
 
     /// Hands out the oldest queued item of `environment` whose session is live and that no poll
-    /// handed out in the last `reclaim_after`, recording who polled.
+    /// handed out in the last `reclaim_after`, recording who polled within `pollers`.
     async fn poll_work(
         &self,
         environment: &EnvironmentId,
         worker: Option<&str>,
         reclaim_after: Duration,
+        pollers: Pollers,
     ) -> Result<Option<WorkItem>>;
 
     /// Acknowledges a polled item: `queued` becomes `starting`, with a lease of `lease`, and
@@ -167,6 +181,7 @@ pub trait WorkQueue: Send + Sync {
     /// Items of `environment`, newest first.
     async fn list_work(&self, environment: &EnvironmentId, page: &PageRequest) -> Result<Page<WorkItem>>;
 
+    /// `workers_polling` counts the workers recorded within `polling_window`.
     async fn work_stats(&self, environment: &EnvironmentId, polling_window: Duration) -> Result<WorkStats>;
 
     /// Stops every held item whose lease lapsed (its executor is gone): each session becomes

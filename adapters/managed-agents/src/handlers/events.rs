@@ -5,7 +5,8 @@ use std::collections::HashSet;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use gateway_core::event::{EventKind, NewEvent};
+use gateway_core::SessionId;
+use gateway_core::event::{Event, EventPayload, NewEvent, ToolOrigin};
 use gateway_runtime::auth::Principal;
 use gateway_runtime::{EventFilter, Order};
 use serde::Deserialize;
@@ -38,8 +39,12 @@ mod props;
 
 /// Commits the batch, then echoes the client's events with their ids: "accepted" is only
 /// said after the commit (invariant 4).
-/// An environment key (a self-hosted executor) may send tool results only: it answers calls,
-/// it does not drive the agent.
+///
+/// An environment key (a self-hosted executor) answers the calls its work queue gave it and
+/// nothing else: only `user.tool_result`s, each naming a built-in tool call of this session
+/// (403 for a custom or MCP call, 400 `tool_use_not_pending` for an id that names no call, as
+/// for any result that answers nothing). An executor's result is held to the output cap of
+/// the gateway's own built-in tools before it is admitted, whoever sends it.
 pub async fn send(
     State(api): State<ManagedAgents>,
     principal: Option<Extension<Principal>>,
@@ -47,20 +52,44 @@ pub async fn send(
     ApiJson(body): ApiJson<SendBody>,
 ) -> Result<Json<Value>, ApiError> {
     let id = id(&raw)?;
-    let inputs = body.into_inputs()?;
-    if let Some(Extension(Principal::Environment { .. })) = principal
-        && inputs.iter().any(|e| e.payload.kind() != EventKind::ClientToolResult)
-    {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "permission_error",
-            "an environment key may send only user.tool_result and user.custom_tool_result events",
-        ));
+    let mut inputs = body.into_inputs()?;
+    if let Some(Extension(Principal::Environment { .. })) = principal {
+        for input in &inputs {
+            check_executor_answer(&api, &id, &input.payload).await?;
+        }
+    }
+    if let Ok(executors) = api.coordinator.executors() {
+        for input in &mut inputs {
+            if let EventPayload::ClientToolResult { origin: ToolOrigin::Builtin, content, .. } = &mut input.payload {
+                *content = executors.cap_result(std::mem::take(content));
+            }
+        }
     }
     let sent: HashSet<_> = inputs.iter().map(|e| e.id.clone()).collect();
     let committed = api.coordinator.submit(&id, inputs).await?;
     let data: Vec<Value> = committed.iter().filter(|e| sent.contains(&e.id)).filter_map(project).collect();
     Ok(Json(json!({"data": data})))
+}
+
+/// Refuses what an environment key may not send: anything but a `user.tool_result` for a
+/// built-in tool call of `session`. A call's origin is fixed when it is committed, so this
+/// read cannot be outdated by the admission; whether the call still waits is the admission's
+/// to check.
+async fn check_executor_answer(api: &ManagedAgents, session: &SessionId, input: &EventPayload) -> Result<(), ApiError> {
+    let refused = |message: &str| ApiError::new(StatusCode::FORBIDDEN, "permission_error", message);
+    let EventPayload::ClientToolResult { tool_use_id, origin: ToolOrigin::Builtin, .. } = input else {
+        return Err(refused(
+            "an environment key may send only user.tool_result events, for the built-in tool calls its executor runs",
+        ));
+    };
+    match api.coordinator.find_event(session, tool_use_id).await? {
+        Some(Event { payload: EventPayload::ToolUse { origin: ToolOrigin::Builtin, .. }, .. }) => Ok(()),
+        Some(Event { payload: EventPayload::ToolUse { .. }, .. }) => Err(refused(
+            "an environment key answers only built-in tool calls; this call is the application's to answer",
+        )),
+        _ => Err(ApiError::invalid(format!("{tool_use_id} is not a pending tool use of this session"))
+            .code("tool_use_not_pending")),
+    }
 }
 
 pub async fn list(

@@ -2,14 +2,15 @@
 //! a time ([`gateway_runtime::files`]); downloads stream back out the same way, so neither
 //! holds a whole file in memory (docs/adr/0017).
 
-use axum::Json;
 use axum::body::Body;
 use axum::extract::multipart::{Field, Multipart, MultipartRejection};
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use gateway_core::FileId;
-use gateway_runtime::files::UploadError;
+use gateway_runtime::auth::Principal;
+use gateway_runtime::files::{FileUpload, UploadError};
 use gateway_runtime::{Order, Page, RuntimeError, StoredFile};
 use serde_json::{Value, json};
 
@@ -75,25 +76,48 @@ fn mime_of(field: &Field<'_>) -> Result<String, ApiError> {
 
 /// `POST /v1/files`: one `file` part. Its bytes are bounded by `[files] max_bytes` (413
 /// beyond); `expires_in_seconds` is refused (files here never expire, and a file that
-/// outlived what its owner asked for would be a silent downgrade). The file is made visible
-/// only once the whole form has been read and accepted: a refused form leaves only chunks of
-/// no file, which are swept.
+/// outlived what its owner asked for would be a silent downgrade). Each chunk is stored only
+/// within the key's quota of uploads in progress (429 beyond, `files.max_pending_bytes_per_key`)
+/// and the quota of everything stored (413 beyond, `files.max_stored_bytes`). The file is made
+/// visible only once the whole form has been read and accepted: a refused form's chunks are
+/// discarded at once, and those of an upload the client abandoned are swept.
 pub async fn upload(
     State(api): State<ManagedAgents>,
+    principal: Option<Extension<Principal>>,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let mut multipart =
         multipart.map_err(|e| ApiError::invalid(format!("a file upload is multipart/form-data: {}", e.body_text())))?;
+    let mut upload = api.coordinator.upload().owned_by(crate::auth::owner(principal.as_deref()));
     let mut received = None;
+    match read_form(&mut multipart, &mut upload, &mut received).await {
+        Ok(()) => {}
+        Err(e) => {
+            upload.abandon().await;
+            return Err(e);
+        }
+    }
+    let Some((filename, mime_type)) = received else {
+        upload.abandon().await;
+        return Err(ApiError::invalid("the upload has no `file` part"));
+    };
+    Ok(Json(file_out(&upload.finish(filename, mime_type).await?)))
+}
+
+/// Reads the form: the `file` part's bytes into `upload`, its name and type into `received`.
+async fn read_form(
+    multipart: &mut Multipart,
+    upload: &mut FileUpload,
+    received: &mut Option<(String, String)>,
+) -> Result<(), ApiError> {
     while let Some(mut field) = multipart.next_field().await.map_err(multipart_error)? {
         match field.name() {
             Some("file") if received.is_none() => {
                 let (filename, mime_type) = (filename_of(&field)?, mime_of(&field)?);
-                let mut upload = api.coordinator.upload();
                 while let Some(bytes) = field.chunk().await.map_err(multipart_error)? {
                     upload.push(&bytes).await?;
                 }
-                received = Some((upload, filename, mime_type));
+                *received = Some((filename, mime_type));
             }
             Some("file") => return Err(ApiError::invalid("a file upload holds one `file` part")),
             Some("expires_in_seconds") => return Err(ApiError::not_supported("expires_in_seconds")),
@@ -103,8 +127,7 @@ pub async fn upload(
             }
         }
     }
-    let (upload, filename, mime_type) = received.ok_or_else(|| ApiError::invalid("the upload has no `file` part"))?;
-    Ok(Json(file_out(&upload.finish(filename, mime_type).await?)))
+    Ok(())
 }
 
 /// `GET /v1/files`: newest first; `ids` names up to 100 files (one page, unknown ids left out).
@@ -170,10 +193,15 @@ pub async fn download(State(api): State<ManagedAgents>, Path(raw): Path<String>)
         HeaderValue::from_str(&file.mime_type).unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
     headers.insert(header::CONTENT_TYPE, mime);
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(file.size_bytes));
+    // The content type is the uploader's word, and the bytes are the uploader's: a browser
+    // must neither guess another type from them (`nosniff`) nor render them as a page of this
+    // origin (`attachment`, whatever the type), or an uploaded `text/html` or SVG would run
+    // script with the gateway's origin.
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     let ascii: String = file.filename.chars().map(|c| if c.is_ascii_graphic() && c != '"' { c } else { '_' }).collect();
-    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{ascii}\"")) {
-        headers.insert(header::CONTENT_DISPOSITION, v);
-    }
+    let disposition = HeaderValue::from_str(&format!("attachment; filename=\"{ascii}\""))
+        .unwrap_or_else(|_| HeaderValue::from_static("attachment"));
+    headers.insert(header::CONTENT_DISPOSITION, disposition);
     Ok(response)
 }
 

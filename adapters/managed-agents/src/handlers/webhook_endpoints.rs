@@ -1,9 +1,10 @@
 //! `/v1/webhooks`: webhook endpoints (an extension, docs/adr/0013). The signing secret is in
 //! the creation's answer only.
 
-use axum::Json;
 use axum::extract::{Path, State};
+use axum::{Extension, Json};
 use gateway_core::WebhookId;
+use gateway_runtime::auth::Principal;
 use gateway_runtime::{EndpointOrigin, WebhookEndpoint};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -61,14 +62,18 @@ fn endpoint_out(e: &WebhookEndpoint, secret: Option<&str>) -> Value {
     v
 }
 
+/// `POST /v1/webhooks`: within `webhook_delivery.max_endpoints_per_key` endpoints of the
+/// calling key (400 `webhook_endpoint_limit` beyond).
 pub async fn create(
     State(api): State<ManagedAgents>,
+    principal: Option<Extension<Principal>>,
     ApiJson(body): ApiJson<EndpointCreate>,
 ) -> Result<Json<Value>, ApiError> {
     if body.url.len() > MAX_URL || body.description.as_ref().is_some_and(|d| d.len() > MAX_DESCRIPTION) {
         return Err(ApiError::invalid(format!("url holds at most {MAX_URL} bytes, description {MAX_DESCRIPTION}")));
     }
-    let (endpoint, secret) = api.webhooks.create(&body.url, body.event_types, body.description).await?;
+    let creator = crate::auth::owner(principal.as_deref());
+    let (endpoint, secret) = api.webhooks.create(&body.url, body.event_types, body.description, &creator).await?;
     Ok(Json(endpoint_out(&endpoint, Some(&secret))))
 }
 

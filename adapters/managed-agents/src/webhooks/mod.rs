@@ -8,6 +8,11 @@
 //! is signed when it is sent (Standard Webhooks: the timestamp is the attempt's), with the id
 //! the delivery was made with, so every retry carries the same `webhook-id`.
 //!
+//! Attempts run in a pool ([`pool::DeliveryPool`]): at most
+//! `webhook_delivery.max_concurrent` at once, each bounded by `webhook_delivery.timeout_ms`,
+//! one per endpoint (the outbox orders each endpoint's deliveries), claimed only as places
+//! free up, so a slow receiver delays only its own deliveries.
+//!
 //! Retried: network errors, 408, 429 and 5xx. A redirect is never followed (it fails the
 //! delivery, like any other answer). After `DISABLE_AFTER` failed attempts in a row an
 //! endpoint is disabled until it is re-enabled. Endpoints from the config file are the
@@ -15,6 +20,7 @@
 //! public addresses only, unless `allow_private_webhook_targets` says otherwise.
 
 mod payload;
+mod pool;
 pub mod sign;
 
 use std::collections::BTreeMap;
@@ -39,7 +45,6 @@ pub const DISABLE_AFTER: u32 = 20;
 const CHANNEL: &str = "webhook";
 /// Outbox topics of webhooks: `webhook:<endpoint id>`.
 const TOPICS: &str = "webhook:";
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the loop looks again when it found nothing to do.
 const IDLE: Duration = Duration::from_millis(200);
 /// How often whether any endpoint is enabled is read again (another process may add one).
@@ -62,11 +67,31 @@ pub struct WebhookConfig {
 pub struct WebhookDelivery {
     /// The longest wait between two attempts (the backoff doubles from one second).
     pub max_backoff_ms: u64,
+    /// Endpoints one API key may register through `POST /v1/webhooks` (keyless local clients
+    /// count as one key; the config file's endpoints count against none).
+    pub max_endpoints_per_key: u64,
+    /// Delivery attempts in flight at once in this process, all endpoints together. An endpoint
+    /// has at most one in flight: its deliveries are made in order.
+    pub max_concurrent: usize,
+    /// The longest one attempt may take, from connecting to the receiver's answer.
+    pub timeout_ms: u64,
 }
 
 impl Default for WebhookDelivery {
     fn default() -> Self {
-        Self { max_backoff_ms: 60_000 }
+        Self { max_backoff_ms: 60_000, max_endpoints_per_key: 100, max_concurrent: 64, timeout_ms: 10_000 }
+    }
+}
+
+impl WebhookDelivery {
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms.max(1))
+    }
+
+    /// How long a claimed delivery is leased: well past its attempt's timeout, so another
+    /// process takes it over only once this one is surely done with it.
+    fn lease(&self) -> Duration {
+        Duration::from_secs(60).max(self.timeout().saturating_mul(2))
     }
 }
 
@@ -156,8 +181,8 @@ impl Webhooks {
         }
         store.prune_config_webhooks(&keep).await?;
         let me = Arc::new(Self {
-            trusted: ssrf::client(true, REQUEST_TIMEOUT),
-            registered: ssrf::client(settings.allow_private_targets, REQUEST_TIMEOUT),
+            trusted: ssrf::client(true, settings.delivery.timeout()),
+            registered: ssrf::client(settings.allow_private_targets, settings.delivery.timeout()),
             coordinator,
             secrets,
             settings,
@@ -183,12 +208,14 @@ impl Webhooks {
 
     // ---- the endpoints API ----
 
-    /// Registers an endpoint; returns it and its secret (shown once).
+    /// Registers an endpoint for `creator` (an API key's id), within its
+    /// `max_endpoints_per_key`; returns it and its secret (shown once).
     pub async fn create(
         &self,
         url: &str,
         event_types: Vec<String>,
         description: Option<String>,
+        creator: &str,
     ) -> Result<(WebhookEndpoint, String), WebhookError> {
         ssrf::check_url(url, self.settings.allow_private_targets)
             .map_err(|e| WebhookError::Invalid(format!("url: {e}")))?;
@@ -197,14 +224,18 @@ impl Webhooks {
         let endpoint = self
             .coordinator
             .webhooks()
-            .put_webhook(NewEndpoint {
-                id: WebhookId::new(),
-                origin: EndpointOrigin::Api,
-                url: url.to_owned(),
-                secret: self.secrets.seal(&secret),
-                event_types,
-                description,
-            })
+            .register_webhook(
+                NewEndpoint {
+                    id: WebhookId::new(),
+                    origin: EndpointOrigin::Api,
+                    url: url.to_owned(),
+                    secret: self.secrets.seal(&secret),
+                    event_types,
+                    description,
+                },
+                creator,
+                self.settings.delivery.max_endpoints_per_key,
+            )
             .await?;
         self.refresh_feed().await;
         Ok((endpoint, secret))
@@ -232,8 +263,11 @@ impl Webhooks {
 
     // ---- delivery ----
 
-    /// Fans fed events out and delivers what is due, until `stop`.
+    /// Fans fed events out and delivers what is due, until `stop`: each claimed delivery is an
+    /// attempt of its own in the pool, and the loop goes on while attempts are in flight. At
+    /// `stop`, attempts in flight are ended (their leases expire and they are made again).
     pub async fn run(self: Arc<Self>, owner: String, stop: CancellationToken) {
+        let mut pool = pool::DeliveryPool::new(self.settings.delivery.max_concurrent);
         let mut refreshed = tokio::time::Instant::now();
         loop {
             if refreshed.elapsed() >= REFRESH {
@@ -241,32 +275,42 @@ impl Webhooks {
                 refreshed = tokio::time::Instant::now();
             }
             let endpoints = self.endpoints.read().unwrap_or_else(|p| p.into_inner()).clone();
+            let free = pool.free();
             // Without endpoints nothing is fed or queued: no write for the store's writer.
             // (Deliveries queued before the last endpoint went are failed once one exists again.)
             let (fed, claimed) = if endpoints.is_empty() {
                 (0, vec![])
             } else {
                 let fed = self.fan_out(&endpoints).await;
-                let claimed = self
-                    .coordinator
-                    .outbox()
-                    .claim_deliveries(&owner, TOPICS, 16, Duration::from_secs(60))
-                    .await
-                    .unwrap_or_else(|e| {
+                let claimed = if free == 0 {
+                    vec![]
+                } else {
+                    let limit = u32::try_from(free).unwrap_or(u32::MAX);
+                    let lease = self.settings.delivery.lease();
+                    self.coordinator.outbox().claim_deliveries(&owner, TOPICS, limit, lease).await.unwrap_or_else(|e| {
                         warn!(error = %e, "cannot claim webhook deliveries");
                         vec![]
-                    });
+                    })
+                };
                 (fed, claimed)
             };
-            if fed == 0 && claimed.is_empty() {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(IDLE) => {}
-                }
-                continue;
+            let started = claimed.len();
+            for d in claimed {
+                let me = Arc::clone(&self);
+                pool.spawn(async move { me.deliver(d).await });
             }
-            futures::future::join_all(claimed.into_iter().map(|d| self.deliver(d))).await;
+            // Look again at once only if there may be more to do now and a place to do it in.
+            if (fed == 0 && started == 0) || started == free {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(IDLE) => {}
+                    _ = pool.next_done() => {}
+                }
+            } else if stop.is_cancelled() {
+                break;
+            }
         }
+        pool.shutdown().await;
     }
 
     async fn fan_out(&self, endpoints: &[WebhookEndpoint]) -> usize {

@@ -206,6 +206,12 @@ impl TestGatewayBuilder {
         self
     }
 
+    /// What uploads may be (size and quotas).
+    pub fn files(mut self, config: crate::files::FilesConfig) -> Self {
+        self.coordinator.files = config;
+        self
+    }
+
     /// Assembles the gateway; its Workers (if any) run at once.
     pub async fn build(self) -> TestGateway {
         let (store, harness) = match (self.store, self.harness) {

@@ -104,11 +104,15 @@ macro_rules! conformance_suite {
             work::work_items_carry_a_sessions_connection,
             work::unanswered_requests_fail_and_lapsed_leases_disconnect,
             work::racing_polls_take_each_item_once,
+            work::pollers_are_pruned_outside_their_window_and_bounded_per_environment,
             work::environment_keys_are_scoped_and_not_api_keys,
             work::fed_events_become_deliveries_once,
             work::webhook_endpoints_disable_after_failures,
+            work::webhook_endpoints_are_bounded_per_creating_key,
             files::files_keep_their_bytes_and_appear_only_once_created,
             files::a_mounted_file_outlives_every_attempt_to_delete_it,
+            files::a_file_is_never_deleted_while_a_session_mounting_it_is_created,
+            files::uploads_are_bounded_per_uploader_and_in_all,
             skills::skill_versions_keep_their_files_and_the_latest_follows_changes
         );
     };

@@ -11,10 +11,11 @@ use gateway_core::session::{Session, SessionSnapshot};
 
 use super::Harness;
 use super::{agent_spec, env_spec, new_session, placement_offer};
-use crate::{Beat, EventFilter, Guard, Order, PageRequest, Stop, Store, StoreError, WorkState};
+use crate::{Beat, EventFilter, Guard, Order, PageRequest, Pollers, Stop, Store, StoreError, WorkState};
 
 const LEASE: Duration = Duration::from_secs(30);
 const RECLAIM: Duration = Duration::from_secs(5);
+const POLLERS: Pollers = Pollers { window: Duration::from_secs(30), max_per_environment: 100 };
 
 async fn self_hosted_session(store: &Arc<dyn Store>) -> Session {
     let agent = store.create_agent(agent_spec("a")).await.unwrap();
@@ -53,7 +54,7 @@ pub async fn work_items_carry_a_sessions_connection(h: &dyn Harness) {
     let store = h.fresh().await;
     let s = self_hosted_session(&store).await;
     let env = s.environment_id.clone();
-    assert_eq!(store.poll_work(&env, Some("w1"), RECLAIM).await.unwrap(), None, "nothing asked for yet");
+    assert_eq!(store.poll_work(&env, Some("w1"), RECLAIM, POLLERS).await.unwrap(), None, "nothing asked for yet");
 
     let asked = store.request_connection(&s.id).await.unwrap();
     assert_eq!(asked.state, WorkState::Queued);
@@ -64,13 +65,13 @@ pub async fn work_items_carry_a_sessions_connection(h: &dyn Harness) {
 
     let stats = store.work_stats(&env, Duration::from_secs(30)).await.unwrap();
     assert_eq!((stats.depth, stats.pending), (1, 0));
-    let polled = store.poll_work(&env, Some("w1"), RECLAIM).await.unwrap().expect("the queued item");
+    let polled = store.poll_work(&env, Some("w1"), RECLAIM, POLLERS).await.unwrap().expect("the queued item");
     assert_eq!(polled.id, asked.id);
-    assert_eq!(store.poll_work(&env, Some("w2"), RECLAIM).await.unwrap(), None, "handed out once");
+    assert_eq!(store.poll_work(&env, Some("w2"), RECLAIM, POLLERS).await.unwrap(), None, "handed out once");
     let stats = store.work_stats(&env, Duration::from_secs(30)).await.unwrap();
     assert_eq!((stats.depth, stats.pending, stats.workers_polling), (0, 1, 2));
     // Not acknowledged: handed out again once the reclaim time has passed.
-    let redelivered = store.poll_work(&env, Some("w2"), Duration::ZERO).await.unwrap();
+    let redelivered = store.poll_work(&env, Some("w2"), Duration::ZERO, POLLERS).await.unwrap();
     assert_eq!(redelivered.map(|w| w.id), Some(asked.id.clone()));
 
     let acked = store.ack_work(&env, &polled.id, LEASE).await.unwrap();
@@ -136,7 +137,7 @@ pub async fn unanswered_requests_fail_and_lapsed_leases_disconnect(h: &dyn Harne
     let env = s.environment_id.clone();
     store.request_connection(&s.id).await.unwrap();
     assert!(store.give_up_connection(&s.id, "nobody came").await.unwrap());
-    assert_eq!(store.poll_work(&env, None, RECLAIM).await.unwrap(), None, "a late executor finds nothing");
+    assert_eq!(store.poll_work(&env, None, RECLAIM, POLLERS).await.unwrap(), None, "a late executor finds nothing");
     let events = connection_events(&store, &s).await;
     assert!(matches!(
         &events.last().unwrap().payload,
@@ -146,7 +147,7 @@ pub async fn unanswered_requests_fail_and_lapsed_leases_disconnect(h: &dyn Harne
 
     // Held in time: giving up is refused.
     let item = store.request_connection(&s.id).await.unwrap();
-    store.poll_work(&env, None, RECLAIM).await.unwrap().unwrap();
+    store.poll_work(&env, None, RECLAIM, POLLERS).await.unwrap().unwrap();
     store.ack_work(&env, &item.id, Duration::from_millis(200)).await.unwrap();
     assert!(!store.give_up_connection(&s.id, "late").await.unwrap());
     assert_eq!(store.expire_work().await.unwrap(), vec![], "the lease still runs");
@@ -160,7 +161,7 @@ pub async fn unanswered_requests_fail_and_lapsed_leases_disconnect(h: &dyn Harne
     let item = store.request_connection(&s.id).await.unwrap();
     store.delete_session(&s.id).await.unwrap();
     assert_eq!(store.get_work(&env, &item.id).await.unwrap().state, WorkState::Stopped);
-    assert_eq!(store.poll_work(&env, None, RECLAIM).await.unwrap(), None);
+    assert_eq!(store.poll_work(&env, None, RECLAIM, POLLERS).await.unwrap(), None);
 }
 
 /// Two stores polling one queue hand each item to one of them.
@@ -184,7 +185,7 @@ pub async fn racing_polls_take_each_item_once(h: &dyn Harness) {
         let env = env.clone();
         tasks.push(tokio::spawn(async move {
             let mut got = Vec::new();
-            while let Some(w) = store.poll_work(&env, None, Duration::from_secs(60)).await.unwrap() {
+            while let Some(w) = store.poll_work(&env, None, Duration::from_secs(60), POLLERS).await.unwrap() {
                 got.push(w.id);
             }
             got
@@ -286,4 +287,70 @@ pub async fn webhook_endpoints_disable_after_failures(h: &dyn Harness) {
     assert_eq!(left, std::slice::from_ref(&api.id), "the config endpoint was pruned: {:?}", config.id);
     assert!(store.delete_webhook(&api.id).await.unwrap());
     assert!(!store.delete_webhook(&api.id).await.unwrap());
+}
+
+/// Every distinct `Anthropic-Worker-ID` was a row kept forever (43,490 in 16 s from one key):
+/// rows outside the window are pruned, an environment records at most its bound, a worker
+/// past it is still served, and `workers_polling` counts only live workers.
+pub async fn pollers_are_pruned_outside_their_window_and_bounded_per_environment(h: &dyn Harness) {
+    let store = h.fresh().await;
+    let s = self_hosted_session(&store).await;
+    let other = self_hosted_session(&store).await;
+    let env = s.environment_id.clone();
+    let window = Duration::from_secs(2);
+    let bounds = Pollers { window, max_per_environment: 3 };
+    let polling = |env| {
+        let store = Arc::clone(&store);
+        async move { store.work_stats(&env, window).await.unwrap().workers_polling }
+    };
+    for w in ["w1", "w2", "w3", "w4", "w5"] {
+        assert_eq!(store.poll_work(&env, Some(w), RECLAIM, bounds).await.unwrap(), None);
+    }
+    assert_eq!(polling(env.clone()).await, 3, "two workers past the bound are not recorded");
+    store.request_connection(&s.id).await.unwrap();
+    let served = store.poll_work(&env, Some("w6"), RECLAIM, bounds).await.unwrap();
+    assert_eq!(served.map(|w| w.session_id), Some(s.id.clone()), "a worker past the bound is served");
+    assert_eq!(polling(env.clone()).await, 3);
+    // The bound is per environment.
+    store.poll_work(&other.environment_id, Some("w1"), RECLAIM, bounds).await.unwrap();
+    assert_eq!(polling(other.environment_id.clone()).await, 1);
+
+    // Known workers keep their rows fresh; the others lapse and make room.
+    tokio::time::sleep(window / 2).await;
+    store.poll_work(&env, Some("w1"), RECLAIM, bounds).await.unwrap();
+    tokio::time::sleep(window / 2 + Duration::from_millis(200)).await;
+    assert_eq!(polling(env.clone()).await, 1, "only w1 polled within the window");
+    for w in ["w7", "w8", "w9"] {
+        store.poll_work(&env, Some(w), RECLAIM, bounds).await.unwrap();
+    }
+    assert_eq!(polling(env.clone()).await, 3, "w1, w7 and w8: the lapsed rows were pruned, w9 is past the bound");
+    // A window as long as the test shows every row the environment still holds.
+    let all = store.work_stats(&env, Duration::from_secs(3600)).await.unwrap().workers_polling;
+    assert_eq!(all, 3, "lapsed rows are gone, not merely uncounted");
+}
+
+/// Endpoints registered through the API are bounded per creating key (a loop of
+/// `POST /v1/webhooks` made every delivery wait); deleting one makes room, another key has
+/// room of its own, and the operator's config endpoints count against none.
+pub async fn webhook_endpoints_are_bounded_per_creating_key(h: &dyn Harness) {
+    use crate::{EndpointOrigin, NewEndpoint};
+    let store = h.fresh().await;
+    let new = |origin, url: &str| NewEndpoint {
+        id: gateway_core::WebhookId::new(),
+        origin,
+        url: url.into(),
+        secret: "sealed".into(),
+        event_types: vec![],
+        description: None,
+    };
+    store.put_webhook(new(EndpointOrigin::Config, "https://config.example")).await.unwrap();
+    let first = store.register_webhook(new(EndpointOrigin::Api, "https://1.example"), "k1", 2).await.unwrap();
+    store.register_webhook(new(EndpointOrigin::Api, "https://2.example"), "k1", 2).await.unwrap();
+    let refused = store.register_webhook(new(EndpointOrigin::Api, "https://3.example"), "k1", 2).await.unwrap_err();
+    assert!(matches!(&refused, StoreError::Guard(Guard::WebhookLimit { count: 2, limit: 2, .. })), "{refused:?}");
+    assert_eq!(store.list_webhooks().await.unwrap().len(), 3, "nothing was written");
+    store.register_webhook(new(EndpointOrigin::Api, "https://k2.example"), "k2", 2).await.unwrap();
+    assert!(store.delete_webhook(&first.id).await.unwrap());
+    store.register_webhook(new(EndpointOrigin::Api, "https://3.example"), "k1", 2).await.unwrap();
+    assert_eq!(store.list_webhooks().await.unwrap().len(), 4);
 }

@@ -9,7 +9,7 @@ use super::{Engine, Hints, SqlStore, WriteTx, query, query_as};
 use crate::error::{Guard, Result, StoreError};
 use crate::model::{Keyset, Page, PageRequest};
 use crate::rows::{Scan, paginate};
-use crate::{Files, NewFile, StoredFile};
+use crate::{Files, NewFile, StoredFile, UploadQuota};
 
 struct FileRow {
     id: String,
@@ -60,6 +60,18 @@ impl<E: Engine> SqlStore<E> {
     /// session has nothing to replace: `replace` false spares it a statement); every one must
     /// exist. In the transaction that writes the resources, so the record never differs from
     /// them.
+    ///
+    /// Why a delete can never slip between this check and the commit (invariant 35): each
+    /// file row is read with [`Engine::SHARE_FILE`], which PostgreSQL holds until this
+    /// transaction ends, and a delete first takes the same row with [`Engine::LOCK_FILE`]
+    /// (exclusive) before it reads `file_mounts` in a statement of its own. If the mount took
+    /// the row first, the delete waits for it to commit and then, under READ COMMITTED, its next
+    /// statement sees the committed mount and refuses (`FileInUse`). If the delete took it
+    /// first, the mount waits, finds the row gone and refuses (`NotFound`). A plain read here
+    /// (as before) let both commit: the delete's `NOT EXISTS` could not see the uncommitted
+    /// mount. On SQLite every writer is serialized by `BEGIN IMMEDIATE`, so the same reads
+    /// need no lock. Shared locks do not conflict with each other, so sessions mounting one
+    /// file never wait for each other.
     pub(crate) async fn record_file_mounts(
         tx: &mut WriteTx<E>,
         session: &SessionId,
@@ -71,10 +83,7 @@ impl<E: Engine> SqlStore<E> {
         }
         for r in resources {
             let ResourceKind::File { file_id, .. } = &r.kind else { continue };
-            let exists = query_as::<(String,)>("SELECT id FROM files WHERE id = $1")
-                .bind(file_id.as_str())
-                .fetch_optional(&mut **tx)
-                .await?;
+            let exists = query_as::<(String,)>(E::SHARE_FILE).bind(file_id.as_str()).fetch_optional(&mut **tx).await?;
             if exists.is_none() {
                 return Err(StoreError::not_found("file", file_id));
             }
@@ -90,9 +99,34 @@ impl<E: Engine> SqlStore<E> {
 
 #[async_trait]
 impl<E: Engine> Files for SqlStore<E> {
-    async fn put_file_chunk(&self, id: &FileId, seq: u32, bytes: Vec<u8>) -> Result<()> {
+    async fn put_file_chunk(&self, id: &FileId, seq: u32, bytes: Vec<u8>, quota: &UploadQuota) -> Result<()> {
         let mut tx = self.begin_write().await?;
         let now = Self::now(&mut tx).await?;
+        let chunk = bytes.len() as u64;
+        let (pending,) =
+            query_as::<(i64,)>("SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) FROM file_uploads WHERE owner = $1")
+                .bind(quota.owner.as_str())
+                .fetch_one(&mut *tx)
+                .await?;
+        let pending = u64::try_from(pending).map_err(StoreError::corrupt)?;
+        if pending.saturating_add(chunk) > quota.max_pending_bytes {
+            return Err(StoreError::Guard(Guard::UploadQuota {
+                owner: quota.owner.clone(),
+                pending,
+                chunk,
+                limit: quota.max_pending_bytes,
+            }));
+        }
+        let (stored,) = query_as::<(i64,)>(
+            "SELECT CAST((SELECT COALESCE(SUM(size_bytes), 0) FROM files) \
+                       + (SELECT COALESCE(SUM(bytes), 0) FROM file_uploads) AS BIGINT)",
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        let stored = u64::try_from(stored).map_err(StoreError::corrupt)?;
+        if stored.saturating_add(chunk) > quota.max_stored_bytes {
+            return Err(StoreError::Guard(Guard::StorageQuota { stored, chunk, limit: quota.max_stored_bytes }));
+        }
         query("INSERT INTO file_chunks (file_id, seq, bytes, created_at) VALUES ($1, $2, $3, $4)")
             .bind(id.as_str())
             .bind(i64::from(seq))
@@ -100,6 +134,26 @@ impl<E: Engine> Files for SqlStore<E> {
             .bind(now)
             .execute(&mut *tx)
             .await?;
+        query(
+            "INSERT INTO file_uploads (file_id, owner, bytes, updated_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (file_id) DO UPDATE SET bytes = file_uploads.bytes + excluded.bytes, updated_at = excluded.updated_at",
+        )
+        .bind(id.as_str())
+        .bind(quota.owner.as_str())
+        .bind(i64::try_from(chunk).map_err(StoreError::corrupt)?)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        self.finish(tx, Hints::default()).await
+    }
+
+    async fn discard_upload(&self, id: &FileId) -> Result<()> {
+        let mut tx = self.begin_write().await?;
+        query("DELETE FROM file_chunks WHERE file_id = $1 AND NOT EXISTS (SELECT 1 FROM files f WHERE f.id = $1)")
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await?;
+        query("DELETE FROM file_uploads WHERE file_id = $1").bind(id.as_str()).execute(&mut *tx).await?;
         self.finish(tx, Hints::default()).await
     }
 
@@ -131,6 +185,8 @@ impl<E: Engine> Files for SqlStore<E> {
         .bind(now)
         .execute(&mut *tx)
         .await?;
+        // Its bytes now count as a file's, no longer as an upload's.
+        query("DELETE FROM file_uploads WHERE file_id = $1").bind(new.id.as_str()).execute(&mut *tx).await?;
         self.finish(tx, Hints::default()).await?;
         Ok(StoredFile {
             id: new.id,
@@ -181,7 +237,12 @@ impl<E: Engine> Files for SqlStore<E> {
 
     async fn delete_file(&self, id: &FileId) -> Result<()> {
         let mut tx = self.begin_write().await?;
-        // The mount check and the delete are one statement.
+        // The row first, exclusively, so no mount is being recorded while the mounts are read
+        // (see `record_file_mounts`); then the check and the delete, in one statement that
+        // sees every mount committed before the lock was granted.
+        if query_as::<(String,)>(E::LOCK_FILE).bind(id.as_str()).fetch_optional(&mut *tx).await?.is_none() {
+            return Err(StoreError::not_found("file", id));
+        }
         let gone = query_as::<(String,)>(
             "DELETE FROM files WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM file_mounts m WHERE m.file_id = $1) RETURNING id",
         )
@@ -207,12 +268,26 @@ impl<E: Engine> Files for SqlStore<E> {
         let mut tx = self.begin_write().await?;
         let now = Self::now(&mut tx).await?;
         let before = now.saturating_sub(i64::try_from(older_than_secs.saturating_mul(1000)).unwrap_or(i64::MAX));
-        let swept = query_as::<(String,)>(
-            "DELETE FROM file_chunks WHERE created_at < $1 AND NOT EXISTS (SELECT 1 FROM files f WHERE f.id = file_chunks.file_id) RETURNING file_id",
+        // Uploads whose last chunk is that old: every chunk of theirs, whatever its own age.
+        let mut swept = query_as::<(String,)>(
+            "DELETE FROM file_chunks WHERE file_id IN (SELECT u.file_id FROM file_uploads u WHERE u.updated_at < $1 \
+               AND NOT EXISTS (SELECT 1 FROM files f WHERE f.id = u.file_id)) RETURNING file_id",
         )
         .bind(before)
         .fetch_all(&mut *tx)
         .await?;
+        query("DELETE FROM file_uploads WHERE updated_at < $1").bind(before).execute(&mut *tx).await?;
+        // Chunks of no file and no upload (stored before uploads were recorded).
+        swept.extend(
+            query_as::<(String,)>(
+                "DELETE FROM file_chunks WHERE created_at < $1 \
+                   AND NOT EXISTS (SELECT 1 FROM files f WHERE f.id = file_chunks.file_id) \
+                   AND NOT EXISTS (SELECT 1 FROM file_uploads u WHERE u.file_id = file_chunks.file_id) RETURNING file_id",
+            )
+            .bind(before)
+            .fetch_all(&mut *tx)
+            .await?,
+        );
         self.finish(tx, Hints::default()).await?;
         Ok(swept.len() as u64)
     }

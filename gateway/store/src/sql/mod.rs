@@ -76,6 +76,12 @@ pub trait Engine: Sized + Send + Sync + 'static {
     const LOCK_SESSION_AT_NOW: &'static str;
     /// Takes fed events for a webhook fan-out (see `webhooks.rs`).
     const TAKE_FEED: &'static str;
+    /// Selects a created file's id (`$1`), the row held against a delete until the end of the
+    /// transaction: what a session takes before it records a mount (see `files.rs`).
+    const SHARE_FILE: &'static str;
+    /// Selects a created file's id (`$1`), the row held against mounts and other deletes until
+    /// the end of the transaction: what a delete takes before it checks the mounts.
+    const LOCK_FILE: &'static str;
     /// Picks the work item a poll hands out (see `work.rs`).
     const POLL_WORK: &'static str;
     /// Picks the claim candidates (see `runs.rs`).

@@ -76,6 +76,8 @@ impl Engine for Postgres {
     const CLAIM_DELIVERIES: &'static str = claim_deliveries_sql!(" FOR UPDATE OF o SKIP LOCKED");
     const TAKE_FEED: &'static str = take_feed_sql!(" FOR UPDATE OF f SKIP LOCKED");
     const POLL_WORK: &'static str = poll_work_sql!(" FOR UPDATE OF w SKIP LOCKED");
+    const SHARE_FILE: &'static str = "SELECT id FROM files WHERE id = $1 FOR SHARE";
+    const LOCK_FILE: &'static str = "SELECT id FROM files WHERE id = $1 FOR UPDATE";
     const CLAIM_DOCUMENTS: &'static str = claim_documents_sql!(" FOR UPDATE SKIP LOCKED");
     /// Locked: a claim holds its run row from choosing it to committing its input boundary
     /// (`FOR UPDATE OF r`), so admission waits for it and then sees the run running.

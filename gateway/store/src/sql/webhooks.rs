@@ -7,7 +7,7 @@ use gateway_core::WebhookId;
 use gateway_core::event::Event;
 
 use super::{Engine, Hints, SqlStore, query, query_as};
-use crate::error::{Result, StoreError};
+use crate::error::{Guard, Result, StoreError};
 use crate::rows::{FeedRow, WebhookRow};
 use crate::sql::WriteTx;
 use crate::{EndpointOrigin, FEED_KINDS, NewDelivery, NewEndpoint, WebhookEndpoint, Webhooks};
@@ -49,6 +49,28 @@ impl<E: Engine> SqlStore<E> {
         Ok(())
     }
 
+    /// Creates the endpoint, or replaces the address, secret and types of the one with its id
+    /// (keeping its failure record and creator).
+    async fn upsert_webhook(tx: &mut WriteTx<E>, e: &NewEndpoint, created_by: Option<&str>, now: i64) -> Result<()> {
+        query(
+            "INSERT INTO webhook_endpoints (id, origin, url, secret, event_types, description, status, consecutive_failures, created_at, created_by) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'enabled', 0, $7, $8) \
+             ON CONFLICT (id) DO UPDATE SET url = excluded.url, secret = excluded.secret, \
+             event_types = excluded.event_types, description = excluded.description",
+        )
+        .bind(e.id.as_str())
+        .bind(e.origin.as_str())
+        .bind(e.url.as_str())
+        .bind(e.secret.as_str())
+        .bind(serde_json::to_string(&e.event_types)?)
+        .bind(e.description.clone())
+        .bind(now)
+        .bind(created_by.map(str::to_owned))
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
     async fn webhook_row(tx: &mut WriteTx<E>, id: &WebhookId) -> Result<WebhookEndpoint> {
         query_as::<WebhookRow>(WEBHOOK_BY_ID)
             .bind(id.as_str())
@@ -68,21 +90,31 @@ impl<E: Engine> Webhooks for SqlStore<E> {
     async fn put_webhook(&self, e: NewEndpoint) -> Result<WebhookEndpoint> {
         let mut tx = self.begin_write().await?;
         let now = Self::now(&mut tx).await?;
-        query(
-            "INSERT INTO webhook_endpoints (id, origin, url, secret, event_types, description, status, consecutive_failures, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, 'enabled', 0, $7) \
-             ON CONFLICT (id) DO UPDATE SET url = excluded.url, secret = excluded.secret, \
-             event_types = excluded.event_types, description = excluded.description",
+        Self::upsert_webhook(&mut tx, &e, None, now).await?;
+        let out = Self::webhook_row(&mut tx, &e.id).await?;
+        self.finish(tx, Hints::default()).await?;
+        Ok(out)
+    }
+
+    async fn register_webhook(&self, e: NewEndpoint, creator: &str, max_per_creator: u64) -> Result<WebhookEndpoint> {
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        let (count,) = query_as::<(i64,)>(
+            "SELECT COUNT(*) FROM webhook_endpoints WHERE origin = 'api' AND created_by = $1 AND id <> $2",
         )
+        .bind(creator)
         .bind(e.id.as_str())
-        .bind(e.origin.as_str())
-        .bind(e.url.as_str())
-        .bind(e.secret.as_str())
-        .bind(serde_json::to_string(&e.event_types)?)
-        .bind(e.description.clone())
-        .bind(now)
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
+        let count = u64::try_from(count).map_err(StoreError::corrupt)?;
+        if count >= max_per_creator {
+            return Err(StoreError::Guard(Guard::WebhookLimit {
+                creator: creator.to_owned(),
+                count,
+                limit: max_per_creator,
+            }));
+        }
+        Self::upsert_webhook(&mut tx, &e, Some(creator), now).await?;
         let out = Self::webhook_row(&mut tx, &e.id).await?;
         self.finish(tx, Hints::default()).await?;
         Ok(out)

@@ -19,7 +19,7 @@ use crate::error::{Guard, Result, StoreError};
 use crate::model::{Keyset, Page, PageRequest, millis};
 use crate::rows::{Scan, WorkItemRow, paginate};
 use crate::sql::WriteTx;
-use crate::{Beat, Hint, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
+use crate::{Beat, Hint, Pollers, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
 
 /// Columns of a work item row, in `WorkItemRow` order.
 macro_rules! work_cols {
@@ -88,6 +88,48 @@ impl<E: Engine> SqlStore<E> {
             .await?
             .map(WorkItemRow::into_item)
             .transpose()
+    }
+
+    /// Records that `worker` polled `environment` at `now`. A known worker's row is touched (one
+    /// statement, the usual case); a new one first prunes the environment's rows older than
+    /// the window, then is inserted only while fewer than the bound remain. So an environment
+    /// holds at most `max_per_environment` rows after any poll (on PostgreSQL, concurrent
+    /// first polls of new workers may each see room: at most one row more per poll in flight).
+    async fn record_poller(
+        tx: &mut WriteTx<E>,
+        environment: &EnvironmentId,
+        worker: &str,
+        now: i64,
+        pollers: Pollers,
+    ) -> Result<()> {
+        let known = query_as::<(String,)>(
+            "UPDATE work_pollers SET polled_at = $3 WHERE environment_id = $1 AND worker_id = $2 RETURNING worker_id",
+        )
+        .bind(environment.as_str())
+        .bind(worker)
+        .bind(now)
+        .fetch_optional(&mut **tx)
+        .await?;
+        if known.is_some() {
+            return Ok(());
+        }
+        query("DELETE FROM work_pollers WHERE environment_id = $1 AND polled_at <= $2")
+            .bind(environment.as_str())
+            .bind(now - millis(pollers.window))
+            .execute(&mut **tx)
+            .await?;
+        query(
+            "INSERT INTO work_pollers (environment_id, worker_id, polled_at) SELECT $1, $2, $3 \
+             WHERE (SELECT COUNT(*) FROM work_pollers WHERE environment_id = $1) < $4 \
+             ON CONFLICT (environment_id, worker_id) DO UPDATE SET polled_at = excluded.polled_at",
+        )
+        .bind(environment.as_str())
+        .bind(worker)
+        .bind(now)
+        .bind(i64::try_from(pollers.max_per_environment).unwrap_or(i64::MAX))
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
     }
 
     /// Appends connection events to a locked session and records its new connection.
@@ -267,19 +309,12 @@ impl<E: Engine> WorkQueue for SqlStore<E> {
         environment: &EnvironmentId,
         worker: Option<&str>,
         reclaim_after: Duration,
+        pollers: Pollers,
     ) -> Result<Option<WorkItem>> {
         let mut tx = self.begin_write().await?;
         let now = Self::now(&mut tx).await?;
         if let Some(worker) = worker {
-            query(
-                "INSERT INTO work_pollers (environment_id, worker_id, polled_at) VALUES ($1, $2, $3) \
-                 ON CONFLICT (environment_id, worker_id) DO UPDATE SET polled_at = excluded.polled_at",
-            )
-            .bind(environment.as_str())
-            .bind(worker)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+            Self::record_poller(&mut tx, environment, worker, now, pollers).await?;
         }
         let picked = query_as::<(String,)>(E::POLL_WORK)
             .bind(environment.as_str())

@@ -82,6 +82,9 @@ impl Engine for Sqlite {
     const CLAIM_DELIVERIES: &'static str = claim_deliveries_sql!("");
     const TAKE_FEED: &'static str = take_feed_sql!("");
     const POLL_WORK: &'static str = poll_work_sql!("");
+    // BEGIN IMMEDIATE: a mount and a delete never run at once.
+    const SHARE_FILE: &'static str = "SELECT id FROM files WHERE id = $1";
+    const LOCK_FILE: &'static str = "SELECT id FROM files WHERE id = $1";
     const CLAIM_DOCUMENTS: &'static str = claim_documents_sql!("");
     /// No row locks: `BEGIN IMMEDIATE` already serializes every writer.
     const RUN_PRESENCE: &'static str = "SELECT CASE WHEN state = 'running' THEN 'running' WHEN started THEN 'retrying' ELSE 'queued' END \
