@@ -49,6 +49,10 @@ pub enum A2aError {
     MethodNotFound(String),
     #[error("{0}")]
     Unauthenticated(String),
+    /// An authenticated caller whose credential does not reach A2A (an environment key):
+    /// HTTP 403 `PERMISSION_DENIED`, before any lookup.
+    #[error("{0}")]
+    Forbidden(String),
     /// The request addressed a host name that is not this gateway's (keyless gateways only).
     #[error("{0}")]
     Misdirected(String),
@@ -84,6 +88,7 @@ impl A2aError {
             A2aError::InvalidParams(_) => -32602,
             A2aError::MethodNotFound(_) => -32601,
             A2aError::Unauthenticated(_)
+            | A2aError::Forbidden(_)
             | A2aError::Misdirected(_)
             | A2aError::SealedCredentials { .. }
             | A2aError::Unavailable(_)
@@ -123,6 +128,7 @@ impl A2aError {
             | A2aError::InvalidRequest(_)
             | A2aError::InvalidParams(_) => (StatusCode::BAD_REQUEST, "INVALID_ARGUMENT"),
             A2aError::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "UNAUTHENTICATED"),
+            A2aError::Forbidden(_) => (StatusCode::FORBIDDEN, "PERMISSION_DENIED"),
             A2aError::Misdirected(_) => (StatusCode::MISDIRECTED_REQUEST, "PERMISSION_DENIED"),
             A2aError::Unavailable(_) | A2aError::Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE"),
             A2aError::InvalidAgentResponse(_)

@@ -15,7 +15,7 @@ use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::{SinkExt, StreamExt};
-use gateway_runtime::auth::AuthError;
+use gateway_runtime::auth::{AuthError, Principal};
 use tokio::sync::mpsc;
 
 use crate::AcpContext;
@@ -31,11 +31,11 @@ pub fn router(ctx: AcpContext) -> Router {
 const WRITER_GRACE: Duration = Duration::from_secs(2);
 
 /// Refuses a connection without a valid gateway key (`x-api-key` or bearer), as every HTTP
-/// face does, before the upgrade: plain-text 401 with a challenge, or 421 for a request
-/// addressed to a host name that is not this gateway's. The keyless rules (loopback peers, no
-/// web pages, only this gateway's names) are the shared
-/// [`Authenticator`](gateway_runtime::auth::Authenticator)'s. Returns what ends the
-/// connection when its key is revoked.
+/// face does, before the upgrade: plain-text 401 with a challenge, 421 for a request
+/// addressed to a host name that is not this gateway's, 403 for a key that does not reach this
+/// face ([`admitted`]). The keyless rules (loopback peers, no web pages, only this gateway's
+/// names) are the shared [`Authenticator`](gateway_runtime::auth::Authenticator)'s. Returns
+/// what ends the connection when its key is revoked.
 async fn authenticate(
     ctx: &AcpContext,
     peer: Option<SocketAddr>,
@@ -44,7 +44,10 @@ async fn authenticate(
 ) -> Result<Revoked, Response> {
     let Some(auth) = &ctx.auth else { return Ok(Box::pin(std::future::pending())) };
     match auth.authorize(peer, uri, headers).await {
-        Ok(principal) => Ok(Box::pin(auth.until_revoked(&principal))),
+        Ok(principal) => match admitted(&principal) {
+            Ok(()) => Ok(Box::pin(auth.until_revoked(&principal))),
+            Err(refusal) => Err((StatusCode::FORBIDDEN, refusal).into_response()),
+        },
         Err(AuthError::Unavailable(e)) => {
             Err((StatusCode::SERVICE_UNAVAILABLE, format!("cannot check credentials: {e}")).into_response())
         }
@@ -56,6 +59,20 @@ async fn authenticate(
             }
             Err(r)
         }
+    }
+}
+
+/// Whom `/acp` serves. An editor connection opens, loads and prompts any session whose
+/// workspace lies under the roots, so only an API key (or, while no key exists, a local
+/// program) may open one. An environment key is an executor's credential for one self-hosted
+/// environment's work queue and sessions on the Managed Agents API (invariant 31, ADR 0013):
+/// it reaches nothing here, keys or no keys, from any address. The match is exhaustive so that
+/// a new kind of caller is decided here too.
+fn admitted(principal: &Principal) -> Result<(), &'static str> {
+    match principal {
+        Principal::Loopback | Principal::Key(_) => Ok(()),
+        Principal::Environment { .. } => Err("an environment key is valid only for its own environment's work \
+             queue and sessions on the Managed Agents API; /acp needs an API key"),
     }
 }
 

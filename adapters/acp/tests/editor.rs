@@ -8,6 +8,7 @@ use std::time::Duration;
 use common::{Options, connect, connect_as, eventually, rig, turn_ended, until};
 use gateway_core::SessionId;
 use gateway_core::event::{EventKind, EventPayload, StopReason};
+use gateway_runtime::{AgentSelection, CreateSession};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,6 +59,64 @@ async fn network_editors_open_workspaces_only_under_the_configured_roots() {
     assert!(e.code == -32602 && e.message.contains("workspace_roots"), "{e:?}");
     // Stdio is unchanged: any absolute directory.
     assert!(stdio.new_session(&inside.display().to_string()).await.is_ok());
+}
+
+/// Issue 28 finding 8, as the attack: a session made through another face (as the Managed
+/// Agents API and A2A make them: no workspace resource) has a transcript; a network editor
+/// names a project under the roots and loads or resumes it. Both are refused `-32602`, no
+/// history is replayed, the session is not opened on the connection (a prompt is `-32002`),
+/// and nothing is committed, so no tool ran. A local editor (stdio) is refused the same: the
+/// session's tools do not run in the directory it names. An editor's own session opens only
+/// in its own workspace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_without_an_editor_workspace_is_not_opened_on_any_transport() {
+    let r = rig(Options::default()).await;
+    let request = CreateSession {
+        agent: AgentSelection { id: r.agents.get("scripted").unwrap().clone(), version: None, overrides: None },
+        environment_id: r.agents.environment.clone().unwrap(),
+        title: None,
+        metadata: Default::default(),
+        resources: vec![],
+        initial_inputs: vec![],
+    };
+    let (cloud, _) = r.coordinator.create_session(request).await.unwrap();
+    let stream = r.stream(&cloud, 0).await;
+    r.say(&cloud, "a private conversation").await;
+    until(stream, 30, turn_ended).await;
+    let committed = r.events(&cloud).await.len();
+
+    let root = std::fs::canonicalize(r.projects.path()).unwrap().join("roots");
+    let project = root.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let network = connect(r.context(Some(vec![root.clone()])));
+    let stdio = connect(r.context(None));
+    for ed in [&network, &stdio] {
+        ed.initialize().await;
+        for method in ["session/load", "session/resume"] {
+            let params = json!({"sessionId": cloud.id.to_string(), "cwd": project, "mcpServers": []});
+            let e = ed.call(method, params).await.unwrap_err();
+            assert_eq!(e.code, -32602, "{method}: {e:?}");
+            assert!(e.message.contains("no editor workspace"), "{method}: {e:?}");
+        }
+        assert!(ed.updates.lock().unwrap().is_empty(), "no history was replayed");
+        let params = json!({"sessionId": cloud.id.to_string(), "prompt": [{"type": "text", "text": "ask"}]});
+        let e = ed.call("session/prompt", params).await.unwrap_err();
+        assert_eq!(e.code, -32002, "the session was not opened: {e:?}");
+    }
+    assert_eq!(r.events(&cloud).await.len(), committed, "nothing was committed to the session");
+
+    // An editor's own session opens in its workspace (named as the editor spells it), and
+    // only there.
+    let other = root.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let sid = network.new_session(&project.display().to_string()).await.unwrap();
+    for ed in [&network, &stdio] {
+        let params = json!({"sessionId": sid, "cwd": other, "mcpServers": []});
+        let e = ed.call("session/resume", params).await.unwrap_err();
+        assert!(e.code == -32602 && e.message.contains("not the workspace"), "{e:?}");
+        let spelled = format!("{}/../project/", other.display());
+        ed.call("session/load", json!({"sessionId": sid, "cwd": spelled, "mcpServers": []})).await.unwrap();
+    }
 }
 
 /// The attack of invariant 19: a network editor opens a session on a project under the

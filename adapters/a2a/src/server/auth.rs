@@ -2,8 +2,9 @@
 //! `Authorization: Bearer` (the card's two security schemes), decided by the shared
 //! [`Authenticator`](gateway_runtime::auth::Authenticator) with its keyless rules (loopback
 //! peers, no web pages, only this gateway's host names). Cards are public. A refused request
-//! gets 401 with a challenge (421 for a foreign host), before any lookup (so unknown and
-//! hidden tasks look the same).
+//! gets 401 with a challenge (421 for a foreign host, 403 for a credential that does not reach
+//! A2A), before any lookup (so unknown and hidden tasks look the same). These HTTP-level
+//! refusals carry a `google.rpc.Status` body on both bindings.
 
 use std::net::SocketAddr;
 
@@ -11,7 +12,7 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use gateway_runtime::auth::AuthError;
+use gateway_runtime::auth::{AuthError, Principal};
 
 use crate::A2aContext;
 use crate::error::A2aError;
@@ -20,7 +21,10 @@ use crate::server::version::Version;
 pub async fn layer(State(ctx): State<A2aContext>, req: Request, next: Next) -> Response {
     let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
     let err = match ctx.auth.authorize(peer, req.uri(), req.headers()).await {
-        Ok(_) => return next.run(req).await,
+        Ok(principal) => match admitted(&principal) {
+            Ok(()) => return next.run(req).await,
+            Err(e) => e,
+        },
         Err(AuthError::Unavailable(e)) => A2aError::Unavailable(format!("cannot check credentials: {e}")),
         Err(e @ AuthError::ForeignHost { .. }) => A2aError::Misdirected(e.to_string()),
         Err(e) => A2aError::Unauthenticated(e.to_string()),
@@ -31,6 +35,22 @@ pub async fn layer(State(ctx): State<A2aContext>, req: Request, next: Next) -> R
         r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"gateway\""));
     }
     r
+}
+
+/// Whom A2A serves. Every A2A operation reaches every task of every published agent, so only
+/// an API key (or, while no key exists, a local program) may call one. An environment key is
+/// an executor's credential for one self-hosted environment's work queue and sessions on the
+/// Managed Agents API (invariant 31, ADR 0013): it reaches nothing here, keys or no keys, from
+/// any address. The match is exhaustive so that a new kind of caller is decided here too.
+fn admitted(principal: &Principal) -> Result<(), A2aError> {
+    match principal {
+        Principal::Loopback | Principal::Key(_) => Ok(()),
+        Principal::Environment { .. } => Err(A2aError::Forbidden(
+            "an environment key is valid only for its own environment's work queue and sessions on the Managed \
+             Agents API; A2A needs an API key"
+                .into(),
+        )),
+    }
 }
 
 /// Takes one of the process's request places before authentication or the body, held until

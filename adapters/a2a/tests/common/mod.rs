@@ -18,6 +18,7 @@ use tower::ServiceExt;
 
 pub struct Gateway {
     pub router: axum::Router,
+    /// The gateway's API key; empty for a [`keyless`] gateway (an empty header is no key).
     pub key: String,
     pub gw: TestGateway,
 }
@@ -25,14 +26,22 @@ pub struct Gateway {
 /// A gateway publishing agent `echo` (the scripted backend as `native`) and the built-in
 /// `conformance` agent, with one API key.
 pub async fn gateway() -> Gateway {
-    let workers = WorkerConfig {
+    gateway_with(Some(test_workers()), AdmissionLimits::default(), gateway_a2a::DEFAULT_BLOCKING_TIMEOUT).await
+}
+
+fn test_workers() -> WorkerConfig {
+    WorkerConfig {
         max_turns: 2,
         claim_batch: 16,
         poll: Duration::from_millis(50),
         shutdown_grace: Duration::from_millis(200),
         ..Default::default()
-    };
-    gateway_with(Some(workers), AdmissionLimits::default(), gateway_a2a::DEFAULT_BLOCKING_TIMEOUT).await
+    }
+}
+
+/// [`gateway`] with no API key: only local programs are served without a key.
+pub async fn keyless() -> Gateway {
+    build(Some(test_workers()), AdmissionLimits::default(), gateway_a2a::DEFAULT_BLOCKING_TIMEOUT, false).await
 }
 
 /// [`gateway`] with other bounds; without Workers, runs stay queued.
@@ -40,6 +49,15 @@ pub async fn gateway_with(
     workers: Option<WorkerConfig>,
     limits: AdmissionLimits,
     blocking_timeout: Duration,
+) -> Gateway {
+    build(workers, limits, blocking_timeout, true).await
+}
+
+async fn build(
+    workers: Option<WorkerConfig>,
+    limits: AdmissionLimits,
+    blocking_timeout: Duration,
+    with_key: bool,
 ) -> Gateway {
     let builder = TestGateway::builder()
         .scripted()
@@ -60,8 +78,14 @@ pub async fn gateway_with(
     let mut spec = agent_spec("conformance");
     spec.backend = gateway_a2a::conformance_backend().0;
     let conformance = coordinator.create_agent(spec).await.unwrap();
-    let key = generate_key();
-    store.create_api_key("test", &key.hash).await.unwrap();
+    let key = match with_key {
+        true => {
+            let key = generate_key();
+            store.create_api_key("test", &key.hash).await.unwrap();
+            key.secret
+        }
+        false => String::new(),
+    };
     let ctx = A2aContext {
         coordinator,
         agents: PublishedAgents {
@@ -76,7 +100,7 @@ pub async fn gateway_with(
         blocking_timeout,
         shutdown: gw.shutdown.clone(),
     };
-    Gateway { router: gateway_a2a::router(ctx), key: key.secret, gw }
+    Gateway { router: gateway_a2a::router(ctx), key, gw }
 }
 
 impl Gateway {

@@ -191,19 +191,7 @@ pub(super) async fn load(ed: &Editor, peer: &Peer, raw: Value, replay: bool) -> 
     let p: LoadParams = params(raw)?;
     let id = session_id(&p.session_id)?;
     let session = ed.ctx.coordinator.get_session(&id).await.map_err(runtime_error)?;
-    let asked = p.cwd.clone();
-    let cwd = workspace_of(&session)
-        .map(str::to_owned)
-        .or(p.cwd)
-        .ok_or_else(|| RpcError::invalid_params("`cwd` is required"))?;
-    if ed.ctx.workspace_roots.is_some() {
-        // Both what the editor names and the session's own workspace (what the connection
-        // would reach) must be inside the roots.
-        if let Some(asked) = &asked {
-            allowed_cwd(ed, asked)?;
-        }
-        allowed_cwd(ed, &cwd)?;
-    }
+    let cwd = loadable_workspace(ed, &session, p.cwd.as_deref())?;
     if replay {
         let mut projector = Projector::new(&cwd, true).with_inner_root(super::inner_root(&session));
         let mut page = PageRequest::first(1000, Order::Asc);
@@ -227,6 +215,43 @@ pub(super) async fn load(ed: &Editor, peer: &Peer, raw: Value, replay: bool) -> 
         result["configOptions"] = options;
     }
     Ok(result)
+}
+
+/// The directory a `session/load` or `session/resume` opens the session in: its own editor
+/// workspace, which must be the `cwd` the editor names (when it names one) and, on network
+/// transports, lie under the roots. A session without one (every session of the Managed
+/// Agents and A2A faces) is refused on every transport: its tools run in a workspace of the
+/// gateway's own, not in the editor's project, so naming a project directory would show the
+/// editor paths that are not where the agent works (and, over the network, open a workspace
+/// outside the roots). All refusals are `-32602`, like `session/new`'s.
+fn loadable_workspace(ed: &Editor, session: &Session, asked: Option<&str>) -> Result<String, RpcError> {
+    let Some(own) = workspace_of(session) else {
+        return Err(RpcError::invalid_params(format!(
+            "session {} has no editor workspace (it was not created by an editor), so it cannot be opened here; \
+             use session/new",
+            session.id
+        )));
+    };
+    if ed.ctx.workspace_roots.is_some() {
+        // The session's own workspace (what the connection would reach) first, so a network
+        // client learns nothing about a session outside the roots.
+        allowed_cwd(ed, own)?;
+    }
+    let Some(asked) = asked else { return Ok(own.to_owned()) };
+    // Workspaces are recorded resolved; so is what the editor names (checked against the
+    // roots like a new session's `cwd` over the network).
+    let asked_real = match ed.ctx.workspace_roots {
+        Some(_) => allowed_cwd(ed, asked)?.0,
+        None => std::fs::canonicalize(asked).map(|r| r.display().to_string()).unwrap_or_else(|_| asked.to_owned()),
+    };
+    if asked_real != own {
+        return Err(RpcError::invalid_params(format!(
+            "`cwd` {:?} is not the workspace of session {} ({own:?}); an editor opens a session in its own workspace",
+            crate::rpc::clip(asked, 200),
+            session.id
+        )));
+    }
+    Ok(own.to_owned())
 }
 
 pub(super) async fn list(ed: &Editor, raw: Value) -> Result<Value, RpcError> {
