@@ -39,6 +39,10 @@ pub enum A2aError {
     /// it and the request as sent is not one the server takes; REST: HTTP 413.
     #[error("request too large: {0}")]
     TooLarge(String),
+    /// The body arrived more slowly than the gateway's minimum rate and was cut off:
+    /// JSON-RPC Invalid Request (-32600) like a body too large; REST: HTTP 408.
+    #[error("request timeout: {0}")]
+    TooSlow(String),
     #[error("parse error: {0}")]
     Parse(String),
     #[error("invalid request: {0}")]
@@ -84,7 +88,7 @@ impl A2aError {
             A2aError::ExtendedCardNotConfigured => -32007,
             A2aError::VersionNotSupported(_) => -32009,
             A2aError::Parse(_) => -32700,
-            A2aError::InvalidRequest(_) | A2aError::TooLarge(_) => -32600,
+            A2aError::InvalidRequest(_) | A2aError::TooLarge(_) | A2aError::TooSlow(_) => -32600,
             A2aError::InvalidParams(_) => -32602,
             A2aError::MethodNotFound(_) => -32601,
             A2aError::Unauthenticated(_)
@@ -123,6 +127,7 @@ impl A2aError {
             | A2aError::VersionNotSupported(_)
             | A2aError::ExtendedCardNotConfigured => (StatusCode::BAD_REQUEST, "FAILED_PRECONDITION"),
             A2aError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "INVALID_ARGUMENT"),
+            A2aError::TooSlow(_) => (StatusCode::REQUEST_TIMEOUT, "DEADLINE_EXCEEDED"),
             A2aError::ContentTypeNotSupported(_)
             | A2aError::Parse(_)
             | A2aError::InvalidRequest(_)

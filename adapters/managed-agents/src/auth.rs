@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 
+use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
@@ -11,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use gateway_core::{EnvironmentId, SessionId};
 use gateway_runtime::RuntimeError;
 use gateway_runtime::auth::{AuthError, Principal};
+use gateway_runtime::load::body::BodyRefusal;
 
 use crate::ManagedAgents;
 use crate::error::ApiError;
@@ -26,6 +28,10 @@ pub async fn layer(State(api): State<ManagedAgents>, mut req: Request, next: Nex
     {
         return e.into_response();
     }
+    let _key_place = match api.coordinator.load().try_key(&principal) {
+        Ok(place) => place,
+        Err(busy) => return ApiError::busy(&busy).into_response(),
+    };
     req.extensions_mut().insert(principal);
     next.run(req).await
 }
@@ -91,12 +97,32 @@ fn refusal(e: &AuthError) -> ApiError {
     }
 }
 
-/// Takes one of the process's request places before anything else (authentication, body) is
-/// read, and holds it until the response head: a stream returns it once it is open. Beyond
-/// the bound the answer is 529 `overloaded_error` with `retry-after`, at once.
+/// Takes one of the process's request places (and one of its peer's) before anything else
+/// (authentication, body) is read, and holds it until the response head: a stream returns it
+/// once it is open. Beyond the bound the answer is 529 `overloaded_error` with
+/// `retry-after`, at once. The body is read under the process's body budget and minimum rate
+/// (`gateway_runtime::load::body`): a body cut off by either is answered here, 529 or 408,
+/// whatever the handler made of the broken body.
 pub async fn admit(State(api): State<ManagedAgents>, req: Request, next: Next) -> Response {
-    match api.coordinator.load().try_request() {
-        Ok(_permit) => next.run(req).await,
-        Err(busy) => ApiError::busy(&busy).into_response(),
+    let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+    let permit = match api.coordinator.load().try_request(peer) {
+        Ok(permit) => permit,
+        Err(busy) => return ApiError::busy(&busy).into_response(),
+    };
+    // A file upload streams into the store a chunk at a time; every other body is held whole.
+    let held = if req.method() == Method::POST && req.uri().path() == "/v1/files" {
+        gateway_runtime::files::UPLOAD_HELD_BYTES
+    } else {
+        usize::MAX
+    };
+    let (parts, body) = req.into_parts();
+    let (body, charge) = permit.meter(body, held);
+    let response = next.run(Request::from_parts(parts, Body::new(body))).await;
+    match charge.refusal() {
+        None => response,
+        Some(BodyRefusal::Busy(busy)) => ApiError::busy(&busy).into_response(),
+        Some(slow @ BodyRefusal::TooSlow { .. }) => {
+            ApiError::new(StatusCode::REQUEST_TIMEOUT, "timeout_error", slow.to_string()).into_response()
+        }
     }
 }

@@ -41,6 +41,11 @@ impl Default for FilesConfig {
 /// Whose uploads are counted together when the caller has no key (keyless local clients).
 pub const ANONYMOUS: &str = "local";
 
+/// The most one upload holds in memory while it is read: its pending chunk, and as much again
+/// for the form parsing and the connection's buffers around it. What an upload is charged
+/// against the process's body budget (`load::body`), however large the file.
+pub const UPLOAD_HELD_BYTES: usize = 2 * CHUNK_BYTES;
+
 /// Why an upload was not stored.
 #[derive(Debug, thiserror::Error)]
 pub enum UploadError {

@@ -17,6 +17,7 @@ pub mod files;
 pub mod load;
 pub mod metrics;
 pub mod native;
+pub mod places;
 pub mod previews;
 pub mod published;
 pub mod secrets;

@@ -28,7 +28,7 @@ use serde_json::json;
 use tracing::Instrument;
 
 use crate::measure::measured;
-use crate::places::Places;
+use gateway_runtime::places::Places;
 
 #[derive(Clone)]
 pub struct AppState {

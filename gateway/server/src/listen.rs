@@ -36,7 +36,7 @@ use tower::ServiceBuilder;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tracing::{debug, info, warn};
 
-use crate::places::Places;
+use gateway_runtime::places::Places;
 
 /// `[http]`: what one connection may take.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

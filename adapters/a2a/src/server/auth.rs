@@ -8,11 +8,13 @@
 
 use std::net::SocketAddr;
 
+use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use gateway_runtime::auth::{AuthError, Principal};
+use gateway_runtime::load::body::BodyRefusal;
 
 use crate::A2aContext;
 use crate::error::A2aError;
@@ -22,7 +24,10 @@ pub async fn layer(State(ctx): State<A2aContext>, req: Request, next: Next) -> R
     let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
     let err = match ctx.auth.authorize(peer, req.uri(), req.headers()).await {
         Ok(principal) => match admitted(&principal) {
-            Ok(()) => return next.run(req).await,
+            Ok(()) => match ctx.coordinator.load().try_key(&principal) {
+                Ok(_key_place) => return next.run(req).await,
+                Err(busy) => return refusal(req.method(), req.uri(), A2aError::Busy(busy)),
+            },
             Err(e) => e,
         },
         Err(AuthError::Unavailable(e)) => A2aError::Unavailable(format!("cannot check credentials: {e}")),
@@ -53,18 +58,35 @@ fn admitted(principal: &Principal) -> Result<(), A2aError> {
     }
 }
 
-/// Takes one of the process's request places before authentication or the body, held until
-/// the response head (a stream gives it back once open). Beyond the bound: HTTP 503 with
-/// `Retry-After`, in the binding's error shape (JSON-RPC for `POST /a2a/{agent}`, REST else).
+/// Takes one of the process's request places (and one of its peer's) before authentication
+/// or the body, held until the response head (a stream gives it back once open). Beyond the
+/// bound: HTTP 503 with `Retry-After`, in the binding's error shape (JSON-RPC for
+/// `POST /a2a/{agent}`, REST else). The body is read under the process's body budget and
+/// minimum rate (`gateway_runtime::load::body`); a body cut off by either is answered here
+/// (503, or 408 for a body too slow), whatever the handler made of it.
 pub async fn admit(State(ctx): State<A2aContext>, req: Request, next: Next) -> Response {
-    let busy = match ctx.coordinator.load().try_request() {
-        Ok(_permit) => return next.run(req).await,
-        Err(busy) => A2aError::Busy(busy),
+    let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+    let permit = match ctx.coordinator.load().try_request(peer) {
+        Ok(permit) => permit,
+        Err(busy) => return refusal(req.method(), req.uri(), A2aError::Busy(busy)),
     };
-    let segments = req.uri().path().trim_matches('/').split('/').count();
-    if segments <= 2 && req.method() == axum::http::Method::POST {
-        crate::server::jsonrpc::envelope_error(serde_json::value::RawValue::NULL, &busy, Version::V1)
+    let (parts, body) = req.into_parts();
+    let (body, charge) = permit.meter(body, usize::MAX);
+    let (method, uri) = (parts.method.clone(), parts.uri.clone());
+    let response = next.run(Request::from_parts(parts, Body::new(body))).await;
+    match charge.refusal() {
+        None => response,
+        Some(BodyRefusal::Busy(busy)) => refusal(&method, &uri, A2aError::Busy(busy)),
+        Some(slow @ BodyRefusal::TooSlow { .. }) => refusal(&method, &uri, A2aError::TooSlow(slow.to_string())),
+    }
+}
+
+/// A refusal before the handler, in the shape of the binding the request addressed.
+fn refusal(method: &Method, uri: &Uri, err: A2aError) -> Response {
+    let segments = uri.path().trim_matches('/').split('/').count();
+    if segments <= 2 && method == Method::POST {
+        crate::server::jsonrpc::envelope_error(serde_json::value::RawValue::NULL, &err, Version::V1)
     } else {
-        crate::server::rest::error_reply(&busy, Version::V1, HeaderValue::from_static("application/json"))
+        crate::server::rest::error_reply(&err, Version::V1, HeaderValue::from_static("application/json"))
     }
 }

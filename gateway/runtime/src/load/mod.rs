@@ -7,7 +7,14 @@
 //! - **requests in flight**: requests whose response head is not sent yet (bodies being read,
 //!   admissions committing, blocking sends waiting for their turn). Each face's router takes
 //!   a [`RequestPermit`] before it reads a body; a stream's permit is returned with the
-//!   response head, so idle subscribers cost nothing here.
+//!   response head, so idle subscribers cost nothing here. One peer address holds at most
+//!   `max_requests_per_peer` of them (each HTTP/2 stream is a request, so one connection
+//!   carrying hundreds of streams counts them all against its peer), and once authenticated
+//!   one key at most `max_requests_per_key` ([`Load::try_key`]): no single client can take
+//!   every place, however many connections or addresses it uses.
+//! - **request bodies** ([`body`]): the bytes of bodies being read are charged to one budget
+//!   for the process, and a body must keep arriving at a minimum rate, so slow uploads can
+//!   neither pin the process's memory nor hold their places for ever.
 //! - **queued runs**: inputs that would start a turn are refused while more runs wait to be
 //!   claimed than `max_queued_runs`, or while the oldest run a Worker could claim has waited
 //!   longer than `max_queue_wait_ms` (claims that do not keep up, whatever the reason), both
@@ -30,15 +37,19 @@
 //! to its protocol's overload answer with the retry hint. Nothing accepted is ever dropped:
 //! the bounds apply before an admission commits, never after.
 
+pub mod body;
+
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use gateway_store::Store;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::auth::Principal;
 use crate::metrics::Metrics;
+use crate::places::{Place, Places};
 
 /// How often the queued runs are counted.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
@@ -49,6 +60,19 @@ pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 pub struct AdmissionLimits {
     /// Requests in flight at once (all faces; health and metrics not counted).
     pub max_requests: usize,
+    /// Requests in flight at once from one IP address (each HTTP/2 stream counts). Behind a
+    /// proxy every client shares the proxy's address: raise this there.
+    pub max_requests_per_peer: usize,
+    /// Requests in flight at once with one key (keyless local clients count as one key).
+    pub max_requests_per_key: usize,
+    /// The bytes of request bodies the process holds while they are read, all requests
+    /// together; past it a body is refused as busy ([`body`]).
+    pub max_body_bytes_in_flight: usize,
+    /// The slowest a request body may arrive, on average since its head, once
+    /// `body_rate_grace_secs` have passed; a slower one is cut off with 408.
+    pub min_body_bytes_per_sec: u64,
+    #[serde(rename = "body_rate_grace_secs", with = "gateway_core::durations::secs")]
+    pub body_rate_grace: Duration,
     /// Runs waiting to be claimed (in the whole store) beyond which new turns are refused.
     pub max_queued_runs: u64,
     /// The retry hint sent with a refusal.
@@ -68,6 +92,11 @@ impl Default for AdmissionLimits {
     fn default() -> Self {
         Self {
             max_requests: 4096,
+            max_requests_per_peer: 1024,
+            max_requests_per_key: 1024,
+            max_body_bytes_in_flight: 256 << 20,
+            min_body_bytes_per_sec: 4096,
+            body_rate_grace: Duration::from_secs(10),
             max_queued_runs: 10_000,
             retry_after: Duration::from_secs(1),
             max_queue_wait: Duration::from_secs(2),
@@ -92,6 +121,12 @@ pub const BUSY_CORES: f64 = 0.5;
 pub enum BusyCause {
     /// `max_requests` requests are in flight.
     Requests,
+    /// `max_requests_per_peer` requests of one address are in flight.
+    PeerRequests,
+    /// `max_requests_per_key` requests of one key are in flight.
+    KeyRequests,
+    /// `max_body_bytes_in_flight` bytes of request bodies are being read.
+    BodyBytes,
     /// `max_queued_runs` runs wait to be claimed.
     QueuedRuns,
     /// A run that could be claimed has waited longer than `max_queue_wait_ms`.
@@ -104,6 +139,9 @@ impl BusyCause {
     pub fn as_str(self) -> &'static str {
         match self {
             BusyCause::Requests => "requests",
+            BusyCause::PeerRequests => "peer_requests",
+            BusyCause::KeyRequests => "key_requests",
+            BusyCause::BodyBytes => "body_bytes",
             BusyCause::QueuedRuns => "queued_runs",
             BusyCause::QueueWait => "queue_wait",
             BusyCause::Saturated => "saturated",
@@ -124,6 +162,18 @@ impl Busy {
     fn describe(&self) -> String {
         match self.cause {
             BusyCause::Requests => format!("the gateway is busy: {} requests are in flight", self.limit),
+            BusyCause::PeerRequests => {
+                format!(
+                    "the gateway is busy: this address has {} requests in flight, the most one may have",
+                    self.limit
+                )
+            }
+            BusyCause::KeyRequests => {
+                format!("the gateway is busy: this key has {} requests in flight, the most one may have", self.limit)
+            }
+            BusyCause::BodyBytes => {
+                format!("the gateway is busy: {} bytes of request bodies are being read", self.limit)
+            }
             BusyCause::QueuedRuns => format!("the gateway is busy: more than {} turns wait to start", self.limit),
             BusyCause::QueueWait => {
                 format!("the gateway is busy: turns wait more than {} ms to start", self.limit)
@@ -135,13 +185,24 @@ impl Busy {
     }
 }
 
-/// Held while a request is handled; dropping it frees its place.
-pub struct RequestPermit(#[allow(dead_code)] OwnedSemaphorePermit);
+/// Held while a request is handled; dropping it frees its place (the process's and its
+/// peer's).
+pub struct RequestPermit {
+    _place: Place<Option<IpAddr>>,
+    bodies: Arc<body::Budget>,
+}
+
+/// Held while an authenticated request is handled; dropping it frees its key's place.
+pub struct KeyPermit(#[allow(dead_code)] Place<Principal>);
 
 /// The admission bounds of one process, shared by its faces through the Coordinator.
 pub struct Load {
     limits: AdmissionLimits,
-    requests: Arc<Semaphore>,
+    /// Requests in flight, by peer address (`None`: a request without one, as in tests).
+    requests: Places<Option<IpAddr>>,
+    /// Authenticated requests in flight, by key.
+    keys: Places<Principal>,
+    bodies: Arc<body::Budget>,
     queued: AtomicU64,
     /// How long the oldest claimable run had waited at the last sample, in milliseconds.
     oldest_ms: AtomicU64,
@@ -155,7 +216,9 @@ pub struct Load {
 impl Load {
     pub fn new(limits: AdmissionLimits, metrics: Arc<Metrics>) -> Self {
         Self {
-            requests: Arc::new(Semaphore::new(limits.max_requests.max(1))),
+            requests: Places::new(limits.max_requests_per_peer.max(1), limits.max_requests.max(1)),
+            keys: Places::new(limits.max_requests_per_key.max(1), usize::MAX),
+            bodies: Arc::new(body::Budget::new(&limits, Arc::clone(&metrics))),
             limits,
             queued: AtomicU64::new(0),
             oldest_ms: AtomicU64::new(0),
@@ -174,12 +237,26 @@ impl Load {
         Busy { cause, limit, retry_after: self.limits.retry_after }
     }
 
-    /// A place for one request, or `Busy` at once: never a wait.
-    pub fn try_request(&self) -> Result<RequestPermit, Busy> {
-        Arc::clone(&self.requests)
-            .try_acquire_owned()
-            .map(RequestPermit)
-            .map_err(|_| self.busy(BusyCause::Requests, self.limits.max_requests as u64))
+    /// A place for one request from `peer`, or `Busy` at once: never a wait. Taken before
+    /// anything of the request but its head is read.
+    pub fn try_request(&self, peer: Option<IpAddr>) -> Result<RequestPermit, Busy> {
+        // `::ffff:a.b.c.d` is the same peer as `a.b.c.d`.
+        match self.requests.take(peer.map(|p| p.to_canonical())) {
+            Ok(place) => Ok(RequestPermit { _place: place, bodies: Arc::clone(&self.bodies) }),
+            Err(full) if full.total >= self.limits.max_requests.max(1) => {
+                Err(self.busy(BusyCause::Requests, self.limits.max_requests as u64))
+            }
+            Err(_) => Err(self.busy(BusyCause::PeerRequests, self.limits.max_requests_per_peer as u64)),
+        }
+    }
+
+    /// A place for one request of `principal`'s, once it is authenticated, or `Busy` at
+    /// once. Held with the request's [`RequestPermit`].
+    pub fn try_key(&self, principal: &Principal) -> Result<KeyPermit, Busy> {
+        self.keys
+            .take(principal.clone())
+            .map(KeyPermit)
+            .map_err(|_| self.busy(BusyCause::KeyRequests, self.limits.max_requests_per_key as u64))
     }
 
     /// Measures how late this process's tasks run, until `stop`: a task that sleeps
@@ -274,7 +351,7 @@ impl Load {
 
     /// Requests in flight now (for tests and metrics).
     pub fn requests_in_flight(&self) -> usize {
-        self.limits.max_requests.max(1) - self.requests.available_permits()
+        self.requests.open()
     }
 }
 
@@ -295,16 +372,17 @@ mod tests {
     #[test]
     fn requests_beyond_the_bound_are_refused_at_once_and_admitted_again_when_one_ends() {
         let metrics = Arc::new(Metrics::default());
-        let load = Load::new(AdmissionLimits { max_requests: 2, ..Default::default() }, Arc::clone(&metrics));
-        let a = load.try_request().expect("first");
-        let _b = load.try_request().expect("second");
-        let busy = load.try_request().err().expect("the third is refused");
+        let limits = AdmissionLimits { max_requests: 2, max_requests_per_peer: 2, ..Default::default() };
+        let load = Load::new(limits, Arc::clone(&metrics));
+        let a = load.try_request(None).expect("first");
+        let _b = load.try_request(None).expect("second");
+        let busy = load.try_request(None).err().expect("the third is refused");
         assert_eq!(busy.cause, BusyCause::Requests);
         assert_eq!(busy.retry_after, Duration::from_secs(1));
         assert_eq!(busy.to_string(), "the gateway is busy: 2 requests are in flight; retry in 1s");
         assert_eq!(load.requests_in_flight(), 2);
         drop(a);
-        assert!(load.try_request().is_ok(), "a freed place is taken again");
+        assert!(load.try_request(None).is_ok(), "a freed place is taken again");
         assert!(metrics.render().contains("gateway_admissions_refused_total{cause=\"requests\"} 1\n"));
     }
 

@@ -1,6 +1,7 @@
 //! Places: how many of something one holder (a peer address, a key) and everyone together
-//! may hold open at once. Open HTTP connections and open event streams are both bounded this
-//! way; a place is given back when its guard is dropped, however the holder ended.
+//! may hold open at once. Open HTTP connections, open event streams and requests in flight
+//! (per peer, per key) are all bounded this way; a place is given back when its guard is
+//! dropped, however the holder ended.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -45,6 +46,11 @@ impl<K: Hash + Eq + Clone> Places<K> {
         open.total += 1;
         open.by_holder.insert(holder.clone(), held + 1);
         Ok(Place { holder, open: Arc::clone(&self.open) })
+    }
+
+    /// Places taken now, by every holder.
+    pub fn open(&self) -> usize {
+        self.open.lock().unwrap_or_else(|p| p.into_inner()).total
     }
 }
 
