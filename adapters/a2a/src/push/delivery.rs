@@ -337,23 +337,8 @@ async fn post(ctx: &A2aContext, http: &reqwest::Client, d: &OutboxDelivery) -> R
             req = req.header(name, value);
         }
     }
-    let resp = req.send().await.map_err(send_failure)?;
+    let resp = req.send().await.map_err(ssrf::send_failure)?;
     if resp.status().is_success() { Ok(()) } else { Err(format!("receiver answered HTTP {}", resp.status().as_u16())) }
-}
-
-/// Why a request was not sent, for the log and the outbox. A target the resolver refused
-/// (a name that resolves only to non-public addresses) is named as such: reqwest says only
-/// "error sending request" and keeps the reason in its source chain. Errors are reported
-/// without the request (its headers hold credentials).
-fn send_failure(e: reqwest::Error) -> String {
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        if let Some(refused) = s.downcast_ref::<ssrf::TargetError>() {
-            return refused.to_string();
-        }
-        source = s.source();
-    }
-    format!("request failed: {}", e.without_url())
 }
 
 #[cfg(test)]
@@ -387,7 +372,7 @@ mod tests {
     async fn a_name_resolving_to_a_non_public_address_is_reported_as_such() {
         let http = ssrf::client(false, Duration::from_secs(5));
         let refused = http.post("http://localhost:9/hook").send().await.unwrap_err();
-        let said = send_failure(refused);
+        let said = ssrf::send_failure(refused);
         assert!(said.contains("non-public address"), "{said}");
         assert!(said.contains("localhost"), "{said}");
     }

@@ -430,7 +430,7 @@ impl Webhooks {
             .body(d.body.clone())
             .send()
             .await
-            .map_err(|e| Attempt::Retry(format!("{e}")))?;
+            .map_err(|e| Attempt::Retry(ssrf::send_failure(e)))?;
         let status = response.status();
         match status.as_u16() {
             200..=299 => Ok(()),
