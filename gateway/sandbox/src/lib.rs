@@ -12,7 +12,8 @@
 //! Every provider passes the one conformance suite in `conformance` (feature `conformance`);
 //! providers that are a security boundary also pass its isolation suite.
 //!
-//! Module map: [`local`] and [`namespace`] are the providers; [`dir`] opens a workspace once,
+//! Module map: [`local`] and [`namespace`] are the providers, [`providers`] names them and
+//! builds them from configuration; [`dir`] opens a workspace once,
 //! to the handle every later use goes through; [`cgroup`] bounds and kills what a sandbox
 //! starts; [`hand`] dispatches tool calls to `shell` (the persistent bash) and `files` (the
 //! file tools, through a `cap_std` directory on the handle); `input` validates and bounds tool
@@ -25,6 +26,7 @@ pub mod hand;
 mod input;
 pub mod local;
 pub mod namespace;
+pub mod providers;
 pub mod readonly;
 mod shell;
 pub mod terminal;
@@ -35,7 +37,7 @@ pub mod tools;
 pub mod conformance;
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,6 +50,7 @@ pub use files::FileError;
 pub use hand::{Hand, MountWriter, ToolOutput};
 pub use local::LocalProvider;
 pub use namespace::NamespaceProvider;
+pub use providers::{ProviderKind, ProviderSettings, UnknownProvider};
 pub use readonly::ReadOnly;
 pub use terminal::{TerminalError, TerminalExit, TerminalOutput, TerminalSpec, Terminals};
 pub use text::capped_text;
@@ -128,6 +131,13 @@ pub struct SandboxPolicy {
 }
 
 /// Makes sandboxes of one tier.
+///
+/// Every question about a provider is answered here, so nothing outside this crate compares
+/// tier names to decide what a provider does: whether it is a security boundary
+/// ([`SandboxProvider::isolates`], which the gateway's start-up guard asks), where processes
+/// see the workspace ([`SandboxProvider::inner_root`], which editors' paths are mapped
+/// through), what it needs for networking and what an operator is told about it. The
+/// conformance suite checks the answers against what a sandboxed process really sees.
 pub trait SandboxProvider: Send + Sync {
     fn tier(&self) -> ProviderTier;
     /// How far this provider can restrict the network (used by placement).
@@ -135,10 +145,38 @@ pub trait SandboxProvider: Send + Sync {
     /// Whether the provider works on this machine right now. Checked at start-up (to decide
     /// what the gateway offers) and again at every realization (placement fails closed).
     fn check(&self) -> Result<(), SandboxError>;
+    /// Whether this provider is a security boundary: a process it starts cannot reach the
+    /// host's files, other workspaces, the host's network or the gateway's privileges. A real
+    /// model's tools never run on a provider that is not, unless the operator said so.
+    fn isolates(&self) -> bool;
+    /// Whether sandboxes that may use the network can be made here (Ok where the provider
+    /// needs nothing more for them); an error says what is missing. Such sandboxes fail
+    /// their turns while it is missing; the others work.
+    fn check_networking(&self) -> Result<(), SandboxError> {
+        Ok(())
+    }
+    /// Where processes in this provider's sandboxes see a workspace whose host path is
+    /// `workspace`; absolute paths that tools and agents name are read against it. The same
+    /// as [`Sandbox::inner_root`] of a sandbox over that workspace, and known without one
+    /// (an editor shows paths of a session whose sandbox is hibernated or on another host).
+    fn inner_root(&self, workspace: &Path) -> PathBuf;
+    /// What an operator is told about this provider (`gateway check`).
+    fn notes(&self) -> ProviderNotes;
     /// A sandbox over an opened workspace directory (the directory outlives the sandbox:
     /// hibernation drops the sandbox, keeps the files). Everything the sandbox does reaches
     /// the workspace through this handle, never through its path.
     fn open(&self, workspace: WorkspaceDir, policy: &SandboxPolicy) -> Result<Arc<dyn Sandbox>, SandboxError>;
+}
+
+/// What an operator is told about a provider, beside its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProviderNotes {
+    /// What "works" means for it (`runs tools on the host: not a security boundary`).
+    pub works: &'static str,
+    /// What to do when [`SandboxProvider::check`] fails.
+    pub unusable_hint: &'static str,
+    /// What to do when [`SandboxProvider::check_networking`] fails.
+    pub networking_hint: &'static str,
 }
 
 /// A sandbox bound to one workspace.

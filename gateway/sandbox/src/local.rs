@@ -20,7 +20,7 @@
 //! Use it for development and for trusted single-user setups; use `namespace` otherwise.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, OnceLock};
 
@@ -28,7 +28,7 @@ use gateway_core::environment::ProviderTier;
 use gateway_core::placement::NetworkControl;
 
 use crate::cgroup::{Cgroup, CgroupRoot};
-use crate::{Sandbox, SandboxError, SandboxPolicy, SandboxProvider, WorkspaceDir};
+use crate::{ProviderNotes, Sandbox, SandboxError, SandboxPolicy, SandboxProvider, WorkspaceDir};
 
 /// `PATH` given to sandboxed processes (both providers).
 pub(crate) const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -89,6 +89,23 @@ impl SandboxProvider for LocalProvider {
             Ok(s) if s.success() => Ok(()),
             Ok(s) => Err(unavailable(format!("`bash -c true` failed: {s}"))),
             Err(e) => Err(unavailable(format!("cannot run bash: {e}"))),
+        }
+    }
+
+    fn isolates(&self) -> bool {
+        false
+    }
+
+    /// The host path: processes see the workspace where it really is.
+    fn inner_root(&self, workspace: &Path) -> PathBuf {
+        workspace.to_owned()
+    }
+
+    fn notes(&self) -> ProviderNotes {
+        ProviderNotes {
+            works: "runs tools on the host: not a security boundary",
+            unusable_hint: "see the reason",
+            networking_hint: "see the reason",
         }
     }
 
@@ -172,6 +189,7 @@ mod tests {
         let p = LocalProvider::new();
         assert_eq!(p.tier(), ProviderTier::local());
         assert_eq!(p.network_control(), NetworkControl::None);
+        assert!(!p.isolates(), "local is not a security boundary");
     }
 
     #[test]

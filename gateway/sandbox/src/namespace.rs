@@ -16,8 +16,8 @@
 //! gateway runs as root without a cgroup to bound processes (uid 0 ignores `ulimit -u`), so
 //! placement fails closed instead of silently running unconfined.
 
-pub mod argv;
-pub mod net;
+pub(crate) mod argv;
+pub(crate) mod net;
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -32,7 +32,7 @@ use gateway_core::placement::NetworkControl;
 
 use crate::cgroup::{Cgroup, CgroupRoot};
 use crate::local::SANDBOX_PATH;
-use crate::{Sandbox, SandboxError, SandboxPolicy, SandboxProvider, WorkspaceDir};
+use crate::{ProviderNotes, Sandbox, SandboxError, SandboxPolicy, SandboxProvider, WorkspaceDir};
 use argv::{HostLayout, INNER_ROOT, Spec, WORKSPACE_FD};
 use net::NetPipes;
 
@@ -174,10 +174,11 @@ impl NamespaceProvider {
             })?),
             Err(_) => None,
         };
+        let inner_root = self.inner_root(workspace.path());
         Ok(NamespaceSandbox {
             bwrap,
             workspace,
-            inner_root: PathBuf::from(INNER_ROOT),
+            inner_root,
             policy: policy.clone(),
             layout: HostLayout::probe(),
             disable_userns,
@@ -252,6 +253,28 @@ impl SandboxProvider for NamespaceProvider {
         self.probe()?;
         *last_ok = Some(Instant::now());
         Ok(())
+    }
+
+    fn isolates(&self) -> bool {
+        true
+    }
+
+    fn check_networking(&self) -> Result<(), SandboxError> {
+        self.networking().map(drop)
+    }
+
+    /// `/workspace`, wherever the workspace is on the host.
+    fn inner_root(&self, _workspace: &Path) -> PathBuf {
+        PathBuf::from(INNER_ROOT)
+    }
+
+    fn notes(&self) -> ProviderNotes {
+        ProviderNotes {
+            works: "bubblewrap can create a sandbox",
+            unusable_hint: "install bubblewrap (Debian: apt install bubblewrap) or set environments.bwrap to its \
+                            path; unprivileged user namespaces must be enabled",
+            networking_hint: "install slirp4netns (Debian: apt install slirp4netns)",
+        }
     }
 
     fn open(&self, workspace: WorkspaceDir, policy: &SandboxPolicy) -> Result<Arc<dyn Sandbox>, SandboxError> {
@@ -411,5 +434,6 @@ mod tests {
         let p = NamespaceProvider::default();
         assert_eq!(p.tier(), ProviderTier::namespace());
         assert_eq!(p.network_control(), NetworkControl::AllOrNothing);
+        assert!(p.isolates(), "namespace is a security boundary");
     }
 }

@@ -17,6 +17,7 @@ pub mod files;
 pub mod harness;
 pub mod isolation;
 pub mod lifecycle;
+pub mod paths;
 pub mod readonly;
 
 use std::path::{Path, PathBuf};
@@ -73,7 +74,8 @@ macro_rules! conformance_suite {
             agent_io::killed_terminals_stop_with_their_children,
             agent_io::operator_variables_stay_out_of_argv,
             agent_io::terminal_variables_stay_out_of_argv,
-            readonly::mounted_files_refuse_the_file_tools
+            readonly::mounted_files_refuse_the_file_tools,
+            paths::the_reported_inner_root_is_where_processes_see_the_workspace
         );
     };
     (@each $harness:expr; $($module:ident :: $name:ident),* $(,)?) => {

@@ -7,8 +7,9 @@ use std::path::Path;
 use crate::Limits;
 use crate::local::{CLOSE_INHERITED_FDS, SANDBOX_LANG, SANDBOX_PATH, SANDBOX_TERM};
 
-/// Where the workspace is mounted inside the sandbox.
-pub const INNER_ROOT: &str = "/workspace";
+/// Where the workspace is mounted inside the sandbox. Private to this crate: others ask
+/// [`SandboxProvider::inner_root`](crate::SandboxProvider::inner_root).
+pub(crate) const INNER_ROOT: &str = "/workspace";
 /// The descriptor bubblewrap finds the workspace directory on (`--bind-fd`).
 pub const WORKSPACE_FD: i32 = 3;
 /// The descriptors of a networked sandbox: bubblewrap's status reports and the pipe the

@@ -34,10 +34,8 @@ pub const SANDBOX_DNS: &str = "10.0.2.3";
 
 /// The pipes one networked sandbox process needs, and where bubblewrap finds them.
 pub struct NetPipes {
-    /// Child fd numbers for `--json-status-fd` and `--block-fd`.
-    pub status_fd: i32,
-    pub block_fd: i32,
-    /// The ends bubblewrap gets.
+    /// The ends bubblewrap gets, at the child descriptors of `--json-status-fd` and
+    /// `--block-fd`.
     pub child_ends: Vec<FdMapping>,
     /// The ends the attach task keeps.
     status_read: OwnedFd,
@@ -49,8 +47,6 @@ impl NetPipes {
         let (status_read, status_write) = std::io::pipe()?;
         let (block_read, block_write) = std::io::pipe()?;
         Ok(Self {
-            status_fd,
-            block_fd,
             child_ends: vec![
                 FdMapping { parent_fd: OwnedFd::from(status_write), child_fd: status_fd },
                 FdMapping { parent_fd: OwnedFd::from(block_read), child_fd: block_fd },
