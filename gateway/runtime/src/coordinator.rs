@@ -155,6 +155,13 @@ impl Coordinator {
         Ok(())
     }
 
+    /// Where the processes of `session`'s sandbox see its workspace, as its provider says
+    /// ([`Environments::inner_root`]): a face showing the paths an agent names maps them back
+    /// through this, never through a provider's name. `None` without a local environment.
+    pub fn inner_root(&self, session: &Session) -> Option<std::path::PathBuf> {
+        self.environments.as_ref()?.inner_root(session)
+    }
+
     /// Lets session deletes release environments held on this host at once (other hosts
     /// release theirs in their periodic sweep).
     pub fn with_environments(mut self, environments: Arc<Environments>) -> Self {

@@ -33,9 +33,7 @@ use gateway_core::event::ErrorKind;
 use gateway_core::placement::{EnvironmentPlan, NetworkControl, ProviderOffer};
 use gateway_core::session::{EnvironmentState, ResourceKind, Secret, Session};
 use gateway_core::{FileId, SessionId, SkillVersionId, mounts};
-use gateway_sandbox::{
-    DirError, Hand, Limits, LocalProvider, NamespaceProvider, SandboxPolicy, SandboxProvider, WorkspaceDir,
-};
+use gateway_sandbox::{DirError, Hand, Limits, ProviderSettings, SandboxPolicy, SandboxProvider, WorkspaceDir};
 use gateway_store::{EnvironmentChange, Store};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -140,8 +138,10 @@ pub struct EnvironmentsConfig {
     /// What each command may use.
     #[serde(flatten)]
     pub limits: Limits,
-    /// The bubblewrap program of the `namespace` provider ([`host_providers`]).
-    pub bwrap: PathBuf,
+    /// What building the sandbox providers takes (`bwrap`):
+    /// [`gateway_sandbox::providers::host_providers`].
+    #[serde(flatten)]
+    pub providers: ProviderSettings,
     /// Built-in tool calls (bash, file tools) running at once in this process, all sessions
     /// together; more wait for a place (an interrupt still ends the wait). A command holds its
     /// place while it runs, sleeping or not, so the default is generous: four per core, at
@@ -202,7 +202,7 @@ impl Default for EnvironmentsConfig {
         Self {
             idle: Duration::from_secs(300),
             limits: Limits::default(),
-            bwrap: PathBuf::from("bwrap"),
+            providers: ProviderSettings::default(),
             max_commands: (4 * cores).max(16),
             max_live: None,
             realize_wait: Duration::from_secs(60),
@@ -214,46 +214,11 @@ impl Default for EnvironmentsConfig {
     }
 }
 
-/// The providers a host may offer: `local` only when it is the default tier (it is not a
-/// security boundary), `namespace` always (offered only where bubblewrap works, see
-/// [`Environments::offers`]).
-///
-/// What a provider cannot do here is said once, at start-up: `local` without a cgroup cannot
-/// stop a `setsid` child at session delete; `namespace` without slirp4netns fails the turns of
-/// sessions whose environment allows networking.
-pub fn host_providers(default: &ProviderTier, config: &EnvironmentsConfig) -> Vec<Arc<dyn SandboxProvider>> {
-    let mut out: Vec<Arc<dyn SandboxProvider>> = Vec::new();
-    if *default == ProviderTier::local() {
-        let local = LocalProvider::new();
-        if let Err(why) = local.cgroups() {
-            warn!(
-                reason = why,
-                "the local sandbox cannot hold its processes in a cgroup here: a process a command detaches with \
-                 setsid() survives its session's delete, and nothing bounds how many a session starts \
-                 (run as root or with a delegated cgroup, or use the namespace sandbox)"
-            );
-        }
-        out.push(Arc::new(local));
-    }
-    let namespace = NamespaceProvider::new(config.bwrap.clone());
-    if let Err(e) = namespace.networking() {
-        warn!(error = %e, "namespace sandboxes of environments that allow networking will fail their turns");
-    }
-    out.push(Arc::new(namespace));
-    out
-}
-
-/// The providers among `providers` that work on this host right now, for placement.
+/// The offers of `providers` (those that work on this host:
+/// [`gateway_sandbox::providers::available`]), for placement.
 pub fn offers_of<'a>(providers: impl IntoIterator<Item = &'a Arc<dyn SandboxProvider>>) -> Vec<ProviderOffer> {
     let mut out: Vec<ProviderOffer> = providers
         .into_iter()
-        .filter(|p| match p.check() {
-            Ok(()) => true,
-            Err(e) => {
-                warn!(provider = %p.tier(), error = %e, "sandbox provider unavailable; not offered");
-                false
-            }
-        })
         .map(|p| ProviderOffer { tier: p.tier(), network: p.network_control(), installs_packages: false })
         .collect();
     out.sort();
@@ -339,7 +304,16 @@ impl Environments {
 
     /// The providers that work on this host right now, for placement.
     pub fn offers(&self) -> Vec<ProviderOffer> {
-        offers_of(self.providers.values())
+        offers_of(&gateway_sandbox::providers::available(self.providers.values()))
+    }
+
+    /// Where the processes of `session`'s sandbox see its workspace, as its provider says
+    /// ([`SandboxProvider::inner_root`]); known whether the sandbox is live, hibernated or on
+    /// another host. `None` when the session has no local environment or its provider is not
+    /// one this host builds.
+    pub fn inner_root(&self, session: &Session) -> Option<PathBuf> {
+        let provider = self.providers.get(session.snapshot.requirements.provider()?)?;
+        Some(provider.inner_root(&self.workspace_of(session).0))
     }
 
     /// Where a session's workspace lives: the client's own directory for a mounted workspace

@@ -17,9 +17,9 @@ use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use gateway_core::environment::ProviderTier;
-use gateway_sandbox::NamespaceProvider;
+use gateway_sandbox::SandboxProvider;
 
 use crate::compose;
 use crate::config::{Config, redact_url};
@@ -160,59 +160,47 @@ async fn database(config: &Config, items: &mut Vec<Item>) -> Option<u64> {
     keys
 }
 
-/// The configured sandbox provider (a failure), the others offered (warnings), slirp4netns,
-/// and the guard that refuses a real model without a sandbox boundary.
+/// The configured sandbox provider (a failure), the others offered (warnings), what
+/// networked sandboxes need (slirp4netns), and the guard that refuses a real model without a
+/// sandbox boundary. What is said of each provider is the provider's own
+/// ([`SandboxProvider::notes`]).
 fn sandbox(config: &Config) -> Vec<Item> {
     let mut items = Vec::new();
-    let mut offered = Vec::new();
+    let mut offered: Vec<Arc<dyn SandboxProvider>> = Vec::new();
     for provider in compose::sandbox_providers(config) {
         let tier = provider.tier();
         let chosen = tier.as_str() == config.sandbox;
+        let notes = provider.notes();
         match provider.check() {
             Ok(()) => {
-                let what = if tier == ProviderTier::local() {
-                    "works (runs tools on the host: not a security boundary)"
-                } else {
-                    "works (bubblewrap can create a sandbox)"
-                };
-                items.push(Item::ok("sandbox", format!("{tier}: {what}")));
-                offered.push(tier);
+                items.push(Item::ok("sandbox", format!("{tier}: works ({})", notes.works)));
+                offered.push(provider);
             }
             Err(e) if chosen => items.push(Item::fail(
                 "sandbox",
                 format!("{tier} (the configured sandbox) is unusable: {e}"),
-                sandbox_hint(&tier),
+                notes.unusable_hint,
             )),
             Err(e) => items.push(Item::warn(
                 "sandbox",
                 format!("{tier} is unusable, so environments asking for it are refused: {e}"),
-                sandbox_hint(&tier),
+                notes.unusable_hint,
             )),
         }
     }
-    if offered.contains(&ProviderTier::namespace())
-        && let Err(e) = NamespaceProvider::new(config.environments.bwrap.clone()).networking()
-    {
-        items.push(Item::warn(
-            "network",
-            format!("{e}: namespace sessions whose environment allows networking fail"),
-            "install slirp4netns (Debian: apt install slirp4netns)",
-        ));
+    for provider in &offered {
+        if let Err(e) = provider.check_networking() {
+            items.push(Item::warn(
+                "network",
+                format!("{e}: {} sessions whose environment allows networking fail", provider.tier()),
+                provider.notes().networking_hint,
+            ));
+        }
     }
     if let Err(e) = compose::startup_guard(config, &offered) {
         items.push(Item::fail("sandbox", format!("`gateway serve` would refuse to start: {e}"), "see the message"));
     }
     items
-}
-
-fn sandbox_hint(tier: &ProviderTier) -> String {
-    if *tier == ProviderTier::namespace() {
-        "install bubblewrap (Debian: apt install bubblewrap) or set environments.bwrap to its path; unprivileged \
-         user namespaces must be enabled"
-            .into()
-    } else {
-        "see the reason".into()
-    }
 }
 
 /// The model client builds: credentials present (only the variable's name is shown).

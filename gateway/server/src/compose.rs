@@ -8,14 +8,13 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use gateway_acp::backend::ProcessTable;
 use gateway_core::agent::BackendRef;
-use gateway_core::environment::ProviderTier;
 use gateway_models::ModelClient;
 use gateway_models::anthropic::{AnthropicClient, Credential};
 use gateway_models::fake::FakeModel;
-use gateway_runtime::environment::host_providers;
 use gateway_runtime::secrets::{KeyOrigin, SecretBox};
 use gateway_runtime::{BackendRegistry, Environments, NativeBackend};
-use gateway_sandbox::SandboxProvider;
+use gateway_sandbox::providers::host_providers;
+use gateway_sandbox::{ProviderKind, SandboxProvider};
 use gateway_store::Store;
 use tracing::{info, warn};
 
@@ -60,9 +59,11 @@ pub fn environments(
     Environments::new(config.host_id(), root, settings, providers, content, Some(secrets))
 }
 
-/// The sandbox providers the configured `sandbox` allows on this host.
+/// The sandbox providers the configured `sandbox` allows on this host. A name the sandbox
+/// crate does not know (refused when the configuration loads) allows only the boundaries.
 pub fn sandbox_providers(config: &Config) -> Vec<Arc<dyn SandboxProvider>> {
-    host_providers(&ProviderTier(config.sandbox.clone()), &config.environments)
+    let default = ProviderKind::parse(&config.sandbox).unwrap_or(ProviderKind::Namespace);
+    host_providers(default, &config.environments.providers)
 }
 
 /// Every backend this process runs: native, one per ACP executor (keeping their agent
@@ -95,19 +96,21 @@ pub fn backends(
 }
 
 /// Refuses configurations that would run a real model's tool calls without a security
-/// boundary, unless the operator explicitly accepted that.
-pub fn startup_guard(config: &Config, offered: &[ProviderTier]) -> anyhow::Result<()> {
+/// boundary, unless the operator explicitly accepted that: any `offered` provider that does
+/// not [isolate](SandboxProvider::isolates) is refused (the provider says so; its name is not
+/// compared here).
+pub fn startup_guard(config: &Config, offered: &[Arc<dyn SandboxProvider>]) -> anyhow::Result<()> {
     let real_model = config.model != "fake";
-    let local = offered.contains(&ProviderTier::local());
-    if real_model && local {
+    if real_model && let Some(unsafe_one) = offered.iter().find(|p| !p.isolates()) {
+        let tier = unsafe_one.tier();
         if config.allow_unsafe_local_sandbox {
             warn!(
-                "running a real model with the local sandbox provider, which is NOT a security boundary \
+                "running a real model with the {tier} sandbox provider, which is NOT a security boundary \
                  (GATEWAY_ALLOW_UNSAFE_LOCAL_SANDBOX is set)"
             );
         } else {
             bail!(
-                "refusing to start: model {:?} with the local sandbox provider, which is not a security boundary; \
+                "refusing to start: model {:?} with the {tier} sandbox provider, which is not a security boundary; \
                  use GATEWAY_SANDBOX=namespace, or set GATEWAY_ALLOW_UNSAFE_LOCAL_SANDBOX=1 to accept the risk",
                 config.model
             );
@@ -116,7 +119,7 @@ pub fn startup_guard(config: &Config, offered: &[ProviderTier]) -> anyhow::Resul
     if offered.is_empty() {
         warn!("no sandbox provider works on this host: sessions that need a local environment will be refused");
     } else {
-        info!(providers = ?offered.iter().map(|p| p.as_str()).collect::<Vec<_>>(), "sandbox providers offered");
+        info!(providers = ?offered.iter().map(|p| p.tier().0).collect::<Vec<_>>(), "sandbox providers offered");
     }
     Ok(())
 }
@@ -175,13 +178,18 @@ mod tests {
 
     #[test]
     fn a_real_model_with_the_local_provider_needs_explicit_consent() {
+        let local: Arc<dyn SandboxProvider> = Arc::new(gateway_sandbox::LocalProvider::new());
+        let namespace: Arc<dyn SandboxProvider> = Arc::new(gateway_sandbox::NamespaceProvider::default());
         let mut c = Config { model: "anthropic".into(), ..Config::default() };
-        let err = startup_guard(&c, &[ProviderTier::local()]).unwrap_err().to_string();
+        let err = startup_guard(&c, std::slice::from_ref(&local)).unwrap_err().to_string();
         assert!(err.contains("GATEWAY_ALLOW_UNSAFE_LOCAL_SANDBOX"), "{err}");
-        assert!(startup_guard(&c, &[ProviderTier::namespace()]).is_ok(), "namespace is a boundary");
+        assert!(err.contains("with the local sandbox provider, which is not a security boundary"), "{err}");
+        let both = [Arc::clone(&namespace), Arc::clone(&local)];
+        assert!(startup_guard(&c, &both).is_err(), "any offered provider that does not isolate is refused");
+        assert!(startup_guard(&c, std::slice::from_ref(&namespace)).is_ok(), "namespace is a boundary");
         c.allow_unsafe_local_sandbox = true;
-        assert!(startup_guard(&c, &[ProviderTier::local()]).is_ok());
+        assert!(startup_guard(&c, std::slice::from_ref(&local)).is_ok());
         let fake = Config::default();
-        assert!(startup_guard(&fake, &[ProviderTier::local()]).is_ok(), "zero-config fake + local always starts");
+        assert!(startup_guard(&fake, std::slice::from_ref(&local)).is_ok(), "zero-config fake + local always starts");
     }
 }

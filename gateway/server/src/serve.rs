@@ -76,8 +76,9 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<S
     let fd_limit = raise_fd_limit();
     crate::state::prepare(config)?;
     let providers = compose::sandbox_providers(config);
-    let provider_offers = offers_of(&providers);
-    compose::startup_guard(config, &provider_offers.iter().map(|p| p.tier.clone()).collect::<Vec<_>>())?;
+    let offered = gateway_sandbox::providers::available(&providers);
+    compose::startup_guard(config, &offered)?;
+    let provider_offers = offers_of(&offered);
     let model = compose::model_client(config)?;
     let store_metrics = StoreMetrics::default();
     let store = open_measured_store(config, store_metrics.clone()).await?;

@@ -212,14 +212,6 @@ pub(crate) fn workspace_of(session: &Session) -> Option<&str> {
     })
 }
 
-/// Where a session's sandbox shows the workspace to the processes inside, when that is not
-/// the editor's `cwd` (`/workspace` under the namespace provider): paths named there are
-/// shown to the editor under its `cwd`.
-pub(crate) fn inner_root(session: &Session) -> Option<std::path::PathBuf> {
-    (session.snapshot.requirements.provider() == Some(&gateway_core::environment::ProviderTier::namespace()))
-        .then(|| std::path::PathBuf::from(gateway_sandbox::namespace::argv::INNER_ROOT))
-}
-
 /// The config-file name of a session's agent.
 pub(crate) fn agent_name(session: &Session) -> Option<&str> {
     session.snapshot.agent.spec.metadata.get(CONFIG_NAME_KEY).map(String::as_str)

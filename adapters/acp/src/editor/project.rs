@@ -105,7 +105,8 @@ impl ToolCall {
 #[derive(Debug)]
 pub struct Projector {
     cwd: PathBuf,
-    /// Where the sandbox shows the workspace to its processes, when that is not `cwd`.
+    /// Where the sandbox shows the workspace to its processes (its provider's answer,
+    /// `Coordinator::inner_root`); `cwd` itself where the provider shows it where it is.
     inner_root: Option<PathBuf>,
     tools: HashMap<EventId, ToolCall>,
     /// Text streamed so far per message id, per content block index.

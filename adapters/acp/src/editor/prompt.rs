@@ -112,7 +112,7 @@ async fn drive(
     let message_seq = committed.last().map(|e| e.seq).unwrap_or(session.last_seq);
     debug!(session = %id, seq = message_seq, "prompt admitted");
 
-    let projector = Projector::new(&open.cwd, false).with_inner_root(super::inner_root(&session));
+    let projector = Projector::new(&open.cwd, false).with_inner_root(coordinator.inner_root(&session));
     let mut turn = Turn { ed, peer, id: &id, projector, cancel };
     let mut follower = TurnFollower::new(message_seq);
     let mut interrupted = false;

@@ -193,7 +193,7 @@ pub(super) async fn load(ed: &Editor, peer: &Peer, raw: Value, replay: bool) -> 
     let session = ed.ctx.coordinator.get_session(&id).await.map_err(runtime_error)?;
     let cwd = loadable_workspace(ed, &session, p.cwd.as_deref())?;
     if replay {
-        let mut projector = Projector::new(&cwd, true).with_inner_root(super::inner_root(&session));
+        let mut projector = Projector::new(&cwd, true).with_inner_root(ed.ctx.coordinator.inner_root(&session));
         let mut page = PageRequest::first(1000, Order::Asc);
         loop {
             let batch =

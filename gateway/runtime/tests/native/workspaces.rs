@@ -77,6 +77,29 @@ fn failed_closed(es: &[Event], workspace: &Path) -> bool {
     named && tool_results(es).is_empty() && stop_of(es.last().unwrap()) == Some(StopReason::Failed)
 }
 
+/// A face maps the paths an agent names through the session's provider's answer (an editor
+/// shows `/workspace/a.rs` under its project), known before anything is realized.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_inner_root_is_what_its_provider_says() {
+    let providers: Vec<Arc<dyn gateway_sandbox::SandboxProvider>> =
+        vec![Arc::new(gateway_sandbox::LocalProvider::new()), Arc::new(NamespaceProvider::default())];
+    let n = native_on(Arc::new(FakeModel::new()), offer(&["namespace"]), Duration::from_secs(300), providers).await;
+    let base = tempfile::tempdir().unwrap();
+    let project = std::fs::canonicalize(base.path()).unwrap();
+    let s = mounted(&n, &project).await;
+    assert_eq!(n.coordinator.inner_root(&s), Some(PathBuf::from("/workspace")));
+    let path = project.display().to_string();
+    let local = n
+        .session(
+            toolset(PermissionPolicy::AlwaysAllow),
+            cloud(Provisioning::OnToolUse, "local"),
+            vec![ResourceKind::workspace(path, None)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n.coordinator.inner_root(&local), Some(project), "local shows the workspace where it is");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_workspace_swapped_for_a_symlink_to_root_is_never_mounted() {
     let n = namespaced(Duration::from_secs(300)).await;

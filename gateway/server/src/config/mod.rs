@@ -10,6 +10,7 @@ use gateway_managed_agents::webhooks::{WebhookConfig, WebhookDelivery};
 use gateway_models::anthropic::AnthropicSettings;
 use gateway_runtime::files::FilesConfig;
 use gateway_runtime::{AdmissionLimits, EnvironmentsConfig, NativeConfig, WorkerConfig};
+use gateway_sandbox::ProviderKind;
 use serde::{Deserialize, Serialize};
 
 use crate::listen::HttpLimits;
@@ -25,7 +26,8 @@ pub struct Config {
     pub database_url: String,
     /// Model client of the native backend: `fake` (offline, deterministic) or `anthropic`.
     pub model: String,
-    /// Default sandbox provider tier offered to environments: `local` or `namespace`.
+    /// Default sandbox provider tier offered to environments: a name
+    /// [`ProviderKind::parse`] knows (`local` or `namespace`).
     pub sandbox: String,
     /// The URL clients reach this gateway at (behind a proxy); defaults to `http://<listen>`.
     pub public_url: Option<String>,
@@ -300,11 +302,8 @@ impl Config {
         if !matches!(self.model.as_str(), "fake" | "anthropic") {
             return Err(ConfigError::Invalid(format!("model must be \"fake\" or \"anthropic\", not {:?}", self.model)));
         }
-        if !matches!(self.sandbox.as_str(), "local" | "namespace") {
-            return Err(ConfigError::Invalid(format!(
-                "sandbox must be \"local\" or \"namespace\", not {:?}",
-                self.sandbox
-            )));
+        if let Err(e) = ProviderKind::parse(&self.sandbox) {
+            return Err(ConfigError::Invalid(format!("sandbox {e}")));
         }
         if !matches!(self.log.format.as_str(), "auto" | "json" | "text") {
             return Err(ConfigError::Invalid(format!(
@@ -427,7 +426,7 @@ mod tests {
             assert_eq!((w.crash_budget, w.retry.max_retries, w.shutdown_grace), (3, 3, secs(10)));
             let e = &c.environments;
             assert_eq!((e.idle, e.limits.wall_clock, e.limits.max_wall_clock), (secs(300), secs(120), secs(600)));
-            assert_eq!((e.limits.output_cap, e.bwrap.as_path()), (100_000, Path::new("bwrap")));
+            assert_eq!((e.limits.output_cap, e.providers.bwrap.as_path()), (100_000, Path::new("bwrap")));
             assert_eq!((c.native.max_rounds, c.native.max_tokens), (20, 8192));
             let a = &c.anthropic;
             assert_eq!(
@@ -465,7 +464,7 @@ mod tests {
             assert_eq!((w.crash_budget, w.retry.max_retries, w.shutdown_grace), (5, 7, secs(3)));
             let e = &c.environments;
             assert_eq!((e.idle, e.limits.wall_clock, e.limits.max_wall_clock), (secs(60), secs(30), secs(90)));
-            assert_eq!((e.limits.output_cap, e.bwrap.as_path()), (5000, Path::new("/opt/bwrap")));
+            assert_eq!((e.limits.output_cap, e.providers.bwrap.as_path()), (5000, Path::new("/opt/bwrap")));
             let limit_defaults = EnvironmentsConfig::default().limits;
             assert_eq!(e.limits.max_processes, limit_defaults.max_processes, "not a key: its default");
             assert_eq!((c.native.max_rounds, c.native.max_tokens), (4, 100));
