@@ -386,7 +386,7 @@ async fn start() -> Gateway {
         coordinator: gw.coordinator.clone(),
         webhooks,
         auth: Arc::new(Authenticator::new(Arc::clone(&gw.store))),
-        default_provider: ProviderTier::local(),
+        default_provider: ProviderTier::new("local"),
         public_url: "http://127.0.0.1".into(),
         keep_alive: Duration::from_secs(15),
         shutdown: gw.shutdown.clone(),

@@ -19,26 +19,18 @@ pub enum Provisioning {
 
 /// A sandbox provider tier, e.g. `local` or `namespace`. Open-ended so a deployment can offer
 /// providers the core does not know by name; placement compares tiers by equality only, and
-/// never substitutes one for another.
+/// never substitutes one for another. The core names no provider: which tiers exist, and what
+/// each can do, is the sandbox crate's (`gateway_sandbox::providers`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct ProviderTier(pub String);
 
 impl ProviderTier {
-    pub fn local() -> Self {
-        Self("local".into())
-    }
-    pub fn namespace() -> Self {
-        Self("namespace".into())
+    pub fn new(name: impl Into<String>) -> Self {
+        Self(name.into())
     }
     pub fn as_str(&self) -> &str {
         &self.0
-    }
-}
-
-impl Default for ProviderTier {
-    fn default() -> Self {
-        Self::local()
     }
 }
 

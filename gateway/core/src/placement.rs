@@ -371,9 +371,13 @@ mod tests {
     fn offer() -> Offer {
         Offer {
             providers: vec![
-                ProviderOffer { tier: ProviderTier::local(), network: NetworkControl::None, installs_packages: false },
                 ProviderOffer {
-                    tier: ProviderTier::namespace(),
+                    tier: ProviderTier::new("local"),
+                    network: NetworkControl::None,
+                    installs_packages: false,
+                },
+                ProviderOffer {
+                    tier: ProviderTier::new("namespace"),
                     network: NetworkControl::AllOrNothing,
                     installs_packages: false,
                 },
@@ -429,11 +433,11 @@ mod tests {
         assert_eq!(
             r.environment,
             EnvironmentPlan::OnFirstLocalTool {
-                sandbox: SandboxSpec { provider: ProviderTier::namespace(), network: true }
+                sandbox: SandboxSpec { provider: ProviderTier::new("namespace"), network: true }
             }
         );
         assert_eq!(r.tool_execution, ToolExecution::Local);
-        assert_eq!(r.provider(), Some(&ProviderTier::namespace()));
+        assert_eq!(r.provider(), Some(&ProviderTier::new("namespace")));
     }
 
     // Row: mounts / workspace / executable skills / eager -> realize before execution.
@@ -546,14 +550,14 @@ mod tests {
             },
             packages: Packages::default(),
             provisioning: Provisioning::OnToolUse,
-            provider: ProviderTier::local(),
+            provider: ProviderTier::new("local"),
         }));
         let err = place(&BackendRef::Native, &no_net, &LocalInputs::default(), &offer()).unwrap_err();
         assert_eq!(err.code(), "network_policy_unsupported", "local cannot cut the network");
 
         let mut on_ns = no_net.clone();
         if let EnvironmentConfig::Cloud(c) = &mut on_ns {
-            c.provider = ProviderTier::namespace();
+            c.provider = ProviderTier::new("namespace");
         }
         let r = place(&BackendRef::Native, &on_ns, &LocalInputs::default(), &offer()).unwrap();
         assert_eq!(r.environment.sandbox().map(|s| s.network), Some(false));

@@ -121,7 +121,7 @@ async fn fence(store: &Arc<dyn Store>) -> gateway_core::run::Fence {
         worker: "bench".into(),
         host: "h".into(),
         backends: vec![BackendRef::Native],
-        providers: vec![ProviderTier::local()],
+        providers: vec![ProviderTier::new("local")],
     };
     let lease = LeaseTerms { lease: Duration::from_secs(3600), host_ttl: Duration::from_secs(3600) };
     store.claim_run(&worker, lease).await.unwrap().unwrap().fence

@@ -68,7 +68,7 @@ impl LocalProvider {
 
 impl SandboxProvider for LocalProvider {
     fn tier(&self) -> ProviderTier {
-        ProviderTier::local()
+        crate::ProviderKind::Local.tier()
     }
 
     fn network_control(&self) -> NetworkControl {
@@ -187,7 +187,7 @@ mod tests {
     #[test]
     fn advertises_the_local_tier_without_network_control() {
         let p = LocalProvider::new();
-        assert_eq!(p.tier(), ProviderTier::local());
+        assert_eq!(p.tier(), crate::ProviderKind::Local.tier());
         assert_eq!(p.network_control(), NetworkControl::None);
         assert!(!p.isolates(), "local is not a security boundary");
     }

@@ -236,7 +236,7 @@ impl NamespaceProvider {
 
 impl SandboxProvider for NamespaceProvider {
     fn tier(&self) -> ProviderTier {
-        ProviderTier::namespace()
+        crate::ProviderKind::Namespace.tier()
     }
 
     fn network_control(&self) -> NetworkControl {
@@ -432,7 +432,7 @@ mod tests {
     #[test]
     fn advertises_the_namespace_tier_with_all_or_nothing_network() {
         let p = NamespaceProvider::default();
-        assert_eq!(p.tier(), ProviderTier::namespace());
+        assert_eq!(p.tier(), crate::ProviderKind::Namespace.tier());
         assert_eq!(p.network_control(), NetworkControl::AllOrNothing);
         assert!(p.isolates(), "namespace is a security boundary");
     }

@@ -26,7 +26,7 @@ use gateway_store::{Commit, EnvironmentChange, LeaseTerms, Store};
 pub fn offer() -> Offer {
     Offer {
         providers: vec![ProviderOffer {
-            tier: ProviderTier::local(),
+            tier: ProviderTier::new("local"),
             network: NetworkControl::None,
             installs_packages: false,
         }],
@@ -104,7 +104,8 @@ pub fn config(instance: &str, host: &str) -> Pool {
 
 /// Workers of another process on the rig's store, running its backends.
 pub fn workers(r: &Rig, pool: Pool) -> WorkerPool {
-    let identity = WorkerIdentity { instance: pool.instance, host: pool.host, providers: vec![ProviderTier::local()] };
+    let identity =
+        WorkerIdentity { instance: pool.instance, host: pool.host, providers: vec![ProviderTier::new("local")] };
     r.workers(identity, pool.config)
 }
 
@@ -396,7 +397,7 @@ pub async fn a_reclaim_continues_the_turn_its_lost_claim_started(h: &dyn Harness
         worker: "dead#0".into(),
         host: "h".into(),
         backends: vec![BackendRef::Native],
-        providers: vec![ProviderTier::local()],
+        providers: vec![ProviderTier::new("local")],
     };
     let terms = LeaseTerms { lease: Duration::from_millis(200), host_ttl: Duration::from_secs(30) };
     let lost = r.store.claim_run(&offer, terms).await.unwrap().unwrap();
@@ -521,7 +522,7 @@ pub async fn a_lost_environment_fails_the_run_instead_of_moving(h: &dyn Harness)
         worker: "h1#0".into(),
         host: "h1".into(),
         backends: vec![BackendRef::Native],
-        providers: vec![ProviderTier::local()],
+        providers: vec![ProviderTier::new("local")],
     };
     let terms = LeaseTerms { lease: Duration::from_secs(10), host_ttl: Duration::from_secs(30) };
     let c = r.store.claim_run(&w1, terms).await.unwrap().unwrap();
@@ -614,7 +615,7 @@ pub async fn previews_are_delivered_before_their_committed_event(h: &dyn Harness
         worker: "w".into(),
         host: "h".into(),
         backends: vec![BackendRef::Native],
-        providers: vec![ProviderTier::local()],
+        providers: vec![ProviderTier::new("local")],
     };
     let c = r
         .store

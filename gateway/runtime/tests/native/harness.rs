@@ -38,8 +38,11 @@ impl std::ops::Deref for Native {
 }
 
 pub fn offer(extra: &[&str]) -> Offer {
-    let mut providers =
-        vec![ProviderOffer { tier: ProviderTier::local(), network: NetworkControl::None, installs_packages: false }];
+    let mut providers = vec![ProviderOffer {
+        tier: ProviderTier::new("local"),
+        network: NetworkControl::None,
+        installs_packages: false,
+    }];
     for tier in extra {
         providers.push(ProviderOffer {
             tier: ProviderTier((*tier).into()),

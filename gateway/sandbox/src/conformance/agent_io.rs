@@ -80,7 +80,7 @@ pub async fn terminal_output_is_limited_from_the_start(h: &dyn Harness) {
     let id = t.create(spec("sh", &["-c", "(sleep 0.3; echo tail) & echo head"])).await.unwrap();
     assert_eq!(t.wait_for_exit(&id).await.unwrap().exit_code, Some(0));
     let out = t.output(&id).unwrap().output;
-    if h.provider().tier() == gateway_core::environment::ProviderTier::local() {
+    if h.provider().tier() == crate::ProviderKind::Local.tier() {
         assert_eq!(out, "head\ntail\n");
     } else {
         assert!(out == "head\n" || out == "head\ntail\n", "{out:?}");

@@ -85,7 +85,7 @@ impl Default for Config {
             listen: "127.0.0.1:8080".into(),
             database_url: "sqlite://data/gateway.db".into(),
             model: "fake".into(),
-            sandbox: "local".into(),
+            sandbox: ProviderKind::Local.as_str().into(),
             public_url: None,
             allow_unsafe_local_sandbox: false,
             data_dir: "data".into(),
@@ -571,6 +571,10 @@ mod tests {
             );
             jail.set_env("GATEWAY_ALLOW_UNSAFE_LOCAL_SANDBOX", "1");
             assert!(Config::load(None).map_err(|e| e.to_string())?.allow_unsafe_local_sandbox);
+            jail.set_env("GATEWAY_SANDBOX", "docker");
+            let err = Config::load(None).unwrap_err().to_string();
+            assert_eq!(err, r#"invalid configuration: sandbox must be "local" or "namespace", not "docker""#);
+            jail.set_env("GATEWAY_SANDBOX", "namespace");
             jail.set_env("GATEWAY_MODEL", "gpt");
             assert!(Config::load(None).is_err());
             Ok(())

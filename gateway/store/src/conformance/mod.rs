@@ -154,7 +154,7 @@ pub fn env_spec(name: &str) -> EnvironmentSpec {
             networking: Networking::Unrestricted,
             packages: Packages::default(),
             provisioning: Provisioning::OnToolUse,
-            provider: ProviderTier::local(),
+            provider: ProviderTier::new("local"),
         })),
     }
 }
@@ -162,7 +162,7 @@ pub fn env_spec(name: &str) -> EnvironmentSpec {
 pub fn placement_offer() -> Offer {
     Offer {
         providers: vec![ProviderOffer {
-            tier: ProviderTier::local(),
+            tier: ProviderTier::new("local"),
             network: NetworkControl::None,
             installs_packages: false,
         }],
@@ -211,7 +211,7 @@ pub fn worker(name: &str, host: &str) -> WorkerOffer {
         worker: name.to_owned(),
         host: host.to_owned(),
         backends: vec![BackendRef::Native],
-        providers: vec![ProviderTier::local()],
+        providers: vec![ProviderTier::new("local")],
     }
 }
 

@@ -235,7 +235,7 @@ pub async fn claims_respect_backend_and_provider(h: &dyn Harness) {
     acp_only.backends = vec![BackendRef::Acp { executor: "x".into() }];
     assert!(s.claim_run(&acp_only, terms(10_000)).await.unwrap().is_none());
     let mut ns_only = worker("ns", "h");
-    ns_only.providers = vec![ProviderTier::namespace()];
+    ns_only.providers = vec![ProviderTier::new("namespace")];
     assert!(s.claim_run(&ns_only, terms(10_000)).await.unwrap().is_none());
     assert!(s.claim_run(&worker("ok", "h"), terms(10_000)).await.unwrap().is_some());
 }
