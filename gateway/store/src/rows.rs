@@ -13,6 +13,19 @@ use gateway_core::{AgentId, EnvironmentId, EventId, RunId, SessionId, Timestamp}
 use crate::error::{Result, StoreError};
 use crate::model::{Keyset, Order, Page, PageCursor, PageRequest};
 use crate::sql::conn::{DbError, FromRow, Row, from_row};
+use crate::sql::read::{Decode, Listed};
+
+/// Each value listed in `(created_at, id)` order, and its place in it.
+macro_rules! listed {
+    ($($ty:ty),+) => {
+        $(impl Listed for $ty {
+            fn keyset(&self) -> Keyset {
+                Keyset { at: self.created_at.0, id: self.id.to_string() }
+            }
+        })+
+    };
+}
+listed!(Agent, Environment, Session, crate::WorkItem, crate::StoredFile, crate::StoredSkill, crate::StoredSkillVersion);
 
 fn ts(ms: i64) -> Timestamp {
     Timestamp(ms)
@@ -38,8 +51,9 @@ pub struct AgentRow {
     pub archived_at: Option<i64>,
 }
 
-impl AgentRow {
-    pub fn into_agent(self) -> Result<Agent> {
+impl Decode for AgentRow {
+    type Out = Agent;
+    fn decode(self) -> Result<Agent> {
         let spec: AgentSpec = serde_json::from_str(&self.spec)?;
         Ok(Agent {
             id: id::<AgentId>(&self.id)?,
@@ -60,8 +74,9 @@ pub struct EnvironmentRow {
     pub archived_at: Option<i64>,
 }
 
-impl EnvironmentRow {
-    pub fn into_environment(self) -> Result<Environment> {
+impl Decode for EnvironmentRow {
+    type Out = Environment;
+    fn decode(self) -> Result<Environment> {
         let spec: EnvironmentSpec = serde_json::from_str(&self.spec)?;
         Ok(Environment {
             id: id::<EnvironmentId>(&self.id)?,
@@ -101,8 +116,11 @@ impl SessionRow {
     pub fn clone_pending(&self) -> Result<Vec<gateway_core::session::PendingAction>> {
         Ok(serde_json::from_str(&self.pending)?)
     }
+}
 
-    pub fn into_session(self) -> Result<Session> {
+impl Decode for SessionRow {
+    type Out = Session;
+    fn decode(self) -> Result<Session> {
         Ok(Session {
             id: id::<SessionId>(&self.id)?,
             environment_id: id::<EnvironmentId>(&self.environment_id)?,
@@ -139,8 +157,9 @@ pub struct EventRow {
     pub epoch: Option<i64>,
 }
 
-impl EventRow {
-    pub fn into_event(self) -> Result<Event> {
+impl Decode for EventRow {
+    type Out = Event;
+    fn decode(self) -> Result<Event> {
         let payload: EventPayload = serde_json::from_str(&self.payload)?;
         Ok(Event {
             id: id::<EventId>(&self.id)?,
@@ -175,8 +194,9 @@ pub struct RunRow {
     pub updated_at: i64,
 }
 
-impl RunRow {
-    pub fn into_run(self) -> Result<Run> {
+impl Decode for RunRow {
+    type Out = Run;
+    fn decode(self) -> Result<Run> {
         Ok(Run {
             id: id::<RunId>(&self.id)?,
             session_id: id::<SessionId>(&self.session_id)?,
@@ -275,8 +295,9 @@ pub struct ApiKeyRow {
     pub environment_id: Option<String>,
 }
 
-impl ApiKeyRow {
-    pub fn into_key(self) -> Result<crate::ApiKey> {
+impl Decode for ApiKeyRow {
+    type Out = crate::ApiKey;
+    fn decode(self) -> Result<crate::ApiKey> {
         Ok(crate::ApiKey {
             id: id::<gateway_core::ApiKeyId>(&self.id)?,
             name: self.name,
@@ -359,8 +380,9 @@ pub struct WorkItemRow {
     pub ttl_ms: Option<i64>,
 }
 
-impl WorkItemRow {
-    pub fn into_item(self) -> Result<crate::WorkItem> {
+impl Decode for WorkItemRow {
+    type Out = crate::WorkItem;
+    fn decode(self) -> Result<crate::WorkItem> {
         Ok(crate::WorkItem {
             id: id::<gateway_core::WorkId>(&self.id)?,
             environment_id: id::<EnvironmentId>(&self.environment_id)?,
@@ -393,8 +415,9 @@ pub struct WebhookRow {
     pub disabled_at: Option<i64>,
 }
 
-impl WebhookRow {
-    pub fn into_endpoint(self) -> Result<crate::WebhookEndpoint> {
+impl Decode for WebhookRow {
+    type Out = crate::WebhookEndpoint;
+    fn decode(self) -> Result<crate::WebhookEndpoint> {
         Ok(crate::WebhookEndpoint {
             id: id::<gateway_core::WebhookId>(&self.id)?,
             origin: self.origin()?,

@@ -6,6 +6,8 @@ use gateway_core::environment::{Environment, EnvironmentSpec};
 use gateway_core::{AgentId, EnvironmentId, Timestamp};
 
 use super::Hints;
+use super::conn::Arg;
+use super::read::{keyset_sql, time_range_args, time_range_sql};
 use super::{Engine, SqlStore, query, query_as};
 use crate::Catalog;
 use crate::error::{Guard, Result, StoreError};
@@ -17,24 +19,18 @@ const AGENT_SELECT: &str = "SELECT a.id, v.version, v.spec, a.created_at, v.crea
      WHERE a.id = $1";
 
 /// `$1` include archived, `$2..$5` created gt/gte/lt/lte, `$6,$7` keyset bound, `$8` limit.
-macro_rules! list_agents_sql {
-    ($cmp:literal, $dir:literal) => {
-        concat!(
-            "SELECT a.id, v.version, v.spec, a.created_at, v.created_at AS updated_at, a.archived_at \
-             FROM agents a JOIN agent_versions v ON v.agent_id = a.id AND v.version = a.version \
-             WHERE ($1 OR a.archived_at IS NULL) \
-               AND ($2 IS NULL OR a.created_at > $2) AND ($3 IS NULL OR a.created_at >= $3) \
-               AND ($4 IS NULL OR a.created_at < $4) AND ($5 IS NULL OR a.created_at <= $5) \
-               AND ($6 IS NULL OR (a.created_at, a.id) ",
-            $cmp,
-            " ($6, $7)) ORDER BY a.created_at ",
-            $dir,
-            ", a.id ",
-            $dir,
-            $crate::sql::limit!(8)
-        )
-    };
-}
+const LIST_AGENTS: [&str; 2] = keyset_sql!(
+    concat!(
+        "SELECT a.id, v.version, v.spec, a.created_at, v.created_at AS updated_at, a.archived_at \
+         FROM agents a JOIN agent_versions v ON v.agent_id = a.id AND v.version = a.version \
+         WHERE ($1 OR a.archived_at IS NULL) AND",
+        time_range_sql!("a.", 2, 3, 4, 5)
+    ),
+    "a.",
+    6,
+    7,
+    8
+);
 
 /// `$1` agent id, `$2` version bound (exclusive), `$3` limit.
 macro_rules! list_versions_sql {
@@ -51,26 +47,18 @@ macro_rules! list_versions_sql {
     };
 }
 
-/// `$1` include archived, `$2,$3` keyset bound, `$4` limit.
-macro_rules! list_environments_sql {
-    ($cmp:literal, $dir:literal) => {
-        concat!(
-            "SELECT id, spec, created_at, updated_at, archived_at FROM environments \
-             WHERE deleted_at IS NULL AND ($1 OR archived_at IS NULL) \
-               AND ($2 IS NULL OR (created_at, id) ",
-            $cmp,
-            " ($2, $3)) ORDER BY created_at ",
-            $dir,
-            ", id ",
-            $dir,
-            $crate::sql::limit!(4)
-        )
-    };
-}
+const ENVIRONMENT_BY_ID: &str =
+    "SELECT id, spec, created_at, updated_at, archived_at FROM environments WHERE id = $1 AND deleted_at IS NULL";
 
-fn agent_key(a: &Agent) -> Keyset {
-    Keyset { at: a.created_at.0, id: a.id.to_string() }
-}
+/// `$1` include archived, `$2,$3` keyset bound, `$4` limit.
+const LIST_ENVIRONMENTS: [&str; 2] = keyset_sql!(
+    "SELECT id, spec, created_at, updated_at, archived_at FROM environments \
+     WHERE deleted_at IS NULL AND ($1 OR archived_at IS NULL) AND",
+    "",
+    2,
+    3,
+    4
+);
 
 impl<E: Engine> SqlStore<E> {
     async fn agent_guard(&self, id: &AgentId) -> Result<GuardRow> {
@@ -81,16 +69,6 @@ impl<E: Engine> SqlStore<E> {
         .fetch_optional(&mut *self.reader().await?)
         .await?
         .ok_or_else(|| StoreError::not_found("agent", id))
-    }
-
-    async fn environment_row(&self, id: &EnvironmentId) -> Result<EnvironmentRow> {
-        query_as::<EnvironmentRow>(
-            "SELECT id, spec, created_at, updated_at, archived_at FROM environments WHERE id = $1 AND deleted_at IS NULL",
-        )
-        .bind(id.as_str())
-        .fetch_optional(&mut *self.reader().await?)
-        .await?
-        .ok_or_else(|| StoreError::not_found("environment", id))
     }
 }
 
@@ -120,15 +98,12 @@ impl<E: Engine> Catalog for SqlStore<E> {
         let row = query_as::<AgentRow>(AGENT_SELECT)
             .bind(id.as_str())
             .bind(version.map(i64::from))
-            .fetch_optional(&mut *self.reader().await?)
+            .maybe(&mut *self.reader().await?)
             .await?;
-        match row {
-            Some(r) => r.into_agent(),
-            None => Err(match version {
-                Some(v) => StoreError::not_found("agent version", format!("{id} v{v}")),
-                None => StoreError::not_found("agent", id),
-            }),
-        }
+        row.ok_or_else(|| match version {
+            Some(v) => StoreError::not_found("agent version", format!("{id} v{v}")),
+            None => StoreError::not_found("agent", id),
+        })
     }
 
     async fn update_agent(&self, id: &AgentId, base: u32, spec: AgentSpec) -> Result<Agent> {
@@ -176,108 +151,75 @@ impl<E: Engine> Catalog for SqlStore<E> {
     }
 
     async fn archive_agent(&self, id: &AgentId) -> Result<Agent> {
-        let mut tx = self.begin_write().await?;
-        let now = Self::now(&mut tx).await?;
-        let done = query_as::<(String,)>(
-            "UPDATE agents SET archived_at = COALESCE(archived_at, $2) WHERE id = $1 RETURNING id",
-        )
-        .bind(id.as_str())
-        .bind(now)
-        .fetch_optional(&mut *tx)
+        self.update_one("agent", id.as_str(), |now| {
+            query_as("UPDATE agents SET archived_at = COALESCE(archived_at, $2) WHERE id = $1 RETURNING id")
+                .bind(id.as_str())
+                .bind(now)
+        })
         .await?;
-        if done.is_none() {
-            return Err(StoreError::not_found("agent", id));
-        }
-        self.finish(tx, Hints::default()).await?;
         self.get_agent(id, None).await
     }
 
     async fn list_agents(&self, filter: &AgentFilter, page: &PageRequest) -> Result<Page<Agent>> {
-        let scan = Scan::plan(page);
-        let sql = if scan.ascending { list_agents_sql!(">", "ASC") } else { list_agents_sql!("<", "DESC") };
-        let (bound_at, bound_id) = scan.bound_parts();
-        let c = filter.created;
-        let rows = query_as::<AgentRow>(sql)
-            .bind(filter.include_archived)
-            .bind(c.gt.map(|t| t.0))
-            .bind(c.gte.map(|t| t.0))
-            .bind(c.lt.map(|t| t.0))
-            .bind(c.lte.map(|t| t.0))
-            .bind(bound_at)
-            .bind(bound_id)
-            .bind(scan.fetch)
-            .fetch_all(&mut *self.reader().await?)
-            .await?;
-        let agents = rows.into_iter().map(AgentRow::into_agent).collect::<Result<Vec<_>>>()?;
-        Ok(paginate(page, agents, agent_key))
+        let lead = std::iter::once(Arg::from(filter.include_archived)).chain(time_range_args(filter.created));
+        self.list_page::<AgentRow>(page, LIST_AGENTS, lead).await
     }
 
     async fn list_agent_versions(&self, id: &AgentId, page: &PageRequest) -> Result<Page<Agent>> {
         self.agent_guard(id).await?;
         let scan = Scan::plan(page);
         let sql = if scan.ascending { list_versions_sql!(">", "ASC") } else { list_versions_sql!("<", "DESC") };
-        let rows = query_as::<AgentRow>(sql)
+        let agents = query_as::<AgentRow>(sql)
             .bind(id.as_str())
             .bind(scan.bound.as_ref().map(|k| k.at))
             .bind(scan.fetch)
-            .fetch_all(&mut *self.reader().await?)
+            .decoded(&mut *self.reader().await?)
             .await?;
-        let agents = rows.into_iter().map(AgentRow::into_agent).collect::<Result<Vec<_>>>()?;
         Ok(paginate(page, agents, |a| Keyset { at: i64::from(a.version), id: String::new() }))
     }
 
     async fn create_environment(&self, spec: EnvironmentSpec) -> Result<Environment> {
         let id = EnvironmentId::new();
         let json = serde_json::to_string(&spec)?;
-        let mut tx = self.begin_write().await?;
-        let now = Self::now(&mut tx).await?;
-        query("INSERT INTO environments (id, spec, created_at, updated_at) VALUES ($1, $2, $3, $3)")
-            .bind(id.as_str())
-            .bind(json)
-            .bind(now)
-            .execute(&mut *tx)
+        let now = self
+            .write_one(|now| {
+                query("INSERT INTO environments (id, spec, created_at, updated_at) VALUES ($1, $2, $3, $3)")
+                    .bind(id.as_str())
+                    .bind(json)
+                    .bind(now)
+            })
             .await?;
-        self.finish(tx, Hints::default()).await?;
         Ok(Environment { id, spec, created_at: Timestamp(now), updated_at: Timestamp(now), archived_at: None })
     }
 
     async fn get_environment(&self, id: &EnvironmentId) -> Result<Environment> {
-        self.environment_row(id).await?.into_environment()
+        self.by_id::<EnvironmentRow>(ENVIRONMENT_BY_ID, "environment", id.as_str()).await
     }
 
     async fn update_environment(&self, id: &EnvironmentId, spec: EnvironmentSpec) -> Result<Environment> {
         let json = serde_json::to_string(&spec)?;
-        let mut tx = self.begin_write().await?;
-        let now = Self::now(&mut tx).await?;
-        let done = query_as::<(String,)>(
-            "UPDATE environments SET spec = $2, updated_at = $3 WHERE id = $1 AND deleted_at IS NULL RETURNING id",
-        )
-        .bind(id.as_str())
-        .bind(json)
-        .bind(now)
-        .fetch_optional(&mut *tx)
+        self.update_one("environment", id.as_str(), |now| {
+            query_as(
+                "UPDATE environments SET spec = $2, updated_at = $3 WHERE id = $1 AND deleted_at IS NULL RETURNING id",
+            )
+            .bind(id.as_str())
+            .bind(json)
+            .bind(now)
+        })
         .await?;
-        if done.is_none() {
-            return Err(StoreError::not_found("environment", id));
-        }
-        self.finish(tx, Hints::default()).await?;
         self.get_environment(id).await
     }
 
     async fn archive_environment(&self, id: &EnvironmentId) -> Result<Environment> {
-        let mut tx = self.begin_write().await?;
-        let now = Self::now(&mut tx).await?;
-        let done = query_as::<(String,)>(
-            "UPDATE environments SET archived_at = COALESCE(archived_at, $2), updated_at = $2 WHERE id = $1 AND deleted_at IS NULL RETURNING id",
-        )
-        .bind(id.as_str())
-        .bind(now)
-        .fetch_optional(&mut *tx)
+        self.update_one("environment", id.as_str(), |now| {
+            query_as(
+                "UPDATE environments SET archived_at = COALESCE(archived_at, $2), updated_at = $2 \
+                 WHERE id = $1 AND deleted_at IS NULL RETURNING id",
+            )
+            .bind(id.as_str())
+            .bind(now)
+        })
         .await?;
-        if done.is_none() {
-            return Err(StoreError::not_found("environment", id));
-        }
-        self.finish(tx, Hints::default()).await?;
         self.get_environment(id).await
     }
 
@@ -295,7 +237,7 @@ impl<E: Engine> Catalog for SqlStore<E> {
         .await?;
         if done.is_none() {
             drop(tx);
-            self.environment_row(id).await?;
+            self.get_environment(id).await?;
             return Err(StoreError::Guard(Guard::EnvironmentInUse(id.to_string())));
         }
         self.finish(tx, Hints::default()).await?;
@@ -303,17 +245,6 @@ impl<E: Engine> Catalog for SqlStore<E> {
     }
 
     async fn list_environments(&self, filter: &EnvironmentFilter, page: &PageRequest) -> Result<Page<Environment>> {
-        let scan = Scan::plan(page);
-        let sql = if scan.ascending { list_environments_sql!(">", "ASC") } else { list_environments_sql!("<", "DESC") };
-        let (bound_at, bound_id) = scan.bound_parts();
-        let rows = query_as::<EnvironmentRow>(sql)
-            .bind(filter.include_archived)
-            .bind(bound_at)
-            .bind(bound_id)
-            .bind(scan.fetch)
-            .fetch_all(&mut *self.reader().await?)
-            .await?;
-        let envs = rows.into_iter().map(EnvironmentRow::into_environment).collect::<Result<Vec<_>>>()?;
-        Ok(paginate(page, envs, |e| Keyset { at: e.created_at.0, id: e.id.to_string() }))
+        self.list_page::<EnvironmentRow>(page, LIST_ENVIRONMENTS, [Arg::from(filter.include_archived)]).await
     }
 }

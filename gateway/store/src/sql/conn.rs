@@ -210,13 +210,16 @@ pub trait Row {
     fn get_at<T: Value>(&self, index: usize) -> Result<T, DbError>;
 }
 
-/// A column type both engines decode.
-pub trait Value: Sized {
+/// A column type both engines decode: SQLite values by hand (`from_sqlite`), PostgreSQL
+/// values by sqlx's own decoder, the same for every type.
+pub trait Value: Sized + for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> {
     fn from_sqlite(value: rusqlite::types::ValueRef<'_>) -> Result<Self, DbError>;
     fn from_pg<I: sqlx::ColumnIndex<sqlx::postgres::PgRow> + std::fmt::Debug>(
         row: &sqlx::postgres::PgRow,
         index: I,
-    ) -> Result<Self, DbError>;
+    ) -> Result<Self, DbError> {
+        sqlx::Row::try_get(row, index).map_err(pg_decode)
+    }
 }
 
 /// A row struct (or tuple) decoded from a result row.
@@ -239,12 +242,6 @@ impl Value for i64 {
             other => Err(sqlite_type(other, "an integer")),
         }
     }
-    fn from_pg<I: sqlx::ColumnIndex<sqlx::postgres::PgRow> + std::fmt::Debug>(
-        row: &sqlx::postgres::PgRow,
-        index: I,
-    ) -> Result<Self, DbError> {
-        sqlx::Row::try_get(row, index).map_err(pg_decode)
-    }
 }
 
 impl Value for bool {
@@ -253,12 +250,6 @@ impl Value for bool {
             rusqlite::types::ValueRef::Integer(i) => Ok(i != 0),
             other => Err(sqlite_type(other, "a boolean")),
         }
-    }
-    fn from_pg<I: sqlx::ColumnIndex<sqlx::postgres::PgRow> + std::fmt::Debug>(
-        row: &sqlx::postgres::PgRow,
-        index: I,
-    ) -> Result<Self, DbError> {
-        sqlx::Row::try_get(row, index).map_err(pg_decode)
     }
 }
 
@@ -271,12 +262,6 @@ impl Value for String {
             other => Err(sqlite_type(other, "text")),
         }
     }
-    fn from_pg<I: sqlx::ColumnIndex<sqlx::postgres::PgRow> + std::fmt::Debug>(
-        row: &sqlx::postgres::PgRow,
-        index: I,
-    ) -> Result<Self, DbError> {
-        sqlx::Row::try_get(row, index).map_err(pg_decode)
-    }
 }
 
 impl Value for Vec<u8> {
@@ -285,12 +270,6 @@ impl Value for Vec<u8> {
             rusqlite::types::ValueRef::Blob(bytes) => Ok(bytes.to_vec()),
             other => Err(sqlite_type(other, "a blob")),
         }
-    }
-    fn from_pg<I: sqlx::ColumnIndex<sqlx::postgres::PgRow> + std::fmt::Debug>(
-        row: &sqlx::postgres::PgRow,
-        index: I,
-    ) -> Result<Self, DbError> {
-        sqlx::Row::try_get(row, index).map_err(pg_decode)
     }
 }
 
@@ -303,12 +282,6 @@ where
             rusqlite::types::ValueRef::Null => Ok(None),
             other => T::from_sqlite(other).map(Some),
         }
-    }
-    fn from_pg<I: sqlx::ColumnIndex<sqlx::postgres::PgRow> + std::fmt::Debug>(
-        row: &sqlx::postgres::PgRow,
-        index: I,
-    ) -> Result<Self, DbError> {
-        sqlx::Row::try_get(row, index).map_err(pg_decode)
     }
 }
 

@@ -4,7 +4,8 @@ use async_trait::async_trait;
 use gateway_core::event::Event;
 use gateway_core::{EventId, SessionId};
 
-use super::{Engine, SqlStore, event_cols, events_from, query_as};
+use super::read::time_range_args;
+use super::{Engine, SqlStore, event_cols, query_as};
 use crate::EventLog;
 use crate::error::{Result, StoreError};
 use crate::model::{EventFilter, Keyset, Page, PageRequest};
@@ -21,23 +22,19 @@ impl<E: Engine> EventLog for SqlStore<E> {
             let names: Vec<&str> = filter.kinds.iter().map(|k| k.as_str()).collect();
             Some(serde_json::to_string(&names)?)
         };
-        let c = filter.created;
-        let rows = query_as::<EventRow>(sql)
+        let events = query_as::<EventRow>(sql)
             .bind(session.as_str())
             .bind(kinds)
-            .bind(c.gt.map(|t| t.0))
-            .bind(c.gte.map(|t| t.0))
-            .bind(c.lt.map(|t| t.0))
-            .bind(c.lte.map(|t| t.0))
+            .bind_all(time_range_args(filter.created))
             .bind(scan.bound.as_ref().map(|k| k.at))
             .bind(scan.fetch)
-            .fetch_all(&mut *self.reader().await?)
+            .decoded(&mut *self.reader().await?)
             .await?;
-        Ok(paginate(page, events_from(rows)?, |e| Keyset { at: e.seq as i64, id: String::new() }))
+        Ok(paginate(page, events, |e| Keyset { at: e.seq as i64, id: String::new() }))
     }
 
     async fn events_after(&self, session: &SessionId, after: u64, limit: u32) -> Result<Vec<Event>> {
-        let rows = query_as::<EventRow>(concat!(
+        query_as::<EventRow>(concat!(
             "SELECT ",
             event_cols!(),
             " FROM events WHERE session_id = $1 AND seq > $2 ORDER BY seq",
@@ -46,9 +43,8 @@ impl<E: Engine> EventLog for SqlStore<E> {
         .bind(session.as_str())
         .bind(after as i64)
         .bind(i64::from(limit.max(1)))
-        .fetch_all(&mut *self.reader().await?)
-        .await?;
-        events_from(rows)
+        .decoded(&mut *self.reader().await?)
+        .await
     }
 
     async fn session_tips(&self, sessions: &[SessionId]) -> Result<Vec<(SessionId, u64)>> {
@@ -63,13 +59,11 @@ impl<E: Engine> EventLog for SqlStore<E> {
     }
 
     async fn find_event(&self, session: &SessionId, id: &EventId) -> Result<Option<Event>> {
-        let row =
-            query_as::<EventRow>(concat!("SELECT ", event_cols!(), " FROM events WHERE session_id = $1 AND id = $2"))
-                .bind(session.as_str())
-                .bind(id.as_str())
-                .fetch_optional(&mut *self.reader().await?)
-                .await?;
-        row.map(EventRow::into_event).transpose()
+        query_as::<EventRow>(concat!("SELECT ", event_cols!(), " FROM events WHERE session_id = $1 AND id = $2"))
+            .bind(session.as_str())
+            .bind(id.as_str())
+            .maybe(&mut *self.reader().await?)
+            .await
     }
 }
 
@@ -83,9 +77,9 @@ macro_rules! list_events_sql {
             " FROM events WHERE session_id = $1 \
                AND ($2 IS NULL OR kind IN ",
             $in_list,
-            ") AND ($3 IS NULL OR created_at > $3) AND ($4 IS NULL OR created_at >= $4) \
-               AND ($5 IS NULL OR created_at < $5) AND ($6 IS NULL OR created_at <= $6) \
-               AND ($7 IS NULL OR seq ",
+            ") AND",
+            $crate::sql::read::time_range_sql!("", 3, 4, 5, 6),
+            " ($7 IS NULL OR seq ",
             $cmp,
             " $7) ORDER BY seq ",
             $dir,

@@ -5,10 +5,10 @@ use gateway_core::session::{Resource, ResourceKind};
 use gateway_core::{FileId, SessionId, Timestamp};
 
 use super::conn::from_row;
+use super::read::{Decode, keyset_sql};
 use super::{Engine, Hints, SqlStore, WriteTx, query, query_as};
 use crate::error::{Guard, Result, StoreError};
-use crate::model::{Keyset, Page, PageRequest};
-use crate::rows::{Scan, paginate};
+use crate::model::{Page, PageRequest};
 use crate::{Files, NewFile, StoredFile, UploadQuota};
 
 struct FileRow {
@@ -22,8 +22,9 @@ struct FileRow {
 }
 from_row!(FileRow { id, filename, mime_type, size_bytes, sha256, chunks, created_at });
 
-impl FileRow {
-    fn into_file(self) -> Result<StoredFile> {
+impl Decode for FileRow {
+    type Out = StoredFile;
+    fn decode(self) -> Result<StoredFile> {
         Ok(StoredFile {
             id: FileId::parse(&self.id).map_err(StoreError::corrupt)?,
             filename: self.filename,
@@ -40,20 +41,8 @@ const FILE_BY_ID: &str =
     "SELECT id, filename, mime_type, size_bytes, sha256, chunks, created_at FROM files WHERE id = $1";
 
 /// `$1,$2` keyset bound, `$3` limit.
-macro_rules! list_files_sql {
-    ($cmp:literal, $dir:literal) => {
-        concat!(
-            "SELECT id, filename, mime_type, size_bytes, sha256, chunks, created_at FROM files \
-             WHERE ($1 IS NULL OR (created_at, id) ",
-            $cmp,
-            " ($1, $2)) ORDER BY created_at ",
-            $dir,
-            ", id ",
-            $dir,
-            $crate::sql::limit!(3)
-        )
-    };
-}
+const LIST_FILES: [&str; 2] =
+    keyset_sql!("SELECT id, filename, mime_type, size_bytes, sha256, chunks, created_at FROM files WHERE", "", 1, 2, 3);
 
 impl<E: Engine> SqlStore<E> {
     /// Records which files the session's resources mount, replacing what was recorded (a new
@@ -200,26 +189,11 @@ impl<E: Engine> Files for SqlStore<E> {
     }
 
     async fn get_file(&self, id: &FileId) -> Result<StoredFile> {
-        query_as::<FileRow>(FILE_BY_ID)
-            .bind(id.as_str())
-            .fetch_optional(&mut *self.reader().await?)
-            .await?
-            .ok_or_else(|| StoreError::not_found("file", id))?
-            .into_file()
+        self.by_id::<FileRow>(FILE_BY_ID, "file", id.as_str()).await
     }
 
     async fn list_files(&self, page: &PageRequest) -> Result<Page<StoredFile>> {
-        let scan = Scan::plan(page);
-        let sql = if scan.ascending { list_files_sql!(">", "ASC") } else { list_files_sql!("<", "DESC") };
-        let (bound_at, bound_id) = scan.bound_parts();
-        let rows = query_as::<FileRow>(sql)
-            .bind(bound_at)
-            .bind(bound_id)
-            .bind(scan.fetch)
-            .fetch_all(&mut *self.reader().await?)
-            .await?;
-        let files = rows.into_iter().map(FileRow::into_file).collect::<Result<Vec<_>>>()?;
-        Ok(paginate(page, files, |f| Keyset { at: f.created_at.0, id: f.id.to_string() }))
+        self.list_page::<FileRow>(page, LIST_FILES, []).await
     }
 
     async fn file_chunk(&self, id: &FileId, seq: u32) -> Result<Vec<u8>> {

@@ -16,20 +16,18 @@ impl<E: Engine> ApiKeys for SqlStore<E> {
     }
 
     async fn find_api_key(&self, hash: &str) -> Result<Option<ApiKey>> {
-        let row = query_as::<ApiKeyRow>(
+        query_as::<ApiKeyRow>(
             "SELECT id, name, created_at, revoked_at, environment_id FROM api_keys WHERE hash = $1 AND revoked_at IS NULL",
         )
         .bind(hash)
-        .fetch_optional(&mut *self.reader().await?)
-        .await?;
-        row.map(ApiKeyRow::into_key).transpose()
+        .maybe(&mut *self.reader().await?)
+        .await
     }
 
     async fn list_api_keys(&self) -> Result<Vec<ApiKey>> {
-        let rows = query_as::<ApiKeyRow>("SELECT id, name, created_at, revoked_at, environment_id FROM api_keys WHERE environment_id IS NULL ORDER BY created_at, id")
-            .fetch_all(&mut *self.reader().await?)
-            .await?;
-        rows.into_iter().map(ApiKeyRow::into_key).collect()
+        query_as::<ApiKeyRow>("SELECT id, name, created_at, revoked_at, environment_id FROM api_keys WHERE environment_id IS NULL ORDER BY created_at, id")
+            .decoded(&mut *self.reader().await?)
+            .await
     }
 
     async fn revoke_api_key(&self, id: &ApiKeyId) -> Result<bool> {
@@ -49,13 +47,12 @@ impl<E: Engine> ApiKeys for SqlStore<E> {
     }
 
     async fn list_environment_keys(&self, environment: &EnvironmentId) -> Result<Vec<ApiKey>> {
-        let rows = query_as::<ApiKeyRow>(
+        query_as::<ApiKeyRow>(
             "SELECT id, name, created_at, revoked_at, environment_id FROM api_keys WHERE environment_id = $1 ORDER BY created_at, id",
         )
         .bind(environment.as_str())
-        .fetch_all(&mut *self.reader().await?)
-        .await?;
-        rows.into_iter().map(ApiKeyRow::into_key).collect()
+        .decoded(&mut *self.reader().await?)
+        .await
     }
 
     async fn revoke_environment_key(&self, environment: &EnvironmentId, id: &ApiKeyId) -> Result<bool> {
@@ -66,17 +63,16 @@ impl<E: Engine> ApiKeys for SqlStore<E> {
 impl<E: Engine> SqlStore<E> {
     async fn insert_key(&self, environment: Option<&EnvironmentId>, name: &str, hash: &str) -> Result<ApiKey> {
         let id = ApiKeyId::new();
-        let mut tx = self.begin_write().await?;
-        let now = Self::now(&mut tx).await?;
-        query("INSERT INTO api_keys (id, name, hash, created_at, environment_id) VALUES ($1, $2, $3, $4, $5)")
-            .bind(id.as_str())
-            .bind(name)
-            .bind(hash)
-            .bind(now)
-            .bind(environment.map(|e| e.to_string()))
-            .execute(&mut *tx)
+        let now = self
+            .write_one(|now| {
+                query("INSERT INTO api_keys (id, name, hash, created_at, environment_id) VALUES ($1, $2, $3, $4, $5)")
+                    .bind(id.as_str())
+                    .bind(name)
+                    .bind(hash)
+                    .bind(now)
+                    .bind(environment.map(|e| e.to_string()))
+            })
             .await?;
-        self.finish(tx, Hints::default()).await?;
         Ok(ApiKey {
             id,
             name: name.to_owned(),

@@ -38,6 +38,7 @@ mod keys;
 mod lateness;
 mod migrations;
 mod outbox;
+pub(crate) mod read;
 mod runs;
 mod sessions;
 mod skills;
@@ -55,7 +56,6 @@ use gateway_core::event::{Event, NewEvent};
 use gateway_core::{RunId, SessionId, Timestamp};
 
 use crate::error::Result;
-use crate::rows::EventRow;
 use crate::wake::{Hint, Wakeups};
 pub(crate) use conn::{Conn, query, query_as};
 
@@ -102,8 +102,8 @@ pub trait Engine: Sized + Send + Sync + 'static {
     /// The kind (`running`, `queued`, `retrying`) of each active run of session `$1`, the
     /// rows locked where the engine locks rows (see `sessions.rs`, `run_presence`).
     const RUN_PRESENCE: &'static str;
-    const LIST_SESSIONS_ASC: &'static str;
-    const LIST_SESSIONS_DESC: &'static str;
+    /// `[ascending, descending]` (see `sessions.rs`, `list_sessions_sql`).
+    const LIST_SESSIONS: [&'static str; 2];
     const LIST_EVENTS_ASC: &'static str;
     /// `id, last_seq` of the sessions whose ids are in the JSON array `$1` (deleted ones too:
     /// their last event is the deletion).
@@ -387,11 +387,6 @@ pub(crate) fn upsert_bindings_sql(n: usize) -> &'static str {
     let head = "INSERT INTO session_bindings (session_id, key, value, updated_at) VALUES ";
     let tail = " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at";
     multi_row_sql(&SQL, head, 4, tail, n)
-}
-
-/// Decodes fetched event rows.
-pub(crate) fn events_from(rows: Vec<EventRow>) -> Result<Vec<Event>> {
-    rows.into_iter().map(EventRow::into_event).collect()
 }
 
 /// The clock of an engine whose clock is this process's ([`Engine::IN_PROCESS_CLOCK`]).

@@ -65,10 +65,7 @@ impl Engine for Postgres {
         "(SELECT json_array_elements_text($2::json))",
         " FOR UPDATE OF r SKIP LOCKED"
     );
-    const LIST_SESSIONS_ASC: &'static str =
-        list_sessions_sql!("(SELECT json_array_elements_text($4::json))", ">", "ASC");
-    const LIST_SESSIONS_DESC: &'static str =
-        list_sessions_sql!("(SELECT json_array_elements_text($4::json))", "<", "DESC");
+    const LIST_SESSIONS: [&'static str; 2] = list_sessions_sql!("(SELECT json_array_elements_text($4::json))");
     const SESSION_TIPS: &'static str =
         "SELECT id, last_seq FROM sessions WHERE id IN (SELECT json_array_elements_text($1::json))";
     const LIST_EVENTS_ASC: &'static str = list_events_sql!("(SELECT json_array_elements_text($2::json))", ">", "ASC");

@@ -9,6 +9,8 @@ use gateway_core::session::{PendingAction, SessionStatus};
 use gateway_core::{RunId, SessionId, Timestamp};
 
 use super::WriteTx;
+use super::read::Decode;
+use super::sessions::Advance;
 use super::{Engine, Hints, SqlStore, query, query_as, run_cols};
 use crate::RunQueue;
 use crate::error::{Guard, Result, StoreError};
@@ -173,7 +175,7 @@ impl<E: Engine> SqlStore<E> {
             Err(e) => return Err(e.into()),
         };
         let now = locked.now_ms.max(locked.row.updated_at);
-        let mut session = locked.row.into_session()?;
+        let mut session = locked.row.decode()?;
         let was_started = candidate.run.started;
         let environment_lost = candidate.env_host.as_deref().is_some_and(|h| h != offer.host);
         let claimed = query_as::<RunRow>(concat!(
@@ -197,7 +199,7 @@ impl<E: Engine> SqlStore<E> {
             Err(e) if e.is_unique_violation() => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let mut run = row.into_run()?;
+        let mut run = row.decode()?;
         // Report whether a Worker had started this run before this claim.
         run.started = was_started;
         // Set by this claim (first claim) or an earlier one: never missing here.
@@ -225,16 +227,8 @@ impl<E: Engine> SqlStore<E> {
                 Some((&run.id, run.lease_epoch)),
             )
             .await?;
-            let last_seq = session.last_seq + events.len() as u64;
-            query("UPDATE sessions SET last_seq = $2, updated_at = $3 WHERE id = $1")
-                .bind(session.id.as_str())
-                .bind(last_seq as i64)
-                .bind(now)
-                .execute(&mut **tx)
-                .await?;
-            hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
-            hints.committed(&session.id, &events);
-            session.last_seq = last_seq;
+            session.last_seq =
+                Self::advance_session(tx, &session.id, session.last_seq, &events, now, Advance::Log, hints).await?;
             session.updated_at = Timestamp::from_millis(now);
         }
         Ok(Some(Claim { fence, run, session, inputs_through, environment_lost }))
@@ -356,7 +350,7 @@ impl<E: Engine> RunQueue for SqlStore<E> {
         let mut tx = self.begin_write().await?;
         // Lock order: the session row first, then the run row (see module docs).
         let (row, now) = Self::lock_session_at_now(&mut tx, &fence.session_id).await?;
-        let session = row.into_session()?;
+        let session = row.decode()?;
         Self::check_fence(&mut tx, fence, now).await?;
         if let Some(change) = &commit.environment {
             if !session.environment_state.may_become(change.state) {
@@ -385,15 +379,8 @@ impl<E: Engine> RunQueue for SqlStore<E> {
         .await?;
         let mut hints = Hints::default();
         if !events.is_empty() {
-            let last_seq = session.last_seq + events.len() as u64;
-            query("UPDATE sessions SET last_seq = $2, updated_at = $3 WHERE id = $1")
-                .bind(session.id.as_str())
-                .bind(last_seq as i64)
-                .bind(now)
-                .execute(&mut *tx)
+            Self::advance_session(&mut tx, &session.id, session.last_seq, &events, now, Advance::Log, &mut hints)
                 .await?;
-            hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
-            hints.committed(&session.id, &events);
         }
         self.finish(tx, hints).await?;
         Ok(events)
@@ -402,7 +389,7 @@ impl<E: Engine> RunQueue for SqlStore<E> {
     async fn settle(&self, fence: &Fence, mut settlement: Settlement) -> Result<Vec<Event>> {
         let mut tx = self.begin_write().await?;
         let (row, now) = Self::lock_session_at_now(&mut tx, &fence.session_id).await?;
-        let session = row.into_session()?;
+        let session = row.decode()?;
         // An interrupt admitted after the Worker last looked (admission sets the intent
         // under this same session lock, and ends no turn itself: "the Worker settles it")
         // must not be undone by a retry or a park: the turn ends interrupted here.
@@ -470,40 +457,25 @@ impl<E: Engine> RunQueue for SqlStore<E> {
             Some((&fence.run_id, fence.epoch)),
         )
         .await?;
-        let last_seq = session.last_seq + events.len() as u64;
-        query("UPDATE sessions SET status = $2, pending = $3, last_seq = $4, updated_at = $5 WHERE id = $1")
-            .bind(session.id.as_str())
-            .bind(status.as_str())
-            .bind(serde_json::to_string(&pending)?)
-            .bind(last_seq as i64)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
-        hints.committed(&session.id, &events);
+        let advance = Advance::Status(status, &pending);
+        Self::advance_session(&mut tx, &session.id, session.last_seq, &events, now, advance, &mut hints).await?;
         self.finish(tx, hints).await?;
         Ok(events)
     }
 
     async fn get_run(&self, id: &RunId) -> Result<Run> {
-        query_as::<RunRow>(concat!("SELECT ", run_cols!(), " FROM runs WHERE id = $1"))
-            .bind(id.as_str())
-            .fetch_optional(&mut *self.reader().await?)
-            .await?
-            .ok_or_else(|| StoreError::not_found("run", id))?
-            .into_run()
+        self.by_id::<RunRow>(concat!("SELECT ", run_cols!(), " FROM runs WHERE id = $1"), "run", id.as_str()).await
     }
 
     async fn active_runs(&self, session: &SessionId) -> Result<Vec<Run>> {
-        let rows = query_as::<RunRow>(concat!(
+        query_as::<RunRow>(concat!(
             "SELECT ",
             run_cols!(),
             " FROM runs WHERE session_id = $1 AND state IN ('queued', 'running') ORDER BY id"
         ))
         .bind(session.as_str())
-        .fetch_all(&mut *self.reader().await?)
-        .await?;
-        rows.into_iter().map(RunRow::into_run).collect()
+        .decoded(&mut *self.reader().await?)
+        .await
     }
 
     fn lateness(&self) -> std::time::Duration {

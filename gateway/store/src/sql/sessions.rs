@@ -2,19 +2,24 @@
 
 use async_trait::async_trait;
 use gateway_core::admission::{SessionState, admit};
+use gateway_core::environment::ConnectionStatus;
 use gateway_core::event::{Event, EventPayload, NewEvent};
 use gateway_core::placement::Requirements;
 use gateway_core::run::{Claim, RunState, WorkerOffer};
-use gateway_core::session::{EnvironmentState, Resource, Session, SessionSnapshot, SessionStatus};
+use gateway_core::session::{EnvironmentState, PendingAction, Resource, Session, SessionSnapshot, SessionStatus};
 use gateway_core::{ResourceId, RunId, SessionId, Timestamp};
 
 use super::WriteTx;
+use super::conn::Arg;
+use super::read::{Decode, time_range_args};
 use super::{Engine, Hints, SqlStore, query, query_as, session_cols};
 use crate::Sessions;
 use crate::error::{Guard, Result, StoreError};
-use crate::model::{AdmissionWrites, Keyset, LeaseTerms, NewSession, Page, PageRequest, SessionFilter, SessionPatch};
-use crate::rows::{GuardRow, LockedSessionRow, Scan, SessionRow, paginate};
+use crate::model::{AdmissionWrites, LeaseTerms, NewSession, Page, PageRequest, SessionFilter, SessionPatch};
+use crate::rows::{GuardRow, LockedSessionRow, SessionRow};
 use crate::wake::Hint;
+
+const SESSION_BY_ID: &str = concat!("SELECT ", session_cols!(), " FROM sessions WHERE id = $1 AND deleted_at IS NULL");
 
 /// The statuses filter as a JSON array parameter (None: no filter).
 fn statuses_param(filter: &SessionFilter) -> Option<String> {
@@ -129,7 +134,7 @@ impl<E: Engine> SqlStore<E> {
             Some((offer, terms)) => Self::claim_admitted(&mut tx, &id, offer, terms, &mut hints).await?,
             None => None,
         };
-        let session = Self::lock_session(&mut tx, &id).await?.into_session()?;
+        let session = Self::lock_session(&mut tx, &id).await?.decode()?;
         self.finish(tx, hints).await?;
         Ok((session, events, claim))
     }
@@ -163,7 +168,7 @@ impl<E: Engine> SqlStore<E> {
         now: i64,
         hints: &mut Hints,
     ) -> Result<Vec<Event>> {
-        let session = row.into_session()?;
+        let session = row.decode()?;
         let (run_running, run_queued, run_retrying) = Self::run_presence(tx, &session.id).await?;
         let state = SessionState {
             status: session.status,
@@ -175,7 +180,6 @@ impl<E: Engine> SqlStore<E> {
         };
         let decision = admit(&state, inputs)?;
         let events = Self::append_events(tx, &session.id, session.last_seq, decision.events, now, None).await?;
-        let last_seq = session.last_seq + events.len() as u64;
 
         if decision.cancel_running {
             let ids = query_as::<(String,)>(
@@ -215,17 +219,46 @@ impl<E: Engine> SqlStore<E> {
             .await?;
             hints.push(Hint::RunReady);
         }
-        query("UPDATE sessions SET status = $2, pending = $3, last_seq = $4, updated_at = $5 WHERE id = $1")
-            .bind(session.id.as_str())
-            .bind(decision.status.as_str())
-            .bind(serde_json::to_string(&decision.pending)?)
-            .bind(last_seq as i64)
-            .bind(now)
-            .execute(&mut **tx)
-            .await?;
-        hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
-        hints.committed(&session.id, &events);
+        let advance = Advance::Status(decision.status, &decision.pending);
+        Self::advance_session(tx, &session.id, session.last_seq, &events, now, advance, hints).await?;
         Ok(events)
+    }
+
+    /// Records that `events`, appended after `before`, advanced the session: its last seq and
+    /// update time, and what `advance` names, in one write of the locked row; and the hints
+    /// that wake its watchers once the transaction commits. Returns the new last seq. Every
+    /// writer that appends to a session's log ends with this, so the row's `last_seq` is
+    /// always the log's (invariant 1: no gap, no duplicate).
+    pub(crate) async fn advance_session(
+        tx: &mut WriteTx<E>,
+        session: &SessionId,
+        before: u64,
+        events: &[Event],
+        now: i64,
+        advance: Advance<'_>,
+        hints: &mut Hints,
+    ) -> Result<u64> {
+        let last_seq = before + events.len() as u64;
+        let (sql, extra) = match advance {
+            Advance::Log => ("UPDATE sessions SET last_seq = $2, updated_at = $3 WHERE id = $1", vec![]),
+            Advance::Status(status, pending) => (
+                "UPDATE sessions SET last_seq = $2, updated_at = $3, status = $4, pending = $5 WHERE id = $1",
+                vec![Arg::from(status.as_str()), Arg::from(serde_json::to_string(pending)?)],
+            ),
+            Advance::Connection(status) => (
+                "UPDATE sessions SET last_seq = $2, updated_at = $3, connection = $4 WHERE id = $1",
+                vec![Arg::from(status.as_str())],
+            ),
+            Advance::Deleted => (
+                "UPDATE sessions SET last_seq = $2, updated_at = $3, deleted_at = $3, env_state = $4, pending = '[]' \
+                 WHERE id = $1",
+                vec![Arg::from(EnvironmentState::Released.as_str())],
+            ),
+        };
+        query(sql).bind(session.as_str()).bind(last_seq as i64).bind(now).bind_all(extra).execute(&mut **tx).await?;
+        hints.push(Hint::SessionAdvanced(session.clone(), last_seq));
+        hints.committed(session, events);
+        Ok(last_seq)
     }
 
     /// Sets session bindings (key, value) inside `tx`: the one upsert behind both the
@@ -249,18 +282,19 @@ impl<E: Engine> SqlStore<E> {
         }
         Ok(())
     }
+}
 
-    async fn session_row(&self, id: &SessionId) -> Result<SessionRow> {
-        query_as::<SessionRow>(concat!(
-            "SELECT ",
-            session_cols!(),
-            " FROM sessions WHERE id = $1 AND deleted_at IS NULL"
-        ))
-        .bind(id.as_str())
-        .fetch_optional(&mut *self.reader().await?)
-        .await?
-        .ok_or_else(|| StoreError::not_found("session", id))
-    }
+/// What a session's advance ([`SqlStore::advance_session`]) writes besides its last seq and
+/// update time.
+pub(crate) enum Advance<'a> {
+    /// Nothing else: only the log moved.
+    Log,
+    /// Its status and pending actions, decided with the events.
+    Status(SessionStatus, &'a [PendingAction]),
+    /// Its executor's connection.
+    Connection(ConnectionStatus),
+    /// Its deletion: the environment is released and nothing is pending any more.
+    Deleted,
 }
 
 fn refuse_if_running(s: &Session) -> Result<()> {
@@ -287,13 +321,13 @@ impl<E: Engine> Sessions for SqlStore<E> {
     }
 
     async fn get_session(&self, id: &SessionId) -> Result<Session> {
-        self.session_row(id).await?.into_session()
+        self.by_id::<SessionRow>(SESSION_BY_ID, "session", id.as_str()).await
     }
 
     async fn update_session(&self, id: &SessionId, patch: SessionPatch) -> Result<Session> {
         let mut tx = self.begin_write().await?;
         let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
-        let mut s = row.into_session()?;
+        let mut s = row.decode()?;
         if let Some(title) = patch.title {
             s.title = title;
         }
@@ -312,32 +346,20 @@ impl<E: Engine> Sessions for SqlStore<E> {
     }
 
     async fn list_sessions(&self, filter: &SessionFilter, page: &PageRequest) -> Result<Page<Session>> {
-        let scan = Scan::plan(page);
-        let sql = if scan.ascending { E::LIST_SESSIONS_ASC } else { E::LIST_SESSIONS_DESC };
-        let (bound_at, bound_id) = scan.bound_parts();
-        let c = filter.created;
-        let rows = query_as::<SessionRow>(sql)
-            .bind(filter.include_archived)
-            .bind(filter.agent_id.as_ref().map(|a| a.to_string()))
-            .bind(filter.agent_version.map(i64::from))
-            .bind(statuses_param(filter))
-            .bind(c.gt.map(|t| t.0))
-            .bind(c.gte.map(|t| t.0))
-            .bind(c.lt.map(|t| t.0))
-            .bind(c.lte.map(|t| t.0))
-            .bind(bound_at)
-            .bind(bound_id)
-            .bind(scan.fetch)
-            .fetch_all(&mut *self.reader().await?)
-            .await?;
-        let sessions = rows.into_iter().map(SessionRow::into_session).collect::<Result<Vec<_>>>()?;
-        Ok(paginate(page, sessions, |s| Keyset { at: s.created_at.0, id: s.id.to_string() }))
+        let lead = [
+            Arg::from(filter.include_archived),
+            Arg::from(filter.agent_id.as_ref().map(|a| a.to_string())),
+            Arg::from(filter.agent_version.map(i64::from)),
+            Arg::from(statuses_param(filter)),
+        ];
+        self.list_page::<SessionRow>(page, E::LIST_SESSIONS, lead.into_iter().chain(time_range_args(filter.created)))
+            .await
     }
 
     async fn archive_session(&self, id: &SessionId) -> Result<Session> {
         let mut tx = self.begin_write().await?;
         let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
-        let s = row.into_session()?;
+        let s = row.decode()?;
         refuse_if_running(&s)?;
         query("UPDATE sessions SET archived_at = COALESCE(archived_at, $2), updated_at = $2 WHERE id = $1")
             .bind(id.as_str())
@@ -351,7 +373,7 @@ impl<E: Engine> Sessions for SqlStore<E> {
     async fn delete_session(&self, id: &SessionId) -> Result<()> {
         let mut tx = self.begin_write().await?;
         let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
-        let s = row.into_session()?;
+        let s = row.decode()?;
         refuse_if_running(&s)?;
         let events = Self::append_events(
             &mut tx,
@@ -362,16 +384,8 @@ impl<E: Engine> Sessions for SqlStore<E> {
             None,
         )
         .await?;
-        let last_seq = s.last_seq + events.len() as u64;
-        query(
-            "UPDATE sessions SET deleted_at = $2, updated_at = $2, env_state = $3, pending = '[]', last_seq = $4 WHERE id = $1",
-        )
-        .bind(id.as_str())
-        .bind(now)
-        .bind(EnvironmentState::Released.as_str())
-        .bind(last_seq as i64)
-        .execute(&mut *tx)
-        .await?;
+        let mut hints = Hints::default();
+        Self::advance_session(&mut tx, id, s.last_seq, &events, now, Advance::Deleted, &mut hints).await?;
         // Its files may be deleted from now on.
         query("DELETE FROM file_mounts WHERE session_id = $1").bind(id.as_str()).execute(&mut *tx).await?;
         query("UPDATE runs SET state = $2, updated_at = $3 WHERE session_id = $1 AND state = 'queued'")
@@ -392,9 +406,6 @@ impl<E: Engine> Sessions for SqlStore<E> {
         .bind(now)
         .execute(&mut *tx)
         .await?;
-        let mut hints = Hints::default();
-        hints.push(Hint::SessionAdvanced(id.clone(), last_seq));
-        hints.committed(id, &events);
         self.finish(tx, hints).await
     }
 
@@ -406,7 +417,7 @@ impl<E: Engine> Sessions for SqlStore<E> {
     ) -> Result<bool> {
         let mut tx = self.begin_write().await?;
         let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
-        let s = row.into_session()?;
+        let s = row.decode()?;
         if !from.contains(&s.environment_state) {
             return Ok(false);
         }
@@ -463,7 +474,7 @@ impl<E: Engine> Sessions for SqlStore<E> {
     ) -> Result<Session> {
         let mut tx = self.begin_write().await?;
         let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
-        let current = row.into_session()?;
+        let current = row.decode()?;
         if current.archived_at.is_some() {
             return Err(StoreError::Guard(Guard::SessionArchived(id.to_string())));
         }
@@ -483,7 +494,7 @@ impl<E: Engine> Sessions for SqlStore<E> {
             .bind(now)
             .execute(&mut *tx)
             .await?;
-        let session = Self::lock_session(&mut tx, id).await?.into_session()?;
+        let session = Self::lock_session(&mut tx, id).await?.decode()?;
         self.finish(tx, Hints::default()).await?;
         Ok(session)
     }
@@ -528,23 +539,22 @@ impl<E: Engine> Sessions for SqlStore<E> {
 /// NULL; expanded by `$in_list`), `$5..$8` created gt/gte/lt/lte, `$9,$10` keyset bound,
 /// `$11` limit.
 macro_rules! list_sessions_sql {
-    ($in_list:literal, $cmp:literal, $dir:literal) => {
-        concat!(
-            "SELECT ",
-            $crate::sql::session_cols!(),
-            " FROM sessions WHERE deleted_at IS NULL AND ($1 OR archived_at IS NULL) \
-               AND ($2 IS NULL OR agent_id = $2) AND ($3 IS NULL OR agent_version = $3) \
-               AND ($4 IS NULL OR status IN ",
-            $in_list,
-            ") AND ($5 IS NULL OR created_at > $5) AND ($6 IS NULL OR created_at >= $6) \
-               AND ($7 IS NULL OR created_at < $7) AND ($8 IS NULL OR created_at <= $8) \
-               AND ($9 IS NULL OR (created_at, id) ",
-            $cmp,
-            " ($9, $10)) ORDER BY created_at ",
-            $dir,
-            ", id ",
-            $dir,
-            $crate::sql::limit!(11)
+    ($in_list:literal) => {
+        $crate::sql::read::keyset_sql!(
+            concat!(
+                "SELECT ",
+                $crate::sql::session_cols!(),
+                " FROM sessions WHERE deleted_at IS NULL AND ($1 OR archived_at IS NULL) \
+                   AND ($2 IS NULL OR agent_id = $2) AND ($3 IS NULL OR agent_version = $3) \
+                   AND ($4 IS NULL OR status IN ",
+                $in_list,
+                ") AND",
+                $crate::sql::read::time_range_sql!("", 5, 6, 7, 8)
+            ),
+            "",
+            9,
+            10,
+            11
         )
     };
 }

@@ -3,11 +3,12 @@
 use async_trait::async_trait;
 use gateway_core::{SkillId, SkillVersionId, Timestamp};
 
+use super::conn::Arg;
 use super::conn::from_row;
+use super::read::{Decode, keyset_sql};
 use super::{Engine, Hints, SqlStore, WriteTx, query, query_as};
 use crate::error::{Guard, Result, StoreError};
-use crate::model::{Keyset, Page, PageRequest};
-use crate::rows::{Scan, paginate};
+use crate::model::{Page, PageRequest};
 use crate::{NewSkillVersion, SkillFile, Skills, StoredSkill, StoredSkillVersion};
 
 struct SkillRow {
@@ -20,8 +21,9 @@ struct SkillRow {
 }
 from_row!(SkillRow { id, display_name, name, latest_version_id, created_at, updated_at });
 
-impl SkillRow {
-    fn into_skill(self) -> Result<StoredSkill> {
+impl Decode for SkillRow {
+    type Out = StoredSkill;
+    fn decode(self) -> Result<StoredSkill> {
         Ok(StoredSkill {
             id: SkillId::parse(&self.id).map_err(StoreError::corrupt)?,
             display_name: self.display_name,
@@ -42,8 +44,9 @@ struct VersionRow {
 }
 from_row!(VersionRow { id, skill_id, name, description, created_at });
 
-impl VersionRow {
-    fn into_version(self) -> Result<StoredSkillVersion> {
+impl Decode for VersionRow {
+    type Out = StoredSkillVersion;
+    fn decode(self) -> Result<StoredSkillVersion> {
         Ok(StoredSkillVersion {
             id: SkillVersionId::parse(&self.id).map_err(StoreError::corrupt)?,
             skill_id: SkillId::parse(&self.skill_id).map_err(StoreError::corrupt)?,
@@ -65,36 +68,22 @@ const SKILL_BY_ID: &str =
     "SELECT id, display_name, name, latest_version_id, created_at, updated_at FROM skills WHERE id = $1";
 
 /// `$1,$2` keyset bound, `$3` limit.
-macro_rules! list_skills_sql {
-    ($cmp:literal, $dir:literal) => {
-        concat!(
-            "SELECT id, display_name, name, latest_version_id, created_at, updated_at FROM skills \
-             WHERE ($1 IS NULL OR (created_at, id) ",
-            $cmp,
-            " ($1, $2)) ORDER BY created_at ",
-            $dir,
-            ", id ",
-            $dir,
-            $crate::sql::limit!(3)
-        )
-    };
-}
+const LIST_SKILLS: [&str; 2] = keyset_sql!(
+    "SELECT id, display_name, name, latest_version_id, created_at, updated_at FROM skills WHERE",
+    "",
+    1,
+    2,
+    3
+);
 
 /// `$1` skill, `$2,$3` keyset bound, `$4` limit.
-macro_rules! list_versions_sql {
-    ($cmp:literal, $dir:literal) => {
-        concat!(
-            "SELECT id, skill_id, name, description, created_at FROM skill_versions \
-             WHERE skill_id = $1 AND ($2 IS NULL OR (created_at, id) ",
-            $cmp,
-            " ($2, $3)) ORDER BY created_at ",
-            $dir,
-            ", id ",
-            $dir,
-            $crate::sql::limit!(4)
-        )
-    };
-}
+const LIST_VERSIONS: [&str; 2] = keyset_sql!(
+    "SELECT id, skill_id, name, description, created_at FROM skill_versions WHERE skill_id = $1 AND",
+    "",
+    2,
+    3,
+    4
+);
 
 impl<E: Engine> SqlStore<E> {
     async fn insert_version(tx: &mut WriteTx<E>, skill: &SkillId, v: &NewSkillVersion, now: i64) -> Result<()> {
@@ -119,12 +108,7 @@ impl<E: Engine> SqlStore<E> {
     }
 
     async fn skill_in(tx: &mut WriteTx<E>, id: &SkillId) -> Result<StoredSkill> {
-        query_as::<SkillRow>(SKILL_BY_ID)
-            .bind(id.as_str())
-            .fetch_optional(&mut **tx)
-            .await?
-            .ok_or_else(|| StoreError::not_found("skill", id))?
-            .into_skill()
+        query_as::<SkillRow>(SKILL_BY_ID).bind(id.as_str()).found(&mut **tx, "skill", id).await
     }
 }
 
@@ -191,26 +175,11 @@ impl<E: Engine> Skills for SqlStore<E> {
     }
 
     async fn get_skill(&self, id: &SkillId) -> Result<StoredSkill> {
-        query_as::<SkillRow>(SKILL_BY_ID)
-            .bind(id.as_str())
-            .fetch_optional(&mut *self.reader().await?)
-            .await?
-            .ok_or_else(|| StoreError::not_found("skill", id))?
-            .into_skill()
+        self.by_id::<SkillRow>(SKILL_BY_ID, "skill", id.as_str()).await
     }
 
     async fn list_skills(&self, page: &PageRequest) -> Result<Page<StoredSkill>> {
-        let scan = Scan::plan(page);
-        let sql = if scan.ascending { list_skills_sql!(">", "ASC") } else { list_skills_sql!("<", "DESC") };
-        let (bound_at, bound_id) = scan.bound_parts();
-        let rows = query_as::<SkillRow>(sql)
-            .bind(bound_at)
-            .bind(bound_id)
-            .bind(scan.fetch)
-            .fetch_all(&mut *self.reader().await?)
-            .await?;
-        let skills = rows.into_iter().map(SkillRow::into_skill).collect::<Result<Vec<_>>>()?;
-        Ok(paginate(page, skills, |s| Keyset { at: s.created_at.0, id: s.id.to_string() }))
+        self.list_page::<SkillRow>(page, LIST_SKILLS, []).await
     }
 
     async fn delete_skill(&self, id: &SkillId) -> Result<()> {
@@ -238,7 +207,7 @@ impl<E: Engine> Skills for SqlStore<E> {
                  JOIN skills s ON s.latest_version_id = v.id WHERE s.id = $1",
             )
             .bind(skill.as_str())
-            .fetch_optional(&mut *conn)
+            .maybe(&mut *conn)
             .await?
         } else {
             query_as::<VersionRow>(
@@ -246,26 +215,15 @@ impl<E: Engine> Skills for SqlStore<E> {
             )
             .bind(skill.as_str())
             .bind(version)
-            .fetch_optional(&mut *conn)
+            .maybe(&mut *conn)
             .await?
         };
-        row.ok_or_else(|| StoreError::not_found("skill version", format!("{skill}/{version}")))?.into_version()
+        row.ok_or_else(|| StoreError::not_found("skill version", format!("{skill}/{version}")))
     }
 
     async fn list_skill_versions(&self, skill: &SkillId, page: &PageRequest) -> Result<Page<StoredSkillVersion>> {
         self.get_skill(skill).await?;
-        let scan = Scan::plan(page);
-        let sql = if scan.ascending { list_versions_sql!(">", "ASC") } else { list_versions_sql!("<", "DESC") };
-        let (bound_at, bound_id) = scan.bound_parts();
-        let rows = query_as::<VersionRow>(sql)
-            .bind(skill.as_str())
-            .bind(bound_at)
-            .bind(bound_id)
-            .bind(scan.fetch)
-            .fetch_all(&mut *self.reader().await?)
-            .await?;
-        let versions = rows.into_iter().map(VersionRow::into_version).collect::<Result<Vec<_>>>()?;
-        Ok(paginate(page, versions, |v| Keyset { at: v.created_at.0, id: v.id.to_string() }))
+        self.list_page::<VersionRow>(page, LIST_VERSIONS, [Arg::from(skill.as_str())]).await
     }
 
     async fn delete_skill_version(&self, skill: &SkillId, version: &SkillVersionId) -> Result<()> {

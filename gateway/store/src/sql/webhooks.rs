@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use gateway_core::WebhookId;
 use gateway_core::event::Event;
 
+use super::read::Decode;
 use super::{Engine, Hints, SqlStore, query, query_as};
 use crate::error::{Guard, Result, StoreError};
 use crate::rows::{FeedRow, WebhookRow};
@@ -72,12 +73,7 @@ impl<E: Engine> SqlStore<E> {
     }
 
     async fn webhook_row(tx: &mut WriteTx<E>, id: &WebhookId) -> Result<WebhookEndpoint> {
-        query_as::<WebhookRow>(WEBHOOK_BY_ID)
-            .bind(id.as_str())
-            .fetch_optional(&mut **tx)
-            .await?
-            .ok_or_else(|| StoreError::not_found("webhook endpoint", id))?
-            .into_endpoint()
+        query_as::<WebhookRow>(WEBHOOK_BY_ID).bind(id.as_str()).found(&mut **tx, "webhook endpoint", id).await
     }
 }
 
@@ -133,20 +129,12 @@ impl<E: Engine> Webhooks for SqlStore<E> {
 
     async fn list_webhooks(&self) -> Result<Vec<WebhookEndpoint>> {
         query_as::<WebhookRow>(concat!("SELECT ", webhook_cols!(), " FROM webhook_endpoints ORDER BY created_at, id"))
-            .fetch_all(&mut *self.reader().await?)
-            .await?
-            .into_iter()
-            .map(WebhookRow::into_endpoint)
-            .collect()
+            .decoded(&mut *self.reader().await?)
+            .await
     }
 
     async fn get_webhook(&self, id: &WebhookId) -> Result<WebhookEndpoint> {
-        query_as::<WebhookRow>(WEBHOOK_BY_ID)
-            .bind(id.as_str())
-            .fetch_optional(&mut *self.reader().await?)
-            .await?
-            .ok_or_else(|| StoreError::not_found("webhook endpoint", id))?
-            .into_endpoint()
+        self.by_id::<WebhookRow>(WEBHOOK_BY_ID, "webhook endpoint", id.as_str()).await
     }
 
     async fn delete_webhook(&self, id: &WebhookId) -> Result<bool> {
@@ -214,7 +202,7 @@ impl<E: Engine> Webhooks for SqlStore<E> {
         let mut deliveries = Vec::new();
         for row in rows {
             query("DELETE FROM event_feed WHERE id = $1").bind(row.position).execute(&mut *tx).await?;
-            let event = row.event.into_event()?;
+            let event = row.event.decode()?;
             deliveries.extend(fan(&event));
         }
         if taken == 0 {

@@ -14,12 +14,15 @@ use gateway_core::event::{Event, EventPayload, NewEvent, ToolOrigin};
 use gateway_core::session::PendingKind;
 use gateway_core::{EnvironmentId, SessionId, WorkId};
 
+use super::conn::Arg;
+use super::read::{Decode, keyset_sql};
+use super::sessions::Advance;
 use super::{Engine, Hints, SqlStore, query, query_as};
 use crate::error::{Guard, Result, StoreError};
-use crate::model::{Keyset, Page, PageRequest, millis};
-use crate::rows::{Scan, WorkItemRow, paginate};
+use crate::model::{Page, PageRequest, millis};
+use crate::rows::WorkItemRow;
 use crate::sql::WriteTx;
-use crate::{Beat, Hint, Pollers, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
+use crate::{Beat, Pollers, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
 
 /// Columns of a work item row, in `WorkItemRow` order.
 macro_rules! work_cols {
@@ -32,6 +35,9 @@ macro_rules! work_cols {
 const WORK_BY_ID: &str = concat!("SELECT ", work_cols!(), " FROM work_items WHERE id = $1 AND environment_id = $2");
 const LIVE_WORK: &str =
     concat!("SELECT ", work_cols!(), " FROM work_items WHERE session_id = $1 AND state <> 'stopped'");
+/// `$1` environment, `$2,$3` keyset bound, `$4` limit.
+const LIST_WORK: [&str; 2] =
+    keyset_sql!(concat!("SELECT ", work_cols!(), " FROM work_items WHERE environment_id = $1 AND"), "", 2, 3, 4);
 /// Ends the item of a deleted session (nobody reports its connection any more): `$1` id, `$2` now.
 const END_ORPHANED: &str = "UPDATE work_items SET state = 'stopped', stopped_at = $2, \
      stop_requested_at = COALESCE(stop_requested_at, $2) WHERE id = $1 AND state <> 'stopped'";
@@ -75,19 +81,12 @@ impl<E: Engine> SqlStore<E> {
         query_as::<WorkItemRow>(WORK_BY_ID)
             .bind(id.as_str())
             .bind(environment.as_str())
-            .fetch_optional(&mut **tx)
-            .await?
-            .ok_or_else(|| StoreError::not_found("work item", id))?
-            .into_item()
+            .found(&mut **tx, "work item", id)
+            .await
     }
 
     async fn live_row(tx: &mut WriteTx<E>, session: &SessionId) -> Result<Option<WorkItem>> {
-        query_as::<WorkItemRow>(LIVE_WORK)
-            .bind(session.as_str())
-            .fetch_optional(&mut **tx)
-            .await?
-            .map(WorkItemRow::into_item)
-            .transpose()
+        query_as::<WorkItemRow>(LIVE_WORK).bind(session.as_str()).maybe(&mut **tx).await
     }
 
     /// Records that `worker` polled `environment` at `now`. A known worker's row is touched (one
@@ -142,16 +141,8 @@ impl<E: Engine> SqlStore<E> {
         hints: &mut Hints,
     ) -> Result<Vec<Event>> {
         let events = Self::append_events(tx, &session.id, session.last_seq, events, now, None).await?;
-        let last_seq = session.last_seq + events.len() as u64;
-        query("UPDATE sessions SET connection = $2, last_seq = $3, updated_at = $4 WHERE id = $1")
-            .bind(session.id.as_str())
-            .bind(status.as_str())
-            .bind(last_seq as i64)
-            .bind(now)
-            .execute(&mut **tx)
-            .await?;
-        hints.push(Hint::SessionAdvanced(session.id.clone(), last_seq));
-        hints.committed(&session.id, &events);
+        let advance = Advance::Connection(status);
+        Self::advance_session(tx, &session.id, session.last_seq, &events, now, advance, hints).await?;
         Ok(events)
     }
 
@@ -241,7 +232,7 @@ impl<E: Engine> WorkQueue for SqlStore<E> {
     async fn request_connection(&self, session: &SessionId) -> Result<WorkItem> {
         let mut tx = self.begin_write().await?;
         let (row, now) = Self::lock_session_at_now(&mut tx, session).await?;
-        let s = row.into_session()?;
+        let s = row.decode()?;
         if let Some(item) = Self::live_row(&mut tx, session).await? {
             if item.state.is_held() {
                 drop(tx);
@@ -277,18 +268,13 @@ impl<E: Engine> WorkQueue for SqlStore<E> {
     }
 
     async fn live_work(&self, session: &SessionId) -> Result<Option<WorkItem>> {
-        query_as::<WorkItemRow>(LIVE_WORK)
-            .bind(session.as_str())
-            .fetch_optional(&mut *self.reader().await?)
-            .await?
-            .map(WorkItemRow::into_item)
-            .transpose()
+        query_as::<WorkItemRow>(LIVE_WORK).bind(session.as_str()).maybe(&mut *self.reader().await?).await
     }
 
     async fn give_up_connection(&self, session: &SessionId, error: &str) -> Result<bool> {
         let mut tx = self.begin_write().await?;
         let (row, now) = Self::lock_session_at_now(&mut tx, session).await?;
-        let s = row.into_session()?;
+        let s = row.decode()?;
         let item = Self::live_row(&mut tx, session).await?;
         if item.as_ref().is_some_and(|i| i.state != WorkState::Queued) {
             drop(tx);
@@ -347,7 +333,7 @@ impl<E: Engine> WorkQueue for SqlStore<E> {
             return Err(StoreError::Guard(Guard::WorkState { id: id.to_string(), state: item.state.as_str() }));
         }
         let (row, now) = Self::lock_session_at_now(&mut tx, &item.session_id).await?;
-        let s = row.into_session()?;
+        let s = row.decode()?;
         let done = query_as::<(String,)>(
             "UPDATE work_items SET state = 'starting', acknowledged_at = $2, ttl_ms = $3, lease_expires_at = $4 \
              WHERE id = $1 AND state = 'queued' RETURNING id",
@@ -435,7 +421,7 @@ impl<E: Engine> WorkQueue for SqlStore<E> {
             }
             Err(e) => return Err(e),
         };
-        let s = row.into_session()?;
+        let s = row.decode()?;
         let to = if force || item.state == WorkState::Queued || item.state == WorkState::Stopping {
             WorkState::Stopped
         } else {
@@ -455,10 +441,8 @@ impl<E: Engine> WorkQueue for SqlStore<E> {
         query_as::<WorkItemRow>(WORK_BY_ID)
             .bind(id.as_str())
             .bind(environment.as_str())
-            .fetch_optional(&mut *self.reader().await?)
-            .await?
-            .ok_or_else(|| StoreError::not_found("work item", id))?
-            .into_item()
+            .found(&mut *self.reader().await?, "work item", id)
+            .await
     }
 
     async fn update_work_metadata(
@@ -485,34 +469,7 @@ impl<E: Engine> WorkQueue for SqlStore<E> {
     }
 
     async fn list_work(&self, environment: &EnvironmentId, page: &PageRequest) -> Result<Page<WorkItem>> {
-        let scan = Scan::plan(page);
-        let sql = if scan.ascending {
-            concat!(
-                "SELECT ",
-                work_cols!(),
-                " FROM work_items WHERE environment_id = $1 \
-                     AND ($2 IS NULL OR (created_at, id) > ($2, $3)) ORDER BY created_at ASC, id ASC",
-                crate::sql::limit!(4)
-            )
-        } else {
-            concat!(
-                "SELECT ",
-                work_cols!(),
-                " FROM work_items WHERE environment_id = $1 \
-                     AND ($2 IS NULL OR (created_at, id) < ($2, $3)) ORDER BY created_at DESC, id DESC",
-                crate::sql::limit!(4)
-            )
-        };
-        let (bound_at, bound_id) = scan.bound_parts();
-        let rows = query_as::<WorkItemRow>(sql)
-            .bind(environment.as_str())
-            .bind(bound_at)
-            .bind(bound_id)
-            .bind(scan.fetch)
-            .fetch_all(&mut *self.reader().await?)
-            .await?;
-        let items = rows.into_iter().map(WorkItemRow::into_item).collect::<Result<Vec<_>>>()?;
-        Ok(paginate(page, items, |w| Keyset { at: w.created_at.0, id: w.id.to_string() }))
+        self.list_page::<WorkItemRow>(page, LIST_WORK, [Arg::from(environment.as_str())]).await
     }
 
     async fn work_stats(&self, environment: &EnvironmentId, polling_window: Duration) -> Result<WorkStats> {
@@ -570,7 +527,7 @@ impl<E: Engine> WorkQueue for SqlStore<E> {
                 self.finish(tx, Hints::default()).await?;
                 continue;
             };
-            let s = row.into_session()?;
+            let s = row.decode()?;
             let mut hints = Hints::default();
             // Checked again under the lock: a beat may have renewed it meanwhile.
             let still = query_as::<(String,)>(

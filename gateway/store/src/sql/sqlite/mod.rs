@@ -73,8 +73,7 @@ impl Engine for Sqlite {
          RETURNING id, lease_owner, lease_epoch, CASE WHEN cancel_requested THEN 'y' ELSE 'n' END";
     const CLAIM_CANDIDATE: &'static str =
         claim_candidate_sql!("(SELECT value FROM json_each($1))", "(SELECT value FROM json_each($2))", "");
-    const LIST_SESSIONS_ASC: &'static str = list_sessions_sql!("(SELECT value FROM json_each($4))", ">", "ASC");
-    const LIST_SESSIONS_DESC: &'static str = list_sessions_sql!("(SELECT value FROM json_each($4))", "<", "DESC");
+    const LIST_SESSIONS: [&'static str; 2] = list_sessions_sql!("(SELECT value FROM json_each($4))");
     const SESSION_TIPS: &'static str =
         "SELECT id, last_seq FROM sessions WHERE id IN (SELECT value FROM json_each($1))";
     const LIST_EVENTS_ASC: &'static str = list_events_sql!("(SELECT value FROM json_each($2))", ">", "ASC");
