@@ -393,11 +393,8 @@ pub struct PushConfig {
 pub struct SendConfig {
     #[serde(default, deserialize_with = "vec_or_null")]
     pub accepted_output_modes: Vec<String>,
-    #[serde(default)]
     pub task_push_notification_config: Option<PushConfig>,
-    #[serde(default)]
     pub history_length: Option<i64>,
-    #[serde(default)]
     pub return_immediately: Option<bool>,
 }
 
@@ -405,9 +402,7 @@ pub struct SendConfig {
 #[serde(rename_all = "camelCase")]
 pub struct SendMessageRequest {
     pub message: Message,
-    #[serde(default)]
     pub configuration: Option<SendConfig>,
-    #[serde(default)]
     pub metadata: Option<Map<String, Value>>,
 }
 
@@ -416,7 +411,6 @@ pub struct SendMessageRequest {
 pub struct TaskIdRequest {
     #[serde(default, deserialize_with = "req_str")]
     pub id: String,
-    #[serde(default)]
     pub history_length: Option<i64>,
 }
 
@@ -425,17 +419,13 @@ pub struct TaskIdRequest {
 pub struct ListTasksRequest {
     #[serde(default, deserialize_with = "opt_str")]
     pub context_id: Option<String>,
-    #[serde(default)]
     pub status: Option<Value>,
-    #[serde(default)]
     pub page_size: Option<i64>,
     #[serde(default, deserialize_with = "opt_str")]
     pub page_token: Option<String>,
-    #[serde(default)]
     pub history_length: Option<i64>,
     #[serde(default, deserialize_with = "opt_str")]
     pub status_timestamp_after: Option<String>,
-    #[serde(default)]
     pub include_artifacts: Option<bool>,
 }
 

@@ -13,6 +13,8 @@ mod extract;
 mod handlers;
 pub mod openapi;
 mod pagination;
+#[cfg(test)]
+mod props;
 mod request_id;
 mod stream;
 pub mod webhooks;

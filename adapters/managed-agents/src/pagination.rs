@@ -90,6 +90,16 @@ pub fn body<T>(page: &Page<T>, order: Order, data: Vec<Value>, with_prev: bool) 
     out
 }
 
+/// A list endpoint's body: `page`'s items through `out`, and the cursor to the next page.
+pub fn list<T>(page: &Page<T>, order: Order, out: impl Fn(&T) -> Value) -> Value {
+    body(page, order, page.items.iter().map(out).collect(), false)
+}
+
+/// The body of a list that is empty by definition (a filter nothing here can match).
+pub fn empty() -> Value {
+    json!({"data": [], "next_page": null})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +113,11 @@ mod tests {
         assert!(decode(&s, Order::Asc).is_err());
         assert!(decode("page_!!", Order::Asc).is_err());
         assert!(decode("nope", Order::Asc).is_err());
+    }
+
+    #[test]
+    fn an_empty_list_is_an_empty_page() {
+        let none: Page<()> = Page { items: vec![], next: None, prev: None };
+        assert_eq!(empty(), body(&none, Order::Asc, vec![], false));
     }
 }

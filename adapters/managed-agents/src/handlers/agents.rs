@@ -77,8 +77,7 @@ pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Result<Js
     let page = pagination::request(&q, Order::Desc, 20, 100)?;
     let filter = AgentFilter { include_archived: q.bool("include_archived")?, created: q.created()? };
     let result = api.coordinator.list_agents(&filter, &page).await?;
-    let data = result.items.iter().map(agent_out).collect();
-    Ok(Json(pagination::body(&result, page.order, data, false)))
+    Ok(Json(pagination::list(&result, page.order, agent_out)))
 }
 
 pub async fn versions(
@@ -88,6 +87,5 @@ pub async fn versions(
 ) -> Result<Json<Value>, ApiError> {
     let page = pagination::request(&q, Order::Desc, 20, 100)?;
     let result = api.coordinator.list_agent_versions(&id(&raw)?, &page).await?;
-    let data = result.items.iter().map(agent_out).collect();
-    Ok(Json(pagination::body(&result, page.order, data, false)))
+    Ok(Json(pagination::list(&result, page.order, agent_out)))
 }

@@ -74,6 +74,5 @@ pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Result<Js
     let page = pagination::request(&q, Order::Desc, 20, 100)?;
     let filter = EnvironmentFilter { include_archived: q.bool("include_archived")? };
     let result = api.coordinator.list_environments(&filter, &page).await?;
-    let data = result.items.iter().map(environment_out).collect();
-    Ok(Json(pagination::body(&result, page.order, data, false)))
+    Ok(Json(pagination::list(&result, page.order, environment_out)))
 }

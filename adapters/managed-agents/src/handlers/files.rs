@@ -11,7 +11,7 @@ use axum::{Extension, Json};
 use gateway_core::FileId;
 use gateway_runtime::auth::Principal;
 use gateway_runtime::files::{FileUpload, UploadError};
-use gateway_runtime::{Order, Page, RuntimeError, StoredFile};
+use gateway_runtime::{Order, RuntimeError, StoredFile};
 use serde_json::{Value, json};
 
 use super::path_id;
@@ -158,12 +158,10 @@ pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Result<Js
     }
     let page = pagination::request(&q, Order::Desc, 20, 1000)?;
     if q.get("scope_id").is_some() {
-        let empty: Page<StoredFile> = Page { items: vec![], next: None, prev: None };
-        return Ok(Json(pagination::body(&empty, page.order, vec![], false)));
+        return Ok(Json(pagination::empty()));
     }
     let result = api.coordinator.files().list_files(&page).await.map_err(RuntimeError::from)?;
-    let data = result.items.iter().map(file_out).collect();
-    Ok(Json(pagination::body(&result, page.order, data, false)))
+    Ok(Json(pagination::list(&result, page.order, file_out)))
 }
 
 pub async fn retrieve(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {

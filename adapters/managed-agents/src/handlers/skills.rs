@@ -8,7 +8,7 @@ use axum::extract::multipart::{Multipart, MultipartRejection};
 use axum::extract::{Path, State};
 use gateway_core::{SkillId, SkillVersionId};
 use gateway_runtime::skills::MAX_SKILL_BYTES;
-use gateway_runtime::{Order, Page, RuntimeError, StoredSkill, StoredSkillVersion};
+use gateway_runtime::{Order, RuntimeError, StoredSkill, StoredSkillVersion};
 use serde_json::{Value, json};
 
 use super::path_id;
@@ -111,13 +111,11 @@ pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Result<Js
     match q.get("source") {
         None | Some("") | Some("custom") => {}
         Some(_) => {
-            let none: Page<StoredSkill> = Page { items: vec![], next: None, prev: None };
-            return Ok(Json(pagination::body(&none, page.order, vec![], false)));
+            return Ok(Json(pagination::empty()));
         }
     }
     let result = api.coordinator.skills().list_skills(&page).await.map_err(RuntimeError::from)?;
-    let data = result.items.iter().map(skill_out).collect();
-    Ok(Json(pagination::body(&result, page.order, data, false)))
+    Ok(Json(pagination::list(&result, page.order, skill_out)))
 }
 
 pub async fn retrieve(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
@@ -155,8 +153,7 @@ pub async fn list_versions(
 ) -> Result<Json<Value>, ApiError> {
     let page = pagination::request(&q, Order::Desc, 20, 1000)?;
     let result = api.coordinator.skills().list_skill_versions(&id(&raw)?, &page).await.map_err(RuntimeError::from)?;
-    let data = result.items.iter().map(version_out).collect();
-    Ok(Json(pagination::body(&result, page.order, data, false)))
+    Ok(Json(pagination::list(&result, page.order, version_out)))
 }
 
 /// A version by id, or `latest`.

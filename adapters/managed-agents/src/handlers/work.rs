@@ -160,8 +160,7 @@ pub async fn list(
     let (env, executors) = self_hosted(&api, &raw).await?;
     let page = pagination::request(&q, Order::Desc, 20, 100)?;
     let result = executors.list(&env, &page).await?;
-    let data = result.items.iter().map(work_out).collect();
-    Ok(Json(pagination::body(&result, page.order, data, false)))
+    Ok(Json(pagination::list(&result, page.order, work_out)))
 }
 
 pub async fn stats(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {

@@ -7,20 +7,14 @@
 use gateway_core::EventId;
 use gateway_runtime::Preview;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngSeed, contextualize_config};
 use serde_json::Value;
 
 use super::{frame, preview_frame};
 
 const SEED: u64 = 0x7373_655f_7072_6f70;
 
-fn config() -> Config {
-    contextualize_config(Config {
-        cases: 512,
-        rng_seed: RngSeed::Fixed(SEED),
-        failure_persistence: None,
-        ..Config::default()
-    })
+fn config() -> proptest::test_runner::Config {
+    crate::props::config(SEED, 512)
 }
 
 /// One dispatched SSE event as a browser's `EventSource` sees it.

@@ -20,13 +20,7 @@ pub const TOOLSET: &str = "agent_toolset_20260401";
 #[serde(untagged)]
 pub enum ModelIn {
     Id(String),
-    Config {
-        id: String,
-        #[serde(default)]
-        effort: Option<EffortIn>,
-        #[serde(default)]
-        speed: Option<String>,
-    },
+    Config { id: String, effort: Option<EffortIn>, speed: Option<String> },
 }
 
 #[derive(Debug, Deserialize)]
@@ -47,18 +41,14 @@ pub struct PolicyIn {
 
 #[derive(Debug, Deserialize, Default)]
 pub struct DefaultConfigIn {
-    #[serde(default)]
     enabled: Option<bool>,
-    #[serde(default)]
     permission_policy: Option<PolicyIn>,
 }
 
 #[derive(Debug, Deserialize)]
 pub struct ToolConfigIn {
     name: String,
-    #[serde(default)]
     enabled: Option<bool>,
-    #[serde(default)]
     permission_policy: Option<PolicyIn>,
     #[serde(flatten)]
     extras: JsonObject,
@@ -69,7 +59,6 @@ pub struct ToolConfigIn {
 pub enum ToolIn {
     #[serde(rename = "agent_toolset_20260401")]
     Toolset {
-        #[serde(default)]
         default_config: Option<DefaultConfigIn>,
         #[serde(default)]
         configs: Vec<ToolConfigIn>,
@@ -77,7 +66,6 @@ pub enum ToolIn {
     #[serde(rename = "mcp_toolset")]
     Mcp {
         mcp_server_name: String,
-        #[serde(default)]
         default_config: Option<DefaultConfigIn>,
         #[serde(default)]
         configs: Vec<ToolConfigIn>,
@@ -99,7 +87,6 @@ pub struct SkillIn {
     #[serde(rename = "type")]
     kind: String,
     skill_id: String,
-    #[serde(default)]
     version: Option<String>,
 }
 
@@ -107,52 +94,32 @@ pub struct SkillIn {
 pub struct AgentCreate {
     pub name: String,
     pub model: ModelIn,
-    #[serde(default)]
     pub system: Option<String>,
-    #[serde(default)]
     pub description: Option<String>,
-    #[serde(default)]
     pub tools: Option<Vec<ToolIn>>,
-    #[serde(default)]
     pub mcp_servers: Option<Vec<McpServerIn>>,
-    #[serde(default)]
     pub skills: Option<Vec<SkillIn>>,
-    #[serde(default)]
     pub metadata: Option<Metadata>,
-    #[serde(default)]
     pub multiagent: Option<Value>,
-    #[serde(default)]
     pub execution_identity: Option<Value>,
     /// Extension: the published backend.
-    #[serde(default)]
     pub backend: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
 pub struct AgentUpdate {
-    #[serde(default)]
     pub version: Option<u32>,
-    #[serde(default)]
     pub name: Patch<String>,
-    #[serde(default)]
     pub model: Patch<ModelIn>,
-    #[serde(default)]
     pub system: Patch<String>,
-    #[serde(default)]
     pub description: Patch<String>,
-    #[serde(default)]
     pub tools: Patch<Vec<ToolIn>>,
-    #[serde(default)]
     pub mcp_servers: Patch<Vec<McpServerIn>>,
-    #[serde(default)]
     pub skills: Patch<Vec<SkillIn>>,
-    #[serde(default)]
     pub metadata: Patch<BTreeMap<String, Option<String>>>,
-    #[serde(default)]
     pub multiagent: Patch<Value>,
-    #[serde(default)]
     pub execution_identity: Patch<Value>,
-    #[serde(default)]
     pub backend: Patch<String>,
 }
 
@@ -441,16 +408,12 @@ impl AgentUpdate {
 
 /// A session's per-session agent changes (`agent_with_overrides`).
 #[derive(Debug, Deserialize, Default)]
+#[serde(default)]
 pub struct OverridesIn {
-    #[serde(default)]
     pub model: Patch<ModelIn>,
-    #[serde(default)]
     pub system: Patch<String>,
-    #[serde(default)]
     pub tools: Patch<Vec<ToolIn>>,
-    #[serde(default)]
     pub mcp_servers: Patch<Vec<McpServerIn>>,
-    #[serde(default)]
     pub skills: Patch<Vec<SkillIn>>,
 }
 

@@ -17,9 +17,7 @@ pub enum BlockIn {
     },
     Document {
         source: DocumentSourceIn,
-        #[serde(default)]
         title: Option<String>,
-        #[serde(default)]
         context: Option<String>,
     },
     SearchResult {

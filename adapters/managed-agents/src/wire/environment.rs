@@ -28,18 +28,13 @@ pub enum NetworkingIn {
 }
 
 #[derive(Debug, Deserialize, Default)]
+#[serde(default)]
 pub struct PackagesIn {
-    #[serde(default)]
     apt: Vec<String>,
-    #[serde(default)]
     cargo: Vec<String>,
-    #[serde(default)]
     gem: Vec<String>,
-    #[serde(default)]
     go: Vec<String>,
-    #[serde(default)]
     npm: Vec<String>,
-    #[serde(default)]
     pip: Vec<String>,
 }
 
@@ -48,13 +43,9 @@ pub struct PackagesIn {
 #[allow(clippy::large_enum_variant)] // parsed once per request, never stored
 pub enum ConfigIn {
     Cloud {
-        #[serde(default)]
         networking: Option<NetworkingIn>,
-        #[serde(default)]
         packages: Option<PackagesIn>,
-        #[serde(default)]
         sandbox_provisioning: Option<String>,
-        #[serde(default)]
         provider: Option<String>,
     },
     SelfHosted,
@@ -63,27 +54,19 @@ pub enum ConfigIn {
 #[derive(Debug, Deserialize)]
 pub struct EnvironmentCreate {
     pub name: String,
-    #[serde(default)]
     pub config: Option<ConfigIn>,
-    #[serde(default)]
     pub description: Option<String>,
-    #[serde(default)]
     pub metadata: Option<Metadata>,
-    #[serde(default)]
     pub scope: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
 pub struct EnvironmentUpdate {
-    #[serde(default)]
     pub name: Patch<String>,
-    #[serde(default)]
     pub config: Patch<ConfigIn>,
-    #[serde(default)]
     pub description: Patch<String>,
-    #[serde(default)]
     pub metadata: Patch<BTreeMap<String, Option<String>>>,
-    #[serde(default)]
     pub scope: Patch<String>,
 }
 

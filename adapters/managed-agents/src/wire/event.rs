@@ -19,33 +19,13 @@ pub enum EventIn {
     #[serde(rename = "user.message")]
     Message { content: Vec<BlockIn> },
     #[serde(rename = "user.interrupt")]
-    Interrupt {
-        #[serde(default)]
-        session_thread_id: Option<String>,
-    },
+    Interrupt { session_thread_id: Option<String> },
     #[serde(rename = "user.tool_confirmation")]
-    Confirmation {
-        tool_use_id: String,
-        result: String,
-        #[serde(default)]
-        deny_message: Option<String>,
-    },
+    Confirmation { tool_use_id: String, result: String, deny_message: Option<String> },
     #[serde(rename = "user.custom_tool_result")]
-    CustomToolResult {
-        custom_tool_use_id: String,
-        #[serde(default)]
-        content: Option<Vec<BlockIn>>,
-        #[serde(default)]
-        is_error: Option<bool>,
-    },
+    CustomToolResult { custom_tool_use_id: String, content: Option<Vec<BlockIn>>, is_error: Option<bool> },
     #[serde(rename = "user.tool_result")]
-    ToolResult {
-        tool_use_id: String,
-        #[serde(default)]
-        content: Option<Vec<BlockIn>>,
-        #[serde(default)]
-        is_error: Option<bool>,
-    },
+    ToolResult { tool_use_id: String, content: Option<Vec<BlockIn>>, is_error: Option<bool> },
     #[serde(rename = "user.define_outcome")]
     DefineOutcome {},
     #[serde(rename = "system.message")]

@@ -101,3 +101,24 @@ pub fn check_text(field: &str, v: &str, max: usize) -> Result<(), ApiError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Patch;
+    use super::agent::{AgentCreate, AgentUpdate};
+    use super::environment::EnvironmentUpdate;
+
+    /// Optional fields need no `#[serde(default)]`: absent and `null` both read as `None`;
+    /// an update's absent field keeps, its `null` clears (the container's default).
+    #[test]
+    fn absent_fields_read_as_none_and_keep() {
+        let a: AgentCreate = serde_json::from_str(r#"{"name":"a","model":"m"}"#).unwrap();
+        assert!(a.system.is_none() && a.tools.is_none() && a.metadata.is_none() && a.backend.is_none());
+        let a: AgentCreate = serde_json::from_str(r#"{"name":"a","model":"m","system":null,"tools":null}"#).unwrap();
+        assert!(a.system.is_none() && a.tools.is_none());
+        let u: AgentUpdate = serde_json::from_str(r#"{"system":null}"#).unwrap();
+        assert_eq!((u.version, u.name, u.system), (None, Patch::Keep, Patch::Clear));
+        let e: EnvironmentUpdate = serde_json::from_str(r#"{"name":"n"}"#).unwrap();
+        assert_eq!((e.name, e.description), (Patch::Set("n".to_owned()), Patch::Keep));
+    }
+}

@@ -20,7 +20,6 @@ pub struct AgentRefObject {
     #[serde(rename = "type")]
     pub kind: String,
     pub id: String,
-    #[serde(default)]
     pub version: Option<u32>,
     #[serde(flatten)]
     pub overrides: OverridesIn,
@@ -38,17 +37,11 @@ pub enum AgentRefIn {
 pub struct SessionCreate {
     pub agent: AgentRefIn,
     pub environment_id: String,
-    #[serde(default)]
     pub initial_events: Option<Vec<EventIn>>,
-    #[serde(default)]
     pub metadata: Option<Metadata>,
-    #[serde(default)]
     pub resources: Option<Vec<Value>>,
-    #[serde(default)]
     pub title: Option<String>,
-    #[serde(default)]
     pub vault_ids: Option<Vec<String>>,
-    #[serde(default)]
     pub budget: Option<Value>,
 }
 
@@ -70,16 +63,12 @@ fn agent_id(s: &str) -> Result<AgentId, ApiError> {
 enum ResourceIn {
     File {
         file_id: String,
-        #[serde(default)]
         mount_path: Option<String>,
     },
     GithubRepository {
         url: String,
-        #[serde(default)]
         authorization_token: Option<String>,
-        #[serde(default)]
         checkout: Option<Checkout>,
-        #[serde(default)]
         mount_path: Option<String>,
     },
     MemoryStore {},
@@ -219,17 +208,13 @@ impl SessionCreate {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
 pub struct SessionUpdate {
-    #[serde(default)]
     pub title: Patch<String>,
-    #[serde(default)]
     pub metadata: Patch<BTreeMap<String, Option<String>>>,
-    #[serde(default)]
     pub agent: Option<Value>,
-    #[serde(default)]
     pub budget: Option<Value>,
-    #[serde(default)]
     pub vault_ids: Option<Value>,
 }
 

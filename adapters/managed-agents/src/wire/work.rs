@@ -63,7 +63,6 @@ pub fn stats_out(s: &WorkStats) -> Value {
 /// `POST …/work/{id}/stop`: `{}` or `{"force": bool}` (the worker sends an empty body too).
 #[derive(Debug, Default, Deserialize)]
 pub struct StopIn {
-    #[serde(default)]
     pub force: Option<bool>,
 }
 
@@ -76,7 +75,6 @@ pub struct WorkUpdate {
 /// `POST /v1/environments/{id}/keys`.
 #[derive(Debug, Default, Deserialize)]
 pub struct KeyCreate {
-    #[serde(default)]
     pub name: Option<String>,
 }
 

@@ -8,7 +8,6 @@ use axum::http::StatusCode;
 use gateway_core::content::plain_text;
 use gateway_core::event::EventPayload;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngSeed, contextualize_config};
 use serde_json::{Value, json};
 
 use super::SendBody;
@@ -16,13 +15,8 @@ use crate::extract::parse_json;
 
 const SEED: u64 = 0x6576_656e_7473_696e;
 
-fn config() -> Config {
-    contextualize_config(Config {
-        cases: 1024,
-        rng_seed: RngSeed::Fixed(SEED),
-        failure_persistence: None,
-        ..Config::default()
-    })
+fn config() -> proptest::test_runner::Config {
+    crate::props::config(SEED, 1024)
 }
 
 /// The handler's decoding, from the body's bytes to core inputs.
