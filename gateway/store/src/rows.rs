@@ -3,16 +3,16 @@
 //! Both schemas store ids and JSON documents as TEXT and times as BIGINT milliseconds from
 //! the database clock, so one set of row structs decodes either engine's rows.
 
-use gateway_core::agent::{Agent, AgentSpec};
-use gateway_core::environment::{ConnectionStatus, Environment, EnvironmentSpec};
+use gateway_core::agent::Agent;
+use gateway_core::environment::{ConnectionStatus, Environment};
 use gateway_core::event::{Event, EventPayload};
 use gateway_core::run::{Run, RunState};
 use gateway_core::session::{EnvironmentState, Session, SessionStatus};
-use gateway_core::{AgentId, EnvironmentId, EventId, RunId, SessionId, Timestamp};
+use gateway_core::{EnvironmentId, EventId, RunId, SessionId, Timestamp};
 
 use crate::error::{Result, StoreError};
 use crate::model::{Keyset, Order, Page, PageCursor, PageRequest};
-use crate::sql::conn::{DbError, FromRow, Row, from_row};
+use crate::sql::conn::{DbError, FromRow, Row, Value, from_row};
 use crate::sql::read::{Decode, Listed};
 
 /// Each value listed in `(created_at, id)` order, and its place in it.
@@ -38,52 +38,155 @@ where
     s.parse::<T>().map_err(StoreError::corrupt)
 }
 
-fn version(v: i64) -> Result<u32> {
-    u32::try_from(v).map_err(|_| StoreError::corrupt(format!("version {v} out of range")))
+/// The columns of a row, read by name into domain values: a value that does not parse (an
+/// id, a state, a JSON document) is a decode error, which the store reports as a corrupt row.
+struct Cols<'r, R: Row>(&'r R);
+
+impl<R: Row> Cols<'_, R> {
+    fn get<T: Value>(&self, col: &str) -> Result<T, DbError> {
+        self.0.get(col)
+    }
+
+    fn parse<T: std::str::FromStr>(&self, col: &str) -> Result<T, DbError>
+    where
+        T::Err: std::fmt::Display,
+    {
+        self.get::<String>(col)?.parse().map_err(|e: T::Err| DbError::decode(e.to_string()))
+    }
+
+    fn opt_parse<T: std::str::FromStr>(&self, col: &str) -> Result<Option<T>, DbError>
+    where
+        T::Err: std::fmt::Display,
+    {
+        let text: Option<String> = self.get(col)?;
+        text.map(|t| t.parse().map_err(|e: T::Err| DbError::decode(e.to_string()))).transpose()
+    }
+
+    /// A state column, `what` naming it in the error.
+    fn state<T>(&self, col: &str, parse: impl Fn(&str) -> Option<T>, what: &str) -> Result<T, DbError> {
+        let text: String = self.get(col)?;
+        parse(&text).ok_or_else(|| DbError::decode(format!("{what} {text:?}")))
+    }
+
+    fn json<T: serde::de::DeserializeOwned>(&self, col: &str) -> Result<T, DbError> {
+        serde_json::from_str(&self.get::<String>(col)?).map_err(|e| DbError::decode(e.to_string()))
+    }
+
+    fn time(&self, col: &str) -> Result<Timestamp, DbError> {
+        self.get(col).map(ts)
+    }
+
+    fn opt_time(&self, col: &str) -> Result<Option<Timestamp>, DbError> {
+        Ok(self.get::<Option<i64>>(col)?.map(ts))
+    }
+
+    /// A count that saturates rather than fails.
+    fn count(&self, col: &str) -> Result<u32, DbError> {
+        Ok(u32::try_from(self.get::<i64>(col)?).unwrap_or(u32::MAX))
+    }
 }
 
-pub struct AgentRow {
-    pub id: String,
-    pub version: i64,
-    pub spec: String,
-    pub created_at: i64,
-    pub updated_at: i64,
-    pub archived_at: Option<i64>,
+/// Values decoded straight from their rows: reading them is their decoding.
+macro_rules! decoded_from_row {
+    ($($ty:ty),+) => {
+        $(impl Decode for $ty {
+            type Out = Self;
+            fn decode(self) -> Result<Self> {
+                Ok(self)
+            }
+        })+
+    };
 }
+decoded_from_row!(Agent, Environment, Run, crate::ApiKey, crate::WorkItem);
 
-impl Decode for AgentRow {
-    type Out = Agent;
-    fn decode(self) -> Result<Agent> {
-        let spec: AgentSpec = serde_json::from_str(&self.spec)?;
+impl FromRow for Agent {
+    fn from_row<R: Row>(row: &R) -> Result<Self, DbError> {
+        let c = Cols(row);
+        let version: i64 = c.get("version")?;
         Ok(Agent {
-            id: id::<AgentId>(&self.id)?,
-            version: version(self.version)?,
-            spec,
-            created_at: ts(self.created_at),
-            updated_at: ts(self.updated_at),
-            archived_at: self.archived_at.map(ts),
+            id: c.parse("id")?,
+            version: u32::try_from(version).map_err(|_| DbError::decode(format!("version {version} out of range")))?,
+            spec: c.json("spec")?,
+            created_at: c.time("created_at")?,
+            updated_at: c.time("updated_at")?,
+            archived_at: c.opt_time("archived_at")?,
         })
     }
 }
 
-pub struct EnvironmentRow {
-    pub id: String,
-    pub spec: String,
-    pub created_at: i64,
-    pub updated_at: i64,
-    pub archived_at: Option<i64>,
+impl FromRow for Environment {
+    fn from_row<R: Row>(row: &R) -> Result<Self, DbError> {
+        let c = Cols(row);
+        Ok(Environment {
+            id: c.parse("id")?,
+            spec: c.json("spec")?,
+            created_at: c.time("created_at")?,
+            updated_at: c.time("updated_at")?,
+            archived_at: c.opt_time("archived_at")?,
+        })
+    }
 }
 
-impl Decode for EnvironmentRow {
-    type Out = Environment;
-    fn decode(self) -> Result<Environment> {
-        let spec: EnvironmentSpec = serde_json::from_str(&self.spec)?;
-        Ok(Environment {
-            id: id::<EnvironmentId>(&self.id)?,
-            spec,
-            created_at: ts(self.created_at),
-            updated_at: ts(self.updated_at),
-            archived_at: self.archived_at.map(ts),
+impl FromRow for Run {
+    fn from_row<R: Row>(row: &R) -> Result<Self, DbError> {
+        let c = Cols(row);
+        let input_seq: Option<i64> = c.get("input_seq")?;
+        let traceparent: Option<String> = c.get("traceparent")?;
+        let tracestate: Option<String> = c.get("tracestate")?;
+        Ok(Run {
+            id: c.parse("id")?,
+            session_id: c.parse("session_id")?,
+            state: c.state("state", RunState::parse, "run state")?,
+            backend: gateway_core::agent::BackendRef::parse(&c.get::<String>("backend")?)
+                .map_err(|e| DbError::decode(e.to_string()))?,
+            provider: c.get::<Option<String>>("provider")?.map(gateway_core::environment::ProviderTier),
+            lease_owner: c.get("lease_owner")?,
+            lease_epoch: c.get("lease_epoch")?,
+            lease_expires_at: c.opt_time("lease_expires_at")?,
+            crash_count: c.count("crash_count")?,
+            attempt: c.count("attempt")?,
+            available_at: c.time("available_at")?,
+            cancel_requested: c.get("cancel_requested")?,
+            started: c.get("started")?,
+            input_seq: input_seq.and_then(|s| u64::try_from(s).ok()),
+            trace: traceparent.map(|traceparent| gateway_core::trace::TraceContext { traceparent, tracestate }),
+            created_at: c.time("created_at")?,
+            updated_at: c.time("updated_at")?,
+        })
+    }
+}
+
+impl FromRow for crate::ApiKey {
+    fn from_row<R: Row>(row: &R) -> Result<Self, DbError> {
+        let c = Cols(row);
+        Ok(crate::ApiKey {
+            id: c.parse("id")?,
+            name: c.get("name")?,
+            created_at: c.time("created_at")?,
+            revoked_at: c.opt_time("revoked_at")?,
+            environment_id: c.opt_parse("environment_id")?,
+        })
+    }
+}
+
+impl FromRow for crate::WorkItem {
+    fn from_row<R: Row>(row: &R) -> Result<Self, DbError> {
+        let c = Cols(row);
+        let ttl_ms: Option<i64> = c.get("ttl_ms")?;
+        Ok(crate::WorkItem {
+            id: c.parse("id")?,
+            environment_id: c.parse("environment_id")?,
+            session_id: c.parse("session_id")?,
+            state: c.state("state", crate::WorkState::parse, "work state")?,
+            metadata: c.json("metadata")?,
+            created_at: c.time("created_at")?,
+            acknowledged_at: c.opt_time("acknowledged_at")?,
+            started_at: c.opt_time("started_at")?,
+            latest_heartbeat_at: c.opt_time("latest_heartbeat_at")?,
+            stop_requested_at: c.opt_time("stop_requested_at")?,
+            stopped_at: c.opt_time("stopped_at")?,
+            heartbeat: c.get("heartbeat")?,
+            ttl: ttl_ms.and_then(|ms| u64::try_from(ms).ok()).map(std::time::Duration::from_millis),
         })
     }
 }
@@ -173,55 +276,6 @@ impl Decode for EventRow {
     }
 }
 
-pub struct RunRow {
-    pub id: String,
-    pub session_id: String,
-    pub state: String,
-    pub backend: String,
-    pub provider: Option<String>,
-    pub lease_owner: Option<String>,
-    pub lease_epoch: i64,
-    pub lease_expires_at: Option<i64>,
-    pub crash_count: i64,
-    pub attempt: i64,
-    pub available_at: i64,
-    pub cancel_requested: bool,
-    pub started: bool,
-    pub input_seq: Option<i64>,
-    pub traceparent: Option<String>,
-    pub tracestate: Option<String>,
-    pub created_at: i64,
-    pub updated_at: i64,
-}
-
-impl Decode for RunRow {
-    type Out = Run;
-    fn decode(self) -> Result<Run> {
-        Ok(Run {
-            id: id::<RunId>(&self.id)?,
-            session_id: id::<SessionId>(&self.session_id)?,
-            state: RunState::parse(&self.state)
-                .ok_or_else(|| StoreError::corrupt(format!("run state {:?}", self.state)))?,
-            backend: gateway_core::agent::BackendRef::parse(&self.backend).map_err(StoreError::corrupt)?,
-            provider: self.provider.map(gateway_core::environment::ProviderTier),
-            lease_owner: self.lease_owner,
-            lease_epoch: self.lease_epoch,
-            lease_expires_at: self.lease_expires_at.map(ts),
-            crash_count: u32::try_from(self.crash_count).unwrap_or(u32::MAX),
-            attempt: u32::try_from(self.attempt).unwrap_or(u32::MAX),
-            available_at: ts(self.available_at),
-            cancel_requested: self.cancel_requested,
-            started: self.started,
-            input_seq: self.input_seq.and_then(|s| u64::try_from(s).ok()),
-            trace: self
-                .traceparent
-                .map(|traceparent| gateway_core::trace::TraceContext { traceparent, tracestate: self.tracestate }),
-            created_at: ts(self.created_at),
-            updated_at: ts(self.updated_at),
-        })
-    }
-}
-
 /// The scan a page request needs: ascending after a key, or descending before one. Backward
 /// pages scan against the list order and are reversed afterwards.
 pub struct Scan {
@@ -276,7 +330,7 @@ pub struct RunRefRow {
 
 /// A claim candidate: the run and where its session's environment lives.
 pub struct ClaimCandidateRow {
-    pub run: RunRow,
+    pub run: Run,
     pub env_host: Option<String>,
 }
 
@@ -285,27 +339,6 @@ pub struct GuardRow {
     pub version: i64,
     pub archived_at: Option<i64>,
     pub deleted_at: Option<i64>,
-}
-
-pub struct ApiKeyRow {
-    pub id: String,
-    pub name: String,
-    pub created_at: i64,
-    pub revoked_at: Option<i64>,
-    pub environment_id: Option<String>,
-}
-
-impl Decode for ApiKeyRow {
-    type Out = crate::ApiKey;
-    fn decode(self) -> Result<crate::ApiKey> {
-        Ok(crate::ApiKey {
-            id: id::<gateway_core::ApiKeyId>(&self.id)?,
-            name: self.name,
-            created_at: ts(self.created_at),
-            revoked_at: self.revoked_at.map(ts),
-            environment_id: self.environment_id.as_deref().map(id::<EnvironmentId>).transpose()?,
-        })
-    }
 }
 
 pub struct DocumentRow {
@@ -364,44 +397,6 @@ pub struct DeliveryStateRow {
     pub attempts: i64,
 }
 
-pub struct WorkItemRow {
-    pub id: String,
-    pub environment_id: String,
-    pub session_id: String,
-    pub state: String,
-    pub metadata: String,
-    pub created_at: i64,
-    pub acknowledged_at: Option<i64>,
-    pub started_at: Option<i64>,
-    pub latest_heartbeat_at: Option<i64>,
-    pub stop_requested_at: Option<i64>,
-    pub stopped_at: Option<i64>,
-    pub heartbeat: Option<String>,
-    pub ttl_ms: Option<i64>,
-}
-
-impl Decode for WorkItemRow {
-    type Out = crate::WorkItem;
-    fn decode(self) -> Result<crate::WorkItem> {
-        Ok(crate::WorkItem {
-            id: id::<gateway_core::WorkId>(&self.id)?,
-            environment_id: id::<EnvironmentId>(&self.environment_id)?,
-            session_id: id::<SessionId>(&self.session_id)?,
-            state: crate::WorkState::parse(&self.state)
-                .ok_or_else(|| StoreError::corrupt(format!("work state {:?}", self.state)))?,
-            metadata: serde_json::from_str(&self.metadata)?,
-            created_at: ts(self.created_at),
-            acknowledged_at: self.acknowledged_at.map(ts),
-            started_at: self.started_at.map(ts),
-            latest_heartbeat_at: self.latest_heartbeat_at.map(ts),
-            stop_requested_at: self.stop_requested_at.map(ts),
-            stopped_at: self.stopped_at.map(ts),
-            heartbeat: self.heartbeat,
-            ttl: self.ttl_ms.and_then(|ms| u64::try_from(ms).ok()).map(std::time::Duration::from_millis),
-        })
-    }
-}
-
 pub struct WebhookRow {
     pub id: String,
     pub origin: String,
@@ -440,8 +435,6 @@ pub struct FeedRow {
 }
 
 // Each row struct from the columns of its fields' names.
-from_row!(AgentRow { id, version, spec, created_at, updated_at, archived_at });
-from_row!(EnvironmentRow { id, spec, created_at, updated_at, archived_at });
 from_row!(SessionRow {
     id,
     environment_id,
@@ -459,47 +452,11 @@ from_row!(SessionRow {
     archived_at
 });
 from_row!(EventRow { session_id, seq, id, payload, created_at, run_id, epoch });
-from_row!(RunRow {
-    id,
-    session_id,
-    state,
-    backend,
-    provider,
-    lease_owner,
-    lease_epoch,
-    lease_expires_at,
-    crash_count,
-    attempt,
-    available_at,
-    cancel_requested,
-    started,
-    input_seq,
-    traceparent,
-    tracestate,
-    created_at,
-    updated_at
-});
 from_row!(RunRefRow { lease_owner, lease_epoch, state });
 from_row!(GuardRow { version, archived_at, deleted_at });
-from_row!(ApiKeyRow { id, name, created_at, revoked_at, environment_id });
 from_row!(DocumentRow { namespace, key, body, version, created_at, updated_at, lease_owner, lease_expires_at });
 from_row!(DeliveryRow { id, topic, url, headers, body, attempts });
 from_row!(DeliveryStateRow { state, attempts });
-from_row!(WorkItemRow {
-    id,
-    environment_id,
-    session_id,
-    state,
-    metadata,
-    created_at,
-    acknowledged_at,
-    started_at,
-    latest_heartbeat_at,
-    stop_requested_at,
-    stopped_at,
-    heartbeat,
-    ttl_ms
-});
 from_row!(WebhookRow {
     id,
     origin,
@@ -521,7 +478,7 @@ impl FromRow for LockedSessionRow {
 
 impl FromRow for ClaimCandidateRow {
     fn from_row<R: Row>(row: &R) -> Result<Self, DbError> {
-        Ok(Self { run: RunRow::from_row(row)?, env_host: row.get("env_host")? })
+        Ok(Self { run: Run::from_row(row)?, env_host: row.get("env_host")? })
     }
 }
 

@@ -12,7 +12,7 @@ use super::{Engine, SqlStore, query, query_as};
 use crate::Catalog;
 use crate::error::{Guard, Result, StoreError};
 use crate::model::{AgentFilter, EnvironmentFilter, Keyset, Page, PageRequest};
-use crate::rows::{AgentRow, EnvironmentRow, GuardRow, Scan, paginate};
+use crate::rows::{GuardRow, Scan, paginate};
 
 const AGENT_SELECT: &str = "SELECT a.id, v.version, v.spec, a.created_at, v.created_at AS updated_at, a.archived_at \
      FROM agents a JOIN agent_versions v ON v.agent_id = a.id AND v.version = COALESCE($2, a.version) \
@@ -95,7 +95,7 @@ impl<E: Engine> Catalog for SqlStore<E> {
     }
 
     async fn get_agent(&self, id: &AgentId, version: Option<u32>) -> Result<Agent> {
-        let row = query_as::<AgentRow>(AGENT_SELECT)
+        let row = query_as::<Agent>(AGENT_SELECT)
             .bind(id.as_str())
             .bind(version.map(i64::from))
             .maybe(&mut *self.reader().await?)
@@ -162,14 +162,14 @@ impl<E: Engine> Catalog for SqlStore<E> {
 
     async fn list_agents(&self, filter: &AgentFilter, page: &PageRequest) -> Result<Page<Agent>> {
         let lead = std::iter::once(Arg::from(filter.include_archived)).chain(time_range_args(filter.created));
-        self.list_page::<AgentRow>(page, LIST_AGENTS, lead).await
+        self.list_page::<Agent>(page, LIST_AGENTS, lead).await
     }
 
     async fn list_agent_versions(&self, id: &AgentId, page: &PageRequest) -> Result<Page<Agent>> {
         self.agent_guard(id).await?;
         let scan = Scan::plan(page);
         let sql = if scan.ascending { list_versions_sql!(">", "ASC") } else { list_versions_sql!("<", "DESC") };
-        let agents = query_as::<AgentRow>(sql)
+        let agents = query_as::<Agent>(sql)
             .bind(id.as_str())
             .bind(scan.bound.as_ref().map(|k| k.at))
             .bind(scan.fetch)
@@ -193,7 +193,7 @@ impl<E: Engine> Catalog for SqlStore<E> {
     }
 
     async fn get_environment(&self, id: &EnvironmentId) -> Result<Environment> {
-        self.by_id::<EnvironmentRow>(ENVIRONMENT_BY_ID, "environment", id.as_str()).await
+        self.by_id::<Environment>(ENVIRONMENT_BY_ID, "environment", id.as_str()).await
     }
 
     async fn update_environment(&self, id: &EnvironmentId, spec: EnvironmentSpec) -> Result<Environment> {
@@ -245,6 +245,6 @@ impl<E: Engine> Catalog for SqlStore<E> {
     }
 
     async fn list_environments(&self, filter: &EnvironmentFilter, page: &PageRequest) -> Result<Page<Environment>> {
-        self.list_page::<EnvironmentRow>(page, LIST_ENVIRONMENTS, [Arg::from(filter.include_archived)]).await
+        self.list_page::<Environment>(page, LIST_ENVIRONMENTS, [Arg::from(filter.include_archived)]).await
     }
 }

@@ -6,7 +6,6 @@ use gateway_core::{ApiKeyId, EnvironmentId, Timestamp};
 use super::Hints;
 use super::{Engine, SqlStore, query, query_as};
 use crate::error::{Result, StoreError};
-use crate::rows::ApiKeyRow;
 use crate::{ApiKey, ApiKeys};
 
 #[async_trait]
@@ -16,7 +15,7 @@ impl<E: Engine> ApiKeys for SqlStore<E> {
     }
 
     async fn find_api_key(&self, hash: &str) -> Result<Option<ApiKey>> {
-        query_as::<ApiKeyRow>(
+        query_as::<ApiKey>(
             "SELECT id, name, created_at, revoked_at, environment_id FROM api_keys WHERE hash = $1 AND revoked_at IS NULL",
         )
         .bind(hash)
@@ -25,7 +24,7 @@ impl<E: Engine> ApiKeys for SqlStore<E> {
     }
 
     async fn list_api_keys(&self) -> Result<Vec<ApiKey>> {
-        query_as::<ApiKeyRow>("SELECT id, name, created_at, revoked_at, environment_id FROM api_keys WHERE environment_id IS NULL ORDER BY created_at, id")
+        query_as::<ApiKey>("SELECT id, name, created_at, revoked_at, environment_id FROM api_keys WHERE environment_id IS NULL ORDER BY created_at, id")
             .decoded(&mut *self.reader().await?)
             .await
     }
@@ -47,7 +46,7 @@ impl<E: Engine> ApiKeys for SqlStore<E> {
     }
 
     async fn list_environment_keys(&self, environment: &EnvironmentId) -> Result<Vec<ApiKey>> {
-        query_as::<ApiKeyRow>(
+        query_as::<ApiKey>(
             "SELECT id, name, created_at, revoked_at, environment_id FROM api_keys WHERE environment_id = $1 ORDER BY created_at, id",
         )
         .bind(environment.as_str())

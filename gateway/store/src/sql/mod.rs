@@ -197,7 +197,7 @@ macro_rules! session_cols {
 }
 pub(crate) use session_cols;
 
-/// Columns of a run row, in `RunRow` order.
+/// Columns of a run row, in `Run` order.
 macro_rules! run_cols {
     () => {
         "id, session_id, state, backend, provider, lease_owner, lease_epoch, lease_expires_at, crash_count, attempt, available_at, cancel_requested, started, input_seq, traceparent, tracestate, created_at, updated_at"

@@ -15,10 +15,10 @@ use super::{Engine, Hints, SqlStore, query, query_as, run_cols};
 use crate::RunQueue;
 use crate::error::{Guard, Result, StoreError};
 use crate::model::{Commit, LeaseTerms, QueueStats, Renewal, RunOutcome, Settlement, millis};
-use crate::rows::{ClaimCandidateRow, LockedSessionRow, RunRefRow, RunRow};
+use crate::rows::{ClaimCandidateRow, LockedSessionRow, RunRefRow};
 use crate::wake::Hint;
 
-/// Run columns qualified with the `r` alias, in `RunRow` order.
+/// Run columns qualified with the `r` alias, in `Run` order.
 macro_rules! run_cols_r {
     () => {
         "r.id, r.session_id, r.state, r.backend, r.provider, r.lease_owner, r.lease_epoch, r.lease_expires_at, \
@@ -178,7 +178,7 @@ impl<E: Engine> SqlStore<E> {
         let mut session = locked.row.decode()?;
         let was_started = candidate.run.started;
         let environment_lost = candidate.env_host.as_deref().is_some_and(|h| h != offer.host);
-        let claimed = query_as::<RunRow>(concat!(
+        let claimed = query_as::<Run>(concat!(
             "UPDATE runs SET state = 'running', lease_owner = $2, lease_epoch = lease_epoch + 1, lease_expires_at = $3, \
              crash_count = CASE WHEN state = 'running' THEN crash_count + 1 ELSE crash_count END, \
              started = TRUE, updated_at = $4, \
@@ -192,14 +192,13 @@ impl<E: Engine> SqlStore<E> {
         .bind(now)
         .fetch_one(&mut **tx)
         .await;
-        let row = match claimed {
-            Ok(row) => row,
+        let mut run = match claimed {
+            Ok(run) => run,
             // Another claim of the same session won (PostgreSQL race caught by the
             // one-running-run-per-session index): not an error, no claim.
             Err(e) if e.is_unique_violation() => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let mut run = row.decode()?;
         // Report whether a Worker had started this run before this claim.
         run.started = was_started;
         // Set by this claim (first claim) or an earlier one: never missing here.
@@ -464,11 +463,11 @@ impl<E: Engine> RunQueue for SqlStore<E> {
     }
 
     async fn get_run(&self, id: &RunId) -> Result<Run> {
-        self.by_id::<RunRow>(concat!("SELECT ", run_cols!(), " FROM runs WHERE id = $1"), "run", id.as_str()).await
+        self.by_id::<Run>(concat!("SELECT ", run_cols!(), " FROM runs WHERE id = $1"), "run", id.as_str()).await
     }
 
     async fn active_runs(&self, session: &SessionId) -> Result<Vec<Run>> {
-        query_as::<RunRow>(concat!(
+        query_as::<Run>(concat!(
             "SELECT ",
             run_cols!(),
             " FROM runs WHERE session_id = $1 AND state IN ('queued', 'running') ORDER BY id"

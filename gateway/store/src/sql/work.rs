@@ -20,11 +20,10 @@ use super::sessions::Advance;
 use super::{Engine, Hints, SqlStore, query, query_as};
 use crate::error::{Guard, Result, StoreError};
 use crate::model::{Page, PageRequest, millis};
-use crate::rows::WorkItemRow;
 use crate::sql::WriteTx;
 use crate::{Beat, Pollers, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
 
-/// Columns of a work item row, in `WorkItemRow` order.
+/// Columns of a work item row, in `WorkItem` order.
 macro_rules! work_cols {
     () => {
         "id, environment_id, session_id, state, metadata, created_at, acknowledged_at, started_at, \
@@ -78,7 +77,7 @@ fn heartbeat_value(now: i64, previous: Option<&str>) -> String {
 
 impl<E: Engine> SqlStore<E> {
     async fn work_row(tx: &mut WriteTx<E>, environment: &EnvironmentId, id: &WorkId) -> Result<WorkItem> {
-        query_as::<WorkItemRow>(WORK_BY_ID)
+        query_as::<WorkItem>(WORK_BY_ID)
             .bind(id.as_str())
             .bind(environment.as_str())
             .found(&mut **tx, "work item", id)
@@ -86,7 +85,7 @@ impl<E: Engine> SqlStore<E> {
     }
 
     async fn live_row(tx: &mut WriteTx<E>, session: &SessionId) -> Result<Option<WorkItem>> {
-        query_as::<WorkItemRow>(LIVE_WORK).bind(session.as_str()).maybe(&mut **tx).await
+        query_as::<WorkItem>(LIVE_WORK).bind(session.as_str()).maybe(&mut **tx).await
     }
 
     /// Records that `worker` polled `environment` at `now`. A known worker's row is touched (one
@@ -268,7 +267,7 @@ impl<E: Engine> WorkQueue for SqlStore<E> {
     }
 
     async fn live_work(&self, session: &SessionId) -> Result<Option<WorkItem>> {
-        query_as::<WorkItemRow>(LIVE_WORK).bind(session.as_str()).maybe(&mut *self.reader().await?).await
+        query_as::<WorkItem>(LIVE_WORK).bind(session.as_str()).maybe(&mut *self.reader().await?).await
     }
 
     async fn give_up_connection(&self, session: &SessionId, error: &str) -> Result<bool> {
@@ -438,7 +437,7 @@ impl<E: Engine> WorkQueue for SqlStore<E> {
     }
 
     async fn get_work(&self, environment: &EnvironmentId, id: &WorkId) -> Result<WorkItem> {
-        query_as::<WorkItemRow>(WORK_BY_ID)
+        query_as::<WorkItem>(WORK_BY_ID)
             .bind(id.as_str())
             .bind(environment.as_str())
             .found(&mut *self.reader().await?, "work item", id)
@@ -469,7 +468,7 @@ impl<E: Engine> WorkQueue for SqlStore<E> {
     }
 
     async fn list_work(&self, environment: &EnvironmentId, page: &PageRequest) -> Result<Page<WorkItem>> {
-        self.list_page::<WorkItemRow>(page, LIST_WORK, [Arg::from(environment.as_str())]).await
+        self.list_page::<WorkItem>(page, LIST_WORK, [Arg::from(environment.as_str())]).await
     }
 
     async fn work_stats(&self, environment: &EnvironmentId, polling_window: Duration) -> Result<WorkStats> {
