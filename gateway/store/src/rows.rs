@@ -8,7 +8,7 @@ use gateway_core::environment::{ConnectionStatus, Environment};
 use gateway_core::event::{Event, EventPayload};
 use gateway_core::run::{Run, RunState};
 use gateway_core::session::{EnvironmentState, Session, SessionStatus};
-use gateway_core::{EnvironmentId, EventId, RunId, SessionId, Timestamp};
+use gateway_core::{EventId, RunId, SessionId, Timestamp};
 
 use crate::error::{Result, StoreError};
 use crate::model::{Keyset, Order, Page, PageCursor, PageRequest};
@@ -97,7 +97,7 @@ macro_rules! decoded_from_row {
         })+
     };
 }
-decoded_from_row!(Agent, Environment, Run, crate::ApiKey, crate::WorkItem);
+decoded_from_row!(Agent, Environment, Session, Run, crate::ApiKey, crate::WorkItem);
 
 impl FromRow for Agent {
     fn from_row<R: Row>(row: &R) -> Result<Self, DbError> {
@@ -193,59 +193,34 @@ impl FromRow for crate::WorkItem {
 
 /// A locked session row and the database clock, read together.
 pub struct LockedSessionRow {
-    pub row: SessionRow,
+    pub row: Session,
     pub now_ms: i64,
 }
 
-pub struct SessionRow {
-    pub id: String,
-    pub environment_id: String,
-    pub snapshot: String,
-    pub title: Option<String>,
-    pub metadata: String,
-    pub status: String,
-    pub pending: String,
-    pub env_state: String,
-    pub env_host: Option<String>,
-    pub connection: Option<String>,
-    pub last_seq: i64,
-    pub created_at: i64,
-    pub updated_at: i64,
-    pub archived_at: Option<i64>,
-}
-
-impl SessionRow {
-    /// The pending actions, without taking the row apart.
-    pub fn clone_pending(&self) -> Result<Vec<gateway_core::session::PendingAction>> {
-        Ok(serde_json::from_str(&self.pending)?)
-    }
-}
-
-impl Decode for SessionRow {
-    type Out = Session;
-    fn decode(self) -> Result<Session> {
+impl FromRow for Session {
+    fn from_row<R: Row>(row: &R) -> Result<Self, DbError> {
+        let c = Cols(row);
+        let last_seq: i64 = c.get("last_seq")?;
         Ok(Session {
-            id: id::<SessionId>(&self.id)?,
-            environment_id: id::<EnvironmentId>(&self.environment_id)?,
-            snapshot: serde_json::from_str(&self.snapshot)?,
-            title: self.title,
-            metadata: serde_json::from_str(&self.metadata)?,
-            status: SessionStatus::parse(&self.status)
-                .ok_or_else(|| StoreError::corrupt(format!("session status {:?}", self.status)))?,
-            pending_actions: serde_json::from_str(&self.pending)?,
-            environment_state: EnvironmentState::parse(&self.env_state)
-                .ok_or_else(|| StoreError::corrupt(format!("environment state {:?}", self.env_state)))?,
-            environment_host: self.env_host,
-            connection: self
-                .connection
-                .map(|c| {
-                    ConnectionStatus::parse(&c).ok_or_else(|| StoreError::corrupt(format!("connection status {c:?}")))
-                })
-                .transpose()?,
-            last_seq: u64::try_from(self.last_seq).map_err(StoreError::corrupt)?,
-            created_at: ts(self.created_at),
-            updated_at: ts(self.updated_at),
-            archived_at: self.archived_at.map(ts),
+            id: c.parse("id")?,
+            environment_id: c.parse("environment_id")?,
+            snapshot: c.json("snapshot")?,
+            title: c.get("title")?,
+            metadata: c.json("metadata")?,
+            status: c.state("status", SessionStatus::parse, "session status")?,
+            pending_actions: c.json("pending")?,
+            environment_state: c.state("env_state", EnvironmentState::parse, "environment state")?,
+            environment_host: c.get("env_host")?,
+            connection: match c.get::<Option<String>>("connection")? {
+                Some(s) => Some(
+                    ConnectionStatus::parse(&s).ok_or_else(|| DbError::decode(format!("connection status {s:?}")))?,
+                ),
+                None => None,
+            },
+            last_seq: u64::try_from(last_seq).map_err(|e| DbError::decode(e.to_string()))?,
+            created_at: c.time("created_at")?,
+            updated_at: c.time("updated_at")?,
+            archived_at: c.opt_time("archived_at")?,
         })
     }
 }
@@ -435,22 +410,6 @@ pub struct FeedRow {
 }
 
 // Each row struct from the columns of its fields' names.
-from_row!(SessionRow {
-    id,
-    environment_id,
-    snapshot,
-    title,
-    metadata,
-    status,
-    pending,
-    env_state,
-    env_host,
-    connection,
-    last_seq,
-    created_at,
-    updated_at,
-    archived_at
-});
 from_row!(EventRow { session_id, seq, id, payload, created_at, run_id, epoch });
 from_row!(RunRefRow { lease_owner, lease_epoch, state });
 from_row!(GuardRow { version, archived_at, deleted_at });
@@ -472,7 +431,7 @@ from_row!(WebhookRow {
 
 impl FromRow for LockedSessionRow {
     fn from_row<R: Row>(row: &R) -> Result<Self, DbError> {
-        Ok(Self { row: SessionRow::from_row(row)?, now_ms: row.get("now_ms")? })
+        Ok(Self { row: Session::from_row(row)?, now_ms: row.get("now_ms")? })
     }
 }
 

@@ -189,7 +189,7 @@ macro_rules! queue_stats_sql {
 }
 pub(crate) use queue_stats_sql;
 
-/// Columns of a session row, in `SessionRow` order.
+/// Columns of a session row, as `Session` reads them (`rows.rs`).
 macro_rules! session_cols {
     () => {
         "id, environment_id, snapshot, title, metadata, status, pending, env_state, env_host, connection, last_seq, created_at, updated_at, archived_at"

@@ -9,7 +9,6 @@ use gateway_core::session::{PendingAction, SessionStatus};
 use gateway_core::{RunId, SessionId, Timestamp};
 
 use super::WriteTx;
-use super::read::Decode;
 use super::sessions::Advance;
 use super::{Engine, Hints, SqlStore, query, query_as, run_cols};
 use crate::RunQueue;
@@ -174,8 +173,8 @@ impl<E: Engine> SqlStore<E> {
             Err(e) if e.is_lock_timeout() => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let now = locked.now_ms.max(locked.row.updated_at);
-        let mut session = locked.row.decode()?;
+        let now = locked.now_ms.max(locked.row.updated_at.0);
+        let mut session = locked.row;
         let was_started = candidate.run.started;
         let environment_lost = candidate.env_host.as_deref().is_some_and(|h| h != offer.host);
         let claimed = query_as::<Run>(concat!(
@@ -348,8 +347,7 @@ impl<E: Engine> RunQueue for SqlStore<E> {
     async fn commit(&self, fence: &Fence, commit: Commit) -> Result<Vec<Event>> {
         let mut tx = self.begin_write().await?;
         // Lock order: the session row first, then the run row (see module docs).
-        let (row, now) = Self::lock_session_at_now(&mut tx, &fence.session_id).await?;
-        let session = row.decode()?;
+        let (session, now) = Self::lock_session_at_now(&mut tx, &fence.session_id).await?;
         Self::check_fence(&mut tx, fence, now).await?;
         if let Some(change) = &commit.environment {
             if !session.environment_state.may_become(change.state) {
@@ -387,8 +385,7 @@ impl<E: Engine> RunQueue for SqlStore<E> {
 
     async fn settle(&self, fence: &Fence, mut settlement: Settlement) -> Result<Vec<Event>> {
         let mut tx = self.begin_write().await?;
-        let (row, now) = Self::lock_session_at_now(&mut tx, &fence.session_id).await?;
-        let session = row.decode()?;
+        let (session, now) = Self::lock_session_at_now(&mut tx, &fence.session_id).await?;
         // An interrupt admitted after the Worker last looked (admission sets the intent
         // under this same session lock, and ends no turn itself: "the Worker settles it")
         // must not be undone by a retry or a park: the turn ends interrupted here.

@@ -11,12 +11,12 @@ use gateway_core::{ResourceId, RunId, SessionId, Timestamp};
 
 use super::WriteTx;
 use super::conn::Arg;
-use super::read::{Decode, time_range_args};
+use super::read::time_range_args;
 use super::{Engine, Hints, SqlStore, query, query_as, session_cols};
 use crate::Sessions;
 use crate::error::{Guard, Result, StoreError};
 use crate::model::{AdmissionWrites, LeaseTerms, NewSession, Page, PageRequest, SessionFilter, SessionPatch};
-use crate::rows::{GuardRow, LockedSessionRow, SessionRow};
+use crate::rows::{GuardRow, LockedSessionRow};
 use crate::wake::Hint;
 
 const SESSION_BY_ID: &str = concat!("SELECT ", session_cols!(), " FROM sessions WHERE id = $1 AND deleted_at IS NULL");
@@ -33,8 +33,8 @@ fn statuses_param(filter: &SessionFilter) -> Option<String> {
 
 impl<E: Engine> SqlStore<E> {
     /// Locks and reads a live session for the rest of the transaction.
-    pub(crate) async fn lock_session(tx: &mut WriteTx<E>, id: &SessionId) -> Result<SessionRow> {
-        query_as::<SessionRow>(E::LOCK_SESSION)
+    pub(crate) async fn lock_session(tx: &mut WriteTx<E>, id: &SessionId) -> Result<Session> {
+        query_as::<Session>(E::LOCK_SESSION)
             .bind(id.as_str())
             .fetch_optional(&mut **tx)
             .await?
@@ -48,13 +48,13 @@ impl<E: Engine> SqlStore<E> {
     /// One round trip: the clock is read in the locking statement. Should it be read before
     /// a wait for the lock, the clamp to the locked row's `updated_at` (the time of the
     /// transaction waited for) still keeps times in seq order.
-    pub(crate) async fn lock_session_at_now(tx: &mut WriteTx<E>, id: &SessionId) -> Result<(SessionRow, i64)> {
+    pub(crate) async fn lock_session_at_now(tx: &mut WriteTx<E>, id: &SessionId) -> Result<(Session, i64)> {
         let locked = query_as::<LockedSessionRow>(E::LOCK_SESSION_AT_NOW)
             .bind(id.as_str())
             .fetch_optional(&mut **tx)
             .await?
             .ok_or_else(|| StoreError::not_found("session", id))?;
-        let now = locked.now_ms.max(locked.row.updated_at);
+        let now = locked.now_ms.max(locked.row.updated_at.0);
         Ok((locked.row, now))
     }
 
@@ -124,8 +124,8 @@ impl<E: Engine> SqlStore<E> {
         let events = if new.initial_inputs.is_empty() {
             Vec::new()
         } else {
-            let row = Self::lock_session(&mut tx, &id).await?;
-            Self::admit_locked(&mut tx, row, new.initial_inputs, new.writes.trace.as_ref(), now, &mut hints).await?
+            let session = Self::lock_session(&mut tx, &id).await?;
+            Self::admit_locked(&mut tx, session, new.initial_inputs, new.writes.trace.as_ref(), now, &mut hints).await?
         };
         // A conflict here returns before `finish`: the session, its inputs and every
         // write roll back together.
@@ -134,7 +134,7 @@ impl<E: Engine> SqlStore<E> {
             Some((offer, terms)) => Self::claim_admitted(&mut tx, &id, offer, terms, &mut hints).await?,
             None => None,
         };
-        let session = Self::lock_session(&mut tx, &id).await?.decode()?;
+        let session = Self::lock_session(&mut tx, &id).await?;
         self.finish(tx, hints).await?;
         Ok((session, events, claim))
     }
@@ -162,13 +162,12 @@ impl<E: Engine> SqlStore<E> {
     /// Runs admission on a locked session row and applies its decision.
     pub(crate) async fn admit_locked(
         tx: &mut WriteTx<E>,
-        row: SessionRow,
+        session: Session,
         inputs: Vec<NewEvent>,
         trace: Option<&gateway_core::trace::TraceContext>,
         now: i64,
         hints: &mut Hints,
     ) -> Result<Vec<Event>> {
-        let session = row.decode()?;
         let (run_running, run_queued, run_retrying) = Self::run_presence(tx, &session.id).await?;
         let state = SessionState {
             status: session.status,
@@ -321,13 +320,12 @@ impl<E: Engine> Sessions for SqlStore<E> {
     }
 
     async fn get_session(&self, id: &SessionId) -> Result<Session> {
-        self.by_id::<SessionRow>(SESSION_BY_ID, "session", id.as_str()).await
+        self.by_id::<Session>(SESSION_BY_ID, "session", id.as_str()).await
     }
 
     async fn update_session(&self, id: &SessionId, patch: SessionPatch) -> Result<Session> {
         let mut tx = self.begin_write().await?;
-        let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
-        let mut s = row.decode()?;
+        let (mut s, now) = Self::lock_session_at_now(&mut tx, id).await?;
         if let Some(title) = patch.title {
             s.title = title;
         }
@@ -352,14 +350,12 @@ impl<E: Engine> Sessions for SqlStore<E> {
             Arg::from(filter.agent_version.map(i64::from)),
             Arg::from(statuses_param(filter)),
         ];
-        self.list_page::<SessionRow>(page, E::LIST_SESSIONS, lead.into_iter().chain(time_range_args(filter.created)))
-            .await
+        self.list_page::<Session>(page, E::LIST_SESSIONS, lead.into_iter().chain(time_range_args(filter.created))).await
     }
 
     async fn archive_session(&self, id: &SessionId) -> Result<Session> {
         let mut tx = self.begin_write().await?;
-        let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
-        let s = row.decode()?;
+        let (s, now) = Self::lock_session_at_now(&mut tx, id).await?;
         refuse_if_running(&s)?;
         query("UPDATE sessions SET archived_at = COALESCE(archived_at, $2), updated_at = $2 WHERE id = $1")
             .bind(id.as_str())
@@ -372,8 +368,7 @@ impl<E: Engine> Sessions for SqlStore<E> {
 
     async fn delete_session(&self, id: &SessionId) -> Result<()> {
         let mut tx = self.begin_write().await?;
-        let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
-        let s = row.decode()?;
+        let (s, now) = Self::lock_session_at_now(&mut tx, id).await?;
         refuse_if_running(&s)?;
         let events = Self::append_events(
             &mut tx,
@@ -416,8 +411,7 @@ impl<E: Engine> Sessions for SqlStore<E> {
         to: EnvironmentState,
     ) -> Result<bool> {
         let mut tx = self.begin_write().await?;
-        let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
-        let s = row.decode()?;
+        let (s, now) = Self::lock_session_at_now(&mut tx, id).await?;
         if !from.contains(&s.environment_state) {
             return Ok(false);
         }
@@ -473,8 +467,7 @@ impl<E: Engine> Sessions for SqlStore<E> {
         requirements: Requirements,
     ) -> Result<Session> {
         let mut tx = self.begin_write().await?;
-        let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
-        let current = row.decode()?;
+        let (current, now) = Self::lock_session_at_now(&mut tx, id).await?;
         if current.archived_at.is_some() {
             return Err(StoreError::Guard(Guard::SessionArchived(id.to_string())));
         }
@@ -494,7 +487,7 @@ impl<E: Engine> Sessions for SqlStore<E> {
             .bind(now)
             .execute(&mut *tx)
             .await?;
-        let session = Self::lock_session(&mut tx, id).await?.decode()?;
+        let session = Self::lock_session(&mut tx, id).await?;
         self.finish(tx, Hints::default()).await?;
         Ok(session)
     }

@@ -15,7 +15,7 @@ use gateway_core::session::PendingKind;
 use gateway_core::{EnvironmentId, SessionId, WorkId};
 
 use super::conn::Arg;
-use super::read::{Decode, keyset_sql};
+use super::read::keyset_sql;
 use super::sessions::Advance;
 use super::{Engine, Hints, SqlStore, query, query_as};
 use crate::error::{Guard, Result, StoreError};
@@ -200,8 +200,8 @@ impl<E: Engine> SqlStore<E> {
     /// its executor, in the transaction that disconnects it: the executor is gone, and the
     /// call must not run again (invariant 5). Admitted like any answer, so the turn resumes.
     async fn answer_lost_calls(tx: &mut WriteTx<E>, session: &SessionId, now: i64, hints: &mut Hints) -> Result<()> {
-        let row = Self::lock_session(tx, session).await?;
-        let pending = row.clone_pending()?;
+        let locked = Self::lock_session(tx, session).await?;
+        let pending = locked.pending_actions.clone();
         let mut answers = Vec::new();
         for p in pending.iter().filter(|p| p.kind == PendingKind::ClientResult) {
             let found = query_as::<(String,)>("SELECT payload FROM events WHERE session_id = $1 AND id = $2")
@@ -220,7 +220,7 @@ impl<E: Engine> SqlStore<E> {
             }
         }
         if !answers.is_empty() {
-            Self::admit_locked(tx, row, answers, None, now, hints).await?;
+            Self::admit_locked(tx, locked, answers, None, now, hints).await?;
         }
         Ok(())
     }
@@ -230,8 +230,7 @@ impl<E: Engine> SqlStore<E> {
 impl<E: Engine> WorkQueue for SqlStore<E> {
     async fn request_connection(&self, session: &SessionId) -> Result<WorkItem> {
         let mut tx = self.begin_write().await?;
-        let (row, now) = Self::lock_session_at_now(&mut tx, session).await?;
-        let s = row.decode()?;
+        let (s, now) = Self::lock_session_at_now(&mut tx, session).await?;
         if let Some(item) = Self::live_row(&mut tx, session).await? {
             if item.state.is_held() {
                 drop(tx);
@@ -272,8 +271,7 @@ impl<E: Engine> WorkQueue for SqlStore<E> {
 
     async fn give_up_connection(&self, session: &SessionId, error: &str) -> Result<bool> {
         let mut tx = self.begin_write().await?;
-        let (row, now) = Self::lock_session_at_now(&mut tx, session).await?;
-        let s = row.decode()?;
+        let (s, now) = Self::lock_session_at_now(&mut tx, session).await?;
         let item = Self::live_row(&mut tx, session).await?;
         if item.as_ref().is_some_and(|i| i.state != WorkState::Queued) {
             drop(tx);
@@ -331,8 +329,7 @@ impl<E: Engine> WorkQueue for SqlStore<E> {
             drop(tx);
             return Err(StoreError::Guard(Guard::WorkState { id: id.to_string(), state: item.state.as_str() }));
         }
-        let (row, now) = Self::lock_session_at_now(&mut tx, &item.session_id).await?;
-        let s = row.decode()?;
+        let (s, now) = Self::lock_session_at_now(&mut tx, &item.session_id).await?;
         let done = query_as::<(String,)>(
             "UPDATE work_items SET state = 'starting', acknowledged_at = $2, ttl_ms = $3, lease_expires_at = $4 \
              WHERE id = $1 AND state = 'queued' RETURNING id",
@@ -408,7 +405,7 @@ impl<E: Engine> WorkQueue for SqlStore<E> {
             drop(tx);
             return Ok(Stop::AlreadyStopped { item });
         }
-        let (row, now) = match Self::lock_session_at_now(&mut tx, &item.session_id).await {
+        let (s, now) = match Self::lock_session_at_now(&mut tx, &item.session_id).await {
             Ok(locked) => locked,
             // A deleted session's item.
             Err(StoreError::NotFound { .. }) => {
@@ -420,7 +417,6 @@ impl<E: Engine> WorkQueue for SqlStore<E> {
             }
             Err(e) => return Err(e),
         };
-        let s = row.decode()?;
         let to = if force || item.state == WorkState::Queued || item.state == WorkState::Stopping {
             WorkState::Stopped
         } else {
@@ -519,14 +515,13 @@ impl<E: Engine> WorkQueue for SqlStore<E> {
             let environment = environment.parse::<EnvironmentId>().map_err(StoreError::corrupt)?;
             let mut tx = self.begin_write().await?;
             let item = Self::work_row(&mut tx, &environment, &id).await?;
-            let Ok((row, now)) = Self::lock_session_at_now(&mut tx, &item.session_id).await else {
+            let Ok((s, now)) = Self::lock_session_at_now(&mut tx, &item.session_id).await else {
                 // A deleted session's item.
                 let now = Self::now(&mut tx).await?;
                 query(END_ORPHANED).bind(id.as_str()).bind(now).execute(&mut *tx).await?;
                 self.finish(tx, Hints::default()).await?;
                 continue;
             };
-            let s = row.decode()?;
             let mut hints = Hints::default();
             // Checked again under the lock: a beat may have renewed it meanwhile.
             let still = query_as::<(String,)>(
