@@ -3,12 +3,12 @@
 //! Both schemas store ids and JSON documents as TEXT and times as BIGINT milliseconds from
 //! the database clock, so one set of row structs decodes either engine's rows.
 
+use gateway_core::Timestamp;
 use gateway_core::agent::Agent;
 use gateway_core::environment::{ConnectionStatus, Environment};
 use gateway_core::event::{Event, EventPayload};
 use gateway_core::run::{Run, RunState};
 use gateway_core::session::{EnvironmentState, Session, SessionStatus};
-use gateway_core::{EventId, RunId, SessionId, Timestamp};
 
 use crate::error::{Result, StoreError};
 use crate::model::{Keyset, Order, Page, PageCursor, PageRequest};
@@ -97,7 +97,7 @@ macro_rules! decoded_from_row {
         })+
     };
 }
-decoded_from_row!(Agent, Environment, Session, Run, crate::ApiKey, crate::WorkItem);
+decoded_from_row!(Agent, Environment, Session, Event, Run, crate::ApiKey, crate::WorkItem);
 
 impl FromRow for Agent {
     fn from_row<R: Row>(row: &R) -> Result<Self, DbError> {
@@ -225,28 +225,18 @@ impl FromRow for Session {
     }
 }
 
-pub struct EventRow {
-    pub session_id: String,
-    pub seq: i64,
-    pub id: String,
-    pub payload: String,
-    pub created_at: i64,
-    pub run_id: Option<String>,
-    pub epoch: Option<i64>,
-}
-
-impl Decode for EventRow {
-    type Out = Event;
-    fn decode(self) -> Result<Event> {
-        let payload: EventPayload = serde_json::from_str(&self.payload)?;
+impl FromRow for Event {
+    fn from_row<R: Row>(row: &R) -> Result<Self, DbError> {
+        let c = Cols(row);
+        let seq: i64 = c.get("seq")?;
         Ok(Event {
-            id: id::<EventId>(&self.id)?,
-            session_id: id::<SessionId>(&self.session_id)?,
-            seq: u64::try_from(self.seq).map_err(StoreError::corrupt)?,
-            created_at: ts(self.created_at),
-            run_id: self.run_id.as_deref().map(id::<RunId>).transpose()?,
-            epoch: self.epoch,
-            payload,
+            id: c.parse("id")?,
+            session_id: c.parse("session_id")?,
+            seq: u64::try_from(seq).map_err(|e| DbError::decode(e.to_string()))?,
+            created_at: c.time("created_at")?,
+            run_id: c.opt_parse("run_id")?,
+            epoch: c.get("epoch")?,
+            payload: c.json::<EventPayload>("payload")?,
         })
     }
 }
@@ -406,11 +396,10 @@ impl Decode for WebhookRow {
 /// A fed event and its place in the feed.
 pub struct FeedRow {
     pub position: i64,
-    pub event: EventRow,
+    pub event: Event,
 }
 
 // Each row struct from the columns of its fields' names.
-from_row!(EventRow { session_id, seq, id, payload, created_at, run_id, epoch });
 from_row!(RunRefRow { lease_owner, lease_epoch, state });
 from_row!(GuardRow { version, archived_at, deleted_at });
 from_row!(DocumentRow { namespace, key, body, version, created_at, updated_at, lease_owner, lease_expires_at });
@@ -443,6 +432,6 @@ impl FromRow for ClaimCandidateRow {
 
 impl FromRow for FeedRow {
     fn from_row<R: Row>(row: &R) -> Result<Self, DbError> {
-        Ok(Self { position: row.get("position")?, event: EventRow::from_row(row)? })
+        Ok(Self { position: row.get("position")?, event: Event::from_row(row)? })
     }
 }

@@ -9,7 +9,7 @@ use super::{Engine, SqlStore, event_cols, query_as};
 use crate::EventLog;
 use crate::error::{Result, StoreError};
 use crate::model::{EventFilter, Keyset, Page, PageRequest};
-use crate::rows::{EventRow, Scan, paginate};
+use crate::rows::{Scan, paginate};
 
 #[async_trait]
 impl<E: Engine> EventLog for SqlStore<E> {
@@ -22,7 +22,7 @@ impl<E: Engine> EventLog for SqlStore<E> {
             let names: Vec<&str> = filter.kinds.iter().map(|k| k.as_str()).collect();
             Some(serde_json::to_string(&names)?)
         };
-        let events = query_as::<EventRow>(sql)
+        let events = query_as::<Event>(sql)
             .bind(session.as_str())
             .bind(kinds)
             .bind_all(time_range_args(filter.created))
@@ -34,7 +34,7 @@ impl<E: Engine> EventLog for SqlStore<E> {
     }
 
     async fn events_after(&self, session: &SessionId, after: u64, limit: u32) -> Result<Vec<Event>> {
-        query_as::<EventRow>(concat!(
+        query_as::<Event>(concat!(
             "SELECT ",
             event_cols!(),
             " FROM events WHERE session_id = $1 AND seq > $2 ORDER BY seq",
@@ -59,7 +59,7 @@ impl<E: Engine> EventLog for SqlStore<E> {
     }
 
     async fn find_event(&self, session: &SessionId, id: &EventId) -> Result<Option<Event>> {
-        query_as::<EventRow>(concat!("SELECT ", event_cols!(), " FROM events WHERE session_id = $1 AND id = $2"))
+        query_as::<Event>(concat!("SELECT ", event_cols!(), " FROM events WHERE session_id = $1 AND id = $2"))
             .bind(session.as_str())
             .bind(id.as_str())
             .maybe(&mut *self.reader().await?)

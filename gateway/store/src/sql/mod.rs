@@ -205,7 +205,7 @@ macro_rules! run_cols {
 }
 pub(crate) use run_cols;
 
-/// Columns of an event row, in `EventRow` order.
+/// Columns of an event row, as `Event` reads them (`rows.rs`).
 macro_rules! event_cols {
     () => {
         "session_id, seq, id, payload, created_at, run_id, epoch"

@@ -6,7 +6,6 @@ use async_trait::async_trait;
 use gateway_core::WebhookId;
 use gateway_core::event::Event;
 
-use super::read::Decode;
 use super::{Engine, Hints, SqlStore, query, query_as};
 use crate::error::{Guard, Result, StoreError};
 use crate::rows::{FeedRow, WebhookRow};
@@ -202,7 +201,7 @@ impl<E: Engine> Webhooks for SqlStore<E> {
         let mut deliveries = Vec::new();
         for row in rows {
             query("DELETE FROM event_feed WHERE id = $1").bind(row.position).execute(&mut *tx).await?;
-            let event = row.event.decode()?;
+            let event = row.event;
             deliveries.extend(fan(&event));
         }
         if taken == 0 {
