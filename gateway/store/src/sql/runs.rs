@@ -216,17 +216,9 @@ impl<E: Engine> SqlStore<E> {
         let continuing = was_started && run.crash_count > 0 && Self::turn_in_progress(tx, &run).await?;
         if !continuing {
             let start = NewEvent::new(EventPayload::TurnStarted { inputs_through });
-            let events = Self::append_events(
-                tx,
-                &session.id,
-                session.last_seq,
-                vec![start],
-                now,
-                Some((&run.id, run.lease_epoch)),
-            )
-            .await?;
-            session.last_seq =
-                Self::advance_session(tx, &session.id, session.last_seq, &events, now, Advance::Log, hints).await?;
+            let by = Some((&run.id, run.lease_epoch));
+            let events = Self::append_and_advance(tx, &session, vec![start], now, by, Advance::Log, hints).await?;
+            session.last_seq += events.len() as u64;
             session.updated_at = Timestamp::from_millis(now);
         }
         Ok(Some(Claim { fence, run, session, inputs_through, environment_lost }))
@@ -365,20 +357,10 @@ impl<E: Engine> RunQueue for SqlStore<E> {
                 .await?;
         }
         Self::write_bindings(&mut tx, &session.id, &commit.bindings, now).await?;
-        let events = Self::append_events(
-            &mut tx,
-            &session.id,
-            session.last_seq,
-            commit.events,
-            now,
-            Some((&fence.run_id, fence.epoch)),
-        )
-        .await?;
         let mut hints = Hints::default();
-        if !events.is_empty() {
-            Self::advance_session(&mut tx, &session.id, session.last_seq, &events, now, Advance::Log, &mut hints)
-                .await?;
-        }
+        let by = Some((&fence.run_id, fence.epoch));
+        let events =
+            Self::append_and_advance(&mut tx, &session, commit.events, now, by, Advance::Log, &mut hints).await?;
         self.finish(tx, hints).await?;
         Ok(events)
     }
@@ -444,17 +426,9 @@ impl<E: Engine> RunQueue for SqlStore<E> {
         if queued {
             hints.push(Hint::RunReady);
         }
-        let events = Self::append_events(
-            &mut tx,
-            &session.id,
-            session.last_seq,
-            settlement.events,
-            now,
-            Some((&fence.run_id, fence.epoch)),
-        )
-        .await?;
-        let advance = Advance::Status(status, &pending);
-        Self::advance_session(&mut tx, &session.id, session.last_seq, &events, now, advance, &mut hints).await?;
+        let (by, advance) = (Some((&fence.run_id, fence.epoch)), Advance::Status(status, &pending));
+        let events =
+            Self::append_and_advance(&mut tx, &session, settlement.events, now, by, advance, &mut hints).await?;
         self.finish(tx, hints).await?;
         Ok(events)
     }

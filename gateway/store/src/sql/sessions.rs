@@ -223,11 +223,28 @@ impl<E: Engine> SqlStore<E> {
         Ok(events)
     }
 
+    /// Appends `events` to the locked `session`'s log and advances the session with them
+    /// ([`SqlStore::advance_session`]).
+    pub(crate) async fn append_and_advance(
+        tx: &mut WriteTx<E>,
+        session: &Session,
+        events: Vec<NewEvent>,
+        now: i64,
+        by: Option<(&RunId, i64)>,
+        advance: Advance<'_>,
+        hints: &mut Hints,
+    ) -> Result<Vec<Event>> {
+        let events = Self::append_events(tx, &session.id, session.last_seq, events, now, by).await?;
+        Self::advance_session(tx, &session.id, session.last_seq, &events, now, advance, hints).await?;
+        Ok(events)
+    }
+
     /// Records that `events`, appended after `before`, advanced the session: its last seq and
     /// update time, and what `advance` names, in one write of the locked row; and the hints
     /// that wake its watchers once the transaction commits. Returns the new last seq. Every
     /// writer that appends to a session's log ends with this, so the row's `last_seq` is
-    /// always the log's (invariant 1: no gap, no duplicate).
+    /// always the log's (invariant 9: no gap, no duplicate). [`Advance::Log`] with no events
+    /// writes nothing: the log did not move.
     pub(crate) async fn advance_session(
         tx: &mut WriteTx<E>,
         session: &SessionId,
@@ -238,6 +255,9 @@ impl<E: Engine> SqlStore<E> {
         hints: &mut Hints,
     ) -> Result<u64> {
         let last_seq = before + events.len() as u64;
+        if events.is_empty() && matches!(advance, Advance::Log) {
+            return Ok(last_seq);
+        }
         let (sql, extra) = match advance {
             Advance::Log => ("UPDATE sessions SET last_seq = $2, updated_at = $3 WHERE id = $1", vec![]),
             Advance::Status(status, pending) => (
@@ -370,17 +390,9 @@ impl<E: Engine> Sessions for SqlStore<E> {
         let mut tx = self.begin_write().await?;
         let (s, now) = Self::lock_session_at_now(&mut tx, id).await?;
         refuse_if_running(&s)?;
-        let events = Self::append_events(
-            &mut tx,
-            id,
-            s.last_seq,
-            vec![NewEvent::new(EventPayload::SessionDeleted {})],
-            now,
-            None,
-        )
-        .await?;
         let mut hints = Hints::default();
-        Self::advance_session(&mut tx, id, s.last_seq, &events, now, Advance::Deleted, &mut hints).await?;
+        let deleted = vec![NewEvent::new(EventPayload::SessionDeleted {})];
+        Self::append_and_advance(&mut tx, &s, deleted, now, None, Advance::Deleted, &mut hints).await?;
         // Its files may be deleted from now on.
         query("DELETE FROM file_mounts WHERE session_id = $1").bind(id.as_str()).execute(&mut *tx).await?;
         query("UPDATE runs SET state = $2, updated_at = $3 WHERE session_id = $1 AND state = 'queued'")

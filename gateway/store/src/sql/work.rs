@@ -139,10 +139,7 @@ impl<E: Engine> SqlStore<E> {
         now: i64,
         hints: &mut Hints,
     ) -> Result<Vec<Event>> {
-        let events = Self::append_events(tx, &session.id, session.last_seq, events, now, None).await?;
-        let advance = Advance::Connection(status);
-        Self::advance_session(tx, &session.id, session.last_seq, &events, now, advance, hints).await?;
-        Ok(events)
+        Self::append_and_advance(tx, session, events, now, None, Advance::Connection(status), hints).await
     }
 
     fn connection_event(
