@@ -198,3 +198,36 @@ impl<E: Engine> SqlStore<E> {
         self.finish(tx, Hints::default()).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::model::TimeRange;
+    use gateway_core::Timestamp;
+
+    #[test]
+    fn keyset_statements_bound_order_and_limit_in_both_directions() {
+        let [asc, desc] = super::keyset_sql!("SELECT x FROM t WHERE k = $1 AND", "t.", 2, 3, 4);
+        assert_eq!(
+            asc,
+            "SELECT x FROM t WHERE k = $1 AND ($2 IS NULL OR (t.created_at, t.id) > ($2, $3)) \
+             ORDER BY t.created_at ASC, t.id ASC LIMIT CAST($4 AS BIGINT)"
+        );
+        assert_eq!(
+            desc,
+            "SELECT x FROM t WHERE k = $1 AND ($2 IS NULL OR (t.created_at, t.id) < ($2, $3)) \
+             ORDER BY t.created_at DESC, t.id DESC LIMIT CAST($4 AS BIGINT)"
+        );
+    }
+
+    #[test]
+    fn a_time_range_is_four_optional_bounds_in_order() {
+        assert_eq!(
+            super::time_range_sql!("", 5, 6, 7, 8),
+            " ($5 IS NULL OR created_at > $5) AND ($6 IS NULL OR created_at >= $6) \
+             AND ($7 IS NULL OR created_at < $7) AND ($8 IS NULL OR created_at <= $8) AND"
+        );
+        let range = TimeRange { gt: Some(Timestamp(1)), lte: Some(Timestamp(9)), ..TimeRange::default() };
+        let args = super::time_range_args(range).map(|a| format!("{a:?}"));
+        assert_eq!(args, ["Int(Some(1))", "Int(None)", "Int(None)", "Int(Some(9))"]);
+    }
+}
