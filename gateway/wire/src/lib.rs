@@ -6,3 +6,4 @@
 //! depends on no gateway crate and knows no protocol's vocabulary (`scripts/check-invariants`).
 
 pub mod backoff;
+pub mod sse;

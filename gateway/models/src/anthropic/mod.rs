@@ -30,6 +30,7 @@ pub use config::{
 
 use self::response::{Assembler, Progress};
 use self::sse::{SseDecoder, SseEvent};
+use gateway_wire::backoff::Backoff;
 use crate::{Message, ModelClient, ModelError, ModelRequest, ModelResponse, StreamEvent, ToolDefinition};
 
 /// Largest non-streaming body, SSE line or event, and accumulated response accepted.
@@ -151,11 +152,7 @@ impl AnthropicClient {
         if asked > self.config.max_retry_after {
             return None;
         }
-        let exponential =
-            self.config.retry_base.saturating_mul(2u32.saturating_pow(retries)).min(self.config.retry_max);
-        // Jitter in [1/2, 1] of the backoff spreads out clients that failed together.
-        let jittered = exponential.mul_f64(0.5 + fastrand::f64() / 2.0);
-        Some(jittered.max(asked))
+        Some(Backoff::new(self.config.retry_base, self.config.retry_max).delay(retries, Some(asked)))
     }
 
     /// Sleeps before the next retry and says `true`, or says `false` if there is none.

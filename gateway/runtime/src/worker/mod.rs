@@ -23,6 +23,7 @@ use std::time::Duration;
 use gateway_core::environment::ProviderTier;
 use gateway_core::run::WorkerOffer;
 use gateway_store::{LeaseTerms, Store};
+use gateway_wire::backoff::Backoff;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -55,13 +56,10 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// Backoff before retry number `attempt + 1`: half fixed, half random ("equal jitter"),
-    /// never shorter than what the failure asked for.
+    /// Backoff before retry number `attempt + 1`: the one jittered backoff
+    /// ([`Backoff::new`]), never shorter than what the failure asked for.
     pub fn backoff(&self, attempt: u32, at_least: Option<Duration>) -> Duration {
-        let exp = self.base.saturating_mul(2u32.saturating_pow(attempt.min(16))).min(self.max);
-        let half = exp / 2;
-        let jittered = half + half.mul_f64(fastrand::f64());
-        jittered.max(at_least.unwrap_or_default())
+        Backoff::new(self.base, self.max).delay(attempt, at_least)
     }
 }
 
@@ -378,20 +376,4 @@ fn start_turn(
         }
     };
     turns.spawn(w.tasks.track_future(w.turns.track_future(task).instrument(span)));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_grows_is_capped_and_honours_retry_after() {
-        let p = RetryPolicy { max_retries: 5, base: Duration::from_millis(100), max: Duration::from_secs(1) };
-        for attempt in 0..8 {
-            let b = p.backoff(attempt, None);
-            let exp = Duration::from_millis(100 * 2u64.pow(attempt)).min(Duration::from_secs(1));
-            assert!(b >= exp / 2 && b <= exp, "attempt {attempt}: {b:?} not in [{:?}, {exp:?}]", exp / 2);
-        }
-        assert_eq!(p.backoff(0, Some(Duration::from_secs(7))), Duration::from_secs(7));
-    }
 }
