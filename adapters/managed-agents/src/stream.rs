@@ -31,23 +31,9 @@ use crate::wire::event::project;
 
 const DELTA_TYPES: [&str; 2] = ["agent.message", "agent.thinking"];
 
-/// One SSE frame. `data` is compact JSON, which escapes every CR and LF inside strings, so a
-/// payload is always one `data:` line and can never end the frame early; `event` (a type name)
-/// and `id` (an event id) are ours and hold no line break.
+/// One SSE frame: `data` as compact JSON, always one `data:` line (`gateway_wire::sse`).
 fn frame(event: &str, id: Option<&str>, data: &Value) -> Bytes {
-    debug_assert!(!event.contains(['\r', '\n']) && !id.is_some_and(|i| i.contains(['\r', '\n'])));
-    let mut s = String::with_capacity(128);
-    if let Some(id) = id {
-        s.push_str("id: ");
-        s.push_str(id);
-        s.push('\n');
-    }
-    s.push_str("event: ");
-    s.push_str(event);
-    s.push_str("\ndata: ");
-    s.push_str(&data.to_string());
-    s.push_str("\n\n");
-    Bytes::from(s)
+    gateway_wire::sse::json_frame(id, Some(event), data)
 }
 
 fn preview_frame(p: &Preview, wanted: &[&str]) -> Option<Bytes> {
@@ -146,7 +132,7 @@ pub async fn stream(
             let next = tokio::select! {
                 d = st.deliveries.next() => d,
                 _ = tokio::time::sleep(st.keep_alive) => {
-                    return Some((Ok::<_, Infallible>(Bytes::from_static(b": keep-alive\n\n")), st));
+                    return Some((Ok::<_, Infallible>(Bytes::from_static(gateway_wire::sse::KEEP_ALIVE)), st));
                 }
                 _ = st.shutdown.cancelled() => return None,
             };
@@ -176,7 +162,7 @@ pub async fn stream(
     let mut response = Response::new(Body::from_stream(body));
     *response.status_mut() = StatusCode::OK;
     let h = response.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(gateway_wire::sse::MEDIA_TYPE));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     Ok(response)

@@ -16,7 +16,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tracing::Instrument;
 
-use super::sse_in;
 use crate::tasks::records::{self, REMOTE_CARDS};
 use crate::v03::{self, Shape};
 use crate::wire::{self, StreamResponse};
@@ -363,7 +362,7 @@ impl Client {
             .headers()
             .get("content-type")
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|c| c.starts_with("text/event-stream"));
+            .is_some_and(|c| c.starts_with(gateway_wire::sse::MEDIA_TYPE));
         if !is_sse {
             // An error before the stream started is an ordinary JSON-RPC response.
             let v = rpc_result(&read_json(resp).await?, self.endpoint.v1)?;
@@ -374,13 +373,29 @@ impl Client {
         }
         let v1 = self.endpoint.v1;
         let bytes = resp.bytes_stream().map(|r| r.map_err(transport));
-        let events = sse_in::events(bytes, MAX_BODY).map(move |item| {
-            let data = item?;
-            let envelope: Value = serde_json::from_str(&data).map_err(|e| CallError::Invalid(e.to_string()))?;
-            StreamResponse::from_value(rpc_result(&envelope, v1)?).map_err(|e| CallError::Invalid(e.to_string()))
+        let events = gateway_wire::sse::decode(bytes, MAX_BODY).filter_map(move |item| async move {
+            let data = match item {
+                // An event with an empty `data` carries nothing to read.
+                Ok(event) if event.data.is_empty() => return None,
+                Ok(event) => event.data,
+                Err(gateway_wire::sse::Error::Transport(e)) => return Some(Err(e)),
+                Err(gateway_wire::sse::Error::TooLarge(too)) => {
+                    return Some(Err(CallError::Invalid(format!(
+                        "an event of the remote's stream exceeds {} bytes",
+                        too.limit
+                    ))));
+                }
+            };
+            Some(parse_event(&data, v1))
         });
         Ok(events)
     }
+}
+
+/// One event of a remote's stream: a JSON-RPC response whose result is a v1.0 StreamResponse.
+fn parse_event(data: &str, v1: bool) -> Result<StreamResponse, CallError> {
+    let envelope: Value = serde_json::from_str(data).map_err(|e| CallError::Invalid(e.to_string()))?;
+    StreamResponse::from_value(rpc_result(&envelope, v1)?).map_err(|e| CallError::Invalid(e.to_string()))
 }
 
 /// Decodes a v1.0 Task value.

@@ -25,7 +25,6 @@
 //! ever touched (placement gives these sessions none).
 
 mod client;
-mod sse_in;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

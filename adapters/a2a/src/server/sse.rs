@@ -28,7 +28,7 @@ const FIRST_OUTPUT_WAIT: Duration = Duration::from_millis(1500);
 pub type Render = Box<dyn Fn(Result<&StreamResponse, &A2aError>) -> String + Send + Sync>;
 
 fn frame(v: &str) -> Bytes {
-    Bytes::from(format!("data: {v}\n\n"))
+    gateway_wire::sse::frame(None, None, v)
 }
 
 struct St {
@@ -83,7 +83,7 @@ pub fn respond(
             let next = tokio::select! {
                 n = st.watch.next() => n,
                 _ = tokio::time::sleep(KEEP_ALIVE) => {
-                    return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), st));
+                    return Some((Ok(Bytes::from_static(gateway_wire::sse::KEEP_ALIVE)), st));
                 }
                 _ = st.shutdown.cancelled() => None,
             };
@@ -104,7 +104,7 @@ pub fn respond(
     let mut r = Response::new(Body::from_stream(body));
     *r.status_mut() = StatusCode::OK;
     let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(gateway_wire::sse::MEDIA_TYPE));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     r

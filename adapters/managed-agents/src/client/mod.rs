@@ -16,7 +16,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use gateway_core::session::{SessionStatus, SessionSummary};
 use gateway_core::{EventId, SessionId};
-use gateway_models::anthropic::sse::SseDecoder;
+use gateway_wire::sse;
 use serde_json::Value;
 
 pub use decode::RemoteEvent;
@@ -178,38 +178,22 @@ impl Client {
             let message = v.pointer("/error/message").and_then(Value::as_str).unwrap_or("no details").to_owned();
             return Err(ClientError::Refused { status, message });
         }
-        let chunks = resp.bytes_stream();
-        let state = (chunks, SseDecoder::new(MAX_BODY), std::collections::VecDeque::new(), false);
-        Ok(futures::stream::unfold(state, |(mut chunks, mut decoder, mut ready, done)| async move {
-            loop {
-                if let Some(item) = ready.pop_front() {
-                    return Some((item, (chunks, decoder, ready, done)));
+        let events = sse::decode(resp.bytes_stream(), MAX_BODY).filter_map(|item| async move {
+            let frame = match item {
+                Ok(frame) => frame,
+                Err(sse::Error::Transport(e)) => return Some(Err(transport(e))),
+                Err(sse::Error::TooLarge(too)) => {
+                    return Some(Err(ClientError::Invalid(format!("a stream event exceeds {} bytes", too.limit))));
                 }
-                if done {
-                    return None;
-                }
-                match chunks.next().await {
-                    None => return None,
-                    Some(Err(e)) => return Some((Err(transport(e)), (chunks, decoder, ready, true))),
-                    Some(Ok(bytes)) => {
-                        let mut out = Vec::new();
-                        if let Err(too) = decoder.feed(&bytes, &mut out) {
-                            let e = ClientError::Invalid(format!("a stream event exceeds {} bytes", too.limit));
-                            return Some((Err(e), (chunks, decoder, ready, true)));
-                        }
-                        for frame in out {
-                            let Ok(v) = serde_json::from_str::<Value>(&frame.data) else { continue };
-                            if frame.event == "error" {
-                                let message = v.pointer("/error/message").and_then(Value::as_str).unwrap_or("error");
-                                ready.push_back(Err(ClientError::Refused { status: 500, message: message.to_owned() }));
-                            } else if let Some(e) = decode::event(&v) {
-                                ready.push_back(Ok(e));
-                            }
-                        }
-                    }
-                }
+            };
+            let v = serde_json::from_str::<Value>(&frame.data).ok()?;
+            if frame.event == "error" {
+                let message = v.pointer("/error/message").and_then(Value::as_str).unwrap_or("error");
+                return Some(Err(ClientError::Refused { status: 500, message: message.to_owned() }));
             }
-        }))
+            decode::event(&v).map(Ok)
+        });
+        Ok(events)
     }
 }
 

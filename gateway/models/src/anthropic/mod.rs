@@ -13,7 +13,6 @@
 mod config;
 mod errors;
 mod response;
-pub mod sse;
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -29,9 +28,9 @@ pub use config::{
 };
 
 use self::response::{Assembler, Progress};
-use self::sse::{SseDecoder, SseEvent};
-use gateway_wire::backoff::Backoff;
 use crate::{Message, ModelClient, ModelError, ModelRequest, ModelResponse, StreamEvent, ToolDefinition};
+use gateway_wire::backoff::Backoff;
+use gateway_wire::sse::{Decoder, Event};
 
 /// Largest non-streaming body, SSE line or event, and accumulated response accepted.
 const MAX_BODY_BYTES: usize = 16 << 20;
@@ -92,9 +91,9 @@ impl AnthropicClient {
                 ModelError::Protocol(format!("expected an event stream, got content-type {content_type:?}")).into()
             );
         }
-        let mut decoder = SseDecoder::new(MAX_BODY_BYTES);
+        let mut decoder = Decoder::new(MAX_BODY_BYTES);
         let mut assembler = Assembler::new(MAX_BODY_BYTES);
-        let mut events: Vec<SseEvent> = Vec::new();
+        let mut events: Vec<Event> = Vec::new();
         let mut received = 0usize;
         loop {
             let idle = self.config.stream_idle_timeout;
@@ -108,14 +107,13 @@ impl AnthropicClient {
             if received > MAX_STREAM_BYTES {
                 return Err(ModelError::Protocol(format!("the stream exceeds {MAX_STREAM_BYTES} bytes")).into());
             }
-            decoder.feed(&chunk, &mut events).map_err(|too_large| {
-                ModelError::Protocol(format!("an event of the stream exceeds {} bytes", too_large.limit))
-            })?;
+            let fed = decoder.feed(&chunk, &mut events);
             for event in events.drain(..) {
                 if assembler.handle(&event.event, &event.data, on_event)? == Progress::Done {
                     return Ok(assembler.finish()?);
                 }
             }
+            fed.map_err(|too_large| ModelError::Protocol(too_large.to_string()))?;
         }
         Ok(assembler.finish()?)
     }

@@ -218,8 +218,8 @@ pub(crate) fn status_for(error_type: &str) -> u16 {
 }
 
 fn frame(data: Value) -> String {
-    let kind = data.get("type").and_then(Value::as_str).unwrap_or("message").to_owned();
-    format!("event: {kind}\ndata: {data}\n\n")
+    let kind = data.get("type").and_then(Value::as_str).unwrap_or("message");
+    String::from_utf8_lossy(&gateway_wire::sse::json_frame(None, Some(kind), &data)).into_owned()
 }
 
 #[cfg(test)]
