@@ -27,8 +27,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::backend::ProcessTable;
+use crate::rpc::Peer;
 use crate::rpc::framing::{self, MAX_MESSAGE_BYTES};
-use crate::rpc::{Peer, PeerOptions};
 
 /// What the agent face needs from the process.
 #[derive(Clone)]
@@ -88,7 +88,7 @@ pub async fn serve_stdio(ctx: AcpContext, agent: Option<String>) -> anyhow::Resu
     let editor = editor::Editor::new(ctx, agent);
     let incoming = framing::spawn_reader(stdio::input(), MAX_MESSAGE_BYTES);
     let handler = Arc::new(editor::EditorHandler(editor));
-    let (peer, frames, reader) = Peer::start_tracked("editor", incoming, handler, PeerOptions::default(), &tasks);
+    let (peer, frames, reader) = Peer::start_tracked("editor", incoming, handler, crate::rpc::options(false), &tasks);
     let writer = framing::spawn_writer(stdio::output(), frames);
     tracing::info!("serving ACP on stdio");
     let closed_by_editor = tokio::select! {

@@ -20,8 +20,8 @@ use tokio::sync::mpsc;
 
 use crate::AcpContext;
 use crate::editor::{Editor, EditorHandler};
+use crate::rpc::Peer;
 use crate::rpc::framing::{Inbound, MAX_MESSAGE_BYTES};
-use crate::rpc::{Peer, PeerOptions};
 
 pub fn router(ctx: AcpContext) -> Router {
     Router::new().route("/acp", get(upgrade)).with_state(ctx)
@@ -128,7 +128,7 @@ async fn serve(ctx: AcpContext, socket: WebSocket, connection: String, revoked: 
     let tasks = ctx.tasks.clone();
     let handler = Arc::new(EditorHandler(Editor::new(ctx, None)));
     let (peer, mut frames, loop_task) =
-        Peer::start_tracked("editor-ws", incoming, handler, PeerOptions::default(), &tasks);
+        Peer::start_tracked("editor-ws", incoming, handler, crate::rpc::options(false), &tasks);
     let writer = tokio::spawn(async move {
         while let Some(frame) = frames.recv().await {
             if sink.send(Message::Text(frame.text().into())).await.is_err() {

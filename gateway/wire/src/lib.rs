@@ -6,4 +6,5 @@
 //! depends on no gateway crate and knows no protocol's vocabulary (`scripts/check-invariants`).
 
 pub mod backoff;
+pub mod jsonrpc;
 pub mod sse;

@@ -128,7 +128,7 @@ struct TerminalParams {
 
 fn file_error(e: FileError) -> RpcError {
     match e {
-        FileError::NotFound(m) => RpcError::not_found(m),
+        FileError::NotFound(m) => crate::rpc::not_found(m),
         FileError::Refused(m) | FileError::Invalid(m) => RpcError::invalid_params(m),
         FileError::Failed(m) => RpcError::internal(m),
     }
@@ -136,7 +136,7 @@ fn file_error(e: FileError) -> RpcError {
 
 fn terminal_error(e: TerminalError) -> RpcError {
     match e {
-        TerminalError::NotFound(_) => RpcError::not_found(e.to_string()),
+        TerminalError::NotFound(_) => crate::rpc::not_found(e.to_string()),
         TerminalError::Invalid(_) | TerminalError::Refused(_) | TerminalError::TooMany => {
             RpcError::invalid_params(e.to_string())
         }

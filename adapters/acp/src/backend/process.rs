@@ -31,7 +31,7 @@ use super::failed;
 use super::mapping::ToolState;
 use crate::names::AGENT_SESSION_BINDING;
 use crate::rpc::framing::{self, Inbound, MAX_MESSAGE_BYTES};
-use crate::rpc::{Peer, PeerOptions, RpcError};
+use crate::rpc::{Peer, RpcError};
 use crate::wire::PROTOCOL_VERSION;
 
 /// A process unused this long is stopped (its session can still continue: the next turn
@@ -268,7 +268,7 @@ pub async fn start(ctx: &RunContext, launch: Launch<'_>) -> Result<Arc<AgentProc
     let handler = Arc::new(ClientHandler::new(Arc::clone(&hand), events_tx, executor, Arc::clone(&terminals)));
     let replay = handler.replay_switch();
     let incoming = framing::spawn_reader(conn.stdout, MAX_MESSAGE_BYTES);
-    let (peer, frames, _reader) = Peer::start("agent", incoming, handler, PeerOptions { lenient: true });
+    let (peer, frames, _reader) = Peer::start("agent", incoming, handler, crate::rpc::options(true));
     framing::spawn_writer(conn.stdin, frames);
     info!(executor, pid = pgid.map(|p| p.as_raw()), "ACP agent process started");
 

@@ -65,7 +65,7 @@ impl Editor {
 
     pub(crate) fn open(&self, id: &str) -> Result<Arc<Open>, RpcError> {
         self.lock().get(id).cloned().ok_or_else(|| {
-            RpcError::not_found(format!(
+            crate::rpc::not_found(format!(
                 "session {} is not open on this connection (session/new, session/load or session/resume it first)",
                 crate::rpc::clip(id, 80)
             ))
@@ -220,7 +220,7 @@ pub(crate) fn agent_name(session: &Session) -> Option<&str> {
 /// A runtime error as an ACP error, once, here.
 pub(crate) fn runtime_error(e: RuntimeError) -> RpcError {
     match e {
-        RuntimeError::NotFound { kind, id } => RpcError::not_found(format!("{kind} {id} not found")),
+        RuntimeError::NotFound { kind, id } => crate::rpc::not_found(format!("{kind} {id} not found")),
         RuntimeError::Invalid(m) => RpcError::invalid_params(m),
         e @ (RuntimeError::Placement(_) | RuntimeError::Rejected(_) | RuntimeError::Guard(_)) => {
             RpcError::new(code::INVALID_REQUEST, e.to_string())

@@ -173,7 +173,7 @@ async fn drive(
                 return Ok(stop_reason(reason));
             }
             Relation::Closed if matches!(event.payload, EventPayload::SessionDeleted {}) => {
-                return Err(RpcError::not_found("the session was deleted"));
+                return Err(crate::rpc::not_found("the session was deleted"));
             }
             Relation::Closed => {
                 return Err(RpcError::internal("the session was terminated and takes no more prompts"));

@@ -60,7 +60,7 @@ struct SetOptionParams {
 }
 
 fn session_id(raw: &str) -> Result<SessionId, RpcError> {
-    SessionId::parse(raw).map_err(|_| RpcError::not_found(format!("session {} not found", crate::rpc::clip(raw, 80))))
+    SessionId::parse(raw).map_err(|_| crate::rpc::not_found(format!("session {} not found", crate::rpc::clip(raw, 80))))
 }
 
 /// Where a session's workspace may be on this connection: any directory on stdio (the

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use gateway_acp::rpc::framing::{Inbound, next_line};
-use gateway_acp::rpc::{Frame, Handler, Peer, PeerOptions, Reply};
+use gateway_wire::jsonrpc::framing::{Inbound, next_line};
+use gateway_wire::jsonrpc::{Frame, Handler, Peer, PeerOptions, Reply};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, contextualize_config};
 use serde_json::Value;

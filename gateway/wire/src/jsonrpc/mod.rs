@@ -1,5 +1,6 @@
-//! A small symmetric JSON-RPC 2.0 peer, as ACP needs it: both sides send requests and
-//! notifications on one connection, one message per line (or per WebSocket text frame).
+//! A small symmetric JSON-RPC 2.0 peer: both sides send requests and notifications on one
+//! connection, one message per line (or per WebSocket text frame). A protocol built on it
+//! keeps its method names and its spans ([`Spans`]) to itself.
 //!
 //! Why it is correct under load and misuse:
 //! - The read loop never waits for the other side. Each incoming request is split into a
@@ -40,16 +41,13 @@ use tracing::{Instrument, debug, warn};
 pub use framing::Inbound;
 use id::Id;
 
-/// JSON-RPC and ACP error codes.
+/// JSON-RPC 2.0's own error codes (a protocol adds its codes beside them).
 pub mod code {
     pub const PARSE_ERROR: i64 = -32700;
     pub const INVALID_REQUEST: i64 = -32600;
     pub const METHOD_NOT_FOUND: i64 = -32601;
     pub const INVALID_PARAMS: i64 = -32602;
     pub const INTERNAL_ERROR: i64 = -32603;
-    pub const REQUEST_CANCELLED: i64 = -32800;
-    pub const AUTH_REQUIRED: i64 = -32000;
-    pub const RESOURCE_NOT_FOUND: i64 = -32002;
 }
 
 /// A JSON-RPC error object, sent or received.
@@ -75,9 +73,6 @@ impl RpcError {
     }
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(code::INTERNAL_ERROR, message)
-    }
-    pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(code::RESOURCE_NOT_FOUND, message)
     }
     pub fn method_not_found(method: &str) -> Self {
         Self::new(code::METHOD_NOT_FOUND, format!("method not found: {}", clip(method, 100)))
@@ -114,12 +109,48 @@ pub trait Handler: Send + Sync + 'static {
     fn closed(&self) {}
 }
 
-/// Connection-level options.
+/// The spans requests run in: a protocol names them and joins the trace context its callers
+/// carry (which lives in its own params).
+pub trait Spans: Send + Sync + 'static {
+    /// The span of a request this side sends.
+    fn outbound(&self, peer: &'static str, method: &str) -> tracing::Span;
+    /// The span of a request of the other side, with its params.
+    fn inbound(&self, peer: &'static str, method: &str, params: &Value) -> tracing::Span;
+}
+
+/// Spans named `jsonrpc_request`, joining no carried trace context.
 #[derive(Debug, Clone, Copy, Default)]
+pub struct PlainSpans;
+
+impl Spans for PlainSpans {
+    fn outbound(&self, peer: &'static str, method: &str) -> tracing::Span {
+        tracing::info_span!("jsonrpc_request", otel.kind = "client", rpc.system = "jsonrpc", rpc.method = %clip(method, 100), peer)
+    }
+    fn inbound(&self, peer: &'static str, method: &str, _params: &Value) -> tracing::Span {
+        tracing::info_span!("jsonrpc_request", otel.kind = "server", rpc.system = "jsonrpc", rpc.method = %clip(method, 100), peer)
+    }
+}
+
+/// Connection-level options.
+#[derive(Clone, Copy)]
 pub struct PeerOptions {
     /// Skip lines that are not JSON with a warning instead of answering `-32700` (a child
     /// process's stdout, where agents may print stray log lines).
     pub lenient: bool,
+    /// The spans requests run in.
+    pub spans: &'static dyn Spans,
+}
+
+impl Default for PeerOptions {
+    fn default() -> Self {
+        Self { lenient: false, spans: &PlainSpans }
+    }
+}
+
+impl std::fmt::Debug for PeerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerOptions").field("lenient", &self.lenient).finish_non_exhaustive()
+    }
 }
 
 type Pending = Mutex<HashMap<String, oneshot::Sender<Result<Value, RpcError>>>>;
@@ -149,6 +180,7 @@ struct Inner {
     next_id: AtomicI64,
     closed: CancellationToken,
     name: &'static str,
+    spans: &'static dyn Spans,
     /// Where the read loop and the request handlers run, so the process can wait for them.
     tasks: TaskTracker,
 }
@@ -205,6 +237,7 @@ impl Peer {
                 next_id: AtomicI64::new(0),
                 closed: CancellationToken::new(),
                 name,
+                spans: options.spans,
                 tasks: tasks.clone(),
             }),
         };
@@ -215,14 +248,7 @@ impl Peer {
     /// Sends a request and waits for its answer (an error if the connection closes first).
     /// Dropping the future forgets the request: a late answer is dropped.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
-        let span = tracing::info_span!(
-            "acp_request",
-            otel.name = format!("ACP {method}"),
-            otel.kind = "client",
-            rpc.system = "jsonrpc",
-            rpc.method = %method,
-            peer = self.inner.name,
-        );
+        let span = self.inner.spans.outbound(self.inner.name, method);
         self.request_traced(method, params).instrument(span).await
     }
 
@@ -425,7 +451,7 @@ async fn dispatch(peer: &Peer, handler: &dyn Handler, value: Value, line: &str) 
                 return;
             };
             let params = msg.remove("params").unwrap_or(Value::Null);
-            let span = inbound_span(peer, &method, &params);
+            let span = peer.inner.spans.inbound(peer.inner.name, &method, &params);
             let reply = span.in_scope(|| handler.request(peer, &method, params));
             let peer = peer.clone();
             peer.inner.tasks.clone().spawn(
@@ -439,9 +465,10 @@ async fn dispatch(peer: &Peer, handler: &dyn Handler, value: Value, line: &str) 
         }
         (Some(method), None, _) => {
             let params = msg.remove("params").unwrap_or(Value::Null);
-            if method == "$/cancel_request" {
-                // Tolerated: every request is still answered, by its own handler.
-                debug!(peer = peer.inner.name, ?params, "$/cancel_request received");
+            if method.starts_with("$/") {
+                // Protocol-level notifications (`$/cancel_request`, `$/progress`): tolerated
+                // and ignored; every request is still answered, by its own handler.
+                debug!(peer = peer.inner.name, method = %clip(&method, 100), "$/ notification ignored");
                 return;
             }
             handler.notification(peer, &method, params);
@@ -469,28 +496,6 @@ async fn dispatch(peer: &Peer, handler: &dyn Handler, value: Value, line: &str) 
             .await;
         }
     }
-}
-
-/// The span of one request of the other side: a child of the trace context the caller sent
-/// in `params._meta.traceparent` (and `tracestate`), where present.
-fn inbound_span(peer: &Peer, method: &str, params: &Value) -> tracing::Span {
-    let span = tracing::info_span!(
-        "acp_request",
-        otel.name = format!("ACP {}", clip(method, 100)),
-        otel.kind = "server",
-        rpc.system = "jsonrpc",
-        rpc.method = %clip(method, 100),
-        peer = peer.inner.name,
-    );
-    let meta = params.get("_meta");
-    let carried = meta.and_then(|m| m.get("traceparent")).and_then(Value::as_str).and_then(|traceparent| {
-        gateway_core::trace::TraceContext::from_headers(
-            traceparent,
-            meta.and_then(|m| m.get("tracestate")).and_then(Value::as_str),
-        )
-    });
-    gateway_core::trace::adopt(&span, carried.as_ref());
-    span
 }
 
 /// At most `max` characters of `s`.

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway_acp::rpc::framing::Inbound;
-use gateway_acp::rpc::{Frame, Handler, MAX_IN_FLIGHT, Peer, PeerOptions, Reply, RpcError};
+use gateway_wire::jsonrpc::framing::Inbound;
+use gateway_wire::jsonrpc::{Frame, Handler, MAX_IN_FLIGHT, Peer, PeerOptions, Reply, RpcError};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -151,7 +151,7 @@ async fn outstanding_requests_fail_when_the_connection_closes() {
 
 #[tokio::test]
 async fn lenient_connections_skip_noise_lines() {
-    let mut w = Wire::new(PeerOptions { lenient: true });
+    let mut w = Wire::new(PeerOptions { lenient: true, ..PeerOptions::default() });
     w.send("Starting agent v1.2 ...").await;
     w.send(r#"{"jsonrpc":"2.0","id":1,"method":"echo","params":"x"}"#).await;
     assert_eq!(w.recv().await, json!({"jsonrpc": "2.0", "id": 1, "result": "x"}), "no parse error was sent");
