@@ -1,6 +1,6 @@
-//! Property tests (issue 13) of what ACP reads from the network: the line framer and the
+//! Property tests (issue 13) of what a JSON-RPC peer reads from the network: the line framer and the
 //! JSON-RPC envelope. Seeded and reproducible: [`SEED`] unless `PROPTEST_RNG_SEED` is set;
-//! `PROPTEST_CASES=5000 cargo nextest run -p gateway-acp wire_props` for a longer run.
+//! `PROPTEST_CASES=5000 cargo nextest run -p gateway-wire wire_props` for a longer run.
 #![allow(clippy::unwrap_used)]
 
 use std::io;

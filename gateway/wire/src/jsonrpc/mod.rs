@@ -7,7 +7,7 @@
 //!   synchronous part (run in the read loop, so it sees messages in wire order) and a future
 //!   (spawned), so a handler that itself calls the peer — a prompt turn asking permission, an
 //!   agent reading a file — cannot deadlock the connection.
-//! - Notifications are handled synchronously, in order (a backend's `session/update`s must
+//! - Notifications are handled synchronously, in order (a stream of updates must
 //!   keep their order); their handlers only hand the message on.
 //! - Responses are matched by id against a table of outstanding requests; a request whose
 //!   connection closes resolves to an error instead of hanging.
