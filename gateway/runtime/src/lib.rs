@@ -3,6 +3,7 @@
 //! - [`Coordinator`]: the one service adapters call (sessions, inputs, subscriptions).
 //! - [`WorkerPool`]: claims runs and executes them on a [`Backend`] under fenced leases.
 //! - [`PreviewBus`]: in-process streaming previews (never stored).
+//! - [`delivery::Deliveries`]: the outbox's HTTP deliveries, one deliverer per channel.
 //! - [`Runtime`]: all of them assembled for one process, and stopped in order.
 
 pub mod assembly;
@@ -10,6 +11,7 @@ pub mod auth;
 pub mod backend;
 pub mod checkout;
 pub mod coordinator;
+pub mod delivery;
 pub mod environment;
 pub mod error;
 pub mod executors;

@@ -40,7 +40,9 @@ pub async fn start(
         .workers(TestGateway::quick_workers());
     let gw = configure(builder).build().await;
     let webhooks = Webhooks::start(gw.coordinator.clone(), SecretBox::generate(), webhooks).await.unwrap();
-    gw.tasks.spawn(Arc::clone(&webhooks).run("test/webhooks".into(), gw.shutdown.clone()));
+    let deliveries = gateway_runtime::delivery::Deliveries::new(gw.coordinator.clone(), "test")
+        .with(Arc::clone(&webhooks) as Arc<dyn gateway_runtime::delivery::Channel>);
+    gw.tasks.spawn(deliveries.run(gw.shutdown.clone()));
     let api = ManagedAgents {
         coordinator: gw.coordinator.clone(),
         webhooks,

@@ -4,9 +4,8 @@
 //! timeout while every other delivery goes on.
 //!
 //! One receiver has at most one attempt in flight by the outbox's rule, not the pool's: a
-//! topic's deliveries are leased one at a time, in order, and each endpoint is one topic. A
-//! slow endpoint therefore delays only its own deliveries. The pool knows nothing of webhooks
-//! (A2A push delivery may share it, issue 29).
+//! topic's deliveries are leased one at a time, in order, and each receiver is one topic. A
+//! slow receiver therefore delays only its own deliveries. The pool knows nothing of channels.
 
 use std::future::Future;
 

@@ -1,0 +1,162 @@
+//! One channel's deliverer: the loop that feeds, claims and starts attempts, and the attempt
+//! itself (prepare, SSRF rule, send, judge, settle).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info, warn};
+
+use super::pool::DeliveryPool;
+use super::{Channel, Failure, Outgoing, Reach};
+use crate::metrics::Settle;
+use crate::{Coordinator, OutboxDelivery, ssrf};
+
+/// How long the loop waits before looking again when it found nothing to do: the most a
+/// queued delivery waits for its first attempt while the process is idle.
+const IDLE: Duration = Duration::from_millis(200);
+
+pub(super) struct Deliverer {
+    coordinator: Coordinator,
+    channel: Arc<dyn Channel>,
+    owner: String,
+    /// For [`Reach::Any`] targets.
+    trusted: reqwest::Client,
+    /// For [`Reach::Public`] targets: refuses non-public addresses at connect time.
+    guarded: reqwest::Client,
+}
+
+impl Deliverer {
+    pub(super) fn new(coordinator: Coordinator, channel: Arc<dyn Channel>, owner: String) -> Arc<Self> {
+        let settings = channel.settings();
+        let timeout = settings.timeout.max(Duration::from_millis(1));
+        Arc::new(Self {
+            coordinator,
+            trusted: ssrf::client(true, timeout),
+            guarded: ssrf::client(settings.allow_private, timeout),
+            channel,
+            owner,
+        })
+    }
+
+    /// Feeds and delivers until `stop`: each claimed delivery is an attempt of its own in the
+    /// pool, claimed only as places free up, and the loop goes on while attempts are in
+    /// flight. At `stop`, attempts in flight are ended (their leases expire and they are made
+    /// again).
+    pub(super) async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let settings = self.channel.settings();
+        let mut pool = DeliveryPool::new(settings.max_concurrent);
+        loop {
+            let free = pool.free();
+            let (fed, claimed) = match self.channel.feed().await {
+                None => (0, vec![]),
+                Some(_) if free == 0 => (0, vec![]),
+                Some(fed) => {
+                    let limit = u32::try_from(free).unwrap_or(u32::MAX);
+                    let claimed = self
+                        .coordinator
+                        .outbox()
+                        .claim_deliveries(&self.owner, self.channel.topics(), limit, settings.lease())
+                        .await
+                        .unwrap_or_else(|e| {
+                            warn!(channel = self.channel.name(), error = %e, "cannot claim deliveries");
+                            vec![]
+                        });
+                    (fed, claimed)
+                }
+            };
+            let started = claimed.len();
+            for d in claimed {
+                let me = Arc::clone(&self);
+                pool.spawn(async move { me.attempt(d).await });
+            }
+            // Look again at once only if there may be more to do now and a place to do it in.
+            if (fed == 0 && started == 0) || started == free {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(IDLE) => {}
+                    _ = pool.next_done() => {}
+                }
+            } else if stop.is_cancelled() {
+                break;
+            }
+        }
+        pool.shutdown().await;
+    }
+
+    /// Settles one attempt in the outbox and the metrics.
+    async fn settle(&self, d: &OutboxDelivery, took: Duration, settle: Settle<'_>) {
+        if let Err(e) = self.coordinator.settle_delivery(self.channel.name(), &d.id, took, settle).await {
+            warn!(channel = self.channel.name(), topic = %d.topic, error = %e,
+                "cannot record a delivery's outcome; its lease will expire");
+        }
+    }
+
+    async fn attempt(&self, d: OutboxDelivery) {
+        let channel = self.channel.name();
+        let attempt = d.attempts + 1;
+        let span = tracing::info_span!(
+            "delivery",
+            otel.name = self.channel.span_name(),
+            otel.kind = "client",
+            http.request.method = "POST",
+            delivery.channel = channel,
+            delivery.topic = %d.topic,
+            delivery.attempt = attempt,
+        );
+        let started = Instant::now();
+        let result = self.send(&d).instrument(span).await;
+        let took = started.elapsed();
+        let retry = self.channel.settings().retry;
+        match &result {
+            Ok(()) => {
+                debug!(channel, topic = %d.topic, attempt, "delivered");
+                self.settle(&d, took, Settle::Delivered).await;
+            }
+            Err(Failure::Gone(e)) => {
+                debug!(channel, topic = %d.topic, error = %e, "delivery target gone; given up");
+                return self.settle(&d, Duration::ZERO, Settle::Failed { error: e }).await;
+            }
+            Err(Failure::Fail(e)) => {
+                warn!(channel, topic = %d.topic, attempt, error = %e, "delivery refused; not retried");
+                self.settle(&d, took, Settle::Failed { error: e }).await;
+            }
+            Err(Failure::Retry(e)) => {
+                let settle = retry.after_failure(attempt, e);
+                if matches!(settle, Settle::Failed { .. }) {
+                    warn!(channel, topic = %d.topic, attempt, error = %e, "delivery failed; giving up");
+                } else {
+                    info!(channel, topic = %d.topic, attempt, error = %e, "delivery failed; will retry");
+                }
+                self.settle(&d, took, settle).await;
+            }
+        }
+        self.channel.attempted(&d, result.is_ok()).await;
+    }
+
+    /// One request: prepared by the channel, checked against the SSRF rule, sent with the
+    /// current trace's headers, and judged by the channel.
+    async fn send(&self, d: &OutboxDelivery) -> Result<(), Failure> {
+        let Outgoing { url, reach, headers, body } = self.channel.prepare(d).await?;
+        let client = match reach {
+            Reach::Any => &self.trusted,
+            Reach::Public => {
+                ssrf::check_url(&url, self.channel.settings().allow_private)
+                    .map_err(|e| Failure::Fail(e.to_string()))?;
+                &self.guarded
+            }
+        };
+        let mut request = client.post(&url);
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        // The receiver may continue the delivery's trace (W3C headers).
+        if let Some(trace) = gateway_core::trace::current() {
+            for (name, value) in trace.headers() {
+                request = request.header(name, value);
+            }
+        }
+        let response = request.body(body).send().await.map_err(|e| Failure::Retry(ssrf::send_failure(e)))?;
+        self.channel.judge(response.status().as_u16())
+    }
+}
