@@ -96,10 +96,15 @@ pub fn router(ctx: A2aContext) -> axum::Router {
         .with_state(ctx)
 }
 
-/// Delivers push notifications from the outbox (and feeds it from committed task events)
-/// until `ctx.shutdown`.
-pub async fn run_push_deliveries(ctx: A2aContext) {
+/// Feeds the outbox from committed task events until `ctx.shutdown`; the delivery service
+/// makes the deliveries through [`push_channel`].
+pub async fn run_push_feeder(ctx: A2aContext) {
     delivery::run(ctx).await;
+}
+
+/// The push-notification channel of the runtime's delivery service.
+pub fn push_channel(ctx: &A2aContext) -> Arc<dyn gateway_runtime::delivery::Channel> {
+    Arc::new(delivery::PushChannel::new(ctx))
 }
 
 pub use outbound::Limits as RemoteLimits;

@@ -187,10 +187,9 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
             return Err(e.into());
         }
     };
-    rt.tasks.spawn(Arc::clone(&webhooks).run(format!("{}/webhooks", config.instance_name()), shutdown.clone()));
     let managed_agents = ManagedAgents {
         coordinator: rt.coordinator.clone(),
-        webhooks,
+        webhooks: Arc::clone(&webhooks),
         auth: Arc::clone(&auth),
         default_provider: ProviderTier(config.sandbox.clone()),
         public_url: config.public_url(),
@@ -242,7 +241,13 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
     );
 
     rt.tasks.spawn(Arc::clone(&auth).watch_revocations(shutdown.clone()));
-    rt.tasks.spawn(gateway_a2a::run_push_deliveries(a2a));
+    // One delivery service for every outbound notification channel, joined with the
+    // runtime's tasks on shutdown.
+    let deliveries = gateway_runtime::delivery::Deliveries::new(rt.coordinator.clone(), config.instance_name())
+        .with(Arc::clone(&webhooks) as Arc<dyn gateway_runtime::delivery::Channel>)
+        .with(gateway_a2a::push_channel(&a2a));
+    rt.tasks.spawn(deliveries.run(shutdown.clone()));
+    rt.tasks.spawn(gateway_a2a::run_push_feeder(a2a));
     rt.tasks.spawn(watch_signals(shutdown.clone()));
     rt.tasks.spawn(crate::listen::serve(
         listener,

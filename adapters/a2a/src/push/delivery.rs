@@ -1,5 +1,5 @@
-//! Push delivery: a feeder that turns committed task updates into outbox deliveries, and a
-//! deliverer that POSTs them.
+//! Push delivery: a feeder that turns committed task updates into outbox deliveries, and the
+//! push channel ([`PushChannel`]) through which the runtime's delivery service POSTs them.
 //!
 //! The feeder keeps one cursor document per unfinished task (`a2a.feed/{task}`: the last seq
 //! turned into deliveries), written with the task's message in one commit, so a cursor exists
@@ -9,8 +9,8 @@
 //! process that dies leaves its tasks to the others once its leases expire. Deliveries are
 //! enqueued before the cursor moves, so a crash repeats some (at-least-once, receivers must
 //! be idempotent) and loses none. The outbox orders a config's deliveries (one topic per
-//! config) and keeps them across restarts; the deliverer retries with backoff and gives up
-//! after [`MAX_ATTEMPTS`].
+//! config) and keeps them across restarts; the delivery service retries with the one doubling
+//! backoff and gives up after [`MAX_ATTEMPTS`].
 //!
 //! Order: the outbox keeps a topic's deliveries in enqueue order, across batches (a store
 //! guarantee, tested by the store conformance suite). The feeder still enqueues every update
@@ -24,16 +24,15 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gateway_runtime::metrics::Settle;
+use gateway_runtime::delivery::{Channel, ChannelSettings, Failure, Outgoing, Reach, RetryPolicy};
 use gateway_runtime::{NewDelivery, OutboxDelivery, SecretBox, SecretError};
-use tracing::{Instrument, debug, info, warn};
+use tracing::{debug, info, warn};
 
 use crate::A2aContext;
 use crate::tasks::records::{self, FEED, FeedCursor, store_err};
 use crate::tasks::watch::Watch;
 use crate::v03::{self, Shape};
 use crate::wire::StreamResponse;
-use gateway_runtime::ssrf;
 
 /// Attempts per delivery before it is given up.
 pub const MAX_ATTEMPTS: u32 = 6;
@@ -48,18 +47,14 @@ const MAX_PASS_UPDATES: usize = 256;
 /// Most history messages in a v0.3 push body.
 pub const V03_HISTORY: i64 = 20;
 
-/// Backoff before attempt `attempts + 1`: 1 s doubling, at most 60 s.
-pub fn backoff(attempts: u32) -> Duration {
-    Duration::from_secs(1u64 << attempts.min(6)).min(Duration::from_secs(60))
-}
+/// Push attempts in flight at once in this process.
+const MAX_CONCURRENT: usize = 16;
 
-/// Runs the feeder and the deliverer until shutdown.
+/// Runs the feeder until shutdown (the deliveries it queues are made by the delivery
+/// service, through [`PushChannel`]).
 pub async fn run(ctx: A2aContext) {
     let owner = format!("a2a-{}", &gateway_core::EventId::new().as_str()[5..]);
-    let http = ssrf::client(ctx.allow_private_push_targets, REQUEST_TIMEOUT);
-    let deliverer = tokio::spawn(deliver_loop(ctx.clone(), owner.clone(), http));
     feed_loop(ctx.clone(), owner).await;
-    let _ = deliverer.await;
 }
 
 /// Most cursors one feeder pass claims.
@@ -232,7 +227,7 @@ async fn feed_pass(
 /// registered over v0.3 the v0.3 Task (status changes only; none for other updates).
 ///
 /// The config's credentials go into the outbox as they are stored, sealed: the token as the
-/// whole header value, the credentials after the authorization scheme. [`post`] opens them
+/// whole header value, the credentials after the authorization scheme. [`PushChannel`] opens them
 /// just before sending (see [`header_value`]), so the outbox table never holds them in clear.
 fn delivery(task_id: &str, c: &records::PushRecord, r: &Ready) -> Option<NewDelivery> {
     let body = if c.v03 { r.v03_task.clone()? } else { serde_json::to_string(&r.update).unwrap_or_default() };
@@ -257,57 +252,60 @@ fn delivery(task_id: &str, c: &records::PushRecord, r: &Ready) -> Option<NewDeli
 /// only these.
 pub(crate) const PUSH_TOPICS: &str = "a2a:";
 
-async fn deliver_loop(ctx: A2aContext, owner: String, http: reqwest::Client) {
-    loop {
-        let claimed =
-            match ctx.coordinator.outbox().claim_deliveries(&owner, PUSH_TOPICS, 16, Duration::from_secs(60)).await {
-                Ok(c) => c,
-                Err(e) => {
-                    warn!(error = %e, "cannot claim push deliveries");
-                    vec![]
-                }
-            };
-        if claimed.is_empty() {
-            tokio::select! {
-                _ = ctx.shutdown.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
-            }
-            continue;
-        }
-        let work = claimed.into_iter().map(|d| deliver(&ctx, &http, d));
-        futures::future::join_all(work).await;
+/// Push notifications as a channel of the runtime's delivery service: what only A2A knows
+/// (opening a config's sealed credentials just before sending). Claiming, the pool, the SSRF
+/// client, retries and metrics are the service's.
+pub struct PushChannel {
+    secrets: SecretBox,
+    allow_private: bool,
+}
+
+impl PushChannel {
+    pub fn new(ctx: &A2aContext) -> Self {
+        Self { secrets: ctx.secrets.clone(), allow_private: ctx.allow_private_push_targets }
     }
 }
 
-async fn deliver(ctx: &A2aContext, http: &reqwest::Client, d: OutboxDelivery) {
-    let attempt = d.attempts + 1;
-    let span = tracing::info_span!(
-        "push_delivery",
-        otel.name = "A2A push POST",
-        otel.kind = "client",
-        http.request.method = "POST",
-        push.topic = %d.topic,
-        push.attempt = attempt,
-    );
-    let started = std::time::Instant::now();
-    let result = post(ctx, http, &d).instrument(span).await;
-    let took = started.elapsed();
-    let settle = match &result {
-        Ok(()) => {
-            debug!(topic = %d.topic, attempt, "push delivered");
-            Settle::Delivered
+#[async_trait::async_trait]
+impl Channel for PushChannel {
+    fn name(&self) -> &'static str {
+        "a2a_push"
+    }
+
+    fn span_name(&self) -> &'static str {
+        "A2A push POST"
+    }
+
+    fn topics(&self) -> &'static str {
+        PUSH_TOPICS
+    }
+
+    fn settings(&self) -> ChannelSettings {
+        ChannelSettings {
+            max_concurrent: MAX_CONCURRENT,
+            timeout: REQUEST_TIMEOUT,
+            retry: RetryPolicy::doubling(Duration::from_secs(60), Some(MAX_ATTEMPTS)),
+            allow_private: self.allow_private,
         }
-        Err(e) if attempt >= MAX_ATTEMPTS => {
-            warn!(topic = %d.topic, attempt, error = %e, "push delivery failed; giving up");
-            Settle::Failed { error: e }
+    }
+
+    async fn prepare(&self, d: &OutboxDelivery) -> Result<Outgoing, Failure> {
+        let mut headers = Vec::with_capacity(d.headers.len());
+        for (k, v) in &d.headers {
+            let v = header_value(&self.secrets, v)
+                .map_err(|e| Failure::Retry(format!("cannot send the {k} header: {e}")))?;
+            headers.push((k.clone(), v));
         }
-        Err(e) => {
-            info!(topic = %d.topic, attempt, error = %e, "push delivery failed; will retry");
-            Settle::Retry { after: backoff(d.attempts), error: e }
+        Ok(Outgoing { url: d.url.clone(), reach: Reach::Public, headers, body: d.body.clone() })
+    }
+
+    /// Any answer but a success is retried, while attempts are left.
+    fn judge(&self, status: u16) -> Result<(), Failure> {
+        if (200..300).contains(&status) {
+            Ok(())
+        } else {
+            Err(Failure::Retry(format!("receiver answered HTTP {status}")))
         }
-    };
-    if let Err(e) = ctx.coordinator.settle_delivery("a2a_push", &d.id, took, settle).await {
-        warn!(topic = %d.topic, error = %e, "cannot record a push delivery's outcome; its lease will expire");
     }
 }
 
@@ -324,23 +322,6 @@ fn header_value(secrets: &SecretBox, v: &str) -> Result<String, SecretError> {
     }
 }
 
-async fn post(ctx: &A2aContext, http: &reqwest::Client, d: &OutboxDelivery) -> Result<(), String> {
-    ssrf::check_url(&d.url, ctx.allow_private_push_targets).map_err(|e| e.to_string())?;
-    let mut req = http.post(&d.url).body(d.body.clone());
-    for (k, v) in &d.headers {
-        let v = header_value(&ctx.secrets, v).map_err(|e| format!("cannot send the {k} header: {e}"))?;
-        req = req.header(k.as_str(), v);
-    }
-    // The receiver may continue the delivery's trace (W3C headers).
-    if let Some(trace) = gateway_core::trace::current() {
-        for (name, value) in trace.headers() {
-            req = req.header(name, value);
-        }
-    }
-    let resp = req.send().await.map_err(ssrf::send_failure)?;
-    if resp.status().is_success() { Ok(()) } else { Err(format!("receiver answered HTTP {}", resp.status().as_u16())) }
-}
-
 #[cfg(test)]
 #[path = "delivery_tests.rs"]
 mod store_tests;
@@ -348,6 +329,7 @@ mod store_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gateway_runtime::ssrf;
 
     #[test]
     fn sealed_header_values_are_opened_only_to_be_sent() {
@@ -378,9 +360,14 @@ mod tests {
     }
 
     #[test]
-    fn backoff_doubles_and_is_capped() {
-        assert_eq!(backoff(0), Duration::from_secs(1));
-        assert_eq!(backoff(3), Duration::from_secs(8));
-        assert_eq!(backoff(30), Duration::from_secs(60));
+    fn push_retries_double_from_a_second_up_to_a_minute_and_give_up_after_max_attempts() {
+        use gateway_runtime::metrics::Settle;
+        let retry = PushChannel { secrets: SecretBox::generate(), allow_private: false }.settings().retry;
+        let s = Duration::from_secs;
+        assert_eq!(retry.after_failure(1, "e"), Settle::Retry { after: s(1), error: "e" });
+        assert_eq!(retry.after_failure(4, "e"), Settle::Retry { after: s(8), error: "e" });
+        assert_eq!(retry.after_failure(MAX_ATTEMPTS, "e"), Settle::Failed { error: "e" });
+        let long = RetryPolicy::doubling(s(60), None);
+        assert_eq!(long.after_failure(31, "e"), Settle::Retry { after: s(60), error: "e" });
     }
 }

@@ -4,7 +4,6 @@
 //! client, retries and metrics are the service's.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use gateway_core::WebhookId;
@@ -148,6 +147,7 @@ impl Channel for Webhooks {
 mod tests {
     use super::*;
     use crate::webhooks::WebhookDelivery;
+    use std::time::Duration;
 
     #[test]
     fn webhook_retries_double_from_a_second_up_to_max_backoff_and_never_give_up() {
