@@ -195,11 +195,12 @@ async fn push_credentials_are_sealed_at_rest_and_opened_to_be_sent() {
     let refused = crate::push::get(&other, &started.record, "c1").await.unwrap_err();
     assert!(matches!(refused, crate::error::A2aError::SealedCredentials { .. }), "{refused:?}");
     assert!(refused.to_string().contains("cannot be read"), "{refused}");
-    let http = reqwest::Client::new();
-    let failed = post(&other, &http, &claimed[0]).await.unwrap_err();
+    let channel = PushChannel::new(&other);
+    let Err(Failure::Retry(failed)) = channel.prepare(&claimed[0]).await else { panic!("a sealed header was sent") };
     assert!(failed.contains("sealed with another key"), "{failed}");
     // The failed attempt is counted as one to retry, under its channel.
-    deliver(&other, &http, claimed[0].clone()).await;
+    gateway_runtime::delivery::attempt_once(&kit.ctx.coordinator, std::sync::Arc::new(channel), claimed[0].clone())
+        .await;
     let metrics = kit.ctx.coordinator.metrics().render();
     let retried = "gateway_delivery_duration_seconds_count{channel=\"a2a_push\",outcome=\"retry\"} 1\n";
     assert!(metrics.contains(retried), "{metrics}");

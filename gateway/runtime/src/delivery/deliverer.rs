@@ -92,7 +92,7 @@ impl Deliverer {
         }
     }
 
-    async fn attempt(&self, d: OutboxDelivery) {
+    pub(super) async fn attempt(&self, d: OutboxDelivery) {
         let channel = self.channel.name();
         let attempt = d.attempts + 1;
         let span = tracing::info_span!(

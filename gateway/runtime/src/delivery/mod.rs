@@ -156,3 +156,9 @@ impl Deliveries {
         futures::future::join_all(runs).await;
     }
 }
+
+/// Makes one attempt of a claimed delivery now, exactly as the service would (prepare, send,
+/// judge, settle, [`Channel::attempted`]): for tests of a channel.
+pub async fn attempt_once(coordinator: &Coordinator, channel: Arc<dyn Channel>, delivery: OutboxDelivery) {
+    deliverer::Deliverer::new(coordinator.clone(), channel, "attempt".into()).attempt(delivery).await;
+}
