@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 /// The metric families one process registers.
 fn registered() -> BTreeSet<String> {
-    gateway_runtime::Metrics::default().names().iter().map(|n| (*n).to_owned()).collect()
+    gateway_services::Metrics::default().names().iter().map(|n| (*n).to_owned()).collect()
 }
 
 fn doc(name: &str) -> String {

@@ -62,7 +62,7 @@ pub enum A2aError {
     Misdirected(String),
     /// A stored push config's credentials cannot be opened with this gateway's secret key.
     #[error("the credentials of push config {config} cannot be read: {error}")]
-    SealedCredentials { config: String, error: gateway_runtime::SecretError },
+    SealedCredentials { config: String, error: gateway_services::SecretError },
     /// The store is unreachable; retry later.
     #[error("service unavailable: {0}")]
     Unavailable(String),

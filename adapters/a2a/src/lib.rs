@@ -37,8 +37,9 @@ use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::routing::{any, get, post};
 use gateway_core::agent::BackendRef;
-use gateway_runtime::auth::Authenticator;
-use gateway_runtime::{Backend, Coordinator, PublishedAgents, SecretBox};
+use gateway_runtime::{Backend, Coordinator};
+use gateway_services::auth::Authenticator;
+use gateway_services::{PublishedAgents, SecretBox};
 use tokio_util::sync::CancellationToken;
 
 /// What the A2A server needs from the process.
@@ -132,7 +133,7 @@ pub fn backends_with(
 /// syncs configured agents). A remote that does not answer is logged and fetched again at its
 /// first turn, so one unreachable remote never keeps the gateway from serving the others. A
 /// pinned card is kept until the remote's configured URL changes.
-pub async fn pin_remote_cards(docs: &dyn gateway_runtime::Documents, remotes: &BTreeMap<String, RemoteConfig>) {
+pub async fn pin_remote_cards(docs: &dyn gateway_store::Documents, remotes: &BTreeMap<String, RemoteConfig>) {
     for (name, cfg) in remotes {
         let backend = outbound::RemoteBackend::new(name, cfg.clone(), RemoteLimits::default());
         if let Err(e) = backend.pin_card(docs).await {

@@ -10,9 +10,9 @@ use std::time::Duration;
 use gateway_core::agent::BackendRef;
 use gateway_core::event::{Event, EventKind};
 use gateway_core::{AgentId, SessionId};
-use gateway_runtime::PublishedAgents;
-use gateway_runtime::auth::Authenticator;
 use gateway_runtime::testing::TestGateway;
+use gateway_services::PublishedAgents;
+use gateway_services::auth::Authenticator;
 use gateway_store::Store;
 use gateway_store::conformance::{agent_spec, env_spec};
 
@@ -58,7 +58,7 @@ impl Kit {
             agents,
             auth: Arc::new(Authenticator::new(Arc::clone(&store))),
             public_url: "http://gateway.test".into(),
-            secrets: gateway_runtime::SecretBox::generate(),
+            secrets: gateway_services::SecretBox::generate(),
             allow_private_push_targets: true,
             blocking_timeout: crate::DEFAULT_BLOCKING_TIMEOUT,
             shutdown: gateway.shutdown.clone(),

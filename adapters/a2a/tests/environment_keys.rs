@@ -15,9 +15,9 @@ use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode};
 use common::Gateway;
 use gateway_core::environment::EnvironmentConfig;
-use gateway_runtime::auth::generate_environment_key;
-use gateway_runtime::{Order, PageRequest, SessionFilter};
+use gateway_services::auth::generate_environment_key;
 use gateway_store::conformance::env_spec;
+use gateway_store::{Order, PageRequest, SessionFilter};
 use serde_json::{Value, json};
 
 /// A caller on another host (TEST-NET-3), and one on this host.

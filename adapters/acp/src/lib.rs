@@ -22,7 +22,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gateway_core::agent::BackendRef;
-use gateway_runtime::{Backend, Coordinator, Environments, PublishedAgents};
+use gateway_runtime::{Backend, Coordinator, Environments};
+use gateway_services::PublishedAgents;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -37,7 +38,7 @@ pub struct AcpContext {
     pub agents: PublishedAgents,
     /// Checks the gateway's keys on network transports (`/acp`); `None` on stdio, where the
     /// editor started the process itself.
-    pub auth: Option<Arc<gateway_runtime::auth::Authenticator>>,
+    pub auth: Option<Arc<gateway_services::auth::Authenticator>>,
     /// Where a session `cwd` may be: `None` on stdio (any absolute directory; the editor
     /// started the process with the user's rights), the configured roots on network
     /// transports (empty: no session may be opened there).
@@ -84,7 +85,7 @@ pub async fn serve_stdio(ctx: AcpContext, agent: Option<String>) -> anyhow::Resu
         anyhow::bail!("--agent {name:?} is not a published agent (published: {})", known.join(", "));
     }
     let (shutdown, tasks) = (ctx.shutdown.clone(), ctx.tasks.clone());
-    let _connected = gateway_runtime::metrics::GaugeGuard::new(&ctx.coordinator.metrics().editor_connections);
+    let _connected = gateway_services::metrics::GaugeGuard::new(&ctx.coordinator.metrics().editor_connections);
     let editor = editor::Editor::new(ctx, agent);
     let incoming = framing::spawn_reader(stdio::input(), MAX_MESSAGE_BYTES);
     let handler = Arc::new(editor::EditorHandler(editor));

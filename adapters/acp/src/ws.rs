@@ -15,7 +15,7 @@ use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::{SinkExt, StreamExt};
-use gateway_runtime::auth::{AuthError, Principal};
+use gateway_services::auth::{AuthError, Principal};
 use tokio::sync::mpsc;
 
 use crate::AcpContext;
@@ -34,7 +34,7 @@ const WRITER_GRACE: Duration = Duration::from_secs(2);
 /// face does, before the upgrade: plain-text 401 with a challenge, 421 for a request
 /// addressed to a host name that is not this gateway's, 403 for a key that does not reach this
 /// face ([`admitted`]). The keyless rules (loopback peers, no web pages, only this gateway's
-/// names) are the shared [`Authenticator`](gateway_runtime::auth::Authenticator)'s. Returns
+/// names) are the shared [`Authenticator`](gateway_services::auth::Authenticator)'s. Returns
 /// what ends the connection when its key is revoked.
 async fn authenticate(
     ctx: &AcpContext,
@@ -109,7 +109,7 @@ async fn upgrade(
 
 async fn serve(ctx: AcpContext, socket: WebSocket, connection: String, revoked: Revoked) {
     tracing::info!(%connection, "ACP WebSocket connection opened");
-    let _connected = gateway_runtime::metrics::GaugeGuard::new(&ctx.coordinator.metrics().editor_connections);
+    let _connected = gateway_services::metrics::GaugeGuard::new(&ctx.coordinator.metrics().editor_connections);
     let shutdown = ctx.shutdown.clone();
     let (mut sink, mut stream) = socket.split();
     let (tx, incoming) = mpsc::channel(64);

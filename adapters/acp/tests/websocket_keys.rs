@@ -15,7 +15,7 @@ use axum::extract::{ConnectInfo, Request};
 use axum::middleware::{self, Next};
 use common::{Options, Rig, rig};
 use gateway_core::environment::EnvironmentConfig;
-use gateway_runtime::auth::{Authenticator, generate_environment_key, generate_key};
+use gateway_services::auth::{Authenticator, generate_environment_key, generate_key};
 use gateway_store::conformance::env_spec;
 
 /// A caller on another host (TEST-NET-3), and one on this host.

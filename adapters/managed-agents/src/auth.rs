@@ -1,5 +1,5 @@
 //! Authentication for `/v1`: `x-api-key` or `Authorization: Bearer`, decided by the shared
-//! [`Authenticator`](gateway_runtime::auth::Authenticator) (which also applies the keyless
+//! [`Authenticator`](gateway_services::auth::Authenticator) (which also applies the keyless
 //! rules: loopback peers, no web pages, only this gateway's own host names).
 
 use std::net::SocketAddr;
@@ -11,8 +11,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use gateway_core::{EnvironmentId, SessionId};
 use gateway_runtime::RuntimeError;
-use gateway_runtime::auth::{AuthError, Principal};
 use gateway_runtime::load::body::BodyRefusal;
+use gateway_services::auth::{AuthError, Principal};
 
 use crate::ManagedAgents;
 use crate::error::ApiError;
@@ -80,7 +80,7 @@ async fn check_environment_scope(
 pub(crate) fn owner(principal: Option<&Principal>) -> String {
     match principal {
         Some(Principal::Key(key) | Principal::Environment { key, .. }) => key.to_string(),
-        Some(Principal::Loopback) | None => gateway_runtime::files::ANONYMOUS.to_owned(),
+        Some(Principal::Loopback) | None => gateway_services::files::ANONYMOUS.to_owned(),
     }
 }
 
@@ -111,7 +111,7 @@ pub async fn admit(State(api): State<ManagedAgents>, req: Request, next: Next) -
     };
     // A file upload streams into the store a chunk at a time; every other body is held whole.
     let held = if req.method() == Method::POST && req.uri().path() == "/v1/files" {
-        gateway_runtime::files::UPLOAD_HELD_BYTES
+        gateway_services::files::UPLOAD_HELD_BYTES
     } else {
         usize::MAX
     };

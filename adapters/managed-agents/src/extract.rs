@@ -5,7 +5,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use gateway_core::Timestamp;
-use gateway_runtime::TimeRange;
+use gateway_store::TimeRange;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;

@@ -29,7 +29,7 @@ use axum::middleware;
 use axum::routing::{get, post};
 use gateway_core::environment::ProviderTier;
 use gateway_runtime::Coordinator;
-use gateway_runtime::auth::Authenticator;
+use gateway_services::auth::Authenticator;
 use tokio_util::sync::CancellationToken;
 
 pub use error::ApiError;

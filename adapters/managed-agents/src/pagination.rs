@@ -3,7 +3,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use gateway_runtime::{Keyset, Order, Page, PageCursor, PageRequest};
+use gateway_store::{Keyset, Order, Page, PageCursor, PageRequest};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use axum::routing::post;
 use gateway_managed_agents::webhooks::{WebhookDelivery, WebhookSettings};
-use gateway_runtime::files::FilesConfig;
+use gateway_services::files::FilesConfig;
 use serde_json::{Value, json};
 use support::{Gateway, multipart, refusal, say, start};
 use tokio::io::AsyncWriteExt;

@@ -12,10 +12,11 @@ use gateway_core::environment::ProviderTier;
 use gateway_managed_agents::ManagedAgents;
 use gateway_managed_agents::webhooks::Webhooks;
 use gateway_models::fake::FakeModel;
-use gateway_runtime::SecretBox;
-use gateway_runtime::auth::Authenticator;
+use gateway_native::{NativeBackend, NativeConfig};
+use gateway_runtime::AdmissionLimits;
 use gateway_runtime::testing::TestGateway;
-use gateway_runtime::{AdmissionLimits, NativeBackend, NativeConfig};
+use gateway_services::SecretBox;
+use gateway_services::auth::Authenticator;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 

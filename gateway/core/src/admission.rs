@@ -161,6 +161,41 @@ fn take_pending(pending: &mut Vec<PendingAction>, id: &EventId, kind: PendingKin
     }
 }
 
+/// Which admission bound refused work: the cause a face reports and `/metrics` counts
+/// (`gateway_admissions_refused`). Domain vocabulary, so the runtime's bounds and the metrics
+/// service name it the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BusyCause {
+    /// `max_requests` requests are in flight.
+    Requests,
+    /// `max_requests_per_peer` requests of one address are in flight.
+    PeerRequests,
+    /// `max_requests_per_key` requests of one key are in flight.
+    KeyRequests,
+    /// `max_body_bytes_in_flight` bytes of request bodies are being read.
+    BodyBytes,
+    /// `max_queued_runs` runs wait to be claimed.
+    QueuedRuns,
+    /// A run that could be claimed has waited longer than `max_queue_wait_ms`.
+    QueueWait,
+    /// The process's tasks or its store's reads and writes run later than `max_lag_ms`.
+    Saturated,
+}
+
+impl BusyCause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BusyCause::Requests => "requests",
+            BusyCause::PeerRequests => "peer_requests",
+            BusyCause::KeyRequests => "key_requests",
+            BusyCause::BodyBytes => "body_bytes",
+            BusyCause::QueuedRuns => "queued_runs",
+            BusyCause::QueueWait => "queue_wait",
+            BusyCause::Saturated => "saturated",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,9 +22,9 @@ use crate::backend::BackendRegistry;
 use crate::coordinator::{Coordinator, CoordinatorOptions};
 use crate::environment::Environments;
 use crate::executors::Executors;
-use crate::metrics::Metrics;
 use crate::previews::PreviewBus;
 use crate::worker::{Handoff, PoolParts, WorkerConfig, WorkerIdentity, WorkerPool};
+use gateway_services::metrics::Metrics;
 
 /// What [`Runtime::assemble`] needs besides the store, the environments and the backends.
 #[derive(Debug, Clone)]
@@ -120,7 +120,7 @@ impl Runtime {
             shutdown.child_token(),
         ));
         tasks.spawn(Arc::clone(&environments).maintain(Arc::clone(&store), shutdown.child_token()));
-        tasks.spawn(crate::files::sweep_abandoned_uploads(Arc::clone(&store) as _, shutdown.child_token()));
+        tasks.spawn(gateway_services::files::sweep_abandoned_uploads(Arc::clone(&store) as _, shutdown.child_token()));
         tasks.spawn(Arc::clone(coordinator.load()).measure_lag(shutdown.child_token()));
         tasks.spawn(Arc::clone(coordinator.load()).sample_queue(Arc::clone(&store), shutdown.child_token()));
         let mut runtime = Self {

@@ -162,7 +162,7 @@ pub struct RunContext {
     pub(crate) staged: std::sync::Mutex<Staged>,
     /// When the turn started and whether a client has seen anything of it yet.
     pub(crate) first: FirstEvent,
-    pub(crate) metrics: Arc<crate::Metrics>,
+    pub(crate) metrics: Arc<gateway_services::Metrics>,
 }
 
 /// Times a turn's first visible event (a preview or a commit) once.
@@ -317,7 +317,7 @@ impl RunContext {
 
     /// This process's metrics, for backends timing their calls out (model requests, remote
     /// agents).
-    pub fn metrics(&self) -> &crate::Metrics {
+    pub fn metrics(&self) -> &gateway_services::Metrics {
         &self.metrics
     }
 
@@ -344,6 +344,18 @@ impl RunContext {
     /// Resolves when the run must stop without writing more (lease lost or shutdown).
     pub async fn abandoned(&self) {
         self.abandoned.cancelled().await
+    }
+
+    /// Makes sure a self-hosted executor serves this run's session, asking for one and waiting
+    /// up to the connect timeout (DESIGN §5a); an interrupt ends the wait early. The port
+    /// backends outside this crate (the native loop) reach executors through.
+    pub async fn connect_executor(&self) -> Result<crate::executors::Connection, BackendError> {
+        Ok(self.executors.connect(&self.session.id, &self.interrupted).await?)
+    }
+
+    /// The self-hosted executors' settings (connect timeout, output cap) of this process.
+    pub fn executor_settings(&self) -> &crate::executors::ExecutorSettings {
+        self.executors.settings()
     }
 
     /// The adapters' documents, read-only: a backend writes only through its fenced commits

@@ -22,11 +22,11 @@ use gateway_store::{
 
 use crate::environment::Environments;
 use crate::error::{Result, RuntimeError};
-use crate::files::FilesConfig;
 use crate::load::{AdmissionLimits, Load};
-use crate::metrics::Metrics;
 use crate::previews::PreviewBus;
 use crate::subscription::{self, Delivery, SubscribeOptions};
+use gateway_services::files::FilesConfig;
+use gateway_services::metrics::Metrics;
 
 mod mounts;
 use mounts::{check_resources, check_skill_refs};
@@ -420,9 +420,9 @@ impl Coordinator {
         channel: &'static str,
         id: &gateway_core::DeliveryId,
         took: Duration,
-        settle: crate::metrics::Settle<'_>,
+        settle: gateway_services::metrics::Settle<'_>,
     ) -> std::result::Result<(), gateway_store::StoreError> {
-        use crate::metrics::Settle;
+        use gateway_services::metrics::Settle;
         self.metrics.delivery(channel, &settle, took);
         match settle {
             Settle::Delivered => self.store.delivered(id).await,

@@ -41,8 +41,8 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::checkout::CheckoutConfig;
-use crate::secrets::SecretBox;
+use gateway_services::checkout::CheckoutConfig;
+use gateway_services::secrets::SecretBox;
 
 /// Why a session's environment could not be provided. Each maps to a typed session error.
 #[derive(Debug, thiserror::Error)]

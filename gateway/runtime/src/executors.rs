@@ -26,8 +26,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::auth::generate_environment_key;
 use crate::error::{Result, RuntimeError};
+use gateway_services::auth::generate_environment_key;
 
 /// How executors are waited for and held.
 #[derive(Debug, Clone, PartialEq, Eq)]

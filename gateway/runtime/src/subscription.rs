@@ -29,8 +29,8 @@ use gateway_store::{Store, Tip};
 use tokio::sync::{broadcast, watch};
 
 use crate::error::RuntimeError;
-use crate::metrics::{GaugeGuard, Metrics};
 use crate::previews::{Placed, Preview, PreviewBus};
+use gateway_services::metrics::{GaugeGuard, Metrics};
 
 /// What a subscriber receives.
 #[derive(Debug, Clone, PartialEq)]

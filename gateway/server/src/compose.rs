@@ -11,10 +11,11 @@ use gateway_core::agent::BackendRef;
 use gateway_models::ModelClient;
 use gateway_models::anthropic::{AnthropicClient, Credential};
 use gateway_models::fake::FakeModel;
-use gateway_runtime::secrets::{KeyOrigin, SecretBox};
-use gateway_runtime::{BackendRegistry, Environments, NativeBackend};
+use gateway_native::NativeBackend;
+use gateway_runtime::{BackendRegistry, Environments};
 use gateway_sandbox::providers::host_providers;
 use gateway_sandbox::{ProviderKind, SandboxProvider};
+use gateway_services::secrets::{KeyOrigin, SecretBox};
 use gateway_store::Store;
 use tracing::{info, warn};
 
@@ -127,7 +128,7 @@ pub fn startup_guard(config: &Config, offered: &[Arc<dyn SandboxProvider>]) -> a
 /// The box that seals secrets at rest: the key from `GATEWAY_SECRET_KEY`, else from the key
 /// file (created at first start), checked against the key that sealed this database's
 /// values so that processes sharing a database never seal with different keys.
-pub async fn secret_box(config: &Config, docs: &dyn gateway_runtime::Documents) -> anyhow::Result<SecretBox> {
+pub async fn secret_box(config: &Config, docs: &dyn gateway_store::Documents) -> anyhow::Result<SecretBox> {
     let path = config.secret_key_path();
     let (secrets, origin) =
         SecretBox::load(Config::secret_key_from_env().as_deref(), &path).context("loading the secret key")?;

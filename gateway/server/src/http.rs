@@ -7,7 +7,7 @@
 //! to one of the gateway's own names, so a DNS-rebound page cannot read them
 //! ([`authorize_operator`]).
 //!
-//! [`authorize_operator`]: gateway_runtime::auth::Authenticator::authorize_operator
+//! [`authorize_operator`]: gateway_services::auth::Authenticator::authorize_operator
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,12 +23,12 @@ use axum::{Json, Router};
 use futures::StreamExt;
 use gateway_core::trace::TraceContext;
 use gateway_runtime::Coordinator;
-use gateway_runtime::auth::{Authenticator, Principal};
+use gateway_services::auth::{Authenticator, Principal};
 use serde_json::json;
 use tracing::Instrument;
 
 use crate::measure::measured;
-use gateway_runtime::places::Places;
+use gateway_services::places::Places;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -113,7 +113,7 @@ struct Streams {
 /// - a stream opened with a key ends when that key is revoked: a revoked key must not keep
 ///   reading a session for as long as its connection lasts.
 async fn govern_streams(State(streams): State<Arc<Streams>>, req: Request, next: Next) -> Response {
-    let secret = gateway_runtime::auth::presented_key_in(req.headers()).map(str::to_owned);
+    let secret = gateway_services::auth::presented_key_in(req.headers()).map(str::to_owned);
     let response = next.run(req).await;
     let is_stream = response
         .headers()
@@ -188,7 +188,10 @@ async fn operators_only(State(state): State<AppState>, req: Request, next: Next)
 /// The metrics of this process (OpenMetrics text, which Prometheus scrapes).
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     state.coordinator.refresh_metrics().await;
-    ([(axum::http::header::CONTENT_TYPE, gateway_runtime::metrics::CONTENT_TYPE)], state.coordinator.metrics().render())
+    (
+        [(axum::http::header::CONTENT_TYPE, gateway_services::metrics::CONTENT_TYPE)],
+        state.coordinator.metrics().render(),
+    )
 }
 
 /// Readiness: the database answers within two seconds.

@@ -36,7 +36,7 @@ use tower::ServiceBuilder;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tracing::{debug, info, warn};
 
-use gateway_runtime::places::Places;
+use gateway_services::places::Places;
 
 /// `[http]`: what one connection may take.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

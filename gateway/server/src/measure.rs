@@ -13,7 +13,7 @@ use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use gateway_runtime::Metrics;
+use gateway_services::Metrics;
 
 /// `router` with each of its routes timed under `face`.
 pub fn measured<S: Clone + Send + Sync + 'static>(

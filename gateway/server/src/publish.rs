@@ -14,12 +14,12 @@ use crate::config::Config;
 pub async fn publish(
     config: &Config,
     coordinator: &gateway_runtime::Coordinator,
-) -> anyhow::Result<gateway_runtime::PublishedAgents> {
+) -> anyhow::Result<gateway_services::PublishedAgents> {
     use gateway_core::agent::{
         AgentSpec, BUILTIN_TOOLS, BackendRef, ModelSpec, NamedToolConfig, PermissionPolicy, ToolConfig, ToolSpec,
     };
-    use gateway_runtime::published::CONFIG_NAME_KEY;
-    use gateway_runtime::{AgentFilter, Order, PageRequest};
+    use gateway_services::published::CONFIG_NAME_KEY;
+    use gateway_store::{AgentFilter, Order, PageRequest};
 
     let mut wanted = config.agents.clone();
     if wanted.is_empty() {
@@ -47,7 +47,7 @@ pub async fn publish(
             None => break,
         }
     }
-    let mut published = gateway_runtime::PublishedAgents::default();
+    let mut published = gateway_services::PublishedAgents::default();
     for (name, a) in &wanted {
         let backend = match &a.backend {
             Some(b) => BackendRef::parse(b).with_context(|| format!("[agents.{name}].backend"))?,
@@ -116,8 +116,8 @@ async fn default_environment(
     use gateway_core::environment::{
         CloudConfig, EnvironmentConfig, EnvironmentSpec, Networking, Packages, Provisioning,
     };
-    use gateway_runtime::published::DEFAULT_ENVIRONMENT_KEY;
-    use gateway_runtime::{EnvironmentFilter, Order, PageRequest};
+    use gateway_services::published::DEFAULT_ENVIRONMENT_KEY;
+    use gateway_store::{EnvironmentFilter, Order, PageRequest};
     let mut page = PageRequest::first(100, Order::Asc);
     loop {
         let p = coordinator.list_environments(&EnvironmentFilter { include_archived: false }, &page).await?;

@@ -15,10 +15,11 @@ use gateway_core::agent::BackendRef;
 use gateway_core::environment::ProviderTier;
 use gateway_managed_agents::ManagedAgents;
 use gateway_runtime::assembly::offer_of;
-use gateway_runtime::auth::{Authenticator, OwnNames};
 use gateway_runtime::environment::offers_of;
-use gateway_runtime::secrets::SecretBox;
-use gateway_runtime::{Backend, CoordinatorOptions, Metrics, PublishedAgents, Runtime, RuntimeConfig};
+use gateway_runtime::{Backend, CoordinatorOptions, Runtime, RuntimeConfig};
+use gateway_services::auth::{Authenticator, OwnNames};
+use gateway_services::secrets::SecretBox;
+use gateway_services::{Metrics, PublishedAgents};
 use gateway_store::{Store, StoreMetrics, StoreOptions};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -313,7 +314,7 @@ pub async fn keys(config: &Config, command: crate::cli::KeysCommand) -> anyhow::
                 let (stored, secret) = match env(environment)? {
                     Some(environment) => executors.create_key(&environment, &name).await?,
                     None => {
-                        let key = gateway_runtime::auth::generate_key();
+                        let key = gateway_services::auth::generate_key();
                         (store.create_api_key(&name, &key.hash).await?, key.secret)
                     }
                 };

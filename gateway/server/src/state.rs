@@ -8,7 +8,7 @@
 //! gateway's own directory, so it is tightened. Every session workspace lives under it, so
 //! its 0700 also closes the workspaces of earlier versions (created 0755).
 //!
-//! [`SecretBox`]: gateway_runtime::SecretBox
+//! [`SecretBox`]: gateway_services::SecretBox
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 //! binary, so the binary stays self-contained and nothing is fetched from anywhere else: no
 //! CDN, no framework, no build step. The files hold no data; every session the page shows is
 //! read by the page itself through `/v1` with the key the person typed, under the same
-//! [`Authenticator`](gateway_runtime::auth::Authenticator) rules as any client. So these
+//! [`Authenticator`](gateway_services::auth::Authenticator) rules as any client. So these
 //! routes need no authentication of their own, and serving them to anyone reveals nothing
 //! but the viewer's code.
 //!

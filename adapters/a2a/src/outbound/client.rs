@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use gateway_runtime::{Documents, ReadDocuments};
+use gateway_store::{Documents, ReadDocuments};
 use reqwest::Url;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};

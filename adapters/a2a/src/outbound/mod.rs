@@ -36,7 +36,8 @@ use futures::StreamExt;
 use gateway_core::content::{ContentBlock, plain_text};
 use gateway_core::event::{ErrorKind, Event, EventPayload, NewEvent, ToolOrigin, ToolPermission};
 use gateway_core::session::{PendingAction, PendingKind};
-use gateway_runtime::{Backend, BackendError, Documents, ReadDocuments, RunContext, TurnOutcome};
+use gateway_runtime::{Backend, BackendError, RunContext, TurnOutcome};
+use gateway_store::{Documents, ReadDocuments};
 use serde_json::json;
 use tracing::{Instrument, info, info_span, warn};
 

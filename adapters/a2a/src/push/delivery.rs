@@ -25,7 +25,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gateway_runtime::delivery::{Channel, ChannelSettings, Failure, Outgoing, Reach, RetryPolicy};
-use gateway_runtime::{NewDelivery, OutboxDelivery, SecretBox, SecretError};
+use gateway_services::{SecretBox, SecretError};
+use gateway_store::{Delivery as OutboxDelivery, NewDelivery};
 use tracing::{debug, info, warn};
 
 use crate::A2aContext;
@@ -329,7 +330,7 @@ mod store_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gateway_runtime::ssrf;
+    use gateway_services::ssrf;
 
     #[test]
     fn sealed_header_values_are_opened_only_to_be_sent() {
@@ -361,7 +362,7 @@ mod tests {
 
     #[test]
     fn push_retries_double_from_a_second_up_to_a_minute_and_give_up_after_max_attempts() {
-        use gateway_runtime::metrics::Settle;
+        use gateway_services::metrics::Settle;
         let retry = PushChannel { secrets: SecretBox::generate(), allow_private: false }.settings().retry;
         let s = Duration::from_secs;
         assert_eq!(retry.after_failure(1, "e"), Settle::Retry { after: s(1), error: "e" });

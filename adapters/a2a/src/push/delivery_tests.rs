@@ -16,7 +16,7 @@ async fn claim(kit: &Kit, task_id: &str) -> FeedCursor {
     serde_json::from_value(doc.body).unwrap()
 }
 
-fn cursor_owner(doc: Option<gateway_runtime::Document>) -> Option<String> {
+fn cursor_owner(doc: Option<gateway_store::Document>) -> Option<String> {
     doc.and_then(|d| d.lease).map(|l| l.owner)
 }
 
@@ -169,7 +169,7 @@ async fn push_credentials_are_sealed_at_rest_and_opened_to_be_sent() {
     let docs = kit.ctx.coordinator.documents();
     let stored = docs.get_document(records::PUSH, &started.record.id).await.unwrap().expect("stored").body.to_string();
     assert!(!stored.contains("tok-plain-7") && !stored.contains("cred-plain-7"), "{stored}");
-    assert!(stored.contains(gateway_runtime::secrets::SEALED_PREFIX), "{stored}");
+    assert!(stored.contains(gateway_services::secrets::SEALED_PREFIX), "{stored}");
 
     let read = crate::push::get(&kit.ctx, &started.record, "c1").await.unwrap();
     assert_eq!((read.token, read.authentication), (cfg.token.clone(), cfg.authentication.clone()), "answered in clear");
@@ -191,7 +191,7 @@ async fn push_credentials_are_sealed_at_rest_and_opened_to_be_sent() {
 
     // A process with another key: reads and deliveries fail, naming why, and send nothing.
     let mut other = kit.ctx.clone();
-    other.secrets = gateway_runtime::SecretBox::generate();
+    other.secrets = gateway_services::SecretBox::generate();
     let refused = crate::push::get(&other, &started.record, "c1").await.unwrap_err();
     assert!(matches!(refused, crate::error::A2aError::SealedCredentials { .. }), "{refused:?}");
     assert!(refused.to_string().contains("cannot be read"), "{refused}");

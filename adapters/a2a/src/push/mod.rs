@@ -2,7 +2,7 @@
 //! (which decides the body shape delivered).
 //!
 //! A config's `token` and `authentication.credentials` are credentials for the receiver, so
-//! they are stored sealed (`gateway_runtime::secrets`): whoever reads the documents table
+//! they are stored sealed (`gateway_services::secrets`): whoever reads the documents table
 //! (with every transcript beside it) does not get them. They are opened only to answer a
 //! client that reads its config back (the spec returns it whole) and, by the deliverer, just
 //! before a push is sent. Configs stored before sealing existed hold plaintext, which is
@@ -16,7 +16,8 @@
 pub mod delivery;
 
 use gateway_core::EventId;
-use gateway_runtime::{DocumentWrite, Documents, SecretBox, SecretError};
+use gateway_services::{SecretBox, SecretError};
+use gateway_store::{DocumentWrite, Documents};
 use serde::{Deserialize, Serialize};
 use tracing::info;
 
@@ -43,7 +44,7 @@ fn header_safe(what: &str, s: &str) -> Result<()> {
 /// Checks a config before it is stored: URL (and the SSRF rule), header-safe token and
 /// credentials, a scheme only with credentials.
 pub fn validate(cfg: &PushConfig, allow_private: bool) -> Result<()> {
-    gateway_runtime::ssrf::check_url(&cfg.url, allow_private).map_err(|e| A2aError::InvalidParams(e.to_string()))?;
+    gateway_services::ssrf::check_url(&cfg.url, allow_private).map_err(|e| A2aError::InvalidParams(e.to_string()))?;
     if let Some(t) = &cfg.token {
         header_safe("token", t)?;
     }

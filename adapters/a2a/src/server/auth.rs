@@ -1,6 +1,6 @@
 //! Authentication of the A2A bindings: the gateway's keys, presented as `x-api-key` or
 //! `Authorization: Bearer` (the card's two security schemes), decided by the shared
-//! [`Authenticator`](gateway_runtime::auth::Authenticator) with its keyless rules (loopback
+//! [`Authenticator`](gateway_services::auth::Authenticator) with its keyless rules (loopback
 //! peers, no web pages, only this gateway's host names). Cards are public. A refused request
 //! gets 401 with a challenge (421 for a foreign host, 403 for a credential that does not reach
 //! A2A), before any lookup (so unknown and hidden tasks look the same). These HTTP-level
@@ -13,8 +13,8 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use gateway_runtime::auth::{AuthError, Principal};
 use gateway_runtime::load::body::BodyRefusal;
+use gateway_services::auth::{AuthError, Principal};
 
 use crate::A2aContext;
 use crate::error::A2aError;

@@ -16,7 +16,7 @@
 //! without the message, and none has to be removed when a send fails.
 
 use gateway_core::{EventId, SessionId};
-use gateway_runtime::{Document, DocumentWrite, Documents, ReadDocuments};
+use gateway_store::{Document, DocumentWrite, Documents, ReadDocuments};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

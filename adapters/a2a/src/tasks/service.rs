@@ -11,7 +11,8 @@ use gateway_core::content::{ContentBlock, plain_text};
 use gateway_core::event::{EventPayload, NewEvent, ToolOrigin};
 use gateway_core::{AgentId, EventId, SessionId, Timestamp};
 use gateway_runtime::error::Guard;
-use gateway_runtime::{AdmissionWrites, AgentSelection, CreateSession, RuntimeError};
+use gateway_runtime::{AgentSelection, CreateSession, RuntimeError};
+use gateway_store::AdmissionWrites;
 use serde_json::Value;
 use tracing::info;
 

@@ -138,8 +138,8 @@ async fn concurrent_first_messages_of_a_new_context_make_one_session() {
         futures::future::join_all(sends).await.into_iter().map(|r| r.unwrap().unwrap()).collect();
     let session = &records[0].session_id;
     assert!(records.iter().all(|r| &r.session_id == session && r.context_id == "shared"), "{records:?}");
-    let filter = gateway_runtime::SessionFilter { agent_id: Some(kit.agent("echo")), ..Default::default() };
-    let page = gateway_runtime::PageRequest::first(100, Default::default());
+    let filter = gateway_store::SessionFilter { agent_id: Some(kit.agent("echo")), ..Default::default() };
+    let page = gateway_store::PageRequest::first(100, Default::default());
     let sessions = kit.ctx.coordinator.list_sessions(&filter, &page).await.unwrap().items;
     assert_eq!(sessions.iter().map(|s| &s.id).collect::<Vec<_>>(), vec![session], "one session for the context");
     assert_eq!(task_state(&kit).await, [8, 8, 8, 8, 1]);

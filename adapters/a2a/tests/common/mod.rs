@@ -9,9 +9,10 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Request, StatusCode};
 use gateway_a2a::A2aContext;
-use gateway_runtime::auth::{Authenticator, generate_key};
 use gateway_runtime::testing::TestGateway;
-use gateway_runtime::{AdmissionLimits, PublishedAgents, WorkerConfig};
+use gateway_runtime::{AdmissionLimits, WorkerConfig};
+use gateway_services::PublishedAgents;
+use gateway_services::auth::{Authenticator, generate_key};
 use gateway_store::conformance::{agent_spec, env_spec};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -95,7 +96,7 @@ async fn build(
         },
         auth: Arc::new(Authenticator::new(Arc::clone(&store))),
         public_url: "http://gateway.test".into(),
-        secrets: gateway_runtime::SecretBox::generate(),
+        secrets: gateway_services::SecretBox::generate(),
         allow_private_push_targets: false,
         blocking_timeout,
         shutdown: gw.shutdown.clone(),

@@ -17,7 +17,7 @@ use gateway_core::SessionId;
 use gateway_core::agent::BackendRef;
 use gateway_core::session::{ResourceKind, Session};
 use gateway_runtime::RuntimeError;
-use gateway_runtime::published::CONFIG_NAME_KEY;
+use gateway_services::published::CONFIG_NAME_KEY;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};

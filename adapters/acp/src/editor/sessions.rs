@@ -7,9 +7,9 @@ use gateway_core::SessionId;
 use gateway_core::agent::{AgentOverrides, BackendRef, ToolSpec};
 use gateway_core::event::EventPayload;
 use gateway_core::session::{ResourceKind, Session};
-use gateway_runtime::{
-    AdmissionWrites, AgentSelection, CreateSession, DocumentWrite, EventFilter, Keyset, Order, PageCursor, PageRequest,
-    SessionFilter,
+use gateway_runtime::{AgentSelection, CreateSession};
+use gateway_store::{
+    AdmissionWrites, DocumentWrite, EventFilter, Keyset, Order, PageCursor, PageRequest, SessionFilter,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};

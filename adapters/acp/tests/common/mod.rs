@@ -20,13 +20,15 @@ use gateway_core::content::{ContentBlock, plain_text};
 use gateway_core::environment::{EnvironmentConfig, Provisioning};
 use gateway_core::event::{Event, EventKind, EventPayload, NewEvent};
 use gateway_core::session::{ResourceKind, Session};
-use gateway_runtime::published::CONFIG_NAME_KEY;
 use gateway_runtime::testing::TestGateway;
 use gateway_runtime::{
-    AdmissionLimits, AgentSelection, CreateSession, Delivery, EnvironmentsConfig, EventFilter, Order, PageRequest,
-    PublishedAgents, RetryPolicy, RuntimeError, SubscribeOptions, WorkerConfig,
+    AdmissionLimits, AgentSelection, CreateSession, Delivery, EnvironmentsConfig, RetryPolicy, RuntimeError,
+    SubscribeOptions, WorkerConfig,
 };
+use gateway_services::PublishedAgents;
+use gateway_services::published::CONFIG_NAME_KEY;
 use gateway_store::conformance::{agent_spec, env_spec};
+use gateway_store::{EventFilter, Order, PageRequest};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 

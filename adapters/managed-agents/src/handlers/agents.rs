@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use gateway_core::AgentId;
-use gateway_runtime::{AgentFilter, Order};
+use gateway_store::{AgentFilter, Order};
 use serde_json::Value;
 
 use super::path_id;

@@ -6,7 +6,7 @@ use gateway_core::EnvironmentId;
 use gateway_core::agent::BackendRef;
 use gateway_core::environment::EnvironmentConfig;
 use gateway_core::placement::{LocalInputs, place};
-use gateway_runtime::{EnvironmentFilter, Order};
+use gateway_store::{EnvironmentFilter, Order};
 use serde_json::{Value, json};
 
 use super::path_id;

@@ -7,8 +7,8 @@ use axum::http::StatusCode;
 use axum::{Extension, Json};
 use gateway_core::SessionId;
 use gateway_core::event::{Event, EventPayload, NewEvent, ToolOrigin};
-use gateway_runtime::auth::Principal;
-use gateway_runtime::{EventFilter, Order};
+use gateway_services::auth::Principal;
+use gateway_store::{EventFilter, Order};
 use serde::Deserialize;
 use serde_json::{Value, json};
 

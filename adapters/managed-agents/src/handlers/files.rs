@@ -1,5 +1,5 @@
 //! `/v1/files`: the Files API (`client.beta.files`). Uploads stream into the store a chunk at
-//! a time ([`gateway_runtime::files`]); downloads stream back out the same way, so neither
+//! a time ([`gateway_services::files`]); downloads stream back out the same way, so neither
 //! holds a whole file in memory (docs/adr/0017).
 
 use axum::body::Body;
@@ -9,9 +9,10 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use gateway_core::FileId;
-use gateway_runtime::auth::Principal;
-use gateway_runtime::files::{FileUpload, UploadError};
-use gateway_runtime::{Order, RuntimeError, StoredFile};
+use gateway_runtime::RuntimeError;
+use gateway_services::auth::Principal;
+use gateway_services::files::{FileUpload, UploadError};
+use gateway_store::{Order, StoredFile};
 use serde_json::{Value, json};
 
 use super::path_id;

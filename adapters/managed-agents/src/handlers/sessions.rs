@@ -5,7 +5,8 @@ use axum::extract::{Path, State};
 use gateway_core::event::EventKind;
 use gateway_core::session::{Resource, ResourceKind, Session, SessionStatus};
 use gateway_core::{AgentId, EnvironmentId, ResourceId, SessionId};
-use gateway_runtime::{AgentSelection, CreateSession, Keyset, Order, Page, PageCursor, SessionFilter, SessionPatch};
+use gateway_runtime::{AgentSelection, CreateSession};
+use gateway_store::{Keyset, Order, Page, PageCursor, SessionFilter, SessionPatch};
 use serde_json::{Value, json};
 
 use super::path_id;

@@ -7,8 +7,9 @@ use axum::Json;
 use axum::extract::multipart::{Multipart, MultipartRejection};
 use axum::extract::{Path, State};
 use gateway_core::{SkillId, SkillVersionId};
-use gateway_runtime::skills::MAX_SKILL_BYTES;
-use gateway_runtime::{Order, RuntimeError, StoredSkill, StoredSkillVersion};
+use gateway_runtime::RuntimeError;
+use gateway_services::skills::MAX_SKILL_BYTES;
+use gateway_store::{Order, StoredSkill, StoredSkillVersion};
 use serde_json::{Value, json};
 
 use super::path_id;

@@ -4,8 +4,8 @@
 use axum::extract::{Path, State};
 use axum::{Extension, Json};
 use gateway_core::WebhookId;
-use gateway_runtime::auth::Principal;
-use gateway_runtime::{EndpointOrigin, WebhookEndpoint};
+use gateway_services::auth::Principal;
+use gateway_store::{EndpointOrigin, WebhookEndpoint};
 use serde::Deserialize;
 use serde_json::{Value, json};
 

@@ -10,7 +10,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use gateway_core::environment::EnvironmentConfig;
 use gateway_core::{ApiKeyId, EnvironmentId, WorkId};
-use gateway_runtime::{Beat, Executors, Order, Stop};
+use gateway_runtime::Executors;
+use gateway_store::{Beat, Order, Stop};
 use serde_json::{Value, json};
 
 use super::path_id;

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use gateway_core::WebhookId;
 use gateway_runtime::delivery::{Channel, ChannelSettings, Failure, Outgoing, Reach, RetryPolicy};
-use gateway_runtime::{EndpointOrigin, NewDelivery, OutboxDelivery, WebhookEndpoint};
+use gateway_store::{Delivery as OutboxDelivery, EndpointOrigin, NewDelivery, WebhookEndpoint};
 use tracing::warn;
 
 use super::{DISABLE_AFTER, REFRESH, Webhooks, payload, sign};
@@ -155,7 +155,7 @@ mod tests {
         let retry = RetryPolicy::doubling(delivery.max_backoff(), None);
         let waits: Vec<Duration> = (1..=5)
             .map(|attempt| match retry.after_failure(attempt, "e") {
-                gateway_runtime::metrics::Settle::Retry { after, .. } => after,
+                gateway_services::metrics::Settle::Retry { after, .. } => after,
                 other => panic!("gave up: {other:?}"),
             })
             .collect();

@@ -27,7 +27,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gateway_core::WebhookId;
-use gateway_runtime::{Coordinator, EndpointOrigin, NewEndpoint, SecretBox, WebhookEndpoint, ssrf};
+use gateway_runtime::Coordinator;
+use gateway_services::{SecretBox, ssrf};
+use gateway_store::{EndpointOrigin, NewEndpoint, WebhookEndpoint};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tracing::{info, warn};

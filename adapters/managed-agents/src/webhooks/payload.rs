@@ -3,7 +3,7 @@
 
 use gateway_core::environment::ConnectionStatus;
 use gateway_core::event::{Event, EventPayload};
-use gateway_runtime::WebhookEndpoint;
+use gateway_store::WebhookEndpoint;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use gateway_runtime::{ApiKey, WorkItem, WorkStats};
+use gateway_store::{ApiKey, WorkItem, WorkStats};
 use serde::Deserialize;
 use serde_json::{Value, json};
 

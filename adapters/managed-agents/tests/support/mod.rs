@@ -11,9 +11,10 @@ use gateway_core::environment::ProviderTier;
 use gateway_managed_agents::ManagedAgents;
 use gateway_managed_agents::webhooks::{WebhookSettings, Webhooks};
 use gateway_models::fake::FakeModel;
-use gateway_runtime::auth::Authenticator;
+use gateway_native::{NativeBackend, NativeConfig};
 use gateway_runtime::testing::{TestGateway, TestGatewayBuilder};
-use gateway_runtime::{NativeBackend, NativeConfig, SecretBox};
+use gateway_services::SecretBox;
+use gateway_services::auth::Authenticator;
 use serde_json::{Value, json};
 
 pub struct Gateway {

@@ -12,7 +12,7 @@ use gateway_store::{StoreError, StoredSkill, StoredSkillVersion};
 
 use super::{Coordinator, local_inputs};
 use crate::error::{Guard, Result, RuntimeError};
-use crate::files::FileUpload;
+use gateway_services::files::FileUpload;
 
 impl Coordinator {
     /// Adds a resource to a session (frozen like those it was created with: placement runs
@@ -154,7 +154,7 @@ impl Coordinator {
         display_name: Option<String>,
         files: Vec<(String, Vec<u8>)>,
     ) -> Result<(StoredSkill, StoredSkillVersion)> {
-        let version = crate::skills::version_of(files).map_err(|e| RuntimeError::Invalid(e.0))?;
+        let version = gateway_services::skills::version_of(files).map_err(|e| RuntimeError::Invalid(e.0))?;
         let display_name = display_name.unwrap_or_else(|| version.name.clone());
         Ok(self.store.create_skill(&SkillId::new(), &display_name, version).await?)
     }
@@ -165,7 +165,7 @@ impl Coordinator {
         skill: &SkillId,
         files: Vec<(String, Vec<u8>)>,
     ) -> Result<StoredSkillVersion> {
-        let version = crate::skills::version_of(files).map_err(|e| RuntimeError::Invalid(e.0))?;
+        let version = gateway_services::skills::version_of(files).map_err(|e| RuntimeError::Invalid(e.0))?;
         Ok(self.store.add_skill_version(skill, version).await?)
     }
 
@@ -210,9 +210,11 @@ pub(super) fn check_resources(resources: &[ResourceKind], allow_private: bool) -
     for r in resources {
         if let ResourceKind::Repository { url, checkout, .. } = r {
             // The error never echoes the URL: one refused for holding credentials would show them.
-            crate::checkout::repository_url(url, allow_private).map_err(|e| RuntimeError::Invalid(e.to_string()))?;
+            gateway_services::checkout::repository_url(url, allow_private)
+                .map_err(|e| RuntimeError::Invalid(e.to_string()))?;
             if let Some(checkout) = checkout {
-                crate::checkout::check_checkout(checkout).map_err(|e| RuntimeError::Invalid(e.to_string()))?;
+                gateway_services::checkout::check_checkout(checkout)
+                    .map_err(|e| RuntimeError::Invalid(e.to_string()))?;
             }
         }
     }

@@ -9,8 +9,10 @@ use tracing::{Instrument, debug, info, warn};
 
 use super::pool::DeliveryPool;
 use super::{Channel, Failure, Outgoing, Reach};
-use crate::metrics::Settle;
-use crate::{Coordinator, OutboxDelivery, ssrf};
+use crate::Coordinator;
+use gateway_services::metrics::Settle;
+use gateway_services::ssrf;
+use gateway_store::Delivery as OutboxDelivery;
 
 /// How long the loop waits before looking again when it found nothing to do: the most a
 /// queued delivery waits for its first attempt while the process is idle.

@@ -8,7 +8,7 @@
 //! service owns the rest, once for all channels: claiming due deliveries as places free up
 //! ([`pool::DeliveryPool`], at most `max_concurrent` in flight per channel, one per topic by
 //! the outbox's rule, so a slow receiver delays only its own deliveries), the SSRF rule
-//! (checked before sending and again at connect time, [`crate::ssrf`]), the attempt's time
+//! (checked before sending and again at connect time, [`gateway_services::ssrf`]), the attempt's time
 //! limit, its span and W3C trace headers, the backoff between attempts ([`RetryPolicy`]), and
 //! settling the outcome in the outbox and the metrics in one call
 //! ([`crate::Coordinator::settle_delivery`], labelled with the channel's name).
@@ -28,7 +28,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use crate::Coordinator;
-pub use crate::OutboxDelivery;
+use gateway_store::Delivery as OutboxDelivery;
 pub use retry::RetryPolicy;
 
 /// Which addresses a request may reach.

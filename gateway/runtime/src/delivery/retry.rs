@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use gateway_wire::backoff::Backoff;
 
-use crate::metrics::Settle;
+use gateway_services::metrics::Settle;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {

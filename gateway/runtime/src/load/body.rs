@@ -25,7 +25,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 use super::{AdmissionLimits, Busy, BusyCause, RequestPermit};
-use crate::metrics::Metrics;
+use gateway_services::metrics::Metrics;
 
 /// Why a body was cut off.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

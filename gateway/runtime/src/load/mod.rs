@@ -47,9 +47,10 @@ use std::time::{Duration, Instant};
 use gateway_store::Store;
 use serde::{Deserialize, Serialize};
 
-use crate::auth::Principal;
-use crate::metrics::Metrics;
-use crate::places::{Place, Places};
+pub use gateway_core::admission::BusyCause;
+use gateway_services::auth::Principal;
+use gateway_services::metrics::Metrics;
+use gateway_services::places::{Place, Places};
 
 /// How often the queued runs are counted.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
@@ -115,39 +116,6 @@ const CPU_EVERY: u32 = 10;
 /// counts as an overload. Well below what one overloaded process takes (a core or more: the
 /// SQLite writer alone keeps one busy), well above an idle or lightly loaded one.
 pub const BUSY_CORES: f64 = 0.5;
-
-/// Which bound refused the work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BusyCause {
-    /// `max_requests` requests are in flight.
-    Requests,
-    /// `max_requests_per_peer` requests of one address are in flight.
-    PeerRequests,
-    /// `max_requests_per_key` requests of one key are in flight.
-    KeyRequests,
-    /// `max_body_bytes_in_flight` bytes of request bodies are being read.
-    BodyBytes,
-    /// `max_queued_runs` runs wait to be claimed.
-    QueuedRuns,
-    /// A run that could be claimed has waited longer than `max_queue_wait_ms`.
-    QueueWait,
-    /// The process's tasks or its store's reads and writes run later than `max_lag_ms`.
-    Saturated,
-}
-
-impl BusyCause {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BusyCause::Requests => "requests",
-            BusyCause::PeerRequests => "peer_requests",
-            BusyCause::KeyRequests => "key_requests",
-            BusyCause::BodyBytes => "body_bytes",
-            BusyCause::QueuedRuns => "queued_runs",
-            BusyCause::QueueWait => "queue_wait",
-            BusyCause::Saturated => "saturated",
-        }
-    }
-}
 
 /// The refusal: which bound, and when to try again.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -207,7 +207,7 @@ impl TestGatewayBuilder {
     }
 
     /// What uploads may be (size and quotas).
-    pub fn files(mut self, config: crate::files::FilesConfig) -> Self {
+    pub fn files(mut self, config: gateway_services::files::FilesConfig) -> Self {
         self.coordinator.files = config;
         self
     }
@@ -224,7 +224,7 @@ impl TestGatewayBuilder {
         };
         let workspaces = tempfile::tempdir().expect("a temporary directory for workspaces");
         let files = Arc::clone(&store);
-        let secrets = Some(crate::secrets::SecretBox::generate());
+        let secrets = Some(gateway_services::secrets::SecretBox::generate());
         let environments =
             Environments::new(self.host, workspaces.path(), self.environments, self.providers, files, secrets);
         let mut backends = BackendRegistry::new();

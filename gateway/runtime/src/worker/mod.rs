@@ -32,8 +32,8 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::backend::BackendRegistry;
-use crate::metrics::Metrics;
 use crate::previews::PreviewBus;
+use gateway_services::metrics::Metrics;
 pub use handoff::{Handoff, Reserved};
 use leases::Leases;
 

@@ -80,7 +80,7 @@ pub(super) async fn execute(w: &Arc<Shared>, claim: Claim, held: &Held) {
         metrics: Arc::clone(&w.metrics),
     };
 
-    let _running = crate::metrics::GaugeGuard::new(&w.metrics.turns_running);
+    let _running = gateway_services::metrics::GaugeGuard::new(&w.metrics.turns_running);
     let kind = run.backend.kind();
     let result = tokio::select! {
         r = backend.run(&ctx) => Some(r),
@@ -142,7 +142,7 @@ pub(super) async fn execute(w: &Arc<Shared>, claim: Claim, held: &Held) {
             RunOutcome::Terminated,
         ),
     };
-    w.metrics.turn(kind, crate::metrics::outcome_name(&outcome), ctx.first.started.elapsed());
+    w.metrics.turn(kind, gateway_services::metrics::outcome_name(&outcome), ctx.first.started.elapsed());
     // What the backend staged (its last model request's events) commits with the settlement:
     // the turn's end costs one commit.
     let staged = ctx.take_staged();

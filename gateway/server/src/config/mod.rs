@@ -8,9 +8,10 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use gateway_managed_agents::webhooks::{WebhookConfig, WebhookDelivery};
 use gateway_models::anthropic::AnthropicSettings;
-use gateway_runtime::files::FilesConfig;
-use gateway_runtime::{AdmissionLimits, EnvironmentsConfig, NativeConfig, WorkerConfig};
+use gateway_native::NativeConfig;
+use gateway_runtime::{AdmissionLimits, EnvironmentsConfig, WorkerConfig};
 use gateway_sandbox::ProviderKind;
+use gateway_services::files::FilesConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::listen::HttpLimits;

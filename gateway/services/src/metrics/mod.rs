@@ -10,7 +10,7 @@
 //!
 //! Hot paths pay one atomic add (counters, gauges) or one short lock (a histogram's
 //! observation, a family's lookup); gauges that need a query (the outbox, environments) are
-//! refreshed when `/metrics` is scraped ([`crate::Coordinator::refresh_metrics`]), so a
+//! refreshed when `/metrics` is scraped (`gateway_runtime::Coordinator::refresh_metrics`), so a
 //! gateway nobody scrapes does not pay for them.
 
 use std::sync::atomic::AtomicU64;
@@ -24,7 +24,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::load::BusyCause;
+use gateway_core::admission::BusyCause;
 
 /// Fast operations (an HTTP answer, a delivery, the first event of a turn): 1 ms to 60 s.
 const FAST_BUCKETS: [f64; 15] =
@@ -85,7 +85,7 @@ struct RequestLabels {
     status: &'static str,
 }
 
-/// What became of one outbound delivery attempt ([`crate::Coordinator::settle_delivery`]).
+/// What became of one outbound delivery attempt (`gateway_runtime::Coordinator::settle_delivery`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settle<'a> {
     /// The receiver took it.
@@ -322,7 +322,7 @@ impl Metrics {
     }
 
     /// What admission last read of the run queue and the process's lateness.
-    pub(crate) fn sampled(&self, queue: Option<QueueStats>, lateness: Duration, cpu_cores: f64) {
+    pub fn sampled(&self, queue: Option<QueueStats>, lateness: Duration, cpu_cores: f64) {
         if let Some(q) = queue {
             self.runs_queued.set(i64::try_from(q.queued).unwrap_or(i64::MAX));
             self.runs_oldest_queued.set(q.oldest_wait.as_secs_f64());
@@ -332,13 +332,13 @@ impl Metrics {
     }
 
     /// The outbox as last read.
-    pub(crate) fn outbox(&self, stats: OutboxStats) {
+    pub fn outbox(&self, stats: OutboxStats) {
         self.outbox_pending.set(i64::try_from(stats.pending).unwrap_or(i64::MAX));
         self.outbox_oldest.set(stats.oldest_age.as_secs_f64());
     }
 
     /// The live environments of this process as last counted.
-    pub(crate) fn environments(&self, in_use: usize, idle: usize) {
+    pub fn environments(&self, in_use: usize, idle: usize) {
         self.environments.get_or_create(&StateLabel { state: "in_use" }).set(in_use as i64);
         self.environments.get_or_create(&StateLabel { state: "idle" }).set(idle as i64);
     }
@@ -356,12 +356,12 @@ impl Metrics {
     }
 
     /// One turn ended (`outcome`: a settled outcome's name, `released` or `abandoned`).
-    pub(crate) fn turn(&self, backend: &'static str, outcome: &'static str, took: Duration) {
+    pub fn turn(&self, backend: &'static str, outcome: &'static str, took: Duration) {
         self.turns.get_or_create(&BackendOutcome { backend, outcome }).observe(took.as_secs_f64());
     }
 
     /// The first event a client could see of a turn, `took` after it started.
-    pub(crate) fn first_event(&self, backend: &'static str, took: Duration) {
+    pub fn first_event(&self, backend: &'static str, took: Duration) {
         self.first_event.get_or_create(&BackendLabel { backend }).observe(took.as_secs_f64());
     }
 
@@ -377,7 +377,7 @@ impl Metrics {
     }
 
     /// One outbound delivery attempt on `channel` (`webhook`, `a2a_push`).
-    pub(crate) fn delivery(&self, channel: &'static str, outcome: &Settle<'_>, took: Duration) {
+    pub fn delivery(&self, channel: &'static str, outcome: &Settle<'_>, took: Duration) {
         self.deliveries
             .get_or_create(&ChannelOutcome { channel, outcome: outcome.as_str() })
             .observe(took.as_secs_f64());
@@ -416,7 +416,7 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 const OUTCOMES: [&str; 7] = ["completed", "parked", "cancelled", "failed", "terminated", "indeterminate", "retry"];
 
 /// The name a settled outcome is counted under (one of [`OUTCOMES`]).
-pub(crate) fn outcome_name(o: &RunOutcome) -> &'static str {
+pub fn outcome_name(o: &RunOutcome) -> &'static str {
     match o {
         RunOutcome::Completed => OUTCOMES[0],
         RunOutcome::Parked { .. } => OUTCOMES[1],

@@ -2,7 +2,7 @@
 //! client against the loopback stub) + Session Environments on the local provider.
 #![allow(clippy::unwrap_used)]
 
-#[path = "../common/mod.rs"]
+#[path = "../../../runtime/tests/common/mod.rs"]
 mod common;
 mod git_server;
 mod harness;
@@ -437,7 +437,7 @@ async fn model_failures_are_rescheduled_then_end_with_a_typed_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_gate_remote_callers_and_loopback_without_keys() {
-    use gateway_runtime::auth::{AuthError, Authenticator, Caller, Principal, generate_key};
+    use gateway_services::auth::{AuthError, Authenticator, Caller, Principal, generate_key};
     let n = native().await;
     let auth = Authenticator::new(Arc::clone(&n.store));
     assert_eq!(auth.authenticate(None, &Caller::LOCAL).await, Ok(Principal::Loopback), "no keys: loopback is served");
@@ -482,7 +482,7 @@ async fn keys_gate_remote_callers_and_loopback_without_keys() {
 /// database) closes keyless access within `NO_KEYS_TTL`, and each change is logged once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_key_closes_keyless_access_within_a_second_and_says_so() {
-    use gateway_runtime::auth::{AuthError, Authenticator, Caller, NO_KEYS_TTL, Principal, generate_key};
+    use gateway_services::auth::{AuthError, Authenticator, Caller, NO_KEYS_TTL, Principal, generate_key};
     let logs = mounts::LogCapture::install();
     let n = native().await;
     let auth = Authenticator::new(Arc::clone(&n.store));

@@ -6,6 +6,11 @@
 //! before anything depends on it; a resumed run reads the log and continues from there:
 //! a tool call journaled as started but without a result is reported indeterminate, never
 //! run again (invariant 5).
+//!
+//! Its own crate, beside the ACP and A2A backends, because it is one backend among several:
+//! it uses only the runtime's Backend port ([`RunContext`]) and its Session Environments, and it
+//! is the one user of the model clients (`gateway-models`), so the dispatch engine no longer
+//! depends on them (docs/adr/0023).
 
 pub mod conversation;
 
@@ -25,10 +30,10 @@ use gateway_sandbox::ToolOutput;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::backend::{Backend, BackendError, RunContext, TurnOutcome};
-use crate::environment::{Environments, Lease};
-use crate::executors::Connection;
-use crate::previews::Preview;
+use gateway_runtime::backend::{Backend, BackendError, RunContext, TurnOutcome};
+use gateway_runtime::environment::{Environments, Lease};
+use gateway_runtime::executors::Connection;
+use gateway_runtime::previews::Preview;
 
 /// `[native]`: the model loop's bounds (missing keys keep these defaults).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -206,12 +211,11 @@ impl<'a> Turn<'a> {
         if calls.is_empty() {
             return Ok(None);
         }
-        let executors = std::sync::Arc::clone(&self.ctx.executors);
-        match executors.connect(&self.ctx.session.id, &self.ctx.interrupted).await? {
+        match self.ctx.connect_executor().await? {
             Connection::Connected => Ok(None),
             Connection::Cancelled => Ok(Some(TurnOutcome::Interrupted)),
             Connection::TimedOut => {
-                let secs = executors.settings().connect_timeout.as_secs();
+                let secs = self.ctx.executor_settings().connect_timeout.as_secs();
                 let message = format!(
                     "no self-hosted executor connected to environment {} within {secs}s; the tool call was not run",
                     self.ctx.session.environment_id

@@ -9,8 +9,9 @@ use gateway_core::agent::{PermissionPolicy, SkillRef};
 use gateway_core::environment::Provisioning;
 use gateway_core::event::{ErrorKind, EventPayload, StopReason};
 use gateway_core::session::{Checkout, EnvironmentState, ResourceKind, Secret};
-use gateway_runtime::checkout::CheckoutConfig;
-use gateway_runtime::{EnvironmentsConfig, RuntimeError, StoredFile};
+use gateway_runtime::{EnvironmentsConfig, RuntimeError};
+use gateway_services::checkout::CheckoutConfig;
+use gateway_store::StoredFile;
 
 use crate::common::stop_of;
 use crate::git_server::{self, GitServer};
@@ -206,11 +207,7 @@ async fn repositories_are_checked_out_at_their_branch_or_commit_and_the_token_st
     assert!(!auth.is_empty() && auth.iter().all(|a| a.starts_with("Basic ")), "the token went as a header");
     let all = n
         .coordinator
-        .list_events(
-            &s.id,
-            &Default::default(),
-            &gateway_runtime::PageRequest::first(1000, gateway_runtime::Order::Asc),
-        )
+        .list_events(&s.id, &Default::default(), &gateway_store::PageRequest::first(1000, gateway_store::Order::Asc))
         .await
         .unwrap();
     assert!(!json_of(&all.items).contains(TOKEN), "the token is in no event");

@@ -12,9 +12,10 @@ use gateway_core::agent::{BackendRef, NamedToolConfig, PermissionPolicy, ToolCon
 use gateway_core::event::{EventKind, EventPayload};
 use gateway_core::session::Session;
 use gateway_models::fake::FakeModel;
+use gateway_native::{NativeBackend, NativeConfig};
 use gateway_runtime::testing::backends::log;
 use gateway_runtime::testing::{BackendUnderTest, TestGateway, TestGatewayBuilder, Turn};
-use gateway_runtime::{AgentSelection, CreateSession, NativeBackend, NativeConfig};
+use gateway_runtime::{AgentSelection, CreateSession};
 use gateway_store::conformance::{agent_spec, env_spec};
 
 async fn session_of(gw: &TestGateway, agent: gateway_core::agent::AgentSpec) -> Session {

@@ -15,10 +15,10 @@ use gateway_core::placement::{NetworkControl, Offer, ProviderOffer};
 use gateway_core::session::{EnvironmentState, ResourceKind, Session};
 use gateway_models::ModelClient;
 use gateway_models::fake::FakeModel;
+use gateway_native::{NativeBackend, NativeConfig};
 use gateway_runtime::testing::TestGateway;
 use gateway_runtime::{
-    AgentSelection, CreateSession, Delivery, EnvironmentsConfig, NativeBackend, NativeConfig, RuntimeError,
-    SubscribeOptions, WorkerPool,
+    AgentSelection, CreateSession, Delivery, EnvironmentsConfig, RuntimeError, SubscribeOptions, WorkerPool,
 };
 use gateway_sandbox::local::LocalProvider;
 use gateway_sandbox::{Limits, SandboxProvider};
