@@ -108,6 +108,21 @@ pub fn push_channel(ctx: &A2aContext) -> Arc<dyn gateway_runtime::delivery::Chan
     Arc::new(delivery::PushChannel::new(ctx))
 }
 
+/// The A2A face: its routes, and the push feeder in the background.
+impl gateway_face::Face for A2aContext {
+    fn name(&self) -> &'static str {
+        "a2a"
+    }
+
+    fn router(&self) -> axum::Router {
+        router(self.clone())
+    }
+
+    fn background(&self, tasks: &tokio_util::task::TaskTracker) {
+        tasks.spawn(run_push_feeder(self.clone()));
+    }
+}
+
 pub use outbound::Limits as RemoteLimits;
 
 /// One backend per configured remote, registered as `a2a:<name>`.

@@ -113,6 +113,17 @@ pub fn router(ctx: AcpContext) -> axum::Router {
     ws::router(ctx)
 }
 
+/// The ACP face of `gateway serve`: `/acp` over WebSocket.
+impl gateway_face::Face for AcpContext {
+    fn name(&self) -> &'static str {
+        "acp"
+    }
+
+    fn router(&self) -> axum::Router {
+        router(self.clone())
+    }
+}
+
 /// Stops idle ACP agent processes and those of deleted sessions, every 30 s until `stop`.
 pub async fn maintain(coordinator: Coordinator, processes: Arc<ProcessTable>, stop: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(30));

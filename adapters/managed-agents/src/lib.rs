@@ -52,6 +52,18 @@ pub struct ManagedAgents {
     pub shutdown: CancellationToken,
 }
 
+/// The Managed Agents face: the `/v1` routes (webhook deliveries run as their own task, started
+/// with the webhooks service).
+impl gateway_face::Face for ManagedAgents {
+    fn name(&self) -> &'static str {
+        "managed_agents"
+    }
+
+    fn router(&self) -> Router {
+        router(self.clone())
+    }
+}
+
 /// The `/v1` routes of the Managed Agents API (mount at the root).
 pub fn router(api: ManagedAgents) -> Router {
     use handlers::{agents, environments, events, files, sessions, skills, webhook_endpoints, work};

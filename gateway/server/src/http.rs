@@ -22,6 +22,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use futures::StreamExt;
 use gateway_core::trace::TraceContext;
+use gateway_face::Face;
 use gateway_runtime::Coordinator;
 use gateway_services::auth::{Authenticator, Principal};
 use serde_json::json;
@@ -36,28 +37,20 @@ pub struct AppState {
     pub auth: Arc<Authenticator>,
 }
 
-/// The whole HTTP application: health, and each protocol adapter's routes.
-pub fn router(
-    state: AppState,
-    managed_agents: gateway_managed_agents::ManagedAgents,
-    a2a: gateway_a2a::A2aContext,
-    acp: Option<gateway_acp::AcpContext>,
-    max_streams_per_key: usize,
-) -> Router {
+/// The whole HTTP application: health, metrics, the viewer, and every face's routes, each
+/// measured under the face's name.
+pub fn router(state: AppState, faces: &[Box<dyn Face>], max_streams_per_key: usize) -> Router {
     let measures = Arc::clone(state.coordinator.metrics());
     let metrics = Router::new()
         .route("/metrics", get(metrics))
         .layer(middleware::from_fn_with_state(state.clone(), operators_only));
     let auth = Arc::clone(&state.auth);
     let ops = Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).merge(metrics);
-    let mut app = measured(ops, "ops", Arc::clone(&measures))
-        .with_state(state)
-        .merge(measured(gateway_managed_agents::router(managed_agents), "managed_agents", Arc::clone(&measures)))
-        .merge(measured(gateway_a2a::router(a2a), "a2a", Arc::clone(&measures)))
-        .merge(measured(crate::ui::router(), "ui", Arc::clone(&measures)));
-    if let Some(acp) = acp {
-        app = app.merge(measured(gateway_acp::router(acp), "acp", measures));
+    let mut app = measured(ops, "ops", Arc::clone(&measures)).with_state(state);
+    for face in faces {
+        app = app.merge(measured(face.router(), face.name(), Arc::clone(&measures)));
     }
+    let app = app.merge(measured(crate::ui::router(), "ui", measures));
     let streams = Arc::new(Streams { auth, open: Places::new(max_streams_per_key, usize::MAX) });
     app.layer(middleware::from_fn_with_state(streams, govern_streams)).layer(middleware::from_fn(trace_requests))
 }

@@ -216,11 +216,14 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
         tasks: rt.tasks.clone(),
         shutdown: shutdown.clone(),
     });
+    let deliveries = gateway_runtime::delivery::Deliveries::new(rt.coordinator.clone(), config.instance_name())
+        .with(Arc::clone(&webhooks) as Arc<dyn gateway_runtime::delivery::Channel>)
+        .with(gateway_a2a::push_channel(&a2a));
+    let mut faces: Vec<Box<dyn gateway_face::Face>> = vec![Box::new(managed_agents), Box::new(a2a)];
+    faces.extend(acp.map(|acp| Box::new(acp) as Box<dyn gateway_face::Face>));
     let app = router(
         AppState { coordinator: rt.coordinator.clone(), auth: Arc::clone(&auth) },
-        managed_agents,
-        a2a.clone(),
-        acp,
+        &faces,
         config.http.max_streams_per_key,
     );
     let listener = match tokio::net::TcpListener::bind(&config.listen).await {
@@ -243,12 +246,11 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
 
     rt.tasks.spawn(Arc::clone(&auth).watch_revocations(shutdown.clone()));
     // One delivery service for every outbound notification channel, joined with the
-    // runtime's tasks on shutdown.
-    let deliveries = gateway_runtime::delivery::Deliveries::new(rt.coordinator.clone(), config.instance_name())
-        .with(Arc::clone(&webhooks) as Arc<dyn gateway_runtime::delivery::Channel>)
-        .with(gateway_a2a::push_channel(&a2a));
+    // runtime's tasks on shutdown; each face's own background work (the A2A push feeder) too.
     rt.tasks.spawn(deliveries.run(shutdown.clone()));
-    rt.tasks.spawn(gateway_a2a::run_push_feeder(a2a));
+    for face in &faces {
+        face.background(&rt.tasks);
+    }
     rt.tasks.spawn(watch_signals(shutdown.clone()));
     rt.tasks.spawn(crate::listen::serve(
         listener,
