@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -204,15 +204,31 @@ impl Drop for StubServer {
     }
 }
 
-async fn messages(
-    State(shared): State<Arc<Shared>>,
+/// A request every route records before it answers: the extractor does the recording, so each
+/// handler starts from what it received and the stub's shared state.
+struct Recorded {
+    shared: Arc<Shared>,
     method: Method,
     uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let json = serde_json::from_slice::<Value>(&body).ok();
-    shared.record(&method, &uri, &headers, json.clone().unwrap_or(Value::Null));
+    /// The body as JSON; `None` when it is not JSON (recorded as `null`).
+    json: Option<Value>,
+}
+
+impl FromRequest<Arc<Shared>> for Recorded {
+    type Rejection = axum::extract::rejection::BytesRejection;
+
+    async fn from_request(request: Request, shared: &Arc<Shared>) -> Result<Self, Self::Rejection> {
+        let method = request.method().clone();
+        let uri = request.uri().clone();
+        let headers = request.headers().clone();
+        let body = Bytes::from_request(request, shared).await?;
+        let json = serde_json::from_slice::<Value>(&body).ok();
+        shared.record(&method, &uri, &headers, json.clone().unwrap_or(Value::Null));
+        Ok(Recorded { shared: Arc::clone(shared), method, uri, json })
+    }
+}
+
+async fn messages(Recorded { shared, json, .. }: Recorded) -> Response {
     let fault = shared.next_fault();
     match &fault {
         Some(Fault::Delay(delay)) => tokio::time::sleep(*delay).await,
@@ -308,17 +324,9 @@ fn error_response(status: u16, error_type: &str, message: &str) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-async fn count_tokens(
-    State(shared): State<Arc<Shared>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let json = serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null);
-    shared.record(&method, &uri, &headers, json.clone());
+async fn count_tokens(Recorded { shared, json, .. }: Recorded) -> Response {
     // count_tokens requests carry no max_tokens; the fake's count does not depend on it.
-    let mut json = json;
+    let mut json = json.unwrap_or(Value::Null);
     if let Some(object) = json.as_object_mut() {
         object.entry("max_tokens").or_insert(json!(1));
     }
@@ -331,14 +339,6 @@ async fn count_tokens(
     }
 }
 
-async fn not_found(
-    State(shared): State<Arc<Shared>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let json = serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null);
-    shared.record(&method, &uri, &headers, json);
+async fn not_found(Recorded { method, uri, .. }: Recorded) -> Response {
     error_response(404, "not_found_error", &format!("the stub does not serve {method} {}", uri.path()))
 }
