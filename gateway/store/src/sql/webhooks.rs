@@ -71,8 +71,14 @@ impl<E: Engine> SqlStore<E> {
         Ok(())
     }
 
-    async fn webhook_row(tx: &mut WriteTx<E>, id: &WebhookId) -> Result<WebhookEndpoint> {
-        query_as::<WebhookRow>(WEBHOOK_BY_ID).bind(id.as_str()).found(&mut **tx, "webhook endpoint", id).await
+    /// Commits a write of endpoint `id` and answers with the endpoint as that transaction left
+    /// it: every write of an endpoint returns it, read before the commit so no other write
+    /// comes between.
+    async fn commit_webhook(&self, mut tx: WriteTx<E>, id: &WebhookId) -> Result<WebhookEndpoint> {
+        let out =
+            query_as::<WebhookRow>(WEBHOOK_BY_ID).bind(id.as_str()).found(&mut *tx, "webhook endpoint", id).await?;
+        self.finish(tx, Hints::default()).await?;
+        Ok(out)
     }
 }
 
@@ -86,9 +92,7 @@ impl<E: Engine> Webhooks for SqlStore<E> {
         let mut tx = self.begin_write().await?;
         let now = Self::now(&mut tx).await?;
         Self::upsert_webhook(&mut tx, &e, None, now).await?;
-        let out = Self::webhook_row(&mut tx, &e.id).await?;
-        self.finish(tx, Hints::default()).await?;
-        Ok(out)
+        self.commit_webhook(tx, &e.id).await
     }
 
     async fn register_webhook(&self, e: NewEndpoint, creator: &str, max_per_creator: u64) -> Result<WebhookEndpoint> {
@@ -110,9 +114,7 @@ impl<E: Engine> Webhooks for SqlStore<E> {
             }));
         }
         Self::upsert_webhook(&mut tx, &e, Some(creator), now).await?;
-        let out = Self::webhook_row(&mut tx, &e.id).await?;
-        self.finish(tx, Hints::default()).await?;
-        Ok(out)
+        self.commit_webhook(tx, &e.id).await
     }
 
     async fn prune_config_webhooks(&self, keep: &[WebhookId]) -> Result<()> {
@@ -158,9 +160,7 @@ impl<E: Engine> Webhooks for SqlStore<E> {
         .bind(now)
         .execute(&mut *tx)
         .await?;
-        let out = Self::webhook_row(&mut tx, id).await?;
-        self.finish(tx, Hints::default()).await?;
-        Ok(out)
+        self.commit_webhook(tx, id).await
     }
 
     async fn record_webhook_attempt(&self, id: &WebhookId, ok: bool, disable_after: u32) -> Result<WebhookEndpoint> {
@@ -184,9 +184,7 @@ impl<E: Engine> Webhooks for SqlStore<E> {
             .execute(&mut *tx)
             .await?;
         }
-        let out = Self::webhook_row(&mut tx, id).await?;
-        self.finish(tx, Hints::default()).await?;
-        Ok(out)
+        self.commit_webhook(tx, id).await
     }
 
     async fn fan_out_feed(
