@@ -210,9 +210,15 @@ mod tests {
     use super::*;
 
     fn ws() -> (tempfile::TempDir, Workspace) {
+        workspace(1000)
+    }
+
+    /// A fresh temporary workspace, seen inside as `/workspace`, whose outputs are cut at
+    /// `output_cap` bytes (also what the tests of `text` start from).
+    pub(super) fn workspace(output_cap: usize) -> (tempfile::TempDir, Workspace) {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).expect("open");
-        (tmp, Workspace::new(dir, PathBuf::from("/workspace"), 1000))
+        (tmp, Workspace::new(dir, PathBuf::from("/workspace"), output_cap))
     }
 
     #[test]

@@ -89,16 +89,10 @@ pub fn write_text(ws: &Workspace, raw: &str, content: &str) -> Result<(), FileEr
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
-    use cap_std::fs::Dir;
-
     use super::*;
 
     fn ws() -> (tempfile::TempDir, Workspace) {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).expect("open");
-        (tmp, Workspace::new(dir, PathBuf::from("/workspace"), 10))
+        crate::files::tests::workspace(10)
     }
 
     #[test]
