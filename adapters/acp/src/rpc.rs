@@ -27,29 +27,28 @@ pub fn options(lenient: bool) -> PeerOptions {
 /// `acp_request` spans named `ACP <method>`.
 struct AcpSpans;
 
+/// The one `acp_request` span, either way: `kind` is `client` for the calls this side makes,
+/// `server` for those it answers.
+fn acp_span(kind: &'static str, peer: &'static str, method: &str) -> tracing::Span {
+    tracing::info_span!(
+        "acp_request",
+        otel.name = format!("ACP {}", clip(method, 100)),
+        otel.kind = kind,
+        rpc.system = "jsonrpc",
+        rpc.method = %clip(method, 100),
+        peer,
+    )
+}
+
 impl Spans for AcpSpans {
     fn outbound(&self, peer: &'static str, method: &str) -> tracing::Span {
-        tracing::info_span!(
-            "acp_request",
-            otel.name = format!("ACP {}", clip(method, 100)),
-            otel.kind = "client",
-            rpc.system = "jsonrpc",
-            rpc.method = %clip(method, 100),
-            peer,
-        )
+        acp_span("client", peer, method)
     }
 
     /// A child of the trace context the caller sent in `params._meta.traceparent` (and
     /// `tracestate`), where present.
     fn inbound(&self, peer: &'static str, method: &str, params: &Value) -> tracing::Span {
-        let span = tracing::info_span!(
-            "acp_request",
-            otel.name = format!("ACP {}", clip(method, 100)),
-            otel.kind = "server",
-            rpc.system = "jsonrpc",
-            rpc.method = %clip(method, 100),
-            peer,
-        );
+        let span = acp_span("server", peer, method);
         let meta = params.get("_meta");
         let carried = meta.and_then(|m| m.get("traceparent")).and_then(Value::as_str).and_then(|traceparent| {
             gateway_core::trace::TraceContext::from_headers(
