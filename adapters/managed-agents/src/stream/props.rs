@@ -90,20 +90,7 @@ fn hostile_text() -> impl Strategy<Value = String> {
 }
 
 fn json() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(Value::from),
-        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
-        hostile_text().prop_map(Value::String),
-    ];
-    leaf.prop_recursive(4, 48, 6, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-            prop::collection::btree_map(hostile_text(), inner, 0..6)
-                .prop_map(|m| Value::Object(m.into_iter().collect())),
-        ]
-    })
+    crate::props::json(hostile_text, 48, 6)
 }
 
 /// An event type as the projection names them: dotted lowercase words.

@@ -29,19 +29,7 @@ fn text() -> impl Strategy<Value = String> {
 }
 
 fn any_json() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(Value::from),
-        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
-        text().prop_map(Value::String),
-    ];
-    leaf.prop_recursive(4, 32, 5, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
-            prop::collection::btree_map(text(), inner, 0..5).prop_map(|m| Value::Object(m.into_iter().collect())),
-        ]
-    })
+    crate::props::json(text, 32, 5)
 }
 
 /// Values shaped like the API's: known type names and field names, any values in them.
