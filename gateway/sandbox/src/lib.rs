@@ -207,13 +207,22 @@ pub trait Sandbox: Send + Sync {
         Ok(cmd)
     }
     fn policy(&self) -> &SandboxPolicy;
+    /// The cgroup every process this sandbox starts joins, where the provider has one: what
+    /// [`Sandbox::terminate`] and [`Sandbox::contains_descendants`] rest on.
+    fn cgroup(&self) -> Option<&cgroup::Cgroup>;
     /// Kills every process this sandbox started that is still running, including those that
     /// left their process group (`setsid`). Where the provider has no cgroup this reaches only
     /// what the owners of those processes kill themselves (README: what `local` does not
     /// protect).
-    fn terminate(&self);
+    fn terminate(&self) {
+        if let Some(cg) = self.cgroup() {
+            cg.kill_all();
+        }
+    }
     /// Whether [`Sandbox::terminate`] reaches every descendant (a cgroup holds them).
-    fn contains_descendants(&self) -> bool;
+    fn contains_descendants(&self) -> bool {
+        self.cgroup().is_some()
+    }
     /// Whether processes this sandbox starts cannot change the workspace's read-only files
     /// ([`WorkspaceDir::read_only`]) as they were when the process started: then a process
     /// started before a file became read-only must be restarted for it to hold.

@@ -169,14 +169,8 @@ impl Sandbox for LocalSandbox {
         &self.policy
     }
 
-    fn terminate(&self) {
-        if let Some(cg) = &self.cgroup {
-            cg.kill_all();
-        }
-    }
-
-    fn contains_descendants(&self) -> bool {
-        self.cgroup.is_some()
+    fn cgroup(&self) -> Option<&Cgroup> {
+        self.cgroup.as_ref()
     }
 }
 

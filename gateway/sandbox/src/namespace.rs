@@ -375,14 +375,8 @@ impl Sandbox for NamespaceSandbox {
         &self.policy
     }
 
-    fn terminate(&self) {
-        if let Some(cg) = &self.cgroup {
-            cg.kill_all();
-        }
-    }
-
-    fn contains_descendants(&self) -> bool {
-        self.cgroup.is_some()
+    fn cgroup(&self) -> Option<&Cgroup> {
+        self.cgroup.as_ref()
     }
 
     /// Every process is started with the read-only files bound read-only (`--ro-bind-fd`).
