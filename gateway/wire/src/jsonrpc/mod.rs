@@ -23,6 +23,7 @@
 //! - A request whose caller stops waiting (its future dropped) forgets its id, so a late
 //!   answer is logged and dropped instead of leaking an entry.
 
+pub mod envelope;
 pub mod framing;
 mod id;
 
@@ -32,7 +33,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -82,7 +83,8 @@ impl RpcError {
         Self::new(code::INTERNAL_ERROR, "the connection closed before the peer answered")
     }
 
-    fn from_wire(v: &Value) -> Self {
+    /// An error object received from the other side (message clipped, code defaulted).
+    pub(crate) fn from_wire(v: &Value) -> Self {
         Self {
             code: v.get("code").and_then(Value::as_i64).unwrap_or(code::INTERNAL_ERROR),
             message: v.get("message").and_then(Value::as_str).map(|m| clip(m, 2000).to_owned()).unwrap_or_default(),
@@ -257,7 +259,7 @@ impl Peer {
         let (tx, rx) = oneshot::channel();
         self.lock_pending().insert(id.to_string(), tx);
         let _forget = Forget { peer: self, id: id.to_string() };
-        let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let frame = envelope::request(id, method, params);
         if !self.send(frame).await {
             return Err(RpcError::closed());
         }
@@ -270,13 +272,13 @@ impl Peer {
     /// Sends a notification, waiting for room in the outgoing queue; false if the connection
     /// is gone.
     pub async fn notify(&self, method: &str, params: Value) -> bool {
-        self.send(json!({"jsonrpc": "2.0", "method": method, "params": params})).await
+        self.send(envelope::notification(method, params)).await
     }
 
     /// Sends a notification only if the outgoing queue has room now (never waits: for paths
     /// that must not hang on a peer that stopped reading); false if it was not sent.
     pub fn try_notify(&self, method: &str, params: Value) -> bool {
-        let Some(text) = self.serialize(&json!({"jsonrpc": "2.0", "method": method, "params": params})) else {
+        let Some(text) = self.serialize(&envelope::notification(method, params)) else {
             return false;
         };
         let Ok(budget) = Arc::clone(&self.inner.budget).try_acquire_many_owned(cost(&text)) else { return false };
@@ -335,21 +337,10 @@ impl Peer {
 
     /// Answers a request; the id goes out exactly as it came in ([`Id`]).
     async fn respond(&self, id: Id, result: Result<Value, RpcError>) {
-        #[derive(Serialize)]
-        struct Answer<'a> {
-            jsonrpc: &'static str,
-            id: &'a serde_json::value::RawValue,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            result: Option<Value>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            error: Option<RpcError>,
+        if self.is_closed() {
+            return;
         }
-        let (result, error) = match result {
-            Ok(result) => (Some(result), None),
-            Err(error) => (None, Some(error)),
-        };
-        let Some(text) = self.serialize(&Answer { jsonrpc: "2.0", id: id.raw(), result, error }) else { return };
-        self.queue(text).await;
+        self.queue(envelope::response(id.raw(), result.as_ref())).await;
     }
 
     fn lock_pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<Result<Value, RpcError>>>> {
