@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use gateway_store::{Documents, ReadDocuments};
+use gateway_wire::jsonrpc::envelope;
 use reqwest::Url;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -216,13 +217,12 @@ pub async fn read_json(mut resp: reqwest::Response) -> Result<Value, CallError> 
 
 /// The `result` of a JSON-RPC response envelope in v1.0 form, or its `error`.
 fn rpc_result(envelope: &Value, v1: bool) -> Result<Value, CallError> {
-    if let Some(e) = envelope.get("error") {
-        return Err(CallError::Remote {
-            code: e.get("code").and_then(Value::as_i64).unwrap_or(-32603),
-            message: e.get("message").and_then(Value::as_str).unwrap_or("").chars().take(500).collect(),
-        });
-    }
-    let result = envelope.get("result").cloned().ok_or_else(|| CallError::Invalid("no result".into()))?;
+    let result = envelope::read_response(envelope).map_err(|answer| match answer {
+        envelope::Answer::Error(e) => {
+            CallError::Remote { code: e.code, message: e.message.chars().take(500).collect() }
+        }
+        envelope::Answer::NotAResponse => CallError::Invalid("no result".into()),
+    })?;
     Ok(if v1 { result } else { result_from_v03(result) })
 }
 
@@ -299,7 +299,7 @@ impl Client {
             (v03_method(method).to_owned(), params_v03(params))
         };
         let id = gateway_core::EventId::new().to_string();
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let body = envelope::request(id, &method, params);
         let mut req = self.http.post(&self.endpoint.url).json(&body);
         if self.endpoint.v1 {
             req = req.header("A2A-Version", "1.0");

@@ -10,8 +10,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Deserializer};
-use serde_json::error::Category;
+use gateway_wire::jsonrpc::envelope;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tracing::{Instrument, debug, info_span, warn};
@@ -24,39 +23,15 @@ use crate::server::version::{self, Version};
 use crate::v03::{self, Shape};
 use crate::wire::{self, ListTasksRequest, PushConfig, PushConfigRef, SendMessageRequest, TaskIdRequest};
 
-/// A JSON-RPC response. The id is echoed as the raw text the request carried, so any id a
-/// client may send (a 40-digit integer, `1e400`) comes back byte for byte; a parse into a
-/// number would round it through `f64`.
-fn envelope(id: &RawValue, member: &str, value: &Value) -> Response {
-    let body = format!(r#"{{"jsonrpc":"2.0","id":{},"{member}":{value}}}"#, id.get());
+/// A JSON-RPC response, its result or its error, with the request's id echoed as its raw text
+/// ([`envelope::response`]).
+fn envelope(id: &RawValue, outcome: std::result::Result<&Value, &Value>) -> Response {
+    let body = envelope::response(id, outcome);
     ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
 }
 
 pub(crate) fn envelope_error(id: &RawValue, e: &A2aError, version: Version) -> Response {
-    e.with_retry_hint(envelope(id, "error", &e.jsonrpc(version)))
-}
-
-/// A request envelope, read straight from the body: the members stay raw text (borrowed, not
-/// parsed into a tree), so the id can be echoed exactly and the params parsed once.
-#[derive(Deserialize)]
-struct Envelope<'a> {
-    #[serde(default, borrow)]
-    jsonrpc: Option<&'a RawValue>,
-    /// `None` only when the member is absent (a notification); `null` is an id.
-    #[serde(default, borrow, deserialize_with = "present")]
-    id: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    method: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    params: Option<&'a RawValue>,
-}
-
-fn present<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<&'de RawValue>, D::Error> {
-    <&RawValue>::deserialize(d).map(Some)
-}
-
-fn string_of(raw: Option<&RawValue>) -> Option<String> {
-    raw.and_then(|r| serde_json::from_str::<String>(r.get()).ok())
+    e.with_retry_hint(envelope(id, Err(&e.jsonrpc(version))))
 }
 
 fn is_v1(method: &str) -> bool {
@@ -94,37 +69,26 @@ pub async fn handle(
         let e = A2aError::ContentTypeNotSupported(format!("JSON-RPC requests must be application/json, not {ct:?}"));
         return envelope_error(null, &e, Version::V1);
     }
-    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
-        let e = A2aError::InvalidRequest("the request must be one JSON-RPC object (batches are not supported)".into());
-        return envelope_error(null, &e, Version::V1);
-    }
-    let env: Envelope<'_> = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) if e.classify() == Category::Data => {
-            let e = A2aError::InvalidRequest(format!("the request must be one JSON-RPC object: {e}"));
-            return envelope_error(null, &e, Version::V1);
-        }
-        Err(e) => return envelope_error(null, &A2aError::Parse(e.to_string()), Version::V1),
-    };
-    if env.id.is_some_and(|id| !matches!(id.get().as_bytes().first(), Some(b'"' | b'-' | b'0'..=b'9' | b'n'))) {
-        let e = A2aError::InvalidRequest("id must be a string, number or null".into());
-        return envelope_error(null, &e, Version::V1);
-    }
-    let method = match (string_of(env.jsonrpc).as_deref(), string_of(env.method)) {
-        (Some("2.0"), Some(m)) if m.len() <= 100 => m,
-        _ => {
-            let e = A2aError::InvalidRequest("expected jsonrpc \"2.0\" and a method".into());
-            return envelope_error(env.id.unwrap_or(null), &e, Version::V1);
+    let request = match envelope::parse_request(&body) {
+        Ok(r) => r,
+        Err(refused) => {
+            let e = if refused.is_parse_error() {
+                A2aError::Parse(refused.message)
+            } else {
+                A2aError::InvalidRequest(refused.message)
+            };
+            return envelope_error(refused.id, &e, Version::V1);
         }
     };
+    let method = request.method;
     // JSON-RPC 2.0 §4.1: a request without an id is a notification, and the server never
     // answers one. A2A defines no notifications (every method returns something), so none is
     // acted on either: 204, no body.
-    let Some(id) = env.id else {
+    let Some(id) = request.id else {
         debug!(%method, "a JSON-RPC notification (no id): not answered");
         return StatusCode::NO_CONTENT.into_response();
     };
-    let params = match env.params.map(|p| serde_json::from_str::<Value>(p.get())) {
+    let params = match request.params.map(|p| serde_json::from_str::<Value>(p.get())) {
         None => json!({}),
         Some(Ok(p @ Value::Object(_))) => p,
         Some(_) => {
@@ -230,15 +194,15 @@ async fn dispatch(
                     None => return envelope_error(&id, &A2aError::TaskNotFound("push config".into()), version),
                 };
             }
-            envelope(&id, "result", &result)
+            envelope(&id, Ok(&result))
         }
         Ok(Outcome::Stream { watch, min_seq, send, history_length }) => {
             let render: crate::server::sse::Render = Box::new(move |item| {
-                let (member, value) = match item {
-                    Ok(u) => ("result", ops::render_event(u, version, Shape::JsonRpc)),
-                    Err(e) => ("error", e.jsonrpc(version)),
+                let outcome = match item {
+                    Ok(u) => Ok(ops::render_event(u, version, Shape::JsonRpc)),
+                    Err(e) => Err(e.jsonrpc(version)),
                 };
-                format!(r#"{{"jsonrpc":"2.0","id":{},"{member}":{value}}}"#, id.get())
+                envelope::response(&id, outcome.as_ref())
             });
             ops::stream_response(&ctx, watch, min_seq, send, history_length, render)
         }
