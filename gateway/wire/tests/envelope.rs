@@ -4,10 +4,12 @@ use gateway_wire::jsonrpc::{RpcError, code, envelope};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+/// A body and what it parses to: `Ok((method, raw id))` or `Err((code, raw id answered))`.
+type Case = (&'static str, Result<(&'static str, Option<&'static str>), (i64, &'static str)>);
+
 #[test]
 fn bodies_parse_or_are_refused_with_the_standard_codes() {
-    // (body, Ok(method, raw id) | Err(code, raw id answered))
-    let cases: [(&str, Result<(&str, Option<&str>), (i64, &str)>); 9] = [
+    let cases: [Case; 9] = [
         (r#"{"jsonrpc":"2.0","id":7,"method":"m"}"#, Ok(("m", Some("7")))),
         (r#"{"jsonrpc":"2.0","method":"m"}"#, Ok(("m", None))),
         (
