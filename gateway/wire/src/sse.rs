@@ -177,42 +177,60 @@ where
     })
 }
 
-/// One frame: an optional `id` and `event` (names of ours, which must hold no line break) and
-/// `data`, one `data:` line per line of it, so no payload can end the frame early.
-pub fn frame(id: Option<&str>, event: Option<&str>, data: &str) -> Bytes {
+/// The `id:` and `event:` lines a frame starts with (names of ours, which must hold no line
+/// break).
+fn head(buf: &mut Vec<u8>, id: Option<&str>, event: Option<&str>, data_len: usize) {
     debug_assert!(!event.is_some_and(|e| e.contains(['\r', '\n'])) && !id.is_some_and(|i| i.contains(['\r', '\n'])));
-    let mut s = String::with_capacity(data.len() + 64);
+    buf.reserve(data_len + 64);
     if let Some(id) = id {
-        s.push_str("id: ");
-        s.push_str(id);
-        s.push('\n');
+        buf.extend_from_slice(b"id: ");
+        buf.extend_from_slice(id.as_bytes());
+        buf.push(b'\n');
     }
     if let Some(event) = event {
-        s.push_str("event: ");
-        s.push_str(event);
-        s.push('\n');
+        buf.extend_from_slice(b"event: ");
+        buf.extend_from_slice(event.as_bytes());
+        buf.push(b'\n');
     }
-    let mut rest = data;
-    loop {
-        let end = rest.find(['\r', '\n']);
-        s.push_str("data: ");
-        s.push_str(&rest[..end.unwrap_or(rest.len())]);
-        s.push('\n');
-        let Some(end) = end else { break };
-        let skip = if rest[end..].starts_with("\r\n") { 2 } else { 1 };
-        rest = &rest[end + skip..];
-    }
-    s.push('\n');
-    Bytes::from(s)
 }
 
-/// A frame whose data is `value` as compact JSON, which escapes every CR and LF inside
-/// strings: always one `data:` line.
+/// One frame: an optional `id` and `event` and `data`, one `data:` line per line of it, so no
+/// payload can end the frame early.
+pub fn frame(id: Option<&str>, event: Option<&str>, data: &str) -> Bytes {
+    let mut buf = Vec::new();
+    head(&mut buf, id, event, data.len());
+    let mut rest = data.as_bytes();
+    loop {
+        let end = rest.iter().position(|&b| b == b'\r' || b == b'\n');
+        buf.extend_from_slice(b"data: ");
+        buf.extend_from_slice(&rest[..end.unwrap_or(rest.len())]);
+        buf.push(b'\n');
+        let Some(end) = end else { break };
+        let skip = if rest[end..].starts_with(b"\r\n") { 2 } else { 1 };
+        rest = &rest[end + skip..];
+    }
+    buf.push(b'\n');
+    Bytes::from(buf)
+}
+
+/// A frame whose data is `value` as compact JSON. Compact JSON escapes every CR and LF inside
+/// strings and has no whitespace between tokens, so it is always one `data:` line: it is
+/// written straight into the frame, with no second pass over it (a stream's frames are its
+/// hottest path).
 pub fn json_frame(id: Option<&str>, event: Option<&str>, value: &impl Serialize) -> Bytes {
-    // Serializing a JSON value to a string fails only for maps with non-string keys, which
-    // no caller has; such a value is sent as `null` rather than breaking the stream.
-    let data = serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned());
-    frame(id, event, &data)
+    let mut buf = Vec::new();
+    head(&mut buf, id, event, 128);
+    buf.extend_from_slice(b"data: ");
+    let start = buf.len();
+    // Serializing fails only for maps with non-string keys, which no caller has; such a
+    // value is sent as `null` rather than breaking the stream.
+    if serde_json::to_writer(&mut buf, value).is_err() {
+        buf.truncate(start);
+        buf.extend_from_slice(b"null");
+    }
+    debug_assert!(!buf[start..].contains(&b'\n') && !buf[start..].contains(&b'\r'));
+    buf.extend_from_slice(b"\n\n");
+    Bytes::from(buf)
 }
 
 #[cfg(test)]
