@@ -51,3 +51,39 @@ proptest! {
         }
     }
 }
+
+/// A line as the symmetric peer reads it: what kind of message it is, or the refusal's code.
+#[test]
+fn messages_are_requests_notifications_or_responses() {
+    let kind = |line: &str| match envelope::parse_message(line.as_bytes()) {
+        Ok(envelope::Message::Request(r)) if r.id.is_some() => format!("request {}", r.method),
+        Ok(envelope::Message::Request(r)) => format!("notification {}", r.method),
+        Ok(envelope::Message::Response(r)) => format!("response {} {:?}", r.id.get(), r.answer()),
+        Err(e) => format!("refused {} {}", e.code, e.id.get()),
+    };
+    let cases = [
+        (r#"{"jsonrpc":"2.0","id":3,"method":"m"}"#, "request m"),
+        (r#"{"jsonrpc":"2.0","method":"m","params":{}}"#, "notification m"),
+        (r#"{"jsonrpc":"2.0","id":null,"method":"m"}"#, "request m"),
+        (r#"{"jsonrpc":"2.0","id":4,"result":null}"#, "response 4 Ok(Null)"),
+        (r#"{"jsonrpc":"2.0","id":"x","result":1,"error":null}"#, r#"response "x" Ok(Number(1))"#),
+        (
+            r#"{"jsonrpc":"2.0","id":5,"error":{"code":-32001,"message":"gone"}}"#,
+            r#"response 5 Err(RpcError { code: -32001, message: "gone", data: None })"#,
+        ),
+        (r#"{"jsonrpc":"2.0","id":6,"error":null}"#, "refused -32600 6"),
+        (r#"{"jsonrpc":"2.0","id":6}"#, "refused -32600 6"),
+        (r#"{"id":7,"method":"m"}"#, "refused -32600 7"),
+        (r#"{"jsonrpc":"2.0","id":8,"method":"m","method":"n"}"#, "refused -32600 null"),
+        (r#"{"jsonrpc":"2.0","id":9,"result":1,"result":2}"#, "refused -32600 null"),
+        (r#"{"jsonrpc":"2.0","id":10,"method":7}"#, "refused -32600 10"),
+        (r#"{"jsonrpc":"2.0","id":true,"method":"m"}"#, "refused -32600 null"),
+        ("[]", "refused -32600 null"),
+        ("{", "refused -32700 null"),
+    ];
+    for (line, want) in cases {
+        assert_eq!(kind(line), want, "{line}");
+    }
+    let long = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{}"}}"#, "m".repeat(envelope::MAX_METHOD_LEN + 1));
+    assert_eq!(kind(&long), "refused -32600 1");
+}

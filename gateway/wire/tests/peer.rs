@@ -78,6 +78,16 @@ async fn malformed_lines_are_parse_errors_and_the_connection_stays_up() {
     assert_eq!(w.recv().await["error"]["code"], -32600, "batches are refused");
     w.send(r#"{"jsonrpc":"2.0","id":{"x":1},"method":"echo"}"#).await;
     assert_eq!(w.recv().await["error"]["code"], -32600, "an object id is not valid");
+    // The envelope's rules are the HTTP bindings' (one reader): a member given twice, or no
+    // `"jsonrpc": "2.0"`, is not a message.
+    w.send(r#"{"jsonrpc":"2.0","id":5,"method":"echo","method":"fail"}"#).await;
+    assert_eq!(w.recv().await["error"]["code"], -32600, "a member given twice is refused");
+    w.send(r#"{"id":6,"method":"echo"}"#).await;
+    let e = w.recv().await;
+    assert_eq!((e["id"].clone(), e["error"]["code"].clone()), (json!(6), json!(-32600)));
+    w.send(r#"{"jsonrpc":"2.0","id":1e400,"method":"echo","params":1}"#).await;
+    let frame = tokio::time::timeout(Duration::from_secs(5), w.from_peer.recv()).await.unwrap().unwrap();
+    assert_eq!(frame.text(), r#"{"jsonrpc":"2.0","id":1e400,"result":1}"#, "the id goes back as it came");
     w.send(r#"{"jsonrpc":"2.0","id":7,"method":"echo","params":{"a":1}}"#).await;
     assert_eq!(w.recv().await, json!({"jsonrpc": "2.0", "id": 7, "result": {"a": 1}}));
 }

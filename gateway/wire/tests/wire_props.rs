@@ -204,10 +204,16 @@ proptest! {
     ]) {
         let line = line.replace('\n', " ");
         let v: Option<Value> = serde_json::from_str(&line).ok();
+        // Unanswered: a notification, or a response (to no request of ours). `"id": null` is
+        // an id: a request carrying it is answered.
         let silent = line.trim().is_empty() || v.as_ref().is_some_and(|v| {
-            let has_id = v.get("id").is_some_and(|i| !i.is_null());
-            let method = v.get("method").is_some_and(Value::is_string);
-            (method && !has_id) || (!method && has_id && (v.get("result").is_some() || v.get("error").is_some()))
+            let id = v.get("id");
+            let valid_id = id.is_none_or(|i| i.is_null() || i.is_string() || i.is_number());
+            let message = match v.get("method") {
+                Some(method) => method.is_string() && id.is_none(),
+                None => id.is_some() && (v.get("error").is_some_and(|e| !e.is_null()) || v.get("result").is_some()),
+            };
+            valid_id && v.get("jsonrpc").and_then(Value::as_str) == Some("2.0") && message
         });
         // A probe after the line: the peer is still serving, and the answers are counted.
         let probe = r#"{"jsonrpc":"2.0","id":"probe","method":"echo"}"#.to_owned();

@@ -1,15 +1,18 @@
-//! JSON-RPC 2.0 envelopes one at a time, as an HTTP binding carries them: one request per body
-//! and its one response, or one request sent and its response read. A protocol keeps its
-//! method names, its error codes and what a refusal looks like to its clients; the envelope's
-//! rules live here once:
-//! - A request's members are read as raw text (borrowed from the body, not parsed into a
-//!   tree), so its id is echoed byte for byte (a 40-digit integer, `1e400`) and its params are
-//!   parsed once, by the protocol.
-//! - A body that is not JSON is `-32700`; JSON that is not one request object (a batch, a
-//!   member of the wrong type, a member given twice) is `-32600`.
+//! JSON-RPC 2.0 messages one at a time: how one is read (a line of the symmetric peer, or an
+//! HTTP body) and how a request, notification or response is written. A protocol keeps its
+//! method names, its error codes and what a refusal looks like to its clients; the message
+//! rules live here once, for every reader:
+//! - A message's members are read as raw text (borrowed from the line or body, not parsed into
+//!   a tree), so an id is echoed byte for byte (a 40-digit integer, `1e400`) and params are
+//!   parsed once, by whoever handles them.
+//! - Text that is not JSON is `-32700`; JSON that is not one message object (a batch, a member
+//!   of the wrong type, a member given twice, no `"jsonrpc": "2.0"`) is `-32600`.
+//! - An id is a string, a number or `null`; a request without an `id` member is a
+//!   notification (`"id": null` is an id, answered as such).
 //! - A response read back is its `error` if that is an object, else its `result`; neither
 //!   (`"error": null` alone included) is not a response.
 
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::error::Category;
 use serde_json::value::RawValue;
@@ -46,7 +49,35 @@ impl Refused<'_> {
     }
 }
 
-/// The members of a request, each as raw text. Serde refuses a member given twice.
+/// One message read from a line or a body.
+#[derive(Debug)]
+pub enum Message<'a> {
+    /// A request, or a notification when its `id` is `None`.
+    Request(Request<'a>),
+    /// An answer to a request this side sent.
+    Response(Response<'a>),
+}
+
+/// An answer read back: its id and its `result`, or its `error` object.
+#[derive(Debug)]
+pub struct Response<'a> {
+    pub id: &'a RawValue,
+    pub outcome: Result<&'a RawValue, &'a RawValue>,
+}
+
+impl Response<'_> {
+    /// The answer as the caller waiting for it sees it: the result, or the error object read
+    /// as an [`RpcError`].
+    pub fn answer(&self) -> Result<Value, RpcError> {
+        let unreadable = |e: serde_json::Error| RpcError::internal(format!("an unreadable answer: {e}"));
+        match self.outcome {
+            Ok(result) => serde_json::from_str(result.get()).map_err(unreadable),
+            Err(error) => Err(serde_json::from_str(error.get()).map_or_else(unreadable, |e| RpcError::from_wire(&e))),
+        }
+    }
+}
+
+/// The members of a message, each as raw text. Serde refuses a member given twice.
 #[derive(Deserialize)]
 struct Members<'a> {
     #[serde(default, borrow)]
@@ -54,10 +85,17 @@ struct Members<'a> {
     /// `None` only when the member is absent (a notification); `null` is an id.
     #[serde(default, borrow, deserialize_with = "present")]
     id: Option<&'a RawValue>,
-    #[serde(default, borrow)]
+    /// Present even when `null` (which is not a method: the message is refused).
+    #[serde(default, borrow, deserialize_with = "present")]
     method: Option<&'a RawValue>,
     #[serde(default, borrow)]
     params: Option<&'a RawValue>,
+    /// Present (`null` included) in a successful response.
+    #[serde(default, borrow, deserialize_with = "present")]
+    result: Option<&'a RawValue>,
+    /// An error response's object; `"error": null` is no error.
+    #[serde(default, borrow, deserialize_with = "present")]
+    error: Option<&'a RawValue>,
 }
 
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
@@ -68,39 +106,68 @@ fn string_of(raw: Option<&RawValue>) -> Option<String> {
     raw.and_then(|r| serde_json::from_str::<String>(r.get()).ok())
 }
 
-/// Reads one request from a body.
-pub fn parse_request(body: &[u8]) -> Result<Request<'_>, Refused<'_>> {
+/// Reads one message (a request, a notification or a response) from a line or a body.
+pub fn parse_message(text: &[u8]) -> Result<Message<'_>, Refused<'_>> {
     let refuse = |code, message: String, id| Refused { code, message, id };
     let null = RawValue::NULL;
-    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
-        let m = "the request must be one JSON-RPC object (batches are not supported)";
+    if text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        let m = "a message must be one JSON-RPC object (batches are not supported)";
         return Err(refuse(code::INVALID_REQUEST, m.into(), null));
     }
-    let members: Members<'_> = match serde_json::from_slice(body) {
+    let members: Members<'_> = match serde_json::from_slice(text) {
         Ok(m) => m,
-        Err(e) if e.classify() == Category::Data => {
-            let m = format!("the request must be one JSON-RPC object: {e}");
+        // Serde stops at the first member of the wrong type; text that is not JSON further on
+        // is still a parse error.
+        Err(e) if e.classify() == Category::Data && serde_json::from_slice::<IgnoredAny>(text).is_ok() => {
+            let m = format!("a message must be one JSON-RPC object: {e}");
             return Err(refuse(code::INVALID_REQUEST, m, null));
         }
-        Err(e) => return Err(refuse(code::PARSE_ERROR, e.to_string(), null)),
+        Err(e) => {
+            let e = serde_json::from_slice::<IgnoredAny>(text).err().unwrap_or(e);
+            return Err(refuse(code::PARSE_ERROR, format!("parse error: {e}"), null));
+        }
     };
     if members.id.is_some_and(|id| !matches!(id.get().as_bytes().first(), Some(b'"' | b'-' | b'0'..=b'9' | b'n'))) {
         return Err(refuse(code::INVALID_REQUEST, "id must be a string, number or null".into(), null));
     }
-    match (string_of(members.jsonrpc).as_deref(), string_of(members.method)) {
-        (Some("2.0"), Some(method)) if method.len() <= MAX_METHOD_LEN => {
-            Ok(Request { method, id: members.id, params: members.params })
+    let id = members.id.unwrap_or(null);
+    if string_of(members.jsonrpc).as_deref() != Some("2.0") {
+        return Err(refuse(code::INVALID_REQUEST, "expected jsonrpc \"2.0\"".into(), id));
+    }
+    match (members.method, members.id, members.result, members.error) {
+        (Some(method), ..) => match string_of(Some(method)) {
+            Some(method) if method.len() <= MAX_METHOD_LEN => {
+                Ok(Message::Request(Request { method, id: members.id, params: members.params }))
+            }
+            _ => Err(refuse(
+                code::INVALID_REQUEST,
+                format!("method must be a string of at most {MAX_METHOD_LEN} characters"),
+                id,
+            )),
+        },
+        (None, Some(id), _, Some(error)) if error.get() != "null" => {
+            Ok(Message::Response(Response { id, outcome: Err(error) }))
         }
-        _ => Err(refuse(
-            code::INVALID_REQUEST,
-            "expected jsonrpc \"2.0\" and a method".into(),
-            members.id.unwrap_or(null),
-        )),
+        (None, Some(id), Some(result), _) => Ok(Message::Response(Response { id, outcome: Ok(result) })),
+        _ => Err(refuse(code::INVALID_REQUEST, "not a JSON-RPC 2.0 request, notification or response".into(), id)),
     }
 }
 
+/// Reads one request (or notification) from a body: a response is not one.
+pub fn parse_request(body: &[u8]) -> Result<Request<'_>, Refused<'_>> {
+    match parse_message(body)? {
+        Message::Request(request) => Ok(request),
+        Message::Response(r) => Err(Refused {
+            code: code::INVALID_REQUEST,
+            message: "expected a request: a method is missing".into(),
+            id: r.id,
+        }),
+    }
+}
+
+/// A response as written.
 #[derive(Serialize)]
-struct Response<'a, E> {
+struct Outgoing<'a, E> {
     jsonrpc: &'static str,
     id: &'a RawValue,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -116,7 +183,7 @@ pub fn response<E: Serialize>(id: &RawValue, outcome: Result<&Value, &E>) -> Str
         Ok(r) => (Some(r), None),
         Err(e) => (None, Some(e)),
     };
-    serde_json::to_string(&Response { jsonrpc: "2.0", id, result, error })
+    serde_json::to_string(&Outgoing { jsonrpc: "2.0", id, result, error })
         .unwrap_or_else(|e| format!(r#"{{"jsonrpc":"2.0","id":{},"error":{}}}"#, id.get(), internal(&e)))
 }
 

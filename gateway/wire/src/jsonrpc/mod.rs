@@ -365,13 +365,6 @@ fn cost(text: &str) -> u32 {
     u32::try_from(text.len().clamp(1, OUT_BYTES)).unwrap_or(u32::MAX)
 }
 
-fn id_key(id: &Value) -> String {
-    match id {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
 async fn read_loop(peer: Peer, mut incoming: mpsc::Receiver<Inbound>, handler: Arc<dyn Handler>, options: PeerOptions) {
     let name = peer.inner.name;
     loop {
@@ -392,15 +385,15 @@ async fn read_loop(peer: Peer, mut incoming: mpsc::Receiver<Inbound>, handler: A
         if line.trim().is_empty() {
             continue;
         }
-        let value: Value = match serde_json::from_str(&line) {
-            Ok(v) => v,
-            Err(_) if options.lenient => {
+        let message = match envelope::parse_message(line.as_bytes()) {
+            Ok(message) => message,
+            Err(refused) if refused.is_parse_error() && options.lenient => {
                 warn!(peer = name, line = %clip(&line, 200), "skipping a line that is not JSON-RPC");
                 continue;
             }
-            Err(e) => {
-                debug!(peer = name, error = %e, "parse error");
-                peer.respond(Id::null(), Err(RpcError::new(code::PARSE_ERROR, format!("parse error: {e}")))).await;
+            Err(refused) => {
+                debug!(peer = name, error = %refused.message, "refused message");
+                peer.respond(Id::of(refused.id), Err(RpcError::new(refused.code, refused.message))).await;
                 continue;
             }
         };
@@ -410,83 +403,69 @@ async fn read_loop(peer: Peer, mut incoming: mpsc::Receiver<Inbound>, handler: A
             _ = handler.ready() => {}
             _ = peer.inner.closed.cancelled() => break,
         }
-        dispatch(&peer, handler.as_ref(), value, &line).await;
+        dispatch(&peer, handler.as_ref(), message).await;
     }
     peer.close();
     handler.closed();
     debug!(peer = name, "connection closed");
 }
 
-/// Handles one message; `line` is its text, read again only for an id a `Value` cannot hold.
-async fn dispatch(peer: &Peer, handler: &dyn Handler, value: Value, line: &str) {
-    let Value::Object(mut msg) = value else {
-        let what = if value.is_array() { "batches are not supported" } else { "a message must be a JSON object" };
-        peer.respond(Id::null(), Err(RpcError::new(code::INVALID_REQUEST, what))).await;
-        return;
-    };
-    let id = msg.remove("id").filter(|v| !v.is_null());
-    let method = msg.get("method").and_then(Value::as_str).map(str::to_owned);
-    // A request: a method and a valid id.
-    let request = match (&method, &id) {
-        (Some(_), Some(id)) => Id::of_request(id, line),
-        _ => None,
-    };
-    match (method, id, request) {
-        (Some(method), _, Some(id)) => {
-            let Ok(permit) = Arc::clone(&peer.inner.in_flight).try_acquire_owned() else {
-                warn!(peer = peer.inner.name, method = %clip(&method, 100), "too many requests in flight; refused");
-                let e = RpcError::internal(format!(
-                    "too many requests in flight on this connection (at most {MAX_IN_FLIGHT}); wait for earlier answers"
-                ));
-                peer.respond(id, Err(e)).await;
-                return;
-            };
-            let params = msg.remove("params").unwrap_or(Value::Null);
-            let span = peer.inner.spans.inbound(peer.inner.name, &method, &params);
-            let reply = span.in_scope(|| handler.request(peer, &method, params));
-            let peer = peer.clone();
-            peer.inner.tasks.clone().spawn(
-                async move {
-                    let result = reply.await;
-                    peer.respond(id, result).await;
-                    drop(permit);
-                }
-                .instrument(span),
-            );
-        }
-        (Some(method), None, _) => {
-            let params = msg.remove("params").unwrap_or(Value::Null);
-            if method.starts_with("$/") {
-                // Protocol-level notifications (`$/cancel_request`, `$/progress`): tolerated
-                // and ignored; every request is still answered, by its own handler.
-                debug!(peer = peer.inner.name, method = %clip(&method, 100), "$/ notification ignored");
-                return;
-            }
-            handler.notification(peer, &method, params);
-        }
-        (None, Some(id), _) if msg.contains_key("result") || msg.contains_key("error") => {
-            let result = match msg.remove("error") {
-                Some(e) if !e.is_null() => Err(RpcError::from_wire(&e)),
-                _ => Ok(msg.remove("result").unwrap_or(Value::Null)),
-            };
-            match peer.lock_pending().remove(&id_key(&id)) {
+/// Handles one message read by [`envelope::parse_message`].
+async fn dispatch(peer: &Peer, handler: &dyn Handler, message: envelope::Message<'_>) {
+    let request = match message {
+        envelope::Message::Request(request) => request,
+        envelope::Message::Response(response) => {
+            match peer.lock_pending().remove(&Id::key(response.id)) {
                 Some(tx) => {
-                    let _ = tx.send(result);
+                    let _ = tx.send(response.answer());
                 }
                 None => {
-                    warn!(peer = peer.inner.name, id = %clip(&id.to_string(), 100), "response to no outstanding request")
+                    warn!(peer = peer.inner.name, id = %clip(response.id.get(), 100), "response to no outstanding request")
                 }
             }
+            return;
         }
-        (_, id, _) => {
-            let id = id.and_then(|id| Id::of_request(&id, line)).unwrap_or_else(Id::null);
-            peer.respond(
-                id,
-                Err(RpcError::new(code::INVALID_REQUEST, "not a JSON-RPC 2.0 request, notification or response")),
-            )
-            .await;
+    };
+    let method = request.method;
+    let params = request.params.map_or(Ok(Value::Null), |p| serde_json::from_str::<Value>(p.get()));
+    let Some(id) = request.id.map(Id::of) else {
+        if method.starts_with("$/") {
+            // Protocol-level notifications (`$/cancel_request`, `$/progress`): tolerated
+            // and ignored; every request is still answered, by its own handler.
+            debug!(peer = peer.inner.name, method = %clip(&method, 100), "$/ notification ignored");
+            return;
         }
-    }
+        match params {
+            Ok(params) => handler.notification(peer, &method, params),
+            Err(e) => {
+                debug!(peer = peer.inner.name, method = %clip(&method, 100), error = %e, "unreadable notification params")
+            }
+        }
+        return;
+    };
+    let params = match params {
+        Ok(params) => params,
+        Err(e) => return peer.respond(id, Err(RpcError::invalid_params(format!("invalid params: {e}")))).await,
+    };
+    let Ok(permit) = Arc::clone(&peer.inner.in_flight).try_acquire_owned() else {
+        warn!(peer = peer.inner.name, method = %clip(&method, 100), "too many requests in flight; refused");
+        let e = RpcError::internal(format!(
+            "too many requests in flight on this connection (at most {MAX_IN_FLIGHT}); wait for earlier answers"
+        ));
+        peer.respond(id, Err(e)).await;
+        return;
+    };
+    let span = peer.inner.spans.inbound(peer.inner.name, &method, &params);
+    let reply = span.in_scope(|| handler.request(peer, &method, params));
+    let peer = peer.clone();
+    peer.inner.tasks.clone().spawn(
+        async move {
+            let result = reply.await;
+            peer.respond(id, result).await;
+            drop(permit);
+        }
+        .instrument(span),
+    );
 }
 
 /// At most `max` characters of `s`.
