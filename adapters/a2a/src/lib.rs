@@ -62,8 +62,9 @@ pub struct A2aContext {
 /// turn answers `working` instead of a timeout.
 pub const DEFAULT_BLOCKING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(25);
 
-/// `[remotes.a2a.NAME]`: a remote A2A agent.
-#[derive(Clone, Default)]
+/// `[remotes.a2a.NAME]`: a remote A2A agent, read from the configuration as it is here.
+#[derive(Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct RemoteConfig {
     pub url: String,
     /// Sent as `Authorization`; never logged.

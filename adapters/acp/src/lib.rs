@@ -51,14 +51,17 @@ pub struct AcpContext {
     pub shutdown: CancellationToken,
 }
 
-/// `[executors.acp.NAME]`: an ACP agent command.
-#[derive(Clone, Default)]
+/// `[executors.acp.NAME]`: an ACP agent command, read from the configuration as it is here.
+#[derive(Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct ExecutorConfig {
     pub command: String,
     pub args: Vec<String>,
     /// Often carries credentials: values never logged.
     pub env: BTreeMap<String, String>,
-    /// Longest one turn may take.
+    /// Longest one turn may take: `acp.turn_timeout_secs`, one setting for every executor
+    /// (not a key of its own).
+    #[serde(skip)]
     pub turn_timeout: std::time::Duration,
 }
 

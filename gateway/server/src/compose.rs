@@ -83,7 +83,7 @@ pub fn backends(
     for (r, b) in gateway_acp::backends(&acp_executors(config), environments, processes) {
         backends.register(r, b);
     }
-    for (r, b) in gateway_a2a::backends(&a2a_remotes(config)) {
+    for (r, b) in gateway_a2a::backends(&config.remotes.a2a.clone()) {
         backends.register(r, b);
     }
     if config.a2a.conformance_agent {
@@ -145,31 +145,14 @@ pub async fn secret_box(config: &Config, docs: &dyn gateway_store::Documents) ->
     Ok(secrets)
 }
 
-/// `[executors.acp.*]` as the ACP adapter takes them.
+/// `[executors.acp.*]` as the ACP adapter takes them: each with the one turn timeout.
 pub fn acp_executors(config: &Config) -> std::collections::BTreeMap<String, gateway_acp::ExecutorConfig> {
+    let turn_timeout = std::time::Duration::from_secs(config.acp.turn_timeout_secs);
     config
         .executors
         .acp
         .iter()
-        .map(|(name, e)| {
-            let executor = gateway_acp::ExecutorConfig {
-                command: e.command.clone(),
-                args: e.args.clone(),
-                env: e.env.clone(),
-                turn_timeout: std::time::Duration::from_secs(config.acp.turn_timeout_secs),
-            };
-            (name.clone(), executor)
-        })
-        .collect()
-}
-
-/// `[remotes.a2a.*]` as the A2A adapter takes them.
-pub fn a2a_remotes(config: &Config) -> std::collections::BTreeMap<String, gateway_a2a::RemoteConfig> {
-    config
-        .remotes
-        .a2a
-        .iter()
-        .map(|(name, r)| (name.clone(), gateway_a2a::RemoteConfig { url: r.url.clone(), auth: r.auth.clone() }))
+        .map(|(name, e)| (name.clone(), gateway_acp::ExecutorConfig { turn_timeout, ..e.clone() }))
         .collect()
 }
 

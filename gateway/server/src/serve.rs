@@ -113,7 +113,7 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<S
             return Err(e);
         }
     };
-    let remotes = compose::a2a_remotes(config);
+    let remotes = config.remotes.a2a.clone();
     if !remotes.is_empty() {
         let (store, stop) = (Arc::clone(&runtime.store), runtime.shutdown.clone());
         runtime.tasks.spawn(async move {

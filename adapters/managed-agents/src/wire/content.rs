@@ -12,11 +12,13 @@ pub enum BlockIn {
     Text {
         text: String,
     },
+    /// Sources read straight into the core's [`MediaSource`], whose tags are this API's
+    /// (`base64`, `url`, `file`, `text`); [`source_in`] checks what serde cannot.
     Image {
-        source: ImageSourceIn,
+        source: MediaSource,
     },
     Document {
-        source: DocumentSourceIn,
+        source: MediaSource,
         title: Option<String>,
         context: Option<String>,
     },
@@ -33,23 +35,6 @@ pub struct TextIn {
     pub text: String,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ImageSourceIn {
-    Base64 { media_type: String, data: String },
-    Url { url: String },
-    File { file_id: String },
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum DocumentSourceIn {
-    Base64 { media_type: String, data: String },
-    Url { url: String },
-    File { file_id: String },
-    Text { media_type: String, data: String },
-}
-
 /// Converts wire blocks; `allow_search` admits `search_result` (tool results only).
 pub fn blocks_in(blocks: Vec<BlockIn>, allow_search: bool) -> Result<Vec<ContentBlock>, ApiError> {
     if blocks.len() > 1000 {
@@ -59,9 +44,9 @@ pub fn blocks_in(blocks: Vec<BlockIn>, allow_search: bool) -> Result<Vec<Content
         .into_iter()
         .map(|b| match b {
             BlockIn::Text { text } => Ok(ContentBlock::Text { text }),
-            BlockIn::Image { source } => Ok(ContentBlock::Image { source: image_source_in(source)? }),
+            BlockIn::Image { source } => Ok(ContentBlock::Image { source: source_in(source, Kind::Image)? }),
             BlockIn::Document { source, title, context } => {
-                Ok(ContentBlock::Document { source: document_source_in(source)?, title, context })
+                Ok(ContentBlock::Document { source: source_in(source, Kind::Document)?, title, context })
             }
             BlockIn::SearchResult { source, title, content } if allow_search => {
                 let text = content.into_iter().map(|t| t.text).collect::<Vec<_>>().join("\n");
@@ -74,32 +59,27 @@ pub fn blocks_in(blocks: Vec<BlockIn>, allow_search: bool) -> Result<Vec<Content
         .collect()
 }
 
-fn image_source_in(s: ImageSourceIn) -> Result<MediaSource, ApiError> {
-    Ok(match s {
-        ImageSourceIn::Base64 { media_type, data } => base64_source(media_type, data)?,
-        ImageSourceIn::Url { url } => MediaSource::Url { url },
-        ImageSourceIn::File { file_id } => MediaSource::File { file_id },
-    })
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Image,
+    Document,
 }
 
-fn base64_source(media_type: String, data: String) -> Result<MediaSource, ApiError> {
-    MediaSource::base64(media_type, data).map_err(|e| ApiError::invalid(e.to_string()))
-}
-
-fn document_source_in(s: DocumentSourceIn) -> Result<MediaSource, ApiError> {
-    Ok(match s {
-        DocumentSourceIn::Base64 { media_type, data } => base64_source(media_type, data)?,
-        DocumentSourceIn::Url { url } => MediaSource::Url { url },
-        DocumentSourceIn::File { file_id } => MediaSource::File { file_id },
-        DocumentSourceIn::Text { media_type, data } => {
-            if media_type != "text/plain" {
-                return Err(ApiError::invalid(format!(
-                    "a text document source must have media_type \"text/plain\", not {media_type:?}"
-                )));
-            }
-            MediaSource::Text { media_type, data }
+/// A source as the block it is in allows it: base64 data that decodes, and a `text` source
+/// only in a document, as `text/plain`.
+fn source_in(s: MediaSource, kind: Kind) -> Result<MediaSource, ApiError> {
+    match s {
+        MediaSource::Base64 { media_type, data } => {
+            MediaSource::base64(media_type, data).map_err(|e| ApiError::invalid(e.to_string()))
         }
-    })
+        MediaSource::Text { .. } if kind == Kind::Image => {
+            Err(ApiError::invalid("an image source must be of type base64, url or file, not text"))
+        }
+        MediaSource::Text { media_type, .. } if media_type != "text/plain" => Err(ApiError::invalid(format!(
+            "a text document source must have media_type \"text/plain\", not {media_type:?}"
+        ))),
+        other => Ok(other),
+    }
 }
 
 fn source_out(s: &MediaSource) -> Value {

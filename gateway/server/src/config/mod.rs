@@ -197,50 +197,14 @@ impl Default for A2aConfig {
 #[serde(default)]
 pub struct ExecutorsConfig {
     /// `[executors.acp.NAME]`: ACP agent commands.
-    pub acp: BTreeMap<String, AcpExecutorConfig>,
-}
-
-#[derive(Clone, Serialize, Deserialize, Default)]
-#[serde(default)]
-pub struct AcpExecutorConfig {
-    pub command: String,
-    pub args: Vec<String>,
-    /// Often carries credentials (API keys): values never logged.
-    pub env: BTreeMap<String, String>,
-}
-
-impl std::fmt::Debug for AcpExecutorConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AcpExecutorConfig")
-            .field("command", &self.command)
-            .field("args", &self.args)
-            .field("env", &self.env.keys().map(|k| (k, "<redacted>")).collect::<BTreeMap<_, _>>())
-            .finish()
-    }
+    pub acp: BTreeMap<String, gateway_acp::ExecutorConfig>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(default)]
 pub struct RemotesConfig {
     /// `[remotes.a2a.NAME]`: remote A2A agents.
-    pub a2a: BTreeMap<String, A2aRemoteConfig>,
-}
-
-#[derive(Clone, Serialize, Deserialize, Default)]
-#[serde(default)]
-pub struct A2aRemoteConfig {
-    pub url: String,
-    /// Sent as `Authorization`; never logged.
-    pub auth: Option<String>,
-}
-
-impl std::fmt::Debug for A2aRemoteConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("A2aRemoteConfig")
-            .field("url", &self.url)
-            .field("auth", &self.auth.as_ref().map(|_| "<redacted>"))
-            .finish()
-    }
+    pub a2a: BTreeMap<String, gateway_a2a::RemoteConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]

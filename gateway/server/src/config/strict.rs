@@ -22,7 +22,7 @@ use figment::providers::{Env, Format, Toml};
 use figment::value::Value;
 use serde_json::{Map, Value as Json};
 
-use super::{A2aRemoteConfig, AcpExecutorConfig, AgentConfig, Config};
+use super::{AgentConfig, Config};
 use gateway_managed_agents::webhooks::WebhookConfig;
 
 /// Which entry of a table keyed by the operator's names stands for all of them.
@@ -96,10 +96,10 @@ fn schema() -> Json {
         let webhook = WebhookConfig { url: String::new(), secret: String::new(), event_types: Vec::new() };
         top.insert("webhooks".into(), Json::Array(vec![json(webhook)]));
         if let Some(Json::Object(executors)) = top.get_mut("executors") {
-            executors.insert("acp".into(), any_name(json(AcpExecutorConfig::default())));
+            executors.insert("acp".into(), any_name(json(gateway_acp::ExecutorConfig::default())));
         }
         if let Some(Json::Object(remotes)) = top.get_mut("remotes") {
-            remotes.insert("a2a".into(), any_name(json(A2aRemoteConfig::default())));
+            remotes.insert("a2a".into(), any_name(json(gateway_a2a::RemoteConfig::default())));
         }
     }
     root
