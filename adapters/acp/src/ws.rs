@@ -88,7 +88,11 @@ type Revoked = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Upgrades a request the guard let through; the connection lives until its key (the guard's
 /// principal) is revoked, the editor leaves or the process stops.
-async fn upgrade(State(ctx): State<AcpContext>, Extension(principal): Extension<Principal>, ws: WebSocketUpgrade) -> Response {
+async fn upgrade(
+    State(ctx): State<AcpContext>,
+    Extension(principal): Extension<Principal>,
+    ws: WebSocketUpgrade,
+) -> Response {
     let revoked: Revoked = Box::pin(ctx.auth.until_revoked(&principal));
     // Random and unguessable like every gateway id; only used to correlate logs.
     let connection =

@@ -70,9 +70,10 @@ impl<D> Refusal<D> {
                 Refusal::Unavailable(detail)
             }
             e @ AuthError::ForeignHost { .. } => Refusal::ForeignHost(e),
-            e @ (AuthError::Missing | AuthError::Invalid | AuthError::RemoteWithoutKeys | AuthError::BrowserWithoutKeys) => {
-                Refusal::Unauthenticated(e)
-            }
+            e @ (AuthError::Missing
+            | AuthError::Invalid
+            | AuthError::RemoteWithoutKeys
+            | AuthError::BrowserWithoutKeys) => Refusal::Unauthenticated(e),
         }
     }
 }

@@ -88,7 +88,11 @@ async fn build(
         false => String::new(),
     };
     let ctx = A2aContext {
-        face: gateway_face::FaceContext::of(&gw, Arc::new(Authenticator::new(Arc::clone(&store))), "http://gateway.test"),
+        face: gateway_face::FaceContext::of(
+            &gw,
+            Arc::new(Authenticator::new(Arc::clone(&store))),
+            "http://gateway.test",
+        ),
         agents: PublishedAgents {
             agents: vec![("echo".into(), agent.id), ("conformance".into(), conformance.id)],
             environment: Some(env.id),

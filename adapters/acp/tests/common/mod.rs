@@ -20,12 +20,12 @@ use gateway_core::content::{ContentBlock, plain_text};
 use gateway_core::environment::{EnvironmentConfig, Provisioning};
 use gateway_core::event::{Event, EventKind, EventPayload, NewEvent};
 use gateway_core::session::{ResourceKind, Session};
+use gateway_face::FaceContext;
 use gateway_runtime::testing::TestGateway;
 use gateway_runtime::{
     AdmissionLimits, AgentSelection, CreateSession, Delivery, EnvironmentsConfig, RetryPolicy, RuntimeError,
     SubscribeOptions, WorkerConfig,
 };
-use gateway_face::FaceContext;
 use gateway_services::PublishedAgents;
 use gateway_services::auth::Authenticator;
 use gateway_services::published::CONFIG_NAME_KEY;

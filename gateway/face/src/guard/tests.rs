@@ -59,11 +59,8 @@ async fn whoami(State(probe): State<Probe>, Extension(principal): Extension<Prin
 async fn rig(limits: AdmissionLimits) -> (TestGateway, Probe, Router) {
     let gw = TestGateway::builder().no_workers().admission(limits).build().await;
     let auth = Arc::new(Authenticator::new(Arc::clone(&gw.store)));
-    let probe = Probe {
-        ctx: FaceContext::of(&gw, auth, "http://127.0.0.1"),
-        judged: Arc::default(),
-        handled: Arc::default(),
-    };
+    let probe =
+        Probe { ctx: FaceContext::of(&gw, auth, "http://127.0.0.1"), judged: Arc::default(), handled: Arc::default() };
     let router = Router::new()
         .route("/", get(whoami))
         .route("/private", get(whoami))
