@@ -28,7 +28,7 @@ pub mod wire;
 use push::delivery;
 pub use server::body::{BODY_LIMIT, MAX_VALUES};
 pub use server::version;
-use server::{auth, card, jsonrpc, rest};
+use server::{card, jsonrpc, rest};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,25 +37,30 @@ use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::routing::{any, get, post};
 use gateway_core::agent::BackendRef;
-use gateway_runtime::{Backend, Coordinator};
-use gateway_services::auth::Authenticator;
+use gateway_face::FaceContext;
+use gateway_runtime::Backend;
 use gateway_services::{PublishedAgents, SecretBox};
-use tokio_util::sync::CancellationToken;
 
-/// What the A2A server needs from the process.
+/// What the A2A server needs from the process: what every face gets (cards point at its
+/// `public_url`), and this face's own settings.
 #[derive(Clone)]
 pub struct A2aContext {
-    pub coordinator: Coordinator,
+    pub face: FaceContext,
     pub agents: PublishedAgents,
-    pub auth: Arc<Authenticator>,
-    /// The URL clients reach this gateway at (cards point here).
-    pub public_url: String,
     /// Seals push-notification credentials before they are stored (see `push`).
     pub secrets: SecretBox,
     pub allow_private_push_targets: bool,
     /// The longest a blocking `SendMessage` waits before answering with the task as it stands.
     pub blocking_timeout: std::time::Duration,
-    pub shutdown: CancellationToken,
+}
+
+/// A face's context is the shared one plus its own fields: handlers read `ctx.coordinator`
+/// and `ctx.shutdown` as the process's, not as copies this face could get out of step.
+impl std::ops::Deref for A2aContext {
+    type Target = FaceContext;
+    fn deref(&self) -> &FaceContext {
+        &self.face
+    }
 }
 
 /// `a2a.blocking_timeout_secs`: below the common client timeouts (30 s and more), so a slow
@@ -86,8 +91,7 @@ pub fn router(ctx: A2aContext) -> axum::Router {
         .route("/a2a/{agent}", post(jsonrpc::handle))
         .route("/a2a/{agent}/", post(jsonrpc::handle))
         .route("/a2a/{agent}/{*rest}", any(rest::handle))
-        .layer(middleware::from_fn_with_state(ctx.clone(), auth::layer))
-        .layer(middleware::from_fn_with_state(ctx.clone(), auth::admit));
+        .layer(middleware::from_fn_with_state(ctx.clone(), gateway_face::guard::<A2aContext>));
     axum::Router::new()
         .route("/.well-known/agent-card.json", get(card::root_card))
         .route("/.well-known/agent.json", get(card::root_card))

@@ -54,14 +54,15 @@ impl Kit {
         }
         let store = Arc::clone(&gateway.store);
         let ctx = A2aContext {
-            coordinator,
+            face: gateway_face::FaceContext::of(
+                &gateway,
+                Arc::new(Authenticator::new(Arc::clone(&store))),
+                "http://gateway.test",
+            ),
             agents,
-            auth: Arc::new(Authenticator::new(Arc::clone(&store))),
-            public_url: "http://gateway.test".into(),
             secrets: gateway_services::SecretBox::generate(),
             allow_private_push_targets: true,
             blocking_timeout: crate::DEFAULT_BLOCKING_TIMEOUT,
-            shutdown: gateway.shutdown.clone(),
         };
         Kit { store, ctx, gateway }
     }

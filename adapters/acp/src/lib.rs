@@ -22,33 +22,40 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gateway_core::agent::BackendRef;
+use gateway_face::FaceContext;
 use gateway_runtime::{Backend, Coordinator, Environments};
 use gateway_services::PublishedAgents;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::backend::ProcessTable;
 use crate::rpc::Peer;
 use crate::rpc::framing::{self, MAX_MESSAGE_BYTES};
 
-/// What the agent face needs from the process.
+/// What the agent face needs from the process: what every face gets (editor connections
+/// and their request handlers run on its `tasks`, the runtime's tracker, so the process waits
+/// for them before it closes the store; its authenticator decides who may open `/acp`, and is
+/// not consulted on stdio, where the editor started the process itself), and this face's own.
+/// One constructor makes it for both transports (the server's `acp_context`).
 #[derive(Clone)]
 pub struct AcpContext {
-    pub coordinator: Coordinator,
+    pub face: FaceContext,
     pub agents: PublishedAgents,
-    /// Checks the gateway's keys on network transports (`/acp`); `None` on stdio, where the
-    /// editor started the process itself.
-    pub auth: Option<Arc<gateway_services::auth::Authenticator>>,
     /// Where a session `cwd` may be: `None` on stdio (any absolute directory; the editor
     /// started the process with the user's rights), the configured roots on network
     /// transports (empty: no session may be opened there).
     pub workspace_roots: Option<Vec<std::path::PathBuf>>,
     /// The agent processes of the backend face: `session/close` stops the session's.
     pub processes: Arc<ProcessTable>,
-    /// Editor connections and their request handlers run here (the runtime's tracker), so the
-    /// process waits for them before it closes the store.
-    pub tasks: TaskTracker,
-    pub shutdown: CancellationToken,
+}
+
+/// A face's context is the shared one plus its own fields: the editor reads
+/// `ctx.coordinator` and `ctx.shutdown` as the process's, not as copies this face could get
+/// out of step.
+impl std::ops::Deref for AcpContext {
+    type Target = FaceContext;
+    fn deref(&self) -> &FaceContext {
+        &self.face
+    }
 }
 
 /// `[executors.acp.NAME]`: an ACP agent command, read from the configuration as it is here.

@@ -7,15 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use std::net::SocketAddr;
-
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{ConnectInfo, State};
-use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::extract::{Extension, State};
+use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::{SinkExt, StreamExt};
-use gateway_services::auth::{AuthError, Principal};
+use gateway_face::{FaceContext, GuardedFace, Refusal};
+use gateway_services::auth::Principal;
 use tokio::sync::mpsc;
 
 use crate::AcpContext;
@@ -23,42 +23,49 @@ use crate::editor::{Editor, EditorHandler};
 use crate::rpc::Peer;
 use crate::rpc::framing::{Inbound, MAX_MESSAGE_BYTES};
 
+/// `/acp`, behind the guard every face runs (`gateway_face::guard`): the upgrade is answered
+/// only once the process has a place for the request and the caller is one `/acp` serves.
 pub fn router(ctx: AcpContext) -> Router {
-    Router::new().route("/acp", get(upgrade)).with_state(ctx)
+    Router::new()
+        .route("/acp", get(upgrade))
+        .route_layer(middleware::from_fn_with_state(ctx.clone(), gateway_face::guard::<AcpContext>))
+        .with_state(ctx)
 }
 
 /// How long a closing connection may take to flush its last frames to a client.
 const WRITER_GRACE: Duration = Duration::from_secs(2);
 
 /// Refuses a connection without a valid gateway key (`x-api-key` or bearer), as every HTTP
-/// face does, before the upgrade: plain-text 401 with a challenge, 421 for a request
+/// face does, before the upgrade, in plain text: 401 with a challenge, 421 for a request
 /// addressed to a host name that is not this gateway's, 403 for a key that does not reach this
-/// face ([`admitted`]). The keyless rules (loopback peers, no web pages, only this gateway's
-/// names) are the shared [`Authenticator`](gateway_services::auth::Authenticator)'s. Returns
-/// what ends the connection when its key is revoked.
-async fn authenticate(
-    ctx: &AcpContext,
-    peer: Option<SocketAddr>,
-    uri: &Uri,
-    headers: &HeaderMap,
-) -> Result<Revoked, Response> {
-    let Some(auth) = &ctx.auth else { return Ok(Box::pin(std::future::pending())) };
-    match auth.authorize(peer, uri, headers).await {
-        Ok(principal) => match admitted(&principal) {
-            Ok(()) => Ok(Box::pin(auth.until_revoked(&principal))),
-            Err(refusal) => Err((StatusCode::FORBIDDEN, refusal).into_response()),
-        },
-        Err(AuthError::Unavailable(e)) => {
-            Err((StatusCode::SERVICE_UNAVAILABLE, format!("cannot check credentials: {e}")).into_response())
+/// face ([`admitted`]), 503 with `Retry-After` when the process is busy. The keyless rules
+/// (loopback peers, no web pages, only this gateway's names) are the shared
+/// [`Authenticator`](gateway_services::auth::Authenticator)'s.
+impl GuardedFace for AcpContext {
+    type Denied = &'static str;
+
+    fn context(&self) -> &FaceContext {
+        &self.face
+    }
+
+    async fn admits(&self, principal: &Principal, _: &Method, _: &Uri) -> Result<(), &'static str> {
+        admitted(principal)
+    }
+
+    fn refusal(&self, refusal: Refusal<&'static str>, _: &Method, _: &Uri) -> Response {
+        let status = refusal.status();
+        let retry_after = match &refusal {
+            Refusal::Busy(busy) => Some(HeaderValue::from(busy.retry_after.as_secs().max(1))),
+            _ => None,
+        };
+        let mut r = (status, refusal.to_string()).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, gateway_face::guard::CHALLENGE);
         }
-        Err(e) => {
-            let status = e.http_status();
-            let mut r = (status, e.to_string()).into_response();
-            if status == StatusCode::UNAUTHORIZED {
-                r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"gateway\""));
-            }
-            Err(r)
+        if let Some(after) = retry_after {
+            r.headers_mut().insert(header::RETRY_AFTER, after);
         }
+        r
     }
 }
 
@@ -79,18 +86,14 @@ fn admitted(principal: &Principal) -> Result<(), &'static str> {
 /// Resolves when the key that opened a connection is revoked.
 type Revoked = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// Upgrades a request the guard let through; the connection lives until its key (the guard's
+/// principal) is revoked, the editor leaves or the process stops.
 async fn upgrade(
     State(ctx): State<AcpContext>,
-    extensions: Extensions,
-    uri: Uri,
-    headers: HeaderMap,
+    Extension(principal): Extension<Principal>,
     ws: WebSocketUpgrade,
 ) -> Response {
-    let peer = extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
-    let revoked = match authenticate(&ctx, peer, &uri, &headers).await {
-        Ok(revoked) => revoked,
-        Err(refused) => return refused,
-    };
+    let revoked: Revoked = Box::pin(ctx.auth.until_revoked(&principal));
     // Random and unguessable like every gateway id; only used to correlate logs.
     let connection =
         format!("acpc_{}", &gateway_core::ResourceId::new().as_str()[gateway_core::ResourceId::PREFIX.len()..]);

@@ -26,7 +26,7 @@ const LOCAL: &str = "127.0.0.1:40002";
 /// request is recorded as coming from `peer`, as the server's connection info would say.
 async fn serve(r: &Rig, peer: &'static str) -> SocketAddr {
     let mut ctx = r.context(Some(vec![r.projects.path().to_path_buf()]));
-    ctx.auth = Some(Arc::new(Authenticator::new(Arc::clone(&r.store))));
+    ctx.face.auth = Arc::new(Authenticator::new(Arc::clone(&r.store)));
     let app = gateway_acp::router(ctx).layer(middleware::from_fn(move |mut req: Request, next: Next| async move {
         req.extensions_mut().insert(ConnectInfo(peer.parse::<SocketAddr>().unwrap()));
         next.run(req).await

@@ -1,39 +1,64 @@
-//! Authentication for `/v1`: `x-api-key` or `Authorization: Bearer`, decided by the shared
+//! Who may call `/v1`: `x-api-key` or `Authorization: Bearer`, decided by the shared
 //! [`Authenticator`](gateway_services::auth::Authenticator) (which also applies the keyless
-//! rules: loopback peers, no web pages, only this gateway's own host names).
+//! rules: loopback peers, no web pages, only this gateway's own host names) in the guard every
+//! face runs (`gateway_face::guard`). What is this face's own: how far an environment key
+//! reaches, and the envelope a refusal is answered with.
 
-use std::net::SocketAddr;
-
-use axum::body::Body;
-use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{Method, StatusCode};
-use axum::middleware::Next;
+use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use gateway_core::{EnvironmentId, SessionId};
+use gateway_face::{FaceContext, GuardedFace, Refusal};
 use gateway_runtime::RuntimeError;
-use gateway_runtime::load::body::BodyRefusal;
-use gateway_services::auth::{AuthError, Principal};
+use gateway_services::auth::Principal;
 
 use crate::ManagedAgents;
 use crate::error::ApiError;
 
-pub async fn layer(State(api): State<ManagedAgents>, mut req: Request, next: Next) -> Response {
-    let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
-    let principal = match api.auth.authorize(peer, req.uri(), req.headers()).await {
-        Ok(p) => p,
-        Err(e) => return refusal(&e).into_response(),
-    };
-    if let Principal::Environment { environment, .. } = &principal
-        && let Err(e) = check_environment_scope(&api, environment, req.method(), req.uri().path()).await
-    {
-        return e.into_response();
+/// `/v1` behind the one guard (`gateway_face::guard`): a request place before anything else is
+/// read, then the key, then [`check_environment_scope`], then the key's place, the body read
+/// under the process's budget and minimum rate. A file upload streams into the store a chunk
+/// at a time; every other body is held whole.
+impl GuardedFace for ManagedAgents {
+    type Denied = ApiError;
+
+    fn context(&self) -> &FaceContext {
+        &self.face
     }
-    let _key_place = match api.coordinator.load().try_key(&principal) {
-        Ok(place) => place,
-        Err(busy) => return ApiError::busy(&busy).into_response(),
-    };
-    req.extensions_mut().insert(principal);
-    next.run(req).await
+
+    async fn admits(&self, principal: &Principal, method: &Method, uri: &Uri) -> Result<(), ApiError> {
+        match principal {
+            Principal::Environment { environment, .. } => {
+                check_environment_scope(self, environment, method, uri.path()).await
+            }
+            Principal::Loopback | Principal::Key(_) => Ok(()),
+        }
+    }
+
+    /// The envelope of a refused request: 401 `authentication_error` (no challenge), 421
+    /// `permission_error` for a request addressed to another host's name, 503 `api_error` when
+    /// keys cannot be checked, 529 `overloaded_error` with `retry-after` when busy (the SDKs
+    /// retry after the hint), 408 `timeout_error` for a body too slow.
+    fn refusal(&self, refusal: Refusal<ApiError>, _: &Method, _: &Uri) -> Response {
+        let error = match refusal {
+            Refusal::Unauthenticated(e) => ApiError::unauthorized(e.to_string()),
+            Refusal::ForeignHost(e) => ApiError::new(e.http_status(), "permission_error", e.to_string()),
+            Refusal::Unavailable(_) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "api_error", "cannot check credentials right now")
+            }
+            Refusal::Forbidden(e) => e,
+            Refusal::Busy(busy) => ApiError::busy(&busy),
+            Refusal::TooSlow(reason) => ApiError::new(StatusCode::REQUEST_TIMEOUT, "timeout_error", reason),
+        };
+        error.into_response()
+    }
+
+    fn held_body(&self, method: &Method, uri: &Uri) -> usize {
+        if method == Method::POST && uri.path() == "/v1/files" {
+            gateway_services::files::UPLOAD_HELD_BYTES
+        } else {
+            usize::MAX
+        }
+    }
 }
 
 /// What an environment key may reach (docs/adr/0013): its environment's work queue, and its
@@ -81,48 +106,5 @@ pub(crate) fn owner(principal: Option<&Principal>) -> String {
     match principal {
         Some(Principal::Key(key) | Principal::Environment { key, .. }) => key.to_string(),
         Some(Principal::Loopback) | None => gateway_services::files::ANONYMOUS.to_owned(),
-    }
-}
-
-/// The envelope of a refused request: 401 `authentication_error`, 421 `permission_error` for
-/// a request addressed to another host's name, 503 `api_error` when keys cannot be checked.
-fn refusal(e: &AuthError) -> ApiError {
-    match e {
-        AuthError::Unavailable(detail) => {
-            tracing::warn!(error = %detail, "cannot check API keys");
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "api_error", "cannot check credentials right now")
-        }
-        AuthError::ForeignHost { .. } => ApiError::new(e.http_status(), "permission_error", e.to_string()),
-        _ => ApiError::unauthorized(e.to_string()),
-    }
-}
-
-/// Takes one of the process's request places (and one of its peer's) before anything else
-/// (authentication, body) is read, and holds it until the response head: a stream returns it
-/// once it is open. Beyond the bound the answer is 529 `overloaded_error` with
-/// `retry-after`, at once. The body is read under the process's body budget and minimum rate
-/// (`gateway_runtime::load::body`): a body cut off by either is answered here, 529 or 408,
-/// whatever the handler made of the broken body.
-pub async fn admit(State(api): State<ManagedAgents>, req: Request, next: Next) -> Response {
-    let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
-    let permit = match api.coordinator.load().try_request(peer) {
-        Ok(permit) => permit,
-        Err(busy) => return ApiError::busy(&busy).into_response(),
-    };
-    // A file upload streams into the store a chunk at a time; every other body is held whole.
-    let held = if req.method() == Method::POST && req.uri().path() == "/v1/files" {
-        gateway_services::files::UPLOAD_HELD_BYTES
-    } else {
-        usize::MAX
-    };
-    let (parts, body) = req.into_parts();
-    let (body, charge) = permit.meter(body, held);
-    let response = next.run(Request::from_parts(parts, Body::new(body))).await;
-    match charge.refusal() {
-        None => response,
-        Some(BodyRefusal::Busy(busy)) => ApiError::busy(&busy).into_response(),
-        Some(slow @ BodyRefusal::TooSlow { .. }) => {
-            ApiError::new(StatusCode::REQUEST_TIMEOUT, "timeout_error", slow.to_string()).into_response()
-        }
     }
 }

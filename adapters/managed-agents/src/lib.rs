@@ -28,29 +28,33 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use gateway_core::environment::ProviderTier;
-use gateway_runtime::Coordinator;
-use gateway_services::auth::Authenticator;
-use tokio_util::sync::CancellationToken;
+use gateway_face::FaceContext;
 
 pub use error::ApiError;
 pub use extract::BODY_LIMIT;
 pub use routes::served_routes;
 
-/// What the adapter needs from the process.
+/// What the adapter needs from the process: what every face gets (its `public_url` is the
+/// base URL executors reach this gateway at, a self-hosted session's `remote_url`; its
+/// `shutdown` ends open streams so the server can drain), and this face's own settings.
 #[derive(Clone)]
 pub struct ManagedAgents {
-    pub coordinator: Coordinator,
-    pub auth: Arc<Authenticator>,
+    pub face: FaceContext,
     /// The sandbox provider environments get when they name none.
     pub default_provider: ProviderTier,
-    /// The base URL executors reach this gateway at (a self-hosted session's `remote_url`).
-    pub public_url: String,
     /// How often an idle stream sends a `: keep-alive` comment.
     pub keep_alive: Duration,
     /// Webhook endpoints (the `/v1/webhooks` extension) and their delivery.
     pub webhooks: Arc<webhooks::Webhooks>,
-    /// Cancelled at shutdown: open streams end so the server can drain.
-    pub shutdown: CancellationToken,
+}
+
+/// A face's context is the shared one plus its own fields: handlers read `api.coordinator`
+/// and `api.public_url` as the process's, not as copies this face could get out of step.
+impl std::ops::Deref for ManagedAgents {
+    type Target = FaceContext;
+    fn deref(&self) -> &FaceContext {
+        &self.face
+    }
 }
 
 /// The Managed Agents face: the `/v1` routes (webhook deliveries run as their own task, started
@@ -72,8 +76,7 @@ pub fn router(api: ManagedAgents) -> Router {
         .fold(Router::new(), |router, route| router.route(route.path, route.handler))
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
-        .layer(middleware::from_fn_with_state(api.clone(), auth::layer))
-        .layer(middleware::from_fn_with_state(api.clone(), auth::admit))
+        .layer(middleware::from_fn_with_state(api.clone(), gateway_face::guard::<ManagedAgents>))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(api);
     routes.layer(middleware::from_fn(request_id::layer))

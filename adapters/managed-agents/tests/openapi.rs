@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use gateway_core::agent::BackendRef;
 use gateway_core::environment::ProviderTier;
+use gateway_face::FaceContext;
 use gateway_managed_agents::webhooks::Webhooks;
 use gateway_managed_agents::{BODY_LIMIT, ManagedAgents, openapi, served_routes};
 use gateway_models::fake::FakeModel;
@@ -385,13 +386,10 @@ async fn start() -> Gateway {
     gw.store.create_api_key("openapi-test", &key.hash).await.unwrap();
     let webhooks = Webhooks::start(gw.coordinator.clone(), SecretBox::generate(), Default::default()).await.unwrap();
     let api = ManagedAgents {
-        coordinator: gw.coordinator.clone(),
+        face: FaceContext::of(&gw, Arc::new(Authenticator::new(Arc::clone(&gw.store))), "http://127.0.0.1"),
         webhooks,
-        auth: Arc::new(Authenticator::new(Arc::clone(&gw.store))),
         default_provider: ProviderTier::new("local"),
-        public_url: "http://127.0.0.1".into(),
         keep_alive: Duration::from_secs(15),
-        shutdown: gw.shutdown.clone(),
     };
     let app = gateway_managed_agents::router(api);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

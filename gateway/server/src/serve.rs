@@ -13,6 +13,7 @@ use anyhow::Context;
 use gateway_acp::backend::ProcessTable;
 use gateway_core::agent::BackendRef;
 use gateway_core::environment::ProviderTier;
+use gateway_face::FaceContext;
 use gateway_managed_agents::ManagedAgents;
 use gateway_runtime::assembly::offer_of;
 use gateway_runtime::environment::offers_of;
@@ -157,9 +158,8 @@ fn raise_fd_limit() -> u64 {
 pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
     let Started { runtime: rt, published, processes, secrets, fd_limit } = start_runtime(&config, ext).await?;
     let shutdown = rt.shutdown.clone();
-    // Without keys, requests must address one of this gateway's names (no DNS rebinding).
-    let names = OwnNames::with_public_url(&config.public_url());
-    let auth = Arc::new(Authenticator::new(Arc::clone(&rt.store)).with_names(names));
+    let face = face_context(&rt, &config);
+    let auth = Arc::clone(&face.auth);
     match auth.live_keys().await {
         Ok(0) => warn!(
             public_url = %config.public_url(),
@@ -189,32 +189,21 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
         }
     };
     let managed_agents = ManagedAgents {
-        coordinator: rt.coordinator.clone(),
+        face: face.clone(),
         webhooks: Arc::clone(&webhooks),
-        auth: Arc::clone(&auth),
         default_provider: ProviderTier(config.sandbox.clone()),
-        public_url: config.public_url(),
         keep_alive: Duration::from_secs(15),
-        shutdown: shutdown.clone(),
     };
     let a2a = gateway_a2a::A2aContext {
-        coordinator: rt.coordinator.clone(),
+        face: face.clone(),
         agents: published.clone(),
-        auth: Arc::clone(&auth),
-        public_url: config.public_url(),
         secrets,
         allow_private_push_targets: config.a2a.allow_private_push_targets,
         blocking_timeout: config.a2a.blocking_timeout,
-        shutdown: shutdown.clone(),
     };
-    let acp = config.acp.websocket.then(|| gateway_acp::AcpContext {
-        coordinator: rt.coordinator.clone(),
-        agents: published.clone(),
-        auth: Some(Arc::clone(&auth)),
-        workspace_roots: Some(config.acp.workspace_roots.iter().map(std::path::PathBuf::from).collect()),
-        processes,
-        tasks: rt.tasks.clone(),
-        shutdown: shutdown.clone(),
+    let acp = config.acp.websocket.then(|| {
+        let roots = config.acp.workspace_roots.iter().map(std::path::PathBuf::from).collect();
+        acp_context(face.clone(), published.clone(), processes, Some(roots))
     });
     let deliveries = gateway_runtime::delivery::Deliveries::new(rt.coordinator.clone(), config.instance_name())
         .with(Arc::clone(&webhooks) as Arc<dyn gateway_runtime::delivery::Channel>)
@@ -271,20 +260,33 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
 /// `gateway acp`: one editor on stdin/stdout; the process runs its own Workers.
 pub async fn acp(config: Config, ext: Extensions, agent: Option<String>) -> anyhow::Result<()> {
     let Started { runtime: rt, published, processes, .. } = start_runtime(&config, ext).await?;
-    let ctx = gateway_acp::AcpContext {
-        coordinator: rt.coordinator.clone(),
-        agents: published,
-        auth: None,
-        workspace_roots: None,
-        processes,
-        tasks: rt.tasks.clone(),
-        shutdown: rt.shutdown.clone(),
-    };
+    // The editor on stdin started this process: no caller to check, any workspace it names.
+    let ctx = acp_context(face_context(&rt, &config), published, processes, None);
     rt.tasks.spawn(watch_signals(rt.shutdown.clone()));
     // Returns when the editor closes stdin, or at the shutdown signal.
     let result = gateway_acp::serve_stdio(ctx, agent).await;
     rt.stop().await;
     result
+}
+
+/// What every face of this process shares, made once per process: its coordinator, its one
+/// authenticator (keyless requests must address one of this gateway's names, so no DNS
+/// rebinding), its `public_url`, and the runtime's shutdown signal and task tracker.
+fn face_context(rt: &Runtime, config: &Config) -> FaceContext {
+    let names = OwnNames::with_public_url(&config.public_url());
+    let auth = Arc::new(Authenticator::new(Arc::clone(&rt.store)).with_names(names));
+    FaceContext::of(rt, auth, config.public_url())
+}
+
+/// The ACP editor face's context, for stdio and for `/acp` alike: `workspace_roots` `None` on
+/// stdio (any absolute directory), the configured roots on the network.
+fn acp_context(
+    face: FaceContext,
+    agents: PublishedAgents,
+    processes: Arc<ProcessTable>,
+    workspace_roots: Option<Vec<std::path::PathBuf>>,
+) -> gateway_acp::AcpContext {
+    gateway_acp::AcpContext { face, agents, workspace_roots, processes }
 }
 
 /// SIGTERM or SIGINT starts a graceful shutdown; the watcher ends with the shutdown, whatever

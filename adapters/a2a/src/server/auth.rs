@@ -1,45 +1,49 @@
-//! Authentication of the A2A bindings: the gateway's keys, presented as `x-api-key` or
+//! Who may call the A2A bindings: the gateway's keys, presented as `x-api-key` or
 //! `Authorization: Bearer` (the card's two security schemes), decided by the shared
 //! [`Authenticator`](gateway_services::auth::Authenticator) with its keyless rules (loopback
-//! peers, no web pages, only this gateway's host names). Cards are public. A refused request
-//! gets 401 with a challenge (421 for a foreign host, 403 for a credential that does not reach
-//! A2A), before any lookup (so unknown and hidden tasks look the same). These HTTP-level
-//! refusals carry a `google.rpc.Status` body on both bindings.
+//! peers, no web pages, only this gateway's host names) in the guard every face runs
+//! (`gateway_face::guard`). Cards are public. A refused request gets 401 with a challenge
+//! (421 for a foreign host, 403 for a credential that does not reach A2A), before any lookup
+//! (so unknown and hidden tasks look the same). These refusals carry a `google.rpc.Status`
+//! body on both bindings; a busy process or a body too slow is answered in the shape of the
+//! binding the request addressed.
 
-use std::net::SocketAddr;
-
-use axum::body::Body;
-use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use gateway_runtime::load::body::BodyRefusal;
-use gateway_services::auth::{AuthError, Principal};
+use gateway_face::{FaceContext, GuardedFace, Refusal};
+use gateway_services::auth::Principal;
 
 use crate::A2aContext;
 use crate::error::A2aError;
 use crate::server::version::Version;
 
-pub async fn layer(State(ctx): State<A2aContext>, req: Request, next: Next) -> Response {
-    let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
-    let err = match ctx.auth.authorize(peer, req.uri(), req.headers()).await {
-        Ok(principal) => match admitted(&principal) {
-            Ok(()) => match ctx.coordinator.load().try_key(&principal) {
-                Ok(_key_place) => return next.run(req).await,
-                Err(busy) => return refusal(req.method(), req.uri(), A2aError::Busy(busy)),
-            },
-            Err(e) => e,
-        },
-        Err(AuthError::Unavailable(e)) => A2aError::Unavailable(format!("cannot check credentials: {e}")),
-        Err(e @ AuthError::ForeignHost { .. }) => A2aError::Misdirected(e.to_string()),
-        Err(e) => A2aError::Unauthenticated(e.to_string()),
-    };
-    let (status, body) = err.rest(Version::V1);
-    let mut r = (status, axum::Json(body)).into_response();
-    if status == StatusCode::UNAUTHORIZED {
-        r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"gateway\""));
+impl GuardedFace for A2aContext {
+    type Denied = A2aError;
+
+    fn context(&self) -> &FaceContext {
+        &self.face
     }
-    r
+
+    async fn admits(&self, principal: &Principal, _: &Method, _: &Uri) -> Result<(), A2aError> {
+        admitted(principal)
+    }
+
+    fn refusal(&self, refusal: Refusal<A2aError>, method: &Method, uri: &Uri) -> Response {
+        let err = match refusal {
+            Refusal::Busy(busy) => return in_binding(method, uri, A2aError::Busy(busy)),
+            Refusal::TooSlow(reason) => return in_binding(method, uri, A2aError::TooSlow(reason)),
+            Refusal::Unavailable(e) => A2aError::Unavailable(format!("cannot check credentials: {e}")),
+            Refusal::ForeignHost(e) => A2aError::Misdirected(e.to_string()),
+            Refusal::Unauthenticated(e) => A2aError::Unauthenticated(e.to_string()),
+            Refusal::Forbidden(e) => e,
+        };
+        let (status, body) = err.rest(Version::V1);
+        let mut r = (status, axum::Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, gateway_face::guard::CHALLENGE);
+        }
+        r
+    }
 }
 
 /// Whom A2A serves. Every A2A operation reaches every task of every published agent, so only
@@ -58,31 +62,9 @@ fn admitted(principal: &Principal) -> Result<(), A2aError> {
     }
 }
 
-/// Takes one of the process's request places (and one of its peer's) before authentication
-/// or the body, held until the response head (a stream gives it back once open). Beyond the
-/// bound: HTTP 503 with `Retry-After`, in the binding's error shape (JSON-RPC for
-/// `POST /a2a/{agent}`, REST else). The body is read under the process's body budget and
-/// minimum rate (`gateway_runtime::load::body`); a body cut off by either is answered here
-/// (503, or 408 for a body too slow), whatever the handler made of it.
-pub async fn admit(State(ctx): State<A2aContext>, req: Request, next: Next) -> Response {
-    let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
-    let permit = match ctx.coordinator.load().try_request(peer) {
-        Ok(permit) => permit,
-        Err(busy) => return refusal(req.method(), req.uri(), A2aError::Busy(busy)),
-    };
-    let (parts, body) = req.into_parts();
-    let (body, charge) = permit.meter(body, usize::MAX);
-    let (method, uri) = (parts.method.clone(), parts.uri.clone());
-    let response = next.run(Request::from_parts(parts, Body::new(body))).await;
-    match charge.refusal() {
-        None => response,
-        Some(BodyRefusal::Busy(busy)) => refusal(&method, &uri, A2aError::Busy(busy)),
-        Some(slow @ BodyRefusal::TooSlow { .. }) => refusal(&method, &uri, A2aError::TooSlow(slow.to_string())),
-    }
-}
-
-/// A refusal before the handler, in the shape of the binding the request addressed.
-fn refusal(method: &Method, uri: &Uri, err: A2aError) -> Response {
+/// A refusal of a busy process or a slow body, in the shape of the binding the request
+/// addressed: JSON-RPC for `POST /a2a/{agent}`, REST else (HTTP 503 with `Retry-After`, or 408).
+fn in_binding(method: &Method, uri: &Uri, err: A2aError) -> Response {
     let segments = uri.path().trim_matches('/').split('/').count();
     if segments <= 2 && method == Method::POST {
         crate::server::jsonrpc::envelope_error(serde_json::value::RawValue::NULL, &err, Version::V1)

@@ -88,18 +88,19 @@ async fn build(
         false => String::new(),
     };
     let ctx = A2aContext {
-        coordinator,
+        face: gateway_face::FaceContext::of(
+            &gw,
+            Arc::new(Authenticator::new(Arc::clone(&store))),
+            "http://gateway.test",
+        ),
         agents: PublishedAgents {
             agents: vec![("echo".into(), agent.id), ("conformance".into(), conformance.id)],
             environment: Some(env.id),
             ..Default::default()
         },
-        auth: Arc::new(Authenticator::new(Arc::clone(&store))),
-        public_url: "http://gateway.test".into(),
         secrets: gateway_services::SecretBox::generate(),
         allow_private_push_targets: false,
         blocking_timeout,
-        shutdown: gw.shutdown.clone(),
     };
     Gateway { router: gateway_a2a::router(ctx), key, gw }
 }

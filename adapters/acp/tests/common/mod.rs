@@ -20,12 +20,14 @@ use gateway_core::content::{ContentBlock, plain_text};
 use gateway_core::environment::{EnvironmentConfig, Provisioning};
 use gateway_core::event::{Event, EventKind, EventPayload, NewEvent};
 use gateway_core::session::{ResourceKind, Session};
+use gateway_face::FaceContext;
 use gateway_runtime::testing::TestGateway;
 use gateway_runtime::{
     AdmissionLimits, AgentSelection, CreateSession, Delivery, EnvironmentsConfig, RetryPolicy, RuntimeError,
     SubscribeOptions, WorkerConfig,
 };
 use gateway_services::PublishedAgents;
+use gateway_services::auth::Authenticator;
 use gateway_services::published::CONFIG_NAME_KEY;
 use gateway_store::conformance::{agent_spec, env_spec};
 use gateway_store::{EventFilter, Order, PageRequest};
@@ -170,14 +172,17 @@ impl Rig {
     /// The ACP context of an editor connection; `roots` as on the WebSocket endpoint.
     pub fn context(&self, roots: Option<Vec<std::path::PathBuf>>) -> AcpContext {
         AcpContext {
-            coordinator: self.coordinator.clone(),
+            face: FaceContext {
+                coordinator: self.coordinator.clone(),
+                auth: Arc::new(Authenticator::new(Arc::clone(&self.store))),
+                public_url: "http://127.0.0.1".into(),
+                // Its own signal (a test may stop one editor face), which stopping the gateway sends too.
+                shutdown: self.gw.shutdown.child_token(),
+                tasks: self.gw.tasks.clone(),
+            },
             agents: self.agents.clone(),
-            auth: None,
             workspace_roots: roots,
             processes: Arc::clone(&self.processes),
-            tasks: self.gw.tasks.clone(),
-            // Its own signal (a test may stop one editor face), which stopping the gateway sends too.
-            shutdown: self.gw.shutdown.child_token(),
         }
     }
 }

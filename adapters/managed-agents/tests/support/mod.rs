@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use gateway_core::agent::BackendRef;
 use gateway_core::environment::ProviderTier;
+use gateway_face::FaceContext;
 use gateway_managed_agents::ManagedAgents;
 use gateway_managed_agents::webhooks::{WebhookSettings, Webhooks};
 use gateway_models::fake::FakeModel;
@@ -45,13 +46,10 @@ pub async fn start(
         .with(Arc::clone(&webhooks) as Arc<dyn gateway_runtime::delivery::Channel>);
     gw.tasks.spawn(deliveries.run(gw.shutdown.clone()));
     let api = ManagedAgents {
-        coordinator: gw.coordinator.clone(),
+        face: FaceContext::of(&gw, Arc::new(Authenticator::new(Arc::clone(&gw.store))), "http://127.0.0.1"),
         webhooks,
-        auth: Arc::new(Authenticator::new(Arc::clone(&gw.store))),
         default_provider: ProviderTier::new("local"),
-        public_url: "http://127.0.0.1".into(),
         keep_alive: Duration::from_secs(15),
-        shutdown: gw.shutdown.clone(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
