@@ -6,28 +6,21 @@ use serde_json::{Value, json};
 
 use crate::error::ApiError;
 
+/// A content block as a client sends it: one of the core's blocks, whose `text`, `image` and
+/// `document` shapes (and their sources' `base64`, `url`, `file`, `text`) are this API's, or a
+/// `search_result`. [`blocks_in`] refuses the core blocks this API does not define and checks
+/// what serde cannot.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum BlockIn {
-    Text {
-        text: String,
-    },
-    /// Sources read straight into the core's [`MediaSource`], whose tags are this API's
-    /// (`base64`, `url`, `file`, `text`); [`source_in`] checks what serde cannot.
-    Image {
-        source: MediaSource,
-    },
-    Document {
-        source: MediaSource,
-        title: Option<String>,
-        context: Option<String>,
-    },
     SearchResult {
         source: String,
         title: String,
         #[serde(default)]
         content: Vec<TextIn>,
     },
+    #[serde(untagged)]
+    Core(ContentBlock),
 }
 
 #[derive(Debug, Deserialize)]
@@ -43,10 +36,19 @@ pub fn blocks_in(blocks: Vec<BlockIn>, allow_search: bool) -> Result<Vec<Content
     blocks
         .into_iter()
         .map(|b| match b {
-            BlockIn::Text { text } => Ok(ContentBlock::Text { text }),
-            BlockIn::Image { source } => Ok(ContentBlock::Image { source: source_in(source, Kind::Image)? }),
-            BlockIn::Document { source, title, context } => {
+            BlockIn::Core(text @ ContentBlock::Text { .. }) => Ok(text),
+            BlockIn::Core(ContentBlock::Image { source }) => {
+                Ok(ContentBlock::Image { source: source_in(source, Kind::Image)? })
+            }
+            BlockIn::Core(ContentBlock::Document { source, title, context }) => {
                 Ok(ContentBlock::Document { source: source_in(source, Kind::Document)?, title, context })
+            }
+            BlockIn::Core(other) => {
+                let kind = serde_json::to_value(&other).ok().and_then(|v| v["type"].as_str().map(str::to_owned));
+                Err(ApiError::invalid(format!(
+                    "unknown content block type {:?}: expected text, image, document or search_result",
+                    kind.unwrap_or_default()
+                )))
             }
             BlockIn::SearchResult { source, title, content } if allow_search => {
                 let text = content.into_iter().map(|t| t.text).collect::<Vec<_>>().join("\n");

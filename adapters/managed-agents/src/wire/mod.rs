@@ -121,4 +121,52 @@ mod tests {
         let e: EnvironmentUpdate = serde_json::from_str(r#"{"name":"n"}"#).unwrap();
         assert_eq!((e.name, e.description), (Patch::Set("n".to_owned()), Patch::Keep));
     }
+
+    /// Blocks are read into the core's blocks where the shapes are the same; the core blocks
+    /// this API does not define, a `text` image source, a bad media type and undecodable
+    /// base64 are refused by name.
+    #[test]
+    fn content_blocks_read_into_core_blocks_or_are_refused() {
+        use super::content::{BlockIn, blocks_in};
+        use gateway_core::content::{ContentBlock, MediaSource};
+        let read = |j: &str, search: bool| {
+            let blocks: Vec<BlockIn> = serde_json::from_str(j).map_err(|e| e.to_string())?;
+            blocks_in(blocks, search).map_err(|e| format!("{e:?}"))
+        };
+        let ok = read(
+            r#"[{"type":"text","text":"hi"},{"type":"image","source":{"type":"url","url":"u"}},
+                {"type":"document","source":{"type":"text","media_type":"text/plain","data":"d"},"title":"t"},
+                {"type":"search_result","source":"s","title":"T","content":[{"text":"x"}]}]"#,
+            true,
+        );
+        assert_eq!(
+            ok,
+            Ok(vec![
+                ContentBlock::text("hi"),
+                ContentBlock::Image { source: MediaSource::Url { url: "u".into() } },
+                ContentBlock::Document {
+                    source: MediaSource::Text { media_type: "text/plain".into(), data: "d".into() },
+                    title: Some("t".into()),
+                    context: None,
+                },
+                ContentBlock::text("T (s)\nx"),
+            ])
+        );
+        for (j, search, says) in [
+            (r#"[{"type":"redacted"}]"#, true, "unknown content block type \\\"redacted\\\""),
+            (r#"[{"type":"data","data":{}}]"#, true, "unknown content block type \\\"data\\\""),
+            (r#"[{"type":"image","source":{"type":"text","media_type":"text/plain","data":"d"}}]"#, true, "not text"),
+            (
+                r#"[{"type":"document","source":{"type":"text","media_type":"text/html","data":"d"}}]"#,
+                true,
+                "text/plain",
+            ),
+            (r#"[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"@@"}}]"#, true, "base64"),
+            (r#"[{"type":"search_result","source":"s","title":"T"}]"#, false, "only allowed in tool results"),
+        ] {
+            let got = read(j, search).unwrap_err();
+            assert!(got.contains(says), "{j}: {got}");
+        }
+        assert!(read(r#"[{"type":"bogus"}]"#, true).is_err());
+    }
 }
