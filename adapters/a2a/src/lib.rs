@@ -97,18 +97,14 @@ pub fn router(ctx: A2aContext) -> axum::Router {
         .with_state(ctx)
 }
 
-/// Feeds the outbox from committed task events until `ctx.shutdown`; the delivery service
-/// makes the deliveries through [`push_channel`].
-pub async fn run_push_feeder(ctx: A2aContext) {
-    delivery::run(ctx).await;
-}
-
-/// The push-notification channel of the runtime's delivery service.
+/// The push-notification channel of the runtime's delivery service: it feeds itself from the
+/// store's feed (no background task of its own) and makes the deliveries.
 pub fn push_channel(ctx: &A2aContext) -> Arc<dyn gateway_runtime::delivery::Channel> {
     Arc::new(delivery::PushChannel::new(ctx))
 }
 
-/// The A2A face: its routes, and the push feeder in the background.
+/// The A2A face: its routes. It has no background work: push notifications are a channel of
+/// the delivery service ([`push_channel`]).
 impl gateway_face::Face for A2aContext {
     fn name(&self) -> &'static str {
         "a2a"
@@ -116,10 +112,6 @@ impl gateway_face::Face for A2aContext {
 
     fn router(&self) -> axum::Router {
         router(self.clone())
-    }
-
-    fn background(&self, tasks: &tokio_util::task::TaskTracker) {
-        tasks.spawn(run_push_feeder(self.clone()));
     }
 }
 

@@ -180,7 +180,11 @@ pub async fn send(ctx: &A2aContext, agent_name: &str, req: &SendMessageRequest, 
             let alias = ContextAlias { session_id: session_id.clone(), agent: agent_name.to_owned() };
             documents.push(records::create(CONTEXTS, c, &alias)?);
         }
-        let writes = AdmissionWrites { documents, bindings: vec![], trace: None };
+        let writes = AdmissionWrites {
+            documents,
+            subscriptions: vec![records::subscription(&record)],
+            ..AdmissionWrites::default()
+        };
         let admitted = match target {
             Target::Existing { session_id, .. } => {
                 ctx.coordinator.submit_with(&session_id, vec![event.clone()], writes, pass.take()).await.map(drop)
@@ -231,7 +235,7 @@ async fn follow_up(ctx: &A2aContext, agent_name: &str, task_id: &str, msg: &Mess
     let record_of = AnswerRecord { message_id: msg.message_id.clone() };
     let documents =
         answers.iter().map(|a| records::create(records::ANSWERS, a.id.as_str(), &record_of)).collect::<Result<_>>()?;
-    let writes = AdmissionWrites { documents, bindings: vec![], trace: None };
+    let writes = AdmissionWrites { documents, ..AdmissionWrites::default() };
     let committed = ctx.coordinator.submit_with(&record.session_id, answers, writes, None).await?;
     let min_seq = committed.iter().map(|e| e.seq).max().unwrap_or(watch.opened_at);
     info!(task = %task_id, context = %record.context_id, answers = committed.len(), "task answered");
