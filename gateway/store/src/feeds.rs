@@ -10,8 +10,8 @@
 //!   costs its commits nothing more: the update that advances the session's log says whether
 //!   it is subscribed.
 //! - **Taken, then settled.** A channel reads its oldest rows ([`Feeds::take_feed`]: a read,
-//!   nothing is held), turns them into deliveries outside any transaction (it may read, as
-//!   A2A push folds a task), and settles ([`Feeds::settle_feed`]): the rows are deleted, the
+//!   nothing is held), turns them into deliveries outside any transaction (it may read what it
+//!   needs to fold them), and settles ([`Feeds::settle_feed`]): the rows are deleted, the
 //!   deliveries queued, the keys' progress recorded and the adapter's documents written, in
 //!   one transaction that writes nothing unless every taken row was still there. A crash
 //!   between take and settle leaves the rows to be taken again (at least once, never lost);
