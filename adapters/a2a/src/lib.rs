@@ -8,7 +8,7 @@
 //! Module map: `wire` (v1.0 types) and `v03` (v0.3 rewrites at the edges); `server` (cards,
 //! the JSON-RPC and HTTP+JSON bindings, SSE, versions, auth, the operations they dispatch to);
 //! `tasks` (the service, the projection of events onto tasks, watches, the adapter's
-//! documents); `push` (configs, the feeder and deliverer, the SSRF guard); `outbound` (the
+//! documents); `push` (configs, the push channel and its feed, the SSRF guard); `outbound` (the
 //! remote backend); `conformance` (the built-in TCK agent); `content` (parts <-> blocks).
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use gateway_core::SessionId;
 use gateway_core::event::Event;
 use gateway_store::{FeedSettlement, Guard, NewDelivery, StoreError};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::delivery::{CHANNEL, Ready, delivery, ready};
 use crate::A2aContext;
@@ -73,15 +73,30 @@ impl Feeder {
             FeedSettlement { taken: batch.fed.iter().map(|f| f.position).collect(), ..FeedSettlement::default() };
         let mut cache = self.cache.lock().await;
         let mut folded = Vec::new();
+        // Sessions whose rows stay fed: a key of theirs could not be folded now (a read
+        // failed). Their other keys still settle, and skip these rows when they come again.
+        let mut stuck: Vec<&SessionId> = Vec::new();
         for key in &batch.keys {
             let Some(events) = by_session.get(&key.session_id) else { continue };
             let Some(upto) = events.last().map(|e| e.seq).filter(|&upto| upto > key.after_seq) else { continue };
             let cached = cache.remove(&key.key).filter(|f| f.fed_through == key.after_seq);
-            let Some((mut task, updates)) = self.fold(&key.key, key.after_seq, upto, events, cached).await? else {
-                settlement.ended.push(key.key.clone());
-                continue;
+            let (mut task, updates) = match self.fold(&key.key, key.after_seq, upto, events, cached).await {
+                Ok(Some(folded)) => folded,
+                Ok(None) => {
+                    settlement.ended.push(key.key.clone());
+                    continue;
+                }
+                Err(e) => {
+                    warn!(task = %key.key, error = %e, "cannot fold a task's fed events; they stay fed");
+                    stuck.push(&key.session_id);
+                    continue;
+                }
             };
-            self.settle_task(&mut task, updates, &mut settlement).await?;
+            if let Err(e) = self.settle_task(&mut task, updates, &mut settlement).await {
+                warn!(task = %key.key, error = %e, "cannot read a task's push configs or index entry; its events stay fed");
+                stuck.push(&key.session_id);
+                continue;
+            }
             if task.proj.is_final() {
                 info!(task = %key.key, state = task.proj.state().name(), "task finished; push feed done");
                 settlement.ended.push(key.key.clone());
@@ -90,6 +105,10 @@ impl Feeder {
                 task.fed_through = upto;
                 folded.push((key.key.clone(), task));
             }
+        }
+        if !stuck.is_empty() {
+            settlement.taken =
+                batch.fed.iter().filter(|f| !stuck.contains(&&f.event.session_id)).map(|f| f.position).collect();
         }
         let taken = settlement.taken.len();
         match feeds.settle_feed(CHANNEL, settlement).await {
@@ -124,11 +143,14 @@ impl Feeder {
         cached: Option<Folded>,
     ) -> Result<Option<(Folded, Vec<Ready>)>, A2aError> {
         let mut out = Vec::new();
-        let fresh = events.iter().filter(|e| e.seq > after_seq);
+        // The cached projection goes on only if the fed events continue it without a gap (a
+        // key sees its session's events from before the task started too: those the
+        // projection already folded are skipped).
         if let Some(mut task) = cached
-            && events.iter().find(|e| e.seq > after_seq).is_some_and(|e| e.seq == after_seq + 1)
+            && events.iter().find(|e| e.seq > after_seq).is_some_and(|e| e.seq <= task.proj.last_seq() + 1)
         {
-            for e in fresh {
+            let folded_through = after_seq.max(task.proj.last_seq());
+            for e in events.iter().filter(|e| e.seq > folded_through) {
                 if task.proj.is_final() {
                     break;
                 }
@@ -153,7 +175,7 @@ impl Feeder {
     }
 
     /// Adds a task's deliveries (one per update and config, in order) and its index state,
-    /// if it changed, to the settlement.
+    /// if it changed, to the settlement; nothing if a read fails.
     async fn settle_task(
         &self,
         task: &mut Folded,
@@ -161,12 +183,11 @@ impl Feeder {
         settlement: &mut FeedSettlement,
     ) -> Result<(), A2aError> {
         let docs = self.ctx.coordinator.documents();
+        let mut deliveries: Vec<NewDelivery> = Vec::new();
         if !updates.is_empty() {
             let configs = super::records(docs, &task.rec.id).await?;
             let id = task.rec.id.as_str();
-            let deliveries: Vec<NewDelivery> =
-                updates.iter().flat_map(|r| configs.iter().filter_map(move |c| delivery(id, c, r))).collect();
-            settlement.deliveries.extend(deliveries);
+            deliveries.extend(updates.iter().flat_map(|r| configs.iter().filter_map(move |c| delivery(id, c, r))));
         }
         let state = task.proj.state();
         if state != task.known_state {
@@ -174,6 +195,8 @@ impl Feeder {
             settlement.documents.extend(records::state_write(docs, &task.rec, state, at).await?);
             task.known_state = state;
         }
+        // Added only once every read succeeded: a task whose events stay fed queues nothing.
+        settlement.deliveries.extend(deliveries);
         Ok(())
     }
 }

@@ -140,7 +140,7 @@ const RESOLVE_ATTEMPTS: usize = 2;
 ///
 /// One commit (DESIGN §3): the message, the session of a new context (with the alias of a
 /// client-chosen contextId), the task record, its index entry, an inline push config and the
-/// feeder's cursor are admitted together. If admission refuses the message or a document
+/// task's push feed subscription are admitted together. If admission refuses the message or a document
 /// conflicts, none of them is written, so nothing is left to undo.
 pub async fn send(ctx: &A2aContext, agent_name: &str, req: &SendMessageRequest, v03: bool) -> Result<Started> {
     let agent_id = agent(ctx, agent_name).await?;
@@ -349,7 +349,7 @@ pub struct TaskPage {
     pub total_size: usize,
 }
 
-/// ListTasks: newest status first; filters read the feeder's last known state.
+/// ListTasks: newest status first; filters read the last known state the push feed wrote.
 pub async fn list_tasks(ctx: &A2aContext, agent_name: &str, req: &ListTasksRequest) -> Result<TaskPage> {
     list_tasks_scanning(ctx, agent_name, req, LIST_SCAN).await
 }

@@ -121,6 +121,9 @@ impl<E: Engine> Feeds for SqlStore<E> {
     }
 
     async fn settle_feed(&self, channel: &str, s: FeedSettlement) -> Result<bool> {
+        if s == FeedSettlement::default() {
+            return Ok(true); // nothing to write: no write for the writer either
+        }
         let mut tx = self.begin_write().await?;
         for position in &s.taken {
             let gone = query_as::<(i64,)>("DELETE FROM event_feed WHERE id = $1 AND channel = $2 RETURNING id")
