@@ -22,8 +22,11 @@
 -- The cursors of the per-task push feeder (documents of namespace 'a2a.feed', body
 -- {"sessionId", "afterSeq"}, held under document leases) become subscriptions of channel
 -- 'a2a_push' here, and the events after each cursor are fed, so nothing a cursor had not
--- reached is lost and nothing it had passed is sent again. The lease columns of 0005 stay
--- (dropping a column rebuilds the table on SQLite) but nothing writes them any more.
+-- reached is lost and nothing it had passed is sent again. A cursor without a readable
+-- afterSeq starts at 0 (its task is refolded from its start: updates may repeat, none is
+-- lost); one whose session row is missing is dropped with the others (a deleted session's
+-- subscription ends at its first feed). The lease columns of 0005 stay (dropping a column
+-- rebuilds the table on SQLite) but nothing writes them any more.
 
 ALTER TABLE event_feed ADD COLUMN channel TEXT NOT NULL DEFAULT 'lifecycle';
 CREATE INDEX event_feed_by_channel ON event_feed (channel, id);
@@ -41,7 +44,8 @@ CREATE TABLE feed_subscriptions (
 CREATE INDEX feed_subscriptions_by_session ON feed_subscriptions (session_id);
 
 INSERT INTO feed_subscriptions (channel, key, session_id, after_seq, created_at)
-SELECT 'a2a_push', d.key, (d.body::jsonb)->>'sessionId', CAST((d.body::jsonb)->>'afterSeq' AS BIGINT), d.created_at
+SELECT 'a2a_push', d.key, (d.body::jsonb)->>'sessionId',
+       COALESCE(CAST((d.body::jsonb)->>'afterSeq' AS BIGINT), 0), d.created_at
 FROM documents d JOIN sessions s ON s.id = (d.body::jsonb)->>'sessionId'
 WHERE d.namespace = 'a2a.feed';
 
