@@ -8,7 +8,7 @@
 //! Module map: `wire` (v1.0 types) and `v03` (v0.3 rewrites at the edges); `server` (cards,
 //! the JSON-RPC and HTTP+JSON bindings, SSE, versions, auth, the operations they dispatch to);
 //! `tasks` (the service, the projection of events onto tasks, watches, the adapter's
-//! documents); `push` (configs, the feeder and deliverer, the SSRF guard); `outbound` (the
+//! documents); `push` (configs, the push channel and its feed, the SSRF guard); `outbound` (the
 //! remote backend); `conformance` (the built-in TCK agent); `content` (parts <-> blocks).
 
 #[cfg(test)]
@@ -102,18 +102,14 @@ pub fn router(ctx: A2aContext) -> axum::Router {
         .with_state(ctx)
 }
 
-/// Feeds the outbox from committed task events until `ctx.shutdown`; the delivery service
-/// makes the deliveries through [`push_channel`].
-pub async fn run_push_feeder(ctx: A2aContext) {
-    delivery::run(ctx).await;
-}
-
-/// The push-notification channel of the runtime's delivery service.
+/// The push-notification channel of the runtime's delivery service: it feeds itself from the
+/// store's feed (no background task of its own) and makes the deliveries.
 pub fn push_channel(ctx: &A2aContext) -> Arc<dyn gateway_runtime::delivery::Channel> {
     Arc::new(delivery::PushChannel::new(ctx))
 }
 
-/// The A2A face: its routes, and the push feeder in the background.
+/// The A2A face: its routes. It has no background work: push notifications are a channel of
+/// the delivery service ([`push_channel`]).
 impl gateway_face::Face for A2aContext {
     fn name(&self) -> &'static str {
         "a2a"
@@ -121,10 +117,6 @@ impl gateway_face::Face for A2aContext {
 
     fn router(&self) -> axum::Router {
         router(self.clone())
-    }
-
-    fn background(&self, tasks: &tokio_util::task::TaskTracker) {
-        tasks.spawn(run_push_feeder(self.clone()));
     }
 }
 

@@ -408,6 +408,10 @@ impl Coordinator {
     }
 
     /// The durable delivery outbox (webhooks, push notifications).
+    pub fn feeds(&self) -> &dyn gateway_store::Feeds {
+        self.store.as_ref()
+    }
+
     pub fn outbox(&self) -> &dyn gateway_store::Outbox {
         self.store.as_ref()
     }

@@ -235,7 +235,7 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
 
     rt.tasks.spawn(Arc::clone(&auth).watch_revocations(shutdown.clone()));
     // One delivery service for every outbound notification channel, joined with the
-    // runtime's tasks on shutdown; each face's own background work (the A2A push feeder) too.
+    // runtime's tasks on shutdown; each face's own background work, if it has any, too.
     rt.tasks.spawn(deliveries.run(shutdown.clone()));
     for face in &faces {
         face.background(&rt.tasks);

@@ -8,6 +8,7 @@
 //! [`EventLog`], [`RunQueue`]. [`Store`] is their sum plus health and wake-ups.
 
 mod error;
+mod feeds;
 mod files;
 mod metrics;
 mod model;
@@ -39,6 +40,7 @@ use gateway_core::session::{EnvironmentState, Session};
 use gateway_core::{AgentId, ApiKeyId, DeliveryId, EnvironmentId, EventId, RunId, SessionId};
 
 pub use error::{Guard, Result, StoreError};
+pub use feeds::{Fed, FeedBatch, FeedKey, FeedSettlement, Feeds, LIFECYCLE_FEED, Subscribe};
 pub use files::{CHUNK_BYTES, Files, NewFile, StoredFile, UploadQuota};
 pub use metrics::StoreMetrics;
 pub use model::*;
@@ -265,8 +267,8 @@ pub trait ReadDocuments: Send + Sync {
 
 /// JSON documents in namespaces, owned by adapters (so protocol vocabulary stays out of the
 /// schema). Writes are compare-and-set on the document's version; documents that explain an
-/// input are written with it instead (`AdmissionWrites`). A document can be leased to one
-/// holder at a time, with expiry on the database clock, for work shared between processes.
+/// input are written with it instead (`AdmissionWrites`), and documents that explain fed
+/// deliveries with their settlement (`Feeds::settle_feed`).
 #[async_trait]
 pub trait Documents: ReadDocuments {
     /// Creates the document when `expected` is None (fails with `StaleVersion`-like
@@ -279,44 +281,6 @@ pub trait Documents: ReadDocuments {
         expected: Option<u64>,
     ) -> Result<Document>;
     async fn delete_document(&self, namespace: &str, key: &str) -> Result<bool>;
-
-    /// Leases to `owner`, for `lease`, up to `limit` documents of `namespace` under `prefix`
-    /// (in key order) whose lease is free or expired. Correct across processes whose clocks
-    /// drift because expiry is the database clock's, checked and set in one statement inside
-    /// one transaction (PostgreSQL skips rows another claim is taking). A claim is a write: it
-    /// bumps the version, so a former holder's compare-and-set fails.
-    async fn claim_documents(
-        &self,
-        namespace: &str,
-        prefix: &str,
-        owner: &str,
-        lease: Duration,
-        limit: u32,
-    ) -> Result<Vec<Document>>;
-    /// Extends `owner`'s lease to `lease` from now (database clock) and, given a `body`,
-    /// replaces the body, if and only if `owner` still holds the lease. A lease that expired
-    /// but was not claimed by anyone else is still held (as with run leases). None, writing
-    /// nothing, when the lease was lost or the document is gone: the caller must stop.
-    ///
-    /// `also` are written in the same transaction, only while the lease is held (the work
-    /// the lease guards, recorded with the progress that covers it: one commit, not several);
-    /// a conflict in any of them fails the call and writes nothing, the renewal included.
-    async fn renew_document(
-        &self,
-        namespace: &str,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-        body: Option<&serde_json::Value>,
-        also: &[DocumentWrite],
-    ) -> Result<Option<Document>>;
-    /// Deletes a leased document its holder is done with, writing `also` with it (all or
-    /// nothing, as for [`Documents::renew_document`]); false, writing nothing, if `owner` no
-    /// longer holds the lease.
-    async fn retire_document(&self, namespace: &str, key: &str, owner: &str, also: &[DocumentWrite]) -> Result<bool>;
-    /// Gives `owner`'s lease up so the next claim takes the document at once; false if
-    /// `owner` did not hold it.
-    async fn release_document(&self, namespace: &str, key: &str, owner: &str) -> Result<bool>;
 }
 
 /// Durable outbound HTTP deliveries with leases and retries, one at a time per topic.
@@ -358,7 +322,7 @@ pub struct OutboxStats {
 /// The whole durable state of the gateway.
 #[async_trait]
 pub trait Store:
-    Catalog + Sessions + EventLog + RunQueue + ApiKeys + Documents + Outbox + WorkQueue + Webhooks + Files + Skills
+    Catalog + Sessions + EventLog + RunQueue + ApiKeys + Documents + Outbox + WorkQueue + Webhooks + Feeds + Files + Skills
 {
     /// Succeeds while the database answers.
     async fn ping(&self) -> Result<()>;

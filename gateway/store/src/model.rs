@@ -130,6 +130,9 @@ pub struct AdmissionWrites {
     pub documents: Vec<DocumentWrite>,
     /// Session bindings (key, value), replacing any earlier value of the key.
     pub bindings: Vec<(String, String)>,
+    /// Channels that follow the session from this admission on (`crate::Feeds`): the
+    /// admission's own events are fed to them already.
+    pub subscriptions: Vec<crate::Subscribe>,
     /// The trace context of the request that submits the inputs, stored with the run the
     /// admission queues (if it queues one), so the turn's span joins the request's trace.
     pub trace: Option<gateway_core::trace::TraceContext>,
@@ -137,7 +140,7 @@ pub struct AdmissionWrites {
 
 impl AdmissionWrites {
     pub fn is_empty(&self) -> bool {
-        self.documents.is_empty() && self.bindings.is_empty()
+        self.documents.is_empty() && self.bindings.is_empty() && self.subscriptions.is_empty()
     }
 }
 
@@ -175,17 +178,6 @@ pub struct Document {
     pub version: u64,
     pub created_at: gateway_core::Timestamp,
     pub updated_at: gateway_core::Timestamp,
-    /// Who holds the document's lease (see `Documents::claim_documents`), if anyone.
-    pub lease: Option<DocumentLease>,
-}
-
-/// A document's lease: its holder and when it expires on the database clock. An expired
-/// lease stays recorded until someone claims the document; its holder may still renew it
-/// until then, as with run leases.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DocumentLease {
-    pub owner: String,
-    pub expires_at: gateway_core::Timestamp,
 }
 
 /// An HTTP delivery to make.

@@ -313,16 +313,10 @@ pub struct DocumentRow {
     pub version: i64,
     pub created_at: i64,
     pub updated_at: i64,
-    pub lease_owner: Option<String>,
-    pub lease_expires_at: Option<i64>,
 }
 
 impl DocumentRow {
     pub fn into_document(self) -> Result<crate::Document> {
-        let lease = match (self.lease_owner, self.lease_expires_at) {
-            (Some(owner), Some(at)) => Some(crate::DocumentLease { owner, expires_at: ts(at) }),
-            _ => None,
-        };
         Ok(crate::Document {
             namespace: self.namespace,
             key: self.key,
@@ -330,7 +324,6 @@ impl DocumentRow {
             version: u64::try_from(self.version).map_err(StoreError::corrupt)?,
             created_at: ts(self.created_at),
             updated_at: ts(self.updated_at),
-            lease,
         })
     }
 }
@@ -402,7 +395,7 @@ pub struct FeedRow {
 // Each row struct from the columns of its fields' names.
 from_row!(RunRefRow { lease_owner, lease_epoch, state });
 from_row!(GuardRow { version, archived_at, deleted_at });
-from_row!(DocumentRow { namespace, key, body, version, created_at, updated_at, lease_owner, lease_expires_at });
+from_row!(DocumentRow { namespace, key, body, version, created_at, updated_at });
 from_row!(DeliveryRow { id, topic, url, headers, body, attempts });
 from_row!(DeliveryStateRow { state, attempts });
 from_row!(WebhookRow {

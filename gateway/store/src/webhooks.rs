@@ -1,13 +1,12 @@
-//! Webhook endpoints and the event feed that hands committed lifecycle events to them
-//! (docs/adr/0013). The store knows neither webhook types nor payloads: an adapter maps each
-//! fed event to its deliveries, and the store commits those deliveries and forgets the feed
-//! rows in one transaction.
+//! Webhook endpoints, and the switch of the lifecycle feed that hands committed lifecycle
+//! events to them (docs/adr/0013). The store knows neither webhook types nor payloads: an
+//! adapter takes the fed events (`crate::Feeds`, channel [`crate::LIFECYCLE_FEED`]) and maps
+//! each to its deliveries.
 
 use async_trait::async_trait;
-use gateway_core::event::{Event, EventKind};
+use gateway_core::event::EventKind;
 use gateway_core::{Timestamp, WebhookId};
 
-use crate::NewDelivery;
 use crate::error::Result;
 
 /// The kinds of event the feed carries while any endpoint is enabled: a turn's start and end,
@@ -93,12 +92,4 @@ pub trait Webhooks: Send + Sync {
     /// Records a delivery attempt: a success clears the failure count; a failure adds one,
     /// and the `disable_after`-th failure in a row disables the endpoint.
     async fn record_webhook_attempt(&self, id: &WebhookId, ok: bool, disable_after: u32) -> Result<WebhookEndpoint>;
-
-    /// Takes up to `limit` fed events, oldest first, and commits the deliveries `fan` makes of
-    /// each while deleting their feed rows, in one transaction. Returns how many it took.
-    async fn fan_out_feed(
-        &self,
-        limit: u32,
-        fan: &(dyn for<'e> Fn(&'e Event) -> Vec<NewDelivery> + Send + Sync),
-    ) -> Result<usize>;
 }

@@ -1,227 +1,60 @@
-//! Push delivery: a feeder that turns committed task updates into outbox deliveries, and the
-//! push channel ([`PushChannel`]) through which the runtime's delivery service POSTs them.
+//! Push delivery: the push channel ([`PushChannel`]) through which the runtime's delivery
+//! service POSTs a task's updates, fed like every channel by the store's feed (`feed.rs`).
 //!
-//! The feeder keeps one cursor document per unfinished task (`a2a.feed/{task}`: the last seq
-//! turned into deliveries), written with the task's message in one commit, so a cursor exists
-//! exactly when its task does. Which process feeds a task is the cursor document's lease,
-//! claimed and renewed through the store on the database clock (`Documents::claim_documents`,
-//! `renew_document`): processes whose clocks drift never both feed a task for long, and a
-//! process that dies leaves its tasks to the others once its leases expire. Deliveries are
-//! enqueued before the cursor moves, so a crash repeats some (at-least-once, receivers must
-//! be idempotent) and loses none. The outbox orders a config's deliveries (one topic per
-//! config) and keeps them across restarts; the delivery service retries with the one doubling
-//! backoff and gives up after [`MAX_ATTEMPTS`].
-//!
-//! Order: the outbox keeps a topic's deliveries in enqueue order, across batches (a store
-//! guarantee, tested by the store conformance suite). The feeder still enqueues every update
-//! that is ready in one batch per pass: one transaction instead of many.
+//! Every task subscribes its session to this channel in the transaction that admits its
+//! message (`tasks::service::send`), so each event committed after it is fed to the channel
+//! by its own commit. The channel's feed step folds fed events through each task's
+//! projection and settles: the fed rows deleted, the deliveries queued and the task's index
+//! state written in one transaction (`Feeds::settle_feed`). A crash before the settlement
+//! feeds the same events again (at least once, receivers must be idempotent) and loses none.
+//! The outbox orders a config's deliveries (one topic per config) and keeps them across
+//! restarts; the delivery service retries with the one doubling backoff and gives up after
+//! [`MAX_ATTEMPTS`].
 //!
 //! v0.3 configs get the v0.3 `Task` as their body (what v0.3 receivers expect), on status
 //! changes only and with at most [`V03_HISTORY`] history messages: a snapshot per artifact
 //! update would make a task's deliveries grow with the square of its output.
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use gateway_runtime::delivery::{Channel, ChannelSettings, Failure, Outgoing, Reach, RetryPolicy};
 use gateway_services::{SecretBox, SecretError};
 use gateway_store::{Delivery as OutboxDelivery, NewDelivery};
-use tracing::{debug, info, warn};
+use tracing::warn;
 
+use super::feed::Feeder;
 use crate::A2aContext;
-use crate::tasks::records::{self, FEED, FeedCursor, store_err};
-use crate::tasks::watch::Watch;
+use crate::tasks::projection::Projector;
+use crate::tasks::records;
 use crate::v03::{self, Shape};
 use crate::wire::StreamResponse;
 
 /// Attempts per delivery before it is given up.
 pub const MAX_ATTEMPTS: u32 = 6;
-/// How long a feeder's claim on a cursor holds (renewed at least every third of it).
-const LEASE: Duration = Duration::from_secs(30);
-const POLL: Duration = Duration::from_millis(500);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long a pass waits for more ready events before it enqueues what it has.
-const GATHER: Duration = Duration::from_millis(20);
-/// Most updates one pass turns into one batch.
-const MAX_PASS_UPDATES: usize = 256;
 /// Most history messages in a v0.3 push body.
 pub const V03_HISTORY: i64 = 20;
 
 /// Push attempts in flight at once in this process.
 const MAX_CONCURRENT: usize = 16;
 
-/// Runs the feeder until shutdown (the deliveries it queues are made by the delivery
-/// service, through [`PushChannel`]).
-pub async fn run(ctx: A2aContext) {
-    let owner = format!("a2a-{}", &gateway_core::EventId::new().as_str()[5..]);
-    feed_loop(ctx.clone(), owner).await;
-}
-
-/// Most cursors one feeder pass claims.
-const FEED_PAGE: u32 = 1_000;
-
-/// Claims cursors and feeds each in its own task until shutdown; returns once every task it
-/// started has stopped (and released its lease).
-async fn feed_loop(ctx: A2aContext, owner: String) {
-    let watching: Arc<Mutex<HashSet<String>>> = Arc::default();
-    let feeders = tokio_util::task::TaskTracker::new();
-    // Each pass claims the cursors no live lease holds (a fresh task's, or those of a process
-    // that stopped), so tasks being fed, here or elsewhere, never crowd out the others.
-    loop {
-        match ctx.coordinator.documents().claim_documents(FEED, "", &owner, LEASE, FEED_PAGE).await {
-            Ok(claimed) => {
-                for doc in claimed {
-                    let task_id = doc.key;
-                    if watching.lock().unwrap_or_else(|p| p.into_inner()).contains(&task_id) {
-                        // Our own lease lapsed while its feeder was slow; that feeder renews it.
-                        continue;
-                    }
-                    let cursor: FeedCursor = match serde_json::from_value(doc.body) {
-                        Ok(c) => c,
-                        Err(e) => {
-                            warn!(task = %task_id, error = %e, "skipping an unreadable push feeder cursor");
-                            continue;
-                        }
-                    };
-                    watching.lock().unwrap_or_else(|p| p.into_inner()).insert(task_id.clone());
-                    let (ctx, watching, owner) = (ctx.clone(), Arc::clone(&watching), owner.clone());
-                    feeders.spawn(async move {
-                        if let Err(e) = feed_task(&ctx, &task_id, cursor, &owner).await {
-                            debug!(task = %task_id, error = %e, "feeder stopped; another pass resumes it");
-                            release(&ctx, &task_id, &owner).await;
-                        }
-                        watching.lock().unwrap_or_else(|p| p.into_inner()).remove(&task_id);
-                    });
-                }
-            }
-            Err(e) => warn!(error = %e, "cannot claim push feeder cursors"),
-        }
-        tokio::select! {
-            _ = ctx.shutdown.cancelled() => break,
-            _ = tokio::time::sleep(POLL) => {}
-        }
-    }
-    feeders.close();
-    feeders.wait().await;
-}
-
-/// Gives a cursor's lease up so the next pass (of any process) takes it at once; if that
-/// fails, the lease simply expires.
-async fn release(ctx: &A2aContext, task_id: &str, owner: &str) {
-    if let Err(e) = ctx.coordinator.documents().release_document(FEED, task_id, owner).await {
-        debug!(task = %task_id, error = %e, "cannot release a push feeder cursor; its lease will expire");
-    }
-}
-
-/// One update of a pass, with the v0.3 Task snapshot as of that update (status changes only).
-struct Ready {
+/// One update of a task, with the v0.3 Task snapshot as of that update (status changes only).
+pub(super) struct Ready {
     update: StreamResponse,
     v03_task: Option<String>,
 }
 
-fn ready(w: &Watch, updates: Vec<StreamResponse>, out: &mut Vec<Ready>) {
+/// The updates `proj` just made, each with its v0.3 snapshot taken now (before the next event
+/// is folded in).
+pub(super) fn ready(proj: &Projector, updates: Vec<StreamResponse>, out: &mut Vec<Ready>) {
     for update in updates {
         let v03_task = matches!(update, StreamResponse::StatusUpdate(_)).then(|| {
-            let task = serde_json::to_value(w.proj.task(Some(V03_HISTORY), true)).unwrap_or_default();
+            let task = serde_json::to_value(proj.task(Some(V03_HISTORY), true)).unwrap_or_default();
             v03::task_out(&task, Shape::JsonRpc).to_string()
         });
         out.push(Ready { update, v03_task });
     }
-}
-
-/// Feeds one task from its cursor, whose lease `owner` holds, until the task ends, the lease
-/// is lost, or shutdown.
-async fn feed_task(
-    ctx: &A2aContext,
-    task_id: &str,
-    mut cursor: FeedCursor,
-    owner: &str,
-) -> Result<(), crate::error::A2aError> {
-    let docs = ctx.coordinator.documents();
-    let Some((rec, _)) = records::task(docs, task_id).await? else {
-        return records::delete(docs, FEED, task_id).await;
-    };
-    let mut w = match Watch::open_folding(&ctx.coordinator, &rec, cursor.after_seq).await {
-        Ok(w) => w,
-        // The cursor was committed with the task's message, so its session is gone.
-        Err(crate::error::A2aError::TaskNotFound(_)) => return records::delete(docs, FEED, task_id).await,
-        Err(e) => return Err(e),
-    };
-    let mut known_state = rec.state;
-    let mut ended = false;
-    loop {
-        if !w.proj.is_final() && !feed_pass(ctx, &mut w, &rec, &mut ended).await? {
-            release(ctx, task_id, owner).await;
-            return Ok(());
-        }
-        // The task's new state, if any, is written with the cursor's lease: one commit per
-        // pass, and none at all by a feeder that lost the task to another.
-        let mut also = Vec::new();
-        if w.proj.state() != known_state {
-            also.extend(records::state_write(docs, &rec, w.proj.state(), w.proj.status_at().millis()).await?);
-        }
-        if w.proj.is_final() {
-            if docs.retire_document(FEED, task_id, owner, &also).await.map_err(store_err)? {
-                info!(task = %task_id, state = w.proj.state().name(), "task finished; push feeder done");
-            } else {
-                debug!(task = %task_id, "another process took this finished task's push feed over");
-            }
-            return Ok(());
-        }
-        known_state = w.proj.state();
-        cursor.after_seq = cursor.after_seq.max(w.proj.last_seq());
-        let body = serde_json::to_value(&cursor).map_err(|e| crate::error::A2aError::Internal(e.to_string()))?;
-        let renewed = docs.renew_document(FEED, task_id, owner, LEASE, Some(&body), &also).await.map_err(store_err)?;
-        if renewed.is_none() {
-            debug!(task = %task_id, "another process took this task's push feed over");
-            return Ok(());
-        }
-    }
-}
-
-/// One pass: waits for the task's next event (or a third of the lease, to renew it), gathers
-/// every update ready right after it, and enqueues their deliveries in one batch. False when
-/// the feed should stop (shutdown, or the session's stream ended).
-async fn feed_pass(
-    ctx: &A2aContext,
-    w: &mut Watch,
-    rec: &records::TaskRecord,
-    ended: &mut bool,
-) -> Result<bool, crate::error::A2aError> {
-    let next = if *ended {
-        None
-    } else {
-        tokio::select! {
-            n = w.next() => n,
-            _ = tokio::time::sleep(LEASE / 3) => Some(Ok(vec![])),
-            _ = ctx.shutdown.cancelled() => None,
-        }
-    };
-    let Some(first) = next else { return Ok(false) };
-    let mut pass = Vec::new();
-    ready(w, first?, &mut pass);
-    while !pass.is_empty() && pass.len() < MAX_PASS_UPDATES && !w.proj.is_final() {
-        match tokio::time::timeout(GATHER, w.next()).await {
-            Ok(Some(updates)) => ready(w, updates?, &mut pass),
-            Ok(None) => {
-                *ended = true;
-                break;
-            }
-            Err(_) => break,
-        }
-    }
-    if !pass.is_empty() {
-        let docs = ctx.coordinator.documents();
-        let configs = crate::push::records(docs, &rec.id).await?;
-        let task = rec.id.as_str();
-        let batch: Vec<NewDelivery> =
-            pass.iter().flat_map(|r| configs.iter().filter_map(move |c| delivery(task, c, r))).collect();
-        if !batch.is_empty() {
-            ctx.coordinator.outbox().enqueue_deliveries(batch).await.map_err(store_err)?;
-        }
-    }
-    Ok(true)
 }
 
 /// One delivery of an update to one config: the v1.0 `StreamResponse`, or for configs
@@ -230,7 +63,7 @@ async fn feed_pass(
 /// The config's credentials go into the outbox as they are stored, sealed: the token as the
 /// whole header value, the credentials after the authorization scheme. [`PushChannel`] opens them
 /// just before sending (see [`header_value`]), so the outbox table never holds them in clear.
-fn delivery(task_id: &str, c: &records::PushRecord, r: &Ready) -> Option<NewDelivery> {
+pub(super) fn delivery(task_id: &str, c: &records::PushRecord, r: &Ready) -> Option<NewDelivery> {
     let body = if c.v03 { r.v03_task.clone()? } else { serde_json::to_string(&r.update).unwrap_or_default() };
     let mut headers = BTreeMap::new();
     headers.insert("content-type".to_owned(), "application/json".to_owned());
@@ -253,24 +86,33 @@ fn delivery(task_id: &str, c: &records::PushRecord, r: &Ready) -> Option<NewDeli
 /// only these.
 pub(crate) const PUSH_TOPICS: &str = "a2a:";
 
+/// Any failure is retried, doubling from a second up to a minute, [`MAX_ATTEMPTS`] in all.
+fn retry_policy() -> RetryPolicy {
+    RetryPolicy::doubling(Duration::from_secs(60), Some(MAX_ATTEMPTS))
+}
+
+/// The channel's name: its feed's and its metrics'.
+pub(crate) const CHANNEL: &str = "a2a_push";
+
 /// Push notifications as a channel of the runtime's delivery service: what only A2A knows
-/// (opening a config's sealed credentials just before sending). Claiming, the pool, the SSRF
-/// client, retries and metrics are the service's.
+/// (folding fed events into each task's updates, opening a config's sealed credentials just
+/// before sending). Claiming, the pool, the SSRF client, retries and metrics are the service's.
 pub struct PushChannel {
     secrets: SecretBox,
     allow_private: bool,
+    feeder: Feeder,
 }
 
 impl PushChannel {
     pub fn new(ctx: &A2aContext) -> Self {
-        Self { secrets: ctx.secrets.clone(), allow_private: ctx.allow_private_push_targets }
+        Self { secrets: ctx.secrets.clone(), allow_private: ctx.allow_private_push_targets, feeder: Feeder::new(ctx) }
     }
 }
 
 #[async_trait::async_trait]
 impl Channel for PushChannel {
     fn name(&self) -> &'static str {
-        "a2a_push"
+        CHANNEL
     }
 
     fn span_name(&self) -> &'static str {
@@ -281,11 +123,19 @@ impl Channel for PushChannel {
         PUSH_TOPICS
     }
 
+    /// Folds newly fed task events into push deliveries and settles them (`feed.rs`).
+    async fn feed(&self) -> Option<usize> {
+        Some(self.feeder.feed().await.unwrap_or_else(|e| {
+            warn!(error = %e, "cannot feed push notifications; the events stay fed");
+            0
+        }))
+    }
+
     fn settings(&self) -> ChannelSettings {
         ChannelSettings {
             max_concurrent: MAX_CONCURRENT,
             timeout: REQUEST_TIMEOUT,
-            retry: RetryPolicy::doubling(Duration::from_secs(60), Some(MAX_ATTEMPTS)),
+            retry: retry_policy(),
             allow_private: self.allow_private,
         }
     }
@@ -363,7 +213,7 @@ mod tests {
     #[test]
     fn push_retries_double_from_a_second_up_to_a_minute_and_give_up_after_max_attempts() {
         use gateway_services::metrics::Settle;
-        let retry = PushChannel { secrets: SecretBox::generate(), allow_private: false }.settings().retry;
+        let retry = retry_policy();
         let s = Duration::from_secs;
         assert_eq!(retry.after_failure(1, "e"), Settle::Retry { after: s(1), error: "e" });
         assert_eq!(retry.after_failure(4, "e"), Settle::Retry { after: s(8), error: "e" });

@@ -1,4 +1,4 @@
-//! Store-backed tests of the push feeder.
+//! Store-backed tests of the push channel's feed.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap as Map;
@@ -9,63 +9,49 @@ use super::*;
 use crate::testkit::Kit;
 use crate::wire::{PushConfig, SendMessageRequest, TaskState};
 
-/// The task's cursor, claimed for this test as the feeder of a process named `test` would.
-async fn claim(kit: &Kit, task_id: &str) -> FeedCursor {
-    let claimed = kit.ctx.coordinator.documents().claim_documents(FEED, task_id, "test", LEASE, 1).await.unwrap();
-    let doc = claimed.into_iter().next().expect("the cursor exists and no one holds it");
-    serde_json::from_value(doc.body).unwrap()
+/// Feeds until nothing is left, as the channel's feed step does between claims.
+async fn feed_all(feeder: &Feeder) {
+    while feeder.feed().await.unwrap() > 0 {}
 }
 
-fn cursor_owner(doc: Option<gateway_store::Document>) -> Option<String> {
-    doc.and_then(|d| d.lease).map(|l| l.owner)
-}
-
-/// Deliveries are enqueued only by the process whose lease (on the database clock) holds the
-/// task's cursor: a cursor another live process holds is left alone, and taken over as soon
-/// as that process lets it go.
+/// Two processes feeding the same task's events (each with its own projections) queue each
+/// update once and in order: a settlement of rows the other settled first writes nothing, and
+/// the process that lost folds the task again from the log before it goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cursor_held_by_another_process_is_fed_only_once_it_is_released() {
+async fn two_processes_feeding_one_task_queue_each_update_once_in_order() {
     let kit = Kit::new(Map::new(), Default::default()).await;
     let req: SendMessageRequest = crate::wire::parse(json!({
-        "message": {"messageId": "held-1", "role": "ROLE_USER", "parts": [{"text": "tck-input-required"}]},
+        "message": {"messageId": "tck-stream-artifact-chunked-1", "role": "ROLE_USER", "parts": [{"text": "x"}]},
         "configuration": {"taskPushNotificationConfig": {"id": "p", "url": "http://127.0.0.1:9/hook"}},
     }))
     .unwrap();
     let started = crate::tasks::service::send(&kit.ctx, "conformance", &req, false).await.unwrap();
-    let id = started.record.id.clone();
-    let docs = kit.ctx.coordinator.documents();
-    let elsewhere = docs.claim_documents(FEED, &id, "elsewhere", Duration::from_secs(600), 1).await.unwrap();
-    assert_eq!(elsewhere.len(), 1, "the send committed the cursor with the message");
-    let parked = crate::tasks::service::settle(&kit.ctx, &started).await.unwrap();
-    assert_eq!(parked.proj.state(), TaskState::InputRequired);
-
-    let feeder = tokio::spawn(feed_loop(kit.ctx.clone(), "here".into()));
-    tokio::time::sleep(POLL * 3).await;
-    assert_eq!(cursor_owner(docs.get_document(FEED, &id).await.unwrap()).as_deref(), Some("elsewhere"));
-    let outbox = kit.ctx.coordinator.outbox();
-    assert!(
-        outbox.claim_deliveries("test", PUSH_TOPICS, 64, Duration::from_secs(60)).await.unwrap().is_empty(),
-        "not fed here"
-    );
-
-    assert!(docs.release_document(FEED, &id, "elsewhere").await.unwrap());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let delivered = loop {
-        let got = outbox.claim_deliveries("test", PUSH_TOPICS, 64, Duration::from_secs(60)).await.unwrap();
-        if !got.is_empty() {
-            break got;
+    let (here, elsewhere) = (Feeder::new(&kit.ctx), Feeder::new(&kit.ctx));
+    let racing = async {
+        let done = crate::tasks::service::settle(&kit.ctx, &started).await.unwrap();
+        for _ in 0..3 {
+            tokio::join!(feed_all(&here), feed_all(&elsewhere));
         }
-        assert!(tokio::time::Instant::now() < deadline, "the released cursor was never fed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        done
     };
-    assert!(delivered.iter().all(|d| d.topic == format!("a2a:{id}:p")));
-    let held = docs.get_document(FEED, &id).await.unwrap().expect("an unfinished task keeps its cursor");
-    let lease = held.lease.expect("leased");
-    assert_eq!(lease.owner, "here");
-    assert!(lease.expires_at > held.updated_at, "the lease runs from the database's time of the claim");
-    kit.ctx.shutdown.cancel();
-    feeder.await.unwrap();
-    assert_eq!(cursor_owner(docs.get_document(FEED, &id).await.unwrap()), None, "released at shutdown");
+    let (done, _) = tokio::join!(racing, async {
+        for _ in 0..50 {
+            tokio::join!(feed_all(&here), feed_all(&elsewhere));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    assert_eq!(done.proj.state(), TaskState::Completed);
+    let id = started.record.id.clone();
+    let got = drain(&kit).await;
+    let shape: Vec<String> = got[&format!("a2a:{id}:p")]
+        .iter()
+        .map(|b| match (b.get("statusUpdate"), b.get("artifactUpdate")) {
+            (Some(s), _) => s["status"]["state"].as_str().unwrap().to_owned(),
+            (_, Some(a)) => a["artifact"]["parts"][0]["text"].as_str().unwrap().to_owned(),
+            _ => panic!("{b}"),
+        })
+        .collect();
+    assert_eq!(shape, vec!["TASK_STATE_WORKING", "chunk-1 ", "chunk-2", "TASK_STATE_COMPLETED"]);
     kit.shutdown().await;
 }
 
@@ -106,8 +92,7 @@ async fn deliveries_keep_the_task_order_and_v03_receivers_get_status_changes_onl
     assert_eq!(done.proj.state(), TaskState::Completed);
 
     let id = started.record.id.clone();
-    let cursor = claim(&kit, &id).await;
-    feed_task(&kit.ctx, &id, cursor, "test").await.unwrap();
+    feed_all(&Feeder::new(&kit.ctx)).await;
     let got = drain(&kit).await;
 
     let v1 = &got[&format!("a2a:{id}:v1")];
@@ -128,7 +113,6 @@ async fn deliveries_keep_the_task_order_and_v03_receivers_get_status_changes_onl
     assert_eq!(v03[1]["artifacts"][0]["parts"].as_array().unwrap().len(), 2, "the final Task has the output");
     assert!(v03[0]["artifacts"].as_array().is_none_or(Vec::is_empty), "each snapshot is as of its own status");
     let docs = kit.ctx.coordinator.documents();
-    assert!(records::get::<FeedCursor>(docs, FEED, &id).await.unwrap().is_none(), "retired with the task");
     // The state ListTasks filters on was written with the feed, in the index entry.
     let key = records::index_key(&started.record);
     let (entry, _) = records::get::<records::TaskRecord>(docs, records::TASK_INDEX, &key).await.unwrap().unwrap();
@@ -142,6 +126,15 @@ async fn deliveries_keep_the_task_order_and_v03_receivers_get_status_changes_onl
     .await
     .unwrap();
     assert_eq!(listed.tasks.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), vec![id.as_str()]);
+    // The finished task's subscription ended with it: a later message of its context is fed
+    // to the new task only.
+    let next: SendMessageRequest = crate::wire::parse(json!({
+        "message": {"messageId": "next-1", "role": "ROLE_USER", "parts": [{"text": "x"}], "contextId": started.record.context_id},
+    }))
+    .unwrap();
+    let later = crate::tasks::service::send(&kit.ctx, "conformance", &next, false).await.unwrap();
+    let fed = kit.ctx.coordinator.feeds().take_feed(CHANNEL, 64).await.unwrap();
+    assert_eq!(fed.keys.iter().map(|k| k.key.as_str()).collect::<Vec<_>>(), vec![later.record.id.as_str()]);
     kit.shutdown().await;
 }
 
@@ -176,9 +169,7 @@ async fn push_credentials_are_sealed_at_rest_and_opened_to_be_sent() {
 
     let done = crate::tasks::service::settle(&kit.ctx, &started).await.unwrap();
     assert_eq!(done.proj.state(), TaskState::Completed);
-    let id = started.record.id.clone();
-    let cursor = claim(&kit, &id).await;
-    feed_task(&kit.ctx, &id, cursor, "test").await.unwrap();
+    feed_all(&Feeder::new(&kit.ctx)).await;
     let claimed =
         kit.ctx.coordinator.outbox().claim_deliveries("test", PUSH_TOPICS, 64, Duration::from_secs(60)).await.unwrap();
     assert!(!claimed.is_empty());

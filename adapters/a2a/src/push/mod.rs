@@ -14,6 +14,7 @@
 //! refused.
 
 pub mod delivery;
+mod feed;
 
 use gateway_core::EventId;
 use gateway_services::{SecretBox, SecretError};

@@ -2,7 +2,7 @@
 //!
 //! A task starts at the user message that created it and spans every turn until one ends
 //! for good (INPUT_REQUIRED resumptions stay in the same task). The projection is a pure fold
-//! over the event log, so GetTask, every subscriber, the blocking send and the push feeder
+//! over the event log, so GetTask, every subscriber, the blocking send and the push feed
 //! derive identical states and identical, identically ordered updates from the same events.
 //!
 //! Mapping (docs/adr/0009-a2a.md): our message -> SUBMITTED; our turn's start -> WORKING;

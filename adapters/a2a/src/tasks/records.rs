@@ -1,22 +1,22 @@
 //! The adapter's durable state, kept in the store's documents (protocol words stay out of
 //! the schema): task records (and their newest-first index), context aliases, push configs,
-//! feeder cursors, pinned remote cards.
+//! pinned remote cards.
 //!
 //! Documents list only in ascending key order, so ListTasks reads an index whose keys sort
 //! newest first: `a2a.task_index/{agent}/{inverted creation time}/{task}`, each entry a copy
-//! of the task record (created with it by [`task_writes`]) whose state the push feeder keeps
-//! current ([`state_write`]).
+//! of the task record (created with it by [`task_writes`]) whose state the push channel's feed
+//! keeps current ([`state_write`]).
 //!
 //! A task id is derived from the id of the event that started it (`sevt_X` -> `task_X`), so
 //! the event log alone says which message started a task, and a backend running the turn can
 //! find the task's record from the user message it reads.
 //!
-//! A task's record, index entry, inline push config and feeder cursor are written in the
-//! transaction that admits its message ([`task_writes`], `service::send`): none of them exists
-//! without the message, and none has to be removed when a send fails.
+//! A task's record, index entry, inline push config and feed subscription are written in the
+//! transaction that admits its message ([`task_writes`], [`subscription`], `service::send`):
+//! none of them exists without the message, and none has to be removed when a send fails.
 
 use gateway_core::{EventId, SessionId};
-use gateway_store::{Document, DocumentWrite, Documents, ReadDocuments};
+use gateway_store::{Document, DocumentWrite, Documents, ReadDocuments, Subscribe};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -28,7 +28,6 @@ pub const TASKS: &str = "a2a.task";
 pub const TASK_INDEX: &str = "a2a.task_index";
 pub const CONTEXTS: &str = "a2a.context";
 pub const PUSH: &str = "a2a.push";
-pub const FEED: &str = "a2a.feed";
 pub const REMOTE_CARDS: &str = "a2a.remote_card";
 /// Follow-up messages by the answer event they became (key: the event id).
 pub const ANSWERS: &str = "a2a.answer";
@@ -64,10 +63,10 @@ pub struct TaskRecord {
     /// of its record document: the database time of the commit that admitted its message.
     #[serde(default)]
     pub created_at: i64,
-    /// Last known state and its time: in the index entry, maintained by the feeder (for
-    /// ListTasks filters); in the record, the state it was created in.
+    /// Last known state and its time: in the index entry, maintained by the push channel's
+    /// feed (for ListTasks filters); in the record, the state it was created in.
     pub state: TaskState,
-    /// 0 until the feeder first records a state; read as the record's creation time then.
+    /// 0 until the feed first records a state; read as the record's creation time then.
     #[serde(default)]
     pub status_at: i64,
 }
@@ -95,17 +94,6 @@ pub struct ContextAlias {
 pub struct PushRecord {
     pub config: crate::wire::PushConfig,
     pub v03: bool,
-}
-
-/// The feeder's cursor for one unfinished task. Which process feeds it is the document's
-/// lease (on the database clock), not part of the body; cursors written before leases moved
-/// there carry an `owner` and `lease_until` that are ignored.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FeedCursor {
-    pub session_id: SessionId,
-    /// Events up to this seq have been turned into deliveries.
-    pub after_seq: u64,
 }
 
 /// A store error as the adapter's error (the one mapping for every document call).
@@ -141,11 +129,17 @@ pub fn create<T: Serialize>(ns: &str, key: &str, value: &T) -> Result<DocumentWr
     Ok(DocumentWrite::create(ns, key, body(value)?))
 }
 
-/// The documents of a new task, created with the message that starts it: the record, its
-/// index entry and the feeder's cursor (plus, from `push`, an inline push config).
+/// The documents of a new task, created with the message that starts it: the record and its
+/// index entry (plus, from `push`, an inline push config).
 pub fn task_writes(rec: &TaskRecord) -> Result<Vec<DocumentWrite>, A2aError> {
-    let cursor = FeedCursor { session_id: rec.session_id.clone(), after_seq: 0 };
-    Ok(vec![create(TASKS, &rec.id, rec)?, create(TASK_INDEX, &index_key(rec), rec)?, create(FEED, &rec.id, &cursor)?])
+    Ok(vec![create(TASKS, &rec.id, rec)?, create(TASK_INDEX, &index_key(rec), rec)?])
+}
+
+/// The push channel's subscription of a new task, written with its message: every task has
+/// one (not only tasks with a push config), because its feed also keeps the task's index
+/// state current for ListTasks, and a config may be added at any time.
+pub fn subscription(rec: &TaskRecord) -> Subscribe {
+    Subscribe { channel: crate::push::delivery::CHANNEL.to_owned(), key: rec.id.clone() }
 }
 
 fn decode<T: DeserializeOwned>(d: Document) -> Result<(T, u64), A2aError> {
@@ -208,11 +202,6 @@ pub async fn task_index(docs: &dyn Documents, agent: &str, cap: usize) -> Result
     Ok(out)
 }
 
-pub async fn delete(docs: &dyn Documents, ns: &str, key: &str) -> Result<(), A2aError> {
-    docs.delete_document(ns, key).await.map_err(store_err)?;
-    Ok(())
-}
-
 pub async fn task(docs: &dyn Documents, id: &str) -> Result<Option<(TaskRecord, u64)>, A2aError> {
     if event_for(id).is_none() {
         return Ok(None);
@@ -222,9 +211,10 @@ pub async fn task(docs: &dyn Documents, id: &str) -> Result<Option<(TaskRecord, 
 
 /// The write that records a task's last known state in its index entry (for ListTasks
 /// filters), compare-and-set on the entry as read now; None when the entry already says so.
-/// Only the holder of the task's feeder lease records states, and it writes this with its
-/// lease (`Documents::renew_document`'s `also`), so a former holder can never overwrite a
-/// newer state. The task record itself keeps the task as created.
+/// Only the push channel's feed records states, in the settlement of the fed events that
+/// made them (`Feeds::settle_feed`): a settlement that conflicts, or whose rows another
+/// process settled first, writes nothing, so an older state never overwrites a newer one.
+/// The task record itself keeps the task as created.
 pub async fn state_write(
     docs: &dyn ReadDocuments,
     rec: &TaskRecord,

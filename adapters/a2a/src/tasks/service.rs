@@ -140,7 +140,7 @@ const RESOLVE_ATTEMPTS: usize = 2;
 ///
 /// One commit (DESIGN §3): the message, the session of a new context (with the alias of a
 /// client-chosen contextId), the task record, its index entry, an inline push config and the
-/// feeder's cursor are admitted together. If admission refuses the message or a document
+/// task's push feed subscription are admitted together. If admission refuses the message or a document
 /// conflicts, none of them is written, so nothing is left to undo.
 pub async fn send(ctx: &A2aContext, agent_name: &str, req: &SendMessageRequest, v03: bool) -> Result<Started> {
     let agent_id = agent(ctx, agent_name).await?;
@@ -180,7 +180,11 @@ pub async fn send(ctx: &A2aContext, agent_name: &str, req: &SendMessageRequest, 
             let alias = ContextAlias { session_id: session_id.clone(), agent: agent_name.to_owned() };
             documents.push(records::create(CONTEXTS, c, &alias)?);
         }
-        let writes = AdmissionWrites { documents, bindings: vec![], trace: None };
+        let writes = AdmissionWrites {
+            documents,
+            subscriptions: vec![records::subscription(&record)],
+            ..AdmissionWrites::default()
+        };
         let admitted = match target {
             Target::Existing { session_id, .. } => {
                 ctx.coordinator.submit_with(&session_id, vec![event.clone()], writes, pass.take()).await.map(drop)
@@ -231,7 +235,7 @@ async fn follow_up(ctx: &A2aContext, agent_name: &str, task_id: &str, msg: &Mess
     let record_of = AnswerRecord { message_id: msg.message_id.clone() };
     let documents =
         answers.iter().map(|a| records::create(records::ANSWERS, a.id.as_str(), &record_of)).collect::<Result<_>>()?;
-    let writes = AdmissionWrites { documents, bindings: vec![], trace: None };
+    let writes = AdmissionWrites { documents, ..AdmissionWrites::default() };
     let committed = ctx.coordinator.submit_with(&record.session_id, answers, writes, None).await?;
     let min_seq = committed.iter().map(|e| e.seq).max().unwrap_or(watch.opened_at);
     info!(task = %task_id, context = %record.context_id, answers = committed.len(), "task answered");
@@ -345,7 +349,7 @@ pub struct TaskPage {
     pub total_size: usize,
 }
 
-/// ListTasks: newest status first; filters read the feeder's last known state.
+/// ListTasks: newest status first; filters read the last known state the push feed wrote.
 pub async fn list_tasks(ctx: &A2aContext, agent_name: &str, req: &ListTasksRequest) -> Result<TaskPage> {
     list_tasks_scanning(ctx, agent_name, req, LIST_SCAN).await
 }

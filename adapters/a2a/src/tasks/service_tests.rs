@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::*;
-use crate::tasks::records::{CONTEXTS, ContextAlias, FEED, PUSH, TASK_INDEX, TASKS, TaskRecord};
+use crate::tasks::records::{CONTEXTS, ContextAlias, PUSH, TASK_INDEX, TASKS, TaskRecord};
 use crate::testkit::Kit;
 use crate::wire::{self, PushConfig};
 
@@ -24,6 +24,12 @@ fn send_req(text: &str, context: Option<&str>, extra: Value) -> SendMessageReque
 async fn send_and_settle(kit: &Kit, agent: &str, req: SendMessageRequest) -> Task {
     let started = send(&kit.ctx, agent, &req, false).await.unwrap();
     settle(&kit.ctx, &started).await.unwrap().proj.task(None, true)
+}
+
+/// Tasks whose push feed subscription has events fed and not yet settled (nothing settles
+/// them here: the kit runs no delivery service).
+async fn subscribed(kit: &Kit) -> usize {
+    kit.ctx.coordinator.feeds().take_feed(crate::push::delivery::CHANNEL, 1000).await.unwrap().keys.len()
 }
 
 async fn count(kit: &Kit, ns: &str) -> usize {
@@ -72,7 +78,7 @@ async fn task_state(kit: &Kit) -> [usize; 5] {
         count(kit, TASKS).await,
         count(kit, TASK_INDEX).await,
         count(kit, PUSH).await,
-        count(kit, FEED).await,
+        subscribed(kit).await,
         count(kit, CONTEXTS).await,
     ]
 }
@@ -83,10 +89,10 @@ fn inline_push() -> Value {
 
 /// The acceptance test of DESIGN §3 for A2A: the task's documents are written in the
 /// transaction that admits its message, so a failure inside that transaction (here: the
-/// admission refuses the message) leaves neither the task nor its push config nor its cursor
+/// admission refuses the message) leaves neither the task nor its push config nor its feed subscription
 /// behind, and there is no compensating code that could have removed them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_send_that_is_not_accepted_leaves_no_record_config_or_cursor() {
+async fn a_send_that_is_not_accepted_leaves_no_record_config_or_subscription() {
     let kit = Kit::new(BTreeMap::new(), Default::default()).await;
     let parked = send_and_settle(&kit, "conformance", send_req("tck-input-required", None, json!({}))).await;
     assert_eq!(parked.status.state, TaskState::InputRequired);
@@ -97,7 +103,7 @@ async fn a_send_that_is_not_accepted_leaves_no_record_config_or_cursor() {
     let refused =
         send(&kit.ctx, "conformance", &send_req("again", Some(&parked.context_id), inline_push()), false).await;
     assert!(matches!(refused, Err(A2aError::UnsupportedOperation(_))), "{:?}", refused.err());
-    assert_eq!(task_state(&kit).await, [1, 1, 0, 1, 0], "no record, index entry, push config or cursor");
+    assert_eq!(task_state(&kit).await, [1, 1, 0, 1, 0], "no record, index entry, push config or subscription");
     assert_eq!(kit.store.events_after(&session, 0, 1000).await.unwrap().len(), before, "the message was not committed");
     kit.shutdown().await;
 }

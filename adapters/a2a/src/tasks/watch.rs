@@ -2,7 +2,7 @@
 //!
 //! A watch starts at the task's start message, folds everything committed up to the moment it
 //! opened (the "current Task"), then yields the updates of each later event. Every reader of a
-//! task (GetTask, blocking sends, streams, subscribers, the push feeder) goes through here, so
+//! task (GetTask, blocking sends, streams, subscribers, the push feed) goes through here, so
 //! they all see the same states in the same order.
 
 use std::pin::Pin;
@@ -33,7 +33,8 @@ impl Watch {
     }
 
     /// Opens a watch folding silently only up to `fold_upto` (or now, if earlier): later
-    /// events come out of [`Watch::next`] with their updates (the push feeder's resume point).
+    /// events come out of [`Watch::next`] with their updates (where the push feed refolds a
+    /// task it has not cached).
     pub async fn open_folding(coordinator: &Coordinator, rec: &TaskRecord, fold_upto: u64) -> Result<Watch, A2aError> {
         let not_found = || A2aError::TaskNotFound(rec.id.clone());
         let start = event_for(&rec.id).ok_or_else(not_found)?;

@@ -133,7 +133,7 @@ pub(super) async fn new_session(ed: &Editor, raw: Value) -> Result<Value, RpcErr
         true => vec![],
         false => vec![DocumentWrite::create(MCP_SERVERS_NS, id.as_str(), Value::Array(p.mcp_servers))],
     };
-    let writes = AdmissionWrites { documents, bindings: vec![], trace: None };
+    let writes = AdmissionWrites { documents, ..AdmissionWrites::default() };
     let (session, _) =
         ed.ctx.coordinator.create_session_with(request, id, writes, None).await.map_err(runtime_error)?;
     info!(session = %session.id, agent = %name, cwd = %p.cwd, "ACP session created");

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use gateway_core::WebhookId;
 use gateway_runtime::delivery::{Channel, ChannelSettings, Failure, Outgoing, Reach, RetryPolicy};
-use gateway_store::{Delivery as OutboxDelivery, EndpointOrigin, NewDelivery, WebhookEndpoint};
+use gateway_store::{
+    Delivery as OutboxDelivery, EndpointOrigin, FeedSettlement, LIFECYCLE_FEED, NewDelivery, WebhookEndpoint,
+};
 use tracing::warn;
 
 use super::{DISABLE_AFTER, REFRESH, Webhooks, payload, sign};
@@ -17,20 +19,35 @@ use super::{DISABLE_AFTER, REFRESH, Webhooks, payload, sign};
 const TOPICS: &str = "webhook:";
 
 impl Webhooks {
+    /// Takes fed lifecycle events and settles the deliveries they make for `endpoints` (one
+    /// per endpoint that wants the event), with the fed rows deleted, in one transaction
+    /// (`Feeds::settle_feed`). Returns how many events it took.
     async fn fan_out(&self, endpoints: &[WebhookEndpoint]) -> usize {
-        let fan = |e: &gateway_core::event::Event| {
-            payload::deliveries(e, endpoints)
-                .into_iter()
-                .map(|(ep, id, body)| NewDelivery {
-                    topic: format!("{TOPICS}{}", ep.id),
-                    url: ep.url.clone(),
-                    headers: BTreeMap::from([("webhook-id".to_owned(), id)]),
-                    body,
-                })
-                .collect()
+        let feeds = self.coordinator.feeds();
+        let taken = match feeds.take_feed(LIFECYCLE_FEED, 64).await {
+            Ok(taken) => taken,
+            Err(e) => {
+                warn!(error = %e, "cannot take fed webhook events");
+                return 0;
+            }
         };
-        match self.coordinator.webhooks().fan_out_feed(64, &fan).await {
-            Ok(n) => n,
+        let deliveries = taken
+            .fed
+            .iter()
+            .flat_map(|f| payload::deliveries(&f.event, endpoints))
+            .map(|(ep, id, body)| NewDelivery {
+                topic: format!("{TOPICS}{}", ep.id),
+                url: ep.url.clone(),
+                headers: BTreeMap::from([("webhook-id".to_owned(), id)]),
+                body,
+            })
+            .collect();
+        let settlement =
+            FeedSettlement { taken: taken.fed.iter().map(|f| f.position).collect(), deliveries, ..Default::default() };
+        match feeds.settle_feed(LIFECYCLE_FEED, settlement).await {
+            Ok(true) => taken.fed.len(),
+            // Another process settled these rows first: its deliveries stand.
+            Ok(false) => 0,
             Err(e) => {
                 warn!(error = %e, "cannot fan webhook events out");
                 0

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use gateway_core::admission::AdmissionError;
 use gateway_core::event::{EventPayload, NewEvent};
@@ -23,6 +22,7 @@ fn writes(documents: Vec<DocumentWrite>, bindings: &[(&str, &str)]) -> Admission
         documents,
         bindings: bindings.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
         trace: None,
+        subscriptions: vec![],
     }
 }
 
@@ -150,110 +150,6 @@ pub async fn resources_get_the_creation_time_of_the_database(h: &dyn Harness) {
     assert_eq!(created.snapshot.resources[0].created_at, created.created_at);
     let read = s.get_session(&created.id).await.unwrap();
     assert_eq!(read.snapshot.resources[0].created_at, created.created_at);
-}
-
-pub async fn document_leases_are_claimed_renewed_and_released_on_the_database_clock(h: &dyn Harness) {
-    let s = h.fresh().await;
-    for key in ["c/1", "c/2", "c/3", "d/1"] {
-        s.put_document("ns", key, &json!({"k": key}), None).await.unwrap();
-    }
-    let short = Duration::from_millis(200);
-    let long = Duration::from_secs(30);
-    let a = s.claim_documents("ns", "c/", "a", short, 2).await.unwrap();
-    assert_eq!(a.iter().map(|d| d.key.as_str()).collect::<Vec<_>>(), vec!["c/1", "c/2"], "key order, limited");
-    for d in &a {
-        let lease = d.lease.clone().expect("leased");
-        assert_eq!(lease.owner, "a");
-        assert_eq!(
-            lease.expires_at.millis() - d.updated_at.millis(),
-            200,
-            "expiry is the database's now plus the lease"
-        );
-        assert_eq!(d.version, 2, "a claim is a write");
-    }
-    let b = s.claim_documents("ns", "c/", "b", long, 10).await.unwrap();
-    assert_eq!(b.iter().map(|d| d.key.as_str()).collect::<Vec<_>>(), vec!["c/3"], "held leases are skipped");
-    assert!(s.claim_documents("ns", "c/", "b", long, 10).await.unwrap().is_empty());
-
-    // A former version cannot be written by compare-and-set after the claim.
-    assert!(matches!(
-        s.put_document("ns", "c/1", &json!({}), Some(1)).await,
-        Err(StoreError::Guard(Guard::DocumentConflict { .. }))
-    ));
-    // Only the holder renews, and may replace the body as it does.
-    let renewed = s.renew_document("ns", "c/1", "a", short, Some(&json!({"after": 5})), &[]).await.unwrap().unwrap();
-    assert_eq!((renewed.body.clone(), renewed.version), (json!({"after": 5}), 3));
-    assert!(s.renew_document("ns", "c/1", "b", long, Some(&json!({"stolen": true})), &[]).await.unwrap().is_none());
-    assert_eq!(s.get_document("ns", "c/1").await.unwrap().unwrap().body, json!({"after": 5}));
-    let kept = s.renew_document("ns", "c/2", "a", short, None, &[]).await.unwrap().unwrap();
-    assert_eq!(kept.body, json!({"k": "c/2"}), "renewing without a body keeps it");
-
-    // A released lease is claimable at once; releasing another's lease does nothing.
-    assert!(!s.release_document("ns", "c/2", "b").await.unwrap());
-    assert!(s.release_document("ns", "c/2", "a").await.unwrap());
-    assert_eq!(s.get_document("ns", "c/2").await.unwrap().unwrap().lease, None);
-    let c2 = s.claim_documents("ns", "c/", "b", long, 10).await.unwrap();
-    assert_eq!(c2.iter().map(|d| d.key.as_str()).collect::<Vec<_>>(), vec!["c/2"]);
-
-    // An expired lease is still its holder's until someone claims it; then it is lost.
-    super::outlive(200).await;
-    assert!(s.renew_document("ns", "c/1", "a", short, None, &[]).await.unwrap().is_some(), "expired, not yet claimed");
-    super::outlive(200).await;
-    let taken = s.claim_documents("ns", "c/", "b", long, 10).await.unwrap();
-    assert_eq!(taken.iter().map(|d| d.key.as_str()).collect::<Vec<_>>(), vec!["c/1"]);
-    assert!(s.renew_document("ns", "c/1", "a", short, Some(&json!({"late": true})), &[]).await.unwrap().is_none());
-    assert!(!s.release_document("ns", "c/1", "a").await.unwrap());
-    assert_eq!(s.get_document("ns", "c/1").await.unwrap().unwrap().lease.map(|l| l.owner), Some("b".to_owned()));
-    assert!(s.get_document("ns", "d/1").await.unwrap().unwrap().lease.is_none(), "other prefixes untouched");
-
-    // What the lease guards is written with its renewal, only while it is held, all or nothing.
-    let state =
-        |v: u64| DocumentWrite { namespace: "ns".into(), key: "d/1".into(), body: json!({"v": v}), expected: Some(v) };
-    let d1 = s.get_document("ns", "d/1").await.unwrap().unwrap().version;
-    assert!(s.renew_document("ns", "c/1", "a", short, None, &[state(d1)]).await.unwrap().is_none());
-    assert_eq!(s.get_document("ns", "d/1").await.unwrap().unwrap().version, d1, "a lost lease writes nothing");
-    let before = s.get_document("ns", "c/1").await.unwrap().unwrap();
-    assert!(matches!(
-        s.renew_document("ns", "c/1", "b", long, Some(&json!({"x": 1})), &[state(d1 + 7)]).await,
-        Err(StoreError::Guard(Guard::DocumentConflict { .. }))
-    ));
-    let after = s.get_document("ns", "c/1").await.unwrap().unwrap();
-    assert_eq!((after.version, after.body), (before.version, before.body), "a conflict fails the renewal too");
-    s.renew_document("ns", "c/1", "b", long, Some(&json!({"x": 1})), &[state(d1)]).await.unwrap().unwrap();
-    assert_eq!(s.get_document("ns", "d/1").await.unwrap().unwrap().body, json!({"v": d1}));
-
-    // Retiring: only the holder deletes, with what it writes last.
-    assert!(!s.retire_document("ns", "c/1", "a", &[state(d1 + 1)]).await.unwrap());
-    assert!(s.get_document("ns", "c/1").await.unwrap().is_some());
-    assert_eq!(s.get_document("ns", "d/1").await.unwrap().unwrap().version, d1 + 1, "not retired, not written");
-    assert!(s.retire_document("ns", "c/1", "b", &[state(d1 + 1)]).await.unwrap());
-    assert!(s.get_document("ns", "c/1").await.unwrap().is_none());
-    assert_eq!(s.get_document("ns", "d/1").await.unwrap().unwrap().body, json!({"v": d1 + 1}));
-}
-
-pub async fn racing_document_claims_take_each_document_once(h: &dyn Harness) {
-    let first = h.fresh().await;
-    let second = h.second(&first).await;
-    for n in 0..40 {
-        first.put_document("ns", &format!("cursor/{n:02}"), &json!({}), None).await.unwrap();
-    }
-    let claim = |s: Arc<dyn Store>, owner: &'static str| {
-        tokio::spawn(async move {
-            let mut got = Vec::new();
-            for _ in 0..10 {
-                let batch = s.claim_documents("ns", "cursor/", owner, Duration::from_secs(30), 3).await.unwrap();
-                got.extend(batch.into_iter().map(|d| d.key));
-            }
-            got
-        })
-    };
-    let (x, y) = (claim(Arc::clone(&first), "x"), claim(Arc::clone(&second), "y"));
-    let (x, y) = (x.await.unwrap(), y.await.unwrap());
-    let mut all: Vec<&String> = x.iter().chain(y.iter()).collect();
-    all.sort();
-    let total = all.len();
-    all.dedup();
-    assert_eq!((total, all.len()), (40, 40), "every document claimed exactly once: x={x:?} y={y:?}");
 }
 
 /// The trace context an admission carries is stored with the run it queues and comes back

@@ -9,6 +9,7 @@ pub mod adapters;
 pub mod admission;
 pub mod catalog;
 pub mod events;
+pub mod feeds;
 pub mod files;
 pub mod harness;
 pub mod runs;
@@ -98,8 +99,6 @@ macro_rules! conformance_suite {
             admission::a_document_conflict_rolls_back_the_whole_admission,
             admission::a_refused_admission_writes_nothing,
             admission::resources_get_the_creation_time_of_the_database,
-            admission::document_leases_are_claimed_renewed_and_released_on_the_database_clock,
-            admission::racing_document_claims_take_each_document_once,
             admission::runs_keep_the_trace_context_of_their_admission,
             work::work_items_carry_a_sessions_connection,
             work::unanswered_requests_fail_and_lapsed_leases_disconnect,
@@ -107,6 +106,9 @@ macro_rules! conformance_suite {
             work::pollers_are_pruned_outside_their_window_and_bounded_per_environment,
             work::environment_keys_are_scoped_and_not_api_keys,
             work::fed_events_become_deliveries_once,
+            feeds::subscribed_sessions_are_fed_to_each_subscribed_channel_once,
+            feeds::a_settlement_is_all_or_nothing,
+            feeds::an_ended_key_and_an_unsubscribed_session_are_fed_nothing,
             work::webhook_endpoints_disable_after_failures,
             work::webhook_endpoints_are_bounded_per_creating_key,
             files::files_keep_their_bytes_and_appear_only_once_created,

@@ -1,10 +1,8 @@
-//! Adapter-owned JSON documents with compare-and-set versions and database-clock leases.
+//! Adapter-owned JSON documents with compare-and-set versions.
 //!
 //! One write path, [`SqlStore::write_document`], serves both `put_document` (its own
 //! transaction) and admissions (the admission's transaction, see `sessions.rs`), so a document
 //! written with an input obeys exactly the same compare-and-set rule as one written alone.
-
-use std::time::Duration;
 
 use async_trait::async_trait;
 use gateway_core::SessionId;
@@ -13,38 +11,16 @@ use serde_json::Value;
 use super::{Engine, SqlStore, query_as};
 use super::{Hints, WriteTx};
 use crate::error::{Guard, Result, StoreError};
-use crate::model::{AdmissionWrites, DocumentWrite, millis};
+use crate::model::{AdmissionWrites, DocumentWrite};
 use crate::rows::DocumentRow;
 use crate::{Document, Documents, ReadDocuments};
 
 /// Columns of a document row, in `DocumentRow` order.
 macro_rules! document_cols {
     () => {
-        "namespace, key, body, version, created_at, updated_at, lease_owner, lease_expires_at"
+        "namespace, key, body, version, created_at, updated_at"
     };
 }
-pub(crate) use document_cols;
-
-/// Leases the first `$7` documents of namespace `$1` with key in `[$2, $3)` whose lease is
-/// free or expired at `$6` (the database clock, read in the same transaction) to `$4` until
-/// `$5`. The check and the set are one statement; `$lock` skips rows another claim is taking
-/// (PostgreSQL), where SQLite's single writer needs nothing.
-macro_rules! claim_documents_sql {
-    ($lock:literal) => {
-        concat!(
-            "UPDATE documents SET lease_owner = $4, lease_expires_at = $5, version = version + 1, updated_at = $6 \
-             WHERE namespace = $1 AND key IN (SELECT key FROM documents \
-               WHERE namespace = $1 AND key >= $2 AND key < $3 \
-                 AND (lease_owner IS NULL OR lease_expires_at <= $6) \
-               ORDER BY key",
-            $crate::sql::limit!(7),
-            $lock,
-            ") RETURNING ",
-            $crate::sql::documents::document_cols!()
-        )
-    };
-}
-pub(crate) use claim_documents_sql;
 
 /// The exclusive upper bound of keys starting with `prefix`: prefix matches are key ranges
 /// (no LIKE, so keys may contain `%` and `_`).
@@ -101,17 +77,19 @@ impl<E: Engine> SqlStore<E> {
         }
     }
 
-    /// Writes an admission's documents and bindings inside its transaction, after its
+    /// Writes an admission's documents, feed subscriptions and bindings inside its transaction, after its
     /// inputs (`sessions.rs`). Any failure aborts the admission.
     pub(crate) async fn apply_admission_writes(
         tx: &mut WriteTx<E>,
         session: &SessionId,
         writes: &AdmissionWrites,
         now: i64,
+        hints: &mut Hints,
     ) -> Result<()> {
         for w in &writes.documents {
             Self::write_document(tx, w, now).await?;
         }
+        Self::subscribe(tx, session, &writes.subscriptions, now, hints).await?;
         Self::write_bindings(tx, session, &writes.bindings, now).await
     }
 }
@@ -175,105 +153,5 @@ impl<E: Engine> Documents for SqlStore<E> {
             .await?;
         self.finish(tx, Hints::default()).await?;
         Ok(deleted.is_some())
-    }
-
-    async fn claim_documents(
-        &self,
-        namespace: &str,
-        prefix: &str,
-        owner: &str,
-        lease: Duration,
-        limit: u32,
-    ) -> Result<Vec<Document>> {
-        let mut tx = self.begin_write().await?;
-        let now = Self::now(&mut tx).await?;
-        let rows = query_as::<DocumentRow>(E::CLAIM_DOCUMENTS)
-            .bind(namespace)
-            .bind(prefix)
-            .bind(prefix_end(prefix))
-            .bind(owner)
-            .bind(now.saturating_add(millis(lease)))
-            .bind(now)
-            .bind(i64::from(limit.max(1)))
-            .fetch_all(&mut *tx)
-            .await?;
-        self.finish(tx, Hints::default()).await?;
-        let mut documents = rows.into_iter().map(DocumentRow::into_document).collect::<Result<Vec<_>>>()?;
-        documents.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(documents)
-    }
-
-    async fn renew_document(
-        &self,
-        namespace: &str,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-        body: Option<&Value>,
-        also: &[DocumentWrite],
-    ) -> Result<Option<Document>> {
-        let text = body.map(serde_json::to_string).transpose()?;
-        let mut tx = self.begin_write().await?;
-        let now = Self::now(&mut tx).await?;
-        let row = query_as::<DocumentRow>(concat!(
-            "UPDATE documents SET lease_expires_at = $4, body = COALESCE($5, body), version = version + 1, updated_at = $6 \
-             WHERE namespace = $1 AND key = $2 AND lease_owner = $3 RETURNING ",
-            document_cols!()
-        ))
-        .bind(namespace)
-        .bind(key)
-        .bind(owner)
-        .bind(now.saturating_add(millis(lease)))
-        .bind(text)
-        .bind(now)
-        .fetch_optional(&mut *tx)
-        .await?;
-        // Lost: dropping the transaction writes nothing.
-        let Some(row) = row else { return Ok(None) };
-        for write in also {
-            Self::write_document(&mut tx, write, now).await?;
-        }
-        self.finish(tx, Hints::default()).await?;
-        row.into_document().map(Some)
-    }
-
-    async fn retire_document(&self, namespace: &str, key: &str, owner: &str, also: &[DocumentWrite]) -> Result<bool> {
-        let mut tx = self.begin_write().await?;
-        let deleted = query_as::<(String,)>(
-            "DELETE FROM documents WHERE namespace = $1 AND key = $2 AND lease_owner = $3 RETURNING key",
-        )
-        .bind(namespace)
-        .bind(key)
-        .bind(owner)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if deleted.is_none() {
-            return Ok(false);
-        }
-        if !also.is_empty() {
-            let now = Self::now(&mut tx).await?;
-            for write in also {
-                Self::write_document(&mut tx, write, now).await?;
-            }
-        }
-        self.finish(tx, Hints::default()).await?;
-        Ok(true)
-    }
-
-    async fn release_document(&self, namespace: &str, key: &str, owner: &str) -> Result<bool> {
-        let mut tx = self.begin_write().await?;
-        let now = Self::now(&mut tx).await?;
-        let released = query_as::<(String,)>(
-            "UPDATE documents SET lease_owner = NULL, lease_expires_at = NULL, version = version + 1, updated_at = $4 \
-             WHERE namespace = $1 AND key = $2 AND lease_owner = $3 RETURNING key",
-        )
-        .bind(namespace)
-        .bind(key)
-        .bind(owner)
-        .bind(now)
-        .fetch_optional(&mut *tx)
-        .await?;
-        self.finish(tx, Hints::default()).await?;
-        Ok(released.is_some())
     }
 }

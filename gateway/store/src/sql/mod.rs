@@ -33,6 +33,7 @@ mod catalog;
 pub(crate) mod conn;
 mod documents;
 mod events;
+mod feeds;
 mod files;
 mod keys;
 mod lateness;
@@ -74,8 +75,6 @@ pub trait Engine: Sized + Send + Sync + 'static {
     const LOCK_SESSION: &'static str;
     /// `LOCK_SESSION` plus the database clock (`now_ms`) in the same round trip.
     const LOCK_SESSION_AT_NOW: &'static str;
-    /// Takes fed events for a webhook fan-out (see `webhooks.rs`).
-    const TAKE_FEED: &'static str;
     /// Selects a created file's id (`$1`), the row held against a delete until the end of the
     /// transaction: what a session takes before it records a mount (see `files.rs`).
     const SHARE_FILE: &'static str;
@@ -111,8 +110,6 @@ pub trait Engine: Sized + Send + Sync + 'static {
     const LIST_EVENTS_DESC: &'static str;
     /// Picks due outbox deliveries (see `outbox.rs`).
     const CLAIM_DELIVERIES: &'static str;
-    /// Leases free or expired documents (see `documents.rs`).
-    const CLAIM_DOCUMENTS: &'static str;
     /// `SELECT pg_notify(channel, payload)` where supported: delivered to other processes
     /// only if the transaction commits.
     const NOTIFY: Option<&'static str>;
@@ -159,7 +156,7 @@ pub struct SqlStore<E: Engine> {
     pub(crate) db: E::Db,
     pub(crate) wake: Arc<Wakeups>,
     pub(crate) background: tokio_util::sync::CancellationToken,
-    /// Commits feed lifecycle events to webhooks (see `webhooks.rs`).
+    /// Commits feed lifecycle events ([`crate::LIFECYCLE_FEED`], see `feeds.rs`).
     pub(crate) feed: std::sync::atomic::AtomicBool,
     /// Logical writes committed, commit latency and batch sizes.
     pub(crate) metrics: crate::StoreMetrics,
@@ -219,6 +216,9 @@ pub(crate) use event_cols;
 pub struct Hints {
     hints: Vec<Hint>,
     batches: Vec<(SessionId, Vec<Event>)>,
+    /// Sessions of this transaction some channel subscribed to (`feeds.rs`): their batches
+    /// are fed to the subscribed channels.
+    subscribed: Vec<SessionId>,
 }
 
 impl Hints {
@@ -239,6 +239,18 @@ impl Hints {
         if !events.is_empty() {
             self.batches.push((session.clone(), events.to_vec()));
         }
+    }
+
+    /// Notes that `session` has feed subscriptions (said by the update that advanced it, or
+    /// written by this transaction).
+    pub fn subscribed(&mut self, session: &SessionId) {
+        if !self.subscribed.contains(session) {
+            self.subscribed.push(session.clone());
+        }
+    }
+
+    pub fn is_subscribed(&self, session: &SessionId) -> bool {
+        self.subscribed.contains(session)
     }
 
     /// The batches of events the transaction committed.
@@ -286,8 +298,10 @@ impl<E: Engine> SqlStore<E> {
     /// PostgreSQL the hints are also queued with NOTIFY inside the transaction, so other
     /// processes see them only on commit.
     pub(crate) async fn finish(&self, mut tx: WriteTx<E>, hints: Hints) -> Result<()> {
-        if self.feed.load(std::sync::atomic::Ordering::Relaxed) {
-            Self::feed_events(&mut tx, &hints).await?;
+        if !hints.batches.is_empty()
+            && (self.feed.load(std::sync::atomic::Ordering::Relaxed) || !hints.subscribed.is_empty())
+        {
+            self.feed_events(&mut tx, &hints).await?;
         }
         if let Some(sql) = E::NOTIFY.filter(|_| self.wake.enabled() && !hints.hints.is_empty()) {
             // One NOTIFY for the whole transaction.

@@ -13,13 +13,11 @@ use sqlx::{PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 use super::conn::{Arg, Conn, DbError, DbErrorKind, FromRow, Query, Row, Value};
-use super::documents::claim_documents_sql;
 use super::events::list_events_sql;
 use super::lateness::Lateness;
 use super::outbox::claim_deliveries_sql;
 use super::runs::claim_candidate_sql;
 use super::sessions::list_sessions_sql;
-use super::webhooks::take_feed_sql;
 use super::work::poll_work_sql;
 use super::{Db, Engine, Hints, SqlStore, WAKE_CHANNEL};
 use crate::error::{Result, StoreError};
@@ -71,11 +69,9 @@ impl Engine for Postgres {
     const LIST_EVENTS_ASC: &'static str = list_events_sql!("(SELECT json_array_elements_text($2::json))", ">", "ASC");
     const LIST_EVENTS_DESC: &'static str = list_events_sql!("(SELECT json_array_elements_text($2::json))", "<", "DESC");
     const CLAIM_DELIVERIES: &'static str = claim_deliveries_sql!(" FOR UPDATE OF o SKIP LOCKED");
-    const TAKE_FEED: &'static str = take_feed_sql!(" FOR UPDATE OF f SKIP LOCKED");
     const POLL_WORK: &'static str = poll_work_sql!(" FOR UPDATE OF w SKIP LOCKED");
     const SHARE_FILE: &'static str = "SELECT id FROM files WHERE id = $1 FOR SHARE";
     const LOCK_FILE: &'static str = "SELECT id FROM files WHERE id = $1 FOR UPDATE";
-    const CLAIM_DOCUMENTS: &'static str = claim_documents_sql!(" FOR UPDATE SKIP LOCKED");
     /// Locked: a claim holds its run row from choosing it to committing its input boundary
     /// (`FOR UPDATE OF r`), so admission waits for it and then sees the run running.
     const RUN_PRESENCE: &'static str = "SELECT CASE WHEN state = 'running' THEN 'running' WHEN started THEN 'retrying' ELSE 'queued' END \

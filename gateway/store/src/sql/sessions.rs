@@ -129,7 +129,7 @@ impl<E: Engine> SqlStore<E> {
         };
         // A conflict here returns before `finish`: the session, its inputs and every
         // write roll back together.
-        Self::apply_admission_writes(&mut tx, &id, &new.writes, now).await?;
+        Self::apply_admission_writes(&mut tx, &id, &new.writes, now, &mut hints).await?;
         let claim = match claim {
             Some((offer, terms)) => Self::claim_admitted(&mut tx, &id, offer, terms, &mut hints).await?,
             None => None,
@@ -258,23 +258,50 @@ impl<E: Engine> SqlStore<E> {
         if events.is_empty() && matches!(advance, Advance::Log) {
             return Ok(last_seq);
         }
+        // The same update says whether a channel subscribed to the session (`feeds.rs`): a
+        // session nobody follows costs its commits no further statement.
+        macro_rules! returning {
+            () => {
+                " RETURNING feed_subscribed"
+            };
+        }
         let (sql, extra) = match advance {
-            Advance::Log => ("UPDATE sessions SET last_seq = $2, updated_at = $3 WHERE id = $1", vec![]),
+            Advance::Log => {
+                (concat!("UPDATE sessions SET last_seq = $2, updated_at = $3 WHERE id = $1", returning!()), vec![])
+            }
             Advance::Status(status, pending) => (
-                "UPDATE sessions SET last_seq = $2, updated_at = $3, status = $4, pending = $5 WHERE id = $1",
+                concat!(
+                    "UPDATE sessions SET last_seq = $2, updated_at = $3, status = $4, pending = $5 WHERE id = $1",
+                    returning!()
+                ),
                 vec![Arg::from(status.as_str()), Arg::from(serde_json::to_string(pending)?)],
             ),
             Advance::Connection(status) => (
-                "UPDATE sessions SET last_seq = $2, updated_at = $3, connection = $4 WHERE id = $1",
+                concat!(
+                    "UPDATE sessions SET last_seq = $2, updated_at = $3, connection = $4 WHERE id = $1",
+                    returning!()
+                ),
                 vec![Arg::from(status.as_str())],
             ),
             Advance::Deleted => (
-                "UPDATE sessions SET last_seq = $2, updated_at = $3, deleted_at = $3, env_state = $4, pending = '[]' \
-                 WHERE id = $1",
+                concat!(
+                    "UPDATE sessions SET last_seq = $2, updated_at = $3, deleted_at = $3, env_state = $4, pending = '[]' \
+                     WHERE id = $1",
+                    returning!()
+                ),
                 vec![Arg::from(EnvironmentState::Released.as_str())],
             ),
         };
-        query(sql).bind(session.as_str()).bind(last_seq as i64).bind(now).bind_all(extra).execute(&mut **tx).await?;
+        let (subscribed,) = query_as::<(i64,)>(sql)
+            .bind(session.as_str())
+            .bind(last_seq as i64)
+            .bind(now)
+            .bind_all(extra)
+            .fetch_one(&mut **tx)
+            .await?;
+        if subscribed != 0 {
+            hints.subscribed(session);
+        }
         hints.push(Hint::SessionAdvanced(session.clone(), last_seq));
         hints.committed(session, events);
         Ok(last_seq)
@@ -516,7 +543,7 @@ impl<E: Engine> Sessions for SqlStore<E> {
         let events = Self::admit_locked(&mut tx, row, inputs, writes.trace.as_ref(), now, &mut hints).await?;
         // Refused inputs returned above; a conflicting write returns here. Either way the
         // transaction is dropped uncommitted and nothing of the admission remains.
-        Self::apply_admission_writes(&mut tx, id, &writes, now).await?;
+        Self::apply_admission_writes(&mut tx, id, &writes, now, &mut hints).await?;
         self.finish(tx, hints).await?;
         Ok(events)
     }
@@ -533,7 +560,7 @@ impl<E: Engine> Sessions for SqlStore<E> {
         let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
         let mut hints = Hints::default();
         let events = Self::admit_locked(&mut tx, row, inputs, writes.trace.as_ref(), now, &mut hints).await?;
-        Self::apply_admission_writes(&mut tx, id, &writes, now).await?;
+        Self::apply_admission_writes(&mut tx, id, &writes, now, &mut hints).await?;
         let claim = Self::claim_admitted(&mut tx, id, offer, terms, &mut hints).await?;
         self.finish(tx, hints).await?;
         Ok((events, claim))

@@ -1,16 +1,15 @@
-//! Webhook endpoints and the event feed (`crate::webhooks`).
+//! Webhook endpoints (`crate::webhooks`); their feed is `feeds.rs`.
 
 use std::sync::atomic::Ordering;
 
 use async_trait::async_trait;
 use gateway_core::WebhookId;
-use gateway_core::event::Event;
 
 use super::{Engine, Hints, SqlStore, query, query_as};
 use crate::error::{Guard, Result, StoreError};
-use crate::rows::{FeedRow, WebhookRow};
+use crate::rows::WebhookRow;
 use crate::sql::WriteTx;
-use crate::{EndpointOrigin, FEED_KINDS, NewDelivery, NewEndpoint, WebhookEndpoint, Webhooks};
+use crate::{EndpointOrigin, NewEndpoint, WebhookEndpoint, Webhooks};
 
 macro_rules! webhook_cols {
     () => {
@@ -20,35 +19,7 @@ macro_rules! webhook_cols {
 
 const WEBHOOK_BY_ID: &str = concat!("SELECT ", webhook_cols!(), " FROM webhook_endpoints WHERE id = $1");
 
-/// The fed events a fan-out takes: `$1` limit.
-macro_rules! take_feed_sql {
-    ($lock:literal) => {
-        concat!(
-            "SELECT f.id AS position, e.session_id, e.seq, e.id, e.payload, e.created_at, e.run_id, e.epoch \
-             FROM event_feed f JOIN events e ON e.session_id = f.session_id AND e.id = f.event_id \
-             ORDER BY f.id",
-            $crate::sql::limit!(1),
-            $lock
-        )
-    };
-}
-pub(crate) use take_feed_sql;
-
 impl<E: Engine> SqlStore<E> {
-    /// Feeds the lifecycle events of a transaction's batches (in the transaction).
-    pub(crate) async fn feed_events(tx: &mut WriteTx<E>, hints: &Hints) -> Result<()> {
-        for (session, events) in hints.batches() {
-            for e in events.iter().filter(|e| FEED_KINDS.contains(&e.kind())) {
-                query("INSERT INTO event_feed (session_id, event_id) VALUES ($1, $2)")
-                    .bind(session.as_str())
-                    .bind(e.id.as_str())
-                    .execute(&mut **tx)
-                    .await?;
-            }
-        }
-        Ok(())
-    }
-
     /// Creates the endpoint, or replaces the address, secret and types of the one with its id
     /// (keeping its failure record and creator).
     async fn upsert_webhook(tx: &mut WriteTx<E>, e: &NewEndpoint, created_by: Option<&str>, now: i64) -> Result<()> {
@@ -185,29 +156,6 @@ impl<E: Engine> Webhooks for SqlStore<E> {
             .await?;
         }
         self.commit_webhook(tx, id).await
-    }
-
-    async fn fan_out_feed(
-        &self,
-        limit: u32,
-        fan: &(dyn for<'e> Fn(&'e Event) -> Vec<NewDelivery> + Send + Sync),
-    ) -> Result<usize> {
-        let mut tx = self.begin_write().await?;
-        let now = Self::now(&mut tx).await?;
-        let rows = query_as::<FeedRow>(E::TAKE_FEED).bind(i64::from(limit.max(1))).fetch_all(&mut *tx).await?;
-        let taken = rows.len();
-        let mut deliveries = Vec::new();
-        for row in rows {
-            query("DELETE FROM event_feed WHERE id = $1").bind(row.position).execute(&mut *tx).await?;
-            let event = row.event;
-            deliveries.extend(fan(&event));
-        }
-        if taken == 0 {
-            return Ok(0);
-        }
-        Self::insert_deliveries(&mut tx, deliveries, now).await?;
-        self.finish(tx, Hints::default()).await?;
-        Ok(taken)
     }
 }
 

@@ -20,12 +20,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sqlx::sqlite::SqliteConnectOptions;
 
-use super::documents::claim_documents_sql;
 use super::events::list_events_sql;
 use super::outbox::claim_deliveries_sql;
 use super::runs::claim_candidate_sql;
 use super::sessions::list_sessions_sql;
-use super::webhooks::take_feed_sql;
 use super::work::poll_work_sql;
 use super::{Db, Engine, Hints, SqlStore};
 use crate::error::{Result, StoreError};
@@ -79,12 +77,10 @@ impl Engine for Sqlite {
     const LIST_EVENTS_ASC: &'static str = list_events_sql!("(SELECT value FROM json_each($2))", ">", "ASC");
     const LIST_EVENTS_DESC: &'static str = list_events_sql!("(SELECT value FROM json_each($2))", "<", "DESC");
     const CLAIM_DELIVERIES: &'static str = claim_deliveries_sql!("");
-    const TAKE_FEED: &'static str = take_feed_sql!("");
     const POLL_WORK: &'static str = poll_work_sql!("");
     // BEGIN IMMEDIATE: a mount and a delete never run at once.
     const SHARE_FILE: &'static str = "SELECT id FROM files WHERE id = $1";
     const LOCK_FILE: &'static str = "SELECT id FROM files WHERE id = $1";
-    const CLAIM_DOCUMENTS: &'static str = claim_documents_sql!("");
     /// No row locks: `BEGIN IMMEDIATE` already serializes every writer.
     const RUN_PRESENCE: &'static str = "SELECT CASE WHEN state = 'running' THEN 'running' WHEN started THEN 'retrying' ELSE 'queued' END \
          FROM runs WHERE session_id = $1 AND state IN ('running', 'queued')";
