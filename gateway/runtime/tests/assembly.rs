@@ -137,6 +137,11 @@ async fn a_process_running_several_turns_leaves_new_ones_to_its_claim_query() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+    // A Worker counts a claim when it starts the turn, just after the claim committed.
+    while claimed(&gw).0 < 5 {
+        assert!(tokio::time::Instant::now() < deadline, "a claim was never counted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(claimed(&gw), (5, 4), "four handed off while few ran, the fifth claimed by the Workers");
     gw.stop().await;
 }
