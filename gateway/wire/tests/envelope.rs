@@ -84,6 +84,8 @@ fn messages_are_requests_notifications_or_responses() {
     for (line, want) in cases {
         assert_eq!(kind(line), want, "{line}");
     }
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    assert_eq!(kind(&deep), "refused -32700 null", "nesting past serde's limit is not JSON, so not a batch");
     let long = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{}"}}"#, "m".repeat(envelope::MAX_METHOD_LEN + 1));
     assert_eq!(kind(&long), "refused -32600 1");
 }

@@ -12,7 +12,6 @@
 //! - A response read back is its `error` if that is an object, else its `result`; neither
 //!   (`"error": null` alone included) is not a response.
 
-use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::error::Category;
 use serde_json::value::RawValue;
@@ -110,7 +109,14 @@ fn string_of(raw: Option<&RawValue>) -> Option<String> {
 pub fn parse_message(text: &[u8]) -> Result<Message<'_>, Refused<'_>> {
     let refuse = |code, message: String, id| Refused { code, message, id };
     let null = RawValue::NULL;
+    // Read only on the way to a refusal: whether the text is JSON at all, within serde_json's
+    // nesting limit (which a `Value` keeps and an ignored value does not).
+    let not_json = |text: &[u8]| serde_json::from_slice::<Value>(text).err();
     if text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        // An array is a batch only if it is JSON (100,000 brackets deep is not: a parse error).
+        if let Some(e) = not_json(text) {
+            return Err(refuse(code::PARSE_ERROR, format!("parse error: {e}"), null));
+        }
         let m = "a message must be one JSON-RPC object (batches are not supported)";
         return Err(refuse(code::INVALID_REQUEST, m.into(), null));
     }
@@ -118,12 +124,12 @@ pub fn parse_message(text: &[u8]) -> Result<Message<'_>, Refused<'_>> {
         Ok(m) => m,
         // Serde stops at the first member of the wrong type; text that is not JSON further on
         // is still a parse error.
-        Err(e) if e.classify() == Category::Data && serde_json::from_slice::<IgnoredAny>(text).is_ok() => {
+        Err(e) if e.classify() == Category::Data && not_json(text).is_none() => {
             let m = format!("a message must be one JSON-RPC object: {e}");
             return Err(refuse(code::INVALID_REQUEST, m, null));
         }
         Err(e) => {
-            let e = serde_json::from_slice::<IgnoredAny>(text).err().unwrap_or(e);
+            let e = not_json(text).unwrap_or(e);
             return Err(refuse(code::PARSE_ERROR, format!("parse error: {e}"), null));
         }
     };
