@@ -206,7 +206,10 @@ async fn an_acp_agent_finds_the_sessions_mounted_files_in_its_cwd() {
         environment_id: r.agents.environment_for(&agent.spec.backend).unwrap().clone(),
         title: None,
         metadata: Default::default(),
-        resources: vec![ResourceKind::File { file_id: first.id.to_string(), mount_path: "/workspace/in/a.txt".into() }],
+        resources: vec![ResourceKind::File {
+            file_id: first.meta.id.to_string(),
+            mount_path: "/workspace/in/a.txt".into(),
+        }],
         initial_inputs: vec![],
     };
     let s = r.coordinator.create_session(req).await.unwrap().0;
@@ -216,7 +219,7 @@ async fn an_acp_agent_finds_the_sessions_mounted_files_in_its_cwd() {
     assert_eq!(texts(&got).concat(), "first mounted file");
 
     let later = upload(b"added between turns").await;
-    let mount = ResourceKind::File { file_id: later.id.to_string(), mount_path: "/mnt/session/uploads/b".into() };
+    let mount = ResourceKind::File { file_id: later.meta.id.to_string(), mount_path: "/mnt/session/uploads/b".into() };
     r.coordinator.add_resource(&s.id, mount).await.unwrap();
     let after = r.coordinator.get_session(&s.id).await.unwrap().last_seq;
     let stream = r.stream(&s, after).await;
@@ -233,7 +236,7 @@ async fn files_are_never_mounted_into_a_clients_own_directory() {
     let mut u = r.coordinator.upload();
     u.push(b"x").await.unwrap();
     let f = u.finish("f".into(), "text/plain".into()).await.unwrap();
-    let mount = ResourceKind::File { file_id: f.id.to_string(), mount_path: "/workspace/x".into() };
+    let mount = ResourceKind::File { file_id: f.meta.id.to_string(), mount_path: "/workspace/x".into() };
     let refused = r.coordinator.add_resource(&s.id, mount).await;
     assert!(matches!(refused, Err(gateway_runtime::RuntimeError::Invalid(_))), "{refused:?}");
     assert!(!std::path::Path::new(&r.project("ws-fake")).join("x").exists());

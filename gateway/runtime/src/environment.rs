@@ -550,13 +550,13 @@ impl Environments {
         let mut writer = hand.place(rel).await.map_err(|e| e.to_string())?;
         let mut digest = Sha256::new();
         let mut size = 0u64;
-        for seq in 0..file.chunks {
+        for seq in 0..file.meta.chunks {
             let bytes = self.content.file_chunk(&id, seq).await.map_err(|e| e.to_string())?;
             digest.update(&bytes);
             size += bytes.len() as u64;
             writer.write(bytes).await.map_err(|e| e.to_string())?;
         }
-        if size != file.size_bytes || hex::encode(digest.finalize()) != file.sha256 {
+        if size != file.meta.size_bytes || hex::encode(digest.finalize()) != file.meta.sha256 {
             return Err(format!("the stored content of file {id} does not match its size and digest"));
         }
         writer.finish().await.map_err(|e| e.to_string())

@@ -21,16 +21,10 @@ use crate::{Page, PageRequest};
 /// The most bytes one stored chunk holds.
 pub const CHUNK_BYTES: usize = 1 << 20;
 
-/// A file as the store keeps it.
+/// A file as the store keeps it: what it was created with, and when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredFile {
-    pub id: FileId,
-    pub filename: String,
-    pub mime_type: String,
-    pub size_bytes: u64,
-    /// Hex SHA-256 of the content, checked by every reader that materializes it.
-    pub sha256: String,
-    pub chunks: u32,
+    pub meta: NewFile,
     pub created_at: Timestamp,
 }
 
@@ -55,6 +49,7 @@ pub struct NewFile {
     pub filename: String,
     pub mime_type: String,
     pub size_bytes: u64,
+    /// Hex SHA-256 of the content, checked by every reader that materializes it.
     pub sha256: String,
     pub chunks: u32,
 }

@@ -25,7 +25,13 @@ macro_rules! listed {
         })+
     };
 }
-listed!(Agent, Environment, Session, crate::WorkItem, crate::StoredFile, crate::StoredSkill, crate::StoredSkillVersion);
+listed!(Agent, Environment, Session, crate::WorkItem, crate::StoredSkill, crate::StoredSkillVersion);
+
+impl Listed for crate::StoredFile {
+    fn keyset(&self) -> Keyset {
+        Keyset { at: self.created_at.0, id: self.meta.id.to_string() }
+    }
+}
 
 fn ts(ms: i64) -> Timestamp {
     Timestamp(ms)
@@ -372,16 +378,18 @@ impl Decode for WebhookRow {
     type Out = crate::WebhookEndpoint;
     fn decode(self) -> Result<crate::WebhookEndpoint> {
         Ok(crate::WebhookEndpoint {
-            id: id::<gateway_core::WebhookId>(&self.id)?,
-            origin: self.origin()?,
-            event_types: serde_json::from_str(&self.event_types)?,
+            spec: crate::NewEndpoint {
+                id: id::<gateway_core::WebhookId>(&self.id)?,
+                origin: self.origin()?,
+                event_types: serde_json::from_str(&self.event_types)?,
+                url: self.url,
+                secret: self.secret,
+                description: self.description,
+            },
             enabled: self.status == "enabled",
             consecutive_failures: u32::try_from(self.consecutive_failures).map_err(StoreError::corrupt)?,
             created_at: ts(self.created_at),
             disabled_at: self.disabled_at.map(ts),
-            url: self.url,
-            secret: self.secret,
-            description: self.description,
         })
     }
 }

@@ -36,28 +36,25 @@ impl EndpointOrigin {
     }
 }
 
+/// A registered endpoint: what it was registered with, and how its deliveries have gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookEndpoint {
-    pub id: WebhookId,
-    pub origin: EndpointOrigin,
-    pub url: String,
-    /// The signing secret, sealed by the caller (the store never sees it in clear).
-    pub secret: String,
-    /// Empty: every type.
-    pub event_types: Vec<String>,
-    pub description: Option<String>,
+    pub spec: NewEndpoint,
     pub enabled: bool,
     pub consecutive_failures: u32,
     pub created_at: Timestamp,
     pub disabled_at: Option<Timestamp>,
 }
 
+/// An endpoint to register (or, for one from the configuration, to put in place).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewEndpoint {
     pub id: WebhookId,
     pub origin: EndpointOrigin,
     pub url: String,
+    /// The signing secret, sealed by the caller (the store never sees it in clear).
     pub secret: String,
+    /// Empty: every type.
     pub event_types: Vec<String>,
     pub description: Option<String>,
 }

@@ -44,11 +44,11 @@ impl From<UploadError> for ApiError {
 
 pub fn file_out(f: &StoredFile) -> Value {
     json!({
-        "id": f.id,
+        "id": f.meta.id,
         "type": "file",
-        "filename": f.filename,
-        "mime_type": f.mime_type,
-        "size_bytes": f.size_bytes,
+        "filename": f.meta.filename,
+        "mime_type": f.meta.mime_type,
+        "size_bytes": f.meta.size_bytes,
         "created_at": time(f.created_at),
         "downloadable": true,
         "expires_at": null,
@@ -154,7 +154,7 @@ pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Result<Js
                 Err(e) => return Err(RuntimeError::from(e).into()),
             }
         }
-        data.sort_by(|a, b| (b.created_at, b.id.as_str()).cmp(&(a.created_at, a.id.as_str())));
+        data.sort_by(|a, b| (b.created_at, b.meta.id.as_str()).cmp(&(a.created_at, a.meta.id.as_str())));
         return Ok(Json(json!({"data": data.iter().map(file_out).collect::<Vec<_>>(), "next_page": null})));
     }
     let page = pagination::request(&q, Order::Desc, 20, 1000)?;
@@ -173,7 +173,7 @@ pub async fn retrieve(State(api): State<ManagedAgents>, Path(raw): Path<String>)
 /// `GET /v1/files/{id}/content`: the bytes as uploaded, streamed chunk by chunk.
 pub async fn download(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Response, ApiError> {
     let file = api.coordinator.files().get_file(&id(&raw)?).await.map_err(RuntimeError::from)?;
-    let (coordinator, fid, chunks) = (api.coordinator.clone(), file.id.clone(), file.chunks);
+    let (coordinator, fid, chunks) = (api.coordinator.clone(), file.meta.id.clone(), file.meta.chunks);
     let stream = futures::stream::unfold(0u32, move |seq| {
         let (coordinator, fid) = (coordinator.clone(), fid.clone());
         async move {
@@ -188,16 +188,17 @@ pub async fn download(State(api): State<ManagedAgents>, Path(raw): Path<String>)
     });
     let mut response = Body::from_stream(stream).into_response();
     let headers = response.headers_mut();
-    let mime =
-        HeaderValue::from_str(&file.mime_type).unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
+    let mime = HeaderValue::from_str(&file.meta.mime_type)
+        .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
     headers.insert(header::CONTENT_TYPE, mime);
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(file.size_bytes));
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(file.meta.size_bytes));
     // The content type is the uploader's word, and the bytes are the uploader's: a browser
     // must neither guess another type from them (`nosniff`) nor render them as a page of this
     // origin (`attachment`, whatever the type), or an uploaded `text/html` or SVG would run
     // script with the gateway's origin.
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    let ascii: String = file.filename.chars().map(|c| if c.is_ascii_graphic() && c != '"' { c } else { '_' }).collect();
+    let ascii: String =
+        file.meta.filename.chars().map(|c| if c.is_ascii_graphic() && c != '"' { c } else { '_' }).collect();
     let disposition = HeaderValue::from_str(&format!("attachment; filename=\"{ascii}\""))
         .unwrap_or_else(|_| HeaderValue::from_static("attachment"));
     headers.insert(header::CONTENT_DISPOSITION, disposition);

@@ -44,13 +44,14 @@ fn id(raw: &str) -> Result<WebhookId, ApiError> {
 }
 
 fn endpoint_out(e: &WebhookEndpoint, secret: Option<&str>) -> Value {
+    let spec = &e.spec;
     let mut v = json!({
-        "id": e.id,
+        "id": spec.id,
         "type": "webhook_endpoint",
-        "url": e.url,
-        "event_types": e.event_types,
-        "description": e.description,
-        "origin": match e.origin { EndpointOrigin::Config => "config", EndpointOrigin::Api => "api" },
+        "url": spec.url,
+        "event_types": spec.event_types,
+        "description": spec.description,
+        "origin": match spec.origin { EndpointOrigin::Config => "config", EndpointOrigin::Api => "api" },
         "status": if e.enabled { "enabled" } else { "disabled" },
         "consecutive_failures": e.consecutive_failures,
         "created_at": time(e.created_at),

@@ -36,8 +36,8 @@ impl Webhooks {
             .iter()
             .flat_map(|f| payload::deliveries(&f.event, endpoints))
             .map(|(ep, id, body)| NewDelivery {
-                topic: format!("{TOPICS}{}", ep.id),
-                url: ep.url.clone(),
+                topic: format!("{TOPICS}{}", ep.spec.id),
+                url: ep.spec.url.clone(),
                 headers: BTreeMap::from([("webhook-id".to_owned(), id)]),
                 body,
             })
@@ -117,8 +117,10 @@ impl Channel for Webhooks {
         if !endpoint.enabled {
             return Err(Failure::Gone("endpoint disabled".into()));
         }
-        let secret =
-            self.secrets.open(&endpoint.secret).map_err(|e| Failure::Fail(format!("cannot open its secret: {e}")))?;
+        let secret = self
+            .secrets
+            .open(&endpoint.spec.secret)
+            .map_err(|e| Failure::Fail(format!("cannot open its secret: {e}")))?;
         let id = d.headers.get("webhook-id").cloned().unwrap_or_default();
         // The receiver compares this with its own clock (within five minutes): the wall clock of
         // the attempt, not a stored time.
@@ -127,7 +129,7 @@ impl Channel for Webhooks {
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
         let signature = sign::signature(&secret.0, &id, timestamp, &d.body)
             .ok_or_else(|| Failure::Fail("its secret is not a signing key".into()))?;
-        let reach = match endpoint.origin {
+        let reach = match endpoint.spec.origin {
             EndpointOrigin::Config => Reach::Any,
             EndpointOrigin::Api => Reach::Public,
         };

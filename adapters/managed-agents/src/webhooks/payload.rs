@@ -42,7 +42,7 @@ fn webhook_of(e: &Event) -> Option<(&'static str, Value)> {
 /// The webhook id of an event for an endpoint: derived from both, so a fan-out repeated
 /// after a crash sends the same id (receivers deduplicate on it), and retries reuse it.
 fn webhook_id(e: &Event, endpoint: &WebhookEndpoint) -> String {
-    let digest = Sha256::digest(format!("{}/{}", e.id, endpoint.id).as_bytes());
+    let digest = Sha256::digest(format!("{}/{}", e.id, endpoint.spec.id).as_bytes());
     format!("whe_{}", &hex::encode(digest)[..24])
 }
 
@@ -51,7 +51,7 @@ pub fn deliveries<'a>(e: &Event, endpoints: &'a [WebhookEndpoint]) -> Vec<(&'a W
     let Some((kind, extra)) = webhook_of(e) else { return vec![] };
     endpoints
         .iter()
-        .filter(|ep| ep.enabled && (ep.event_types.is_empty() || ep.event_types.iter().any(|t| t == kind)))
+        .filter(|ep| ep.enabled && (ep.spec.event_types.is_empty() || ep.spec.event_types.iter().any(|t| t == kind)))
         .map(|ep| {
             let id = webhook_id(e, ep);
             let mut data = json!({"type": kind, "id": e.session_id, "organization_id": "", "workspace_id": ""});

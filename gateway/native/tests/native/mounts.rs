@@ -27,7 +27,7 @@ async fn upload(n: &Native, content: &[u8]) -> StoredFile {
 }
 
 fn file(f: &StoredFile, mount_path: &str) -> ResourceKind {
-    ResourceKind::File { file_id: f.id.to_string(), mount_path: mount_path.into() }
+    ResourceKind::File { file_id: f.meta.id.to_string(), mount_path: mount_path.into() }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -38,7 +38,7 @@ async fn mounted_files_are_placed_before_the_first_model_request_and_the_model_i
     // Across a chunk boundary of the store, every byte value.
     let binary: Vec<u8> = (0..(1 << 20) + 4099).map(|i| (i * 31 % 256) as u8).collect();
     let blob = upload(&n, &binary).await;
-    let blob_path = format!("/mnt/session/uploads/{}", blob.id);
+    let blob_path = format!("/mnt/session/uploads/{}", blob.meta.id);
     let s = n
         .session(
             toolset(PermissionPolicy::AlwaysAllow),
@@ -54,7 +54,7 @@ async fn mounted_files_are_placed_before_the_first_model_request_and_the_model_i
     assert_eq!(n.state(&s).await, EnvironmentState::Realized, "realized although no tool ran");
     let workspace = n.workspaces.path().join(s.id.as_str());
     assert_eq!(std::fs::read(workspace.join("data/notes.txt")).unwrap(), b"hello mounted world\n");
-    let placed = workspace.join("mnt/session/uploads").join(blob.id.as_str());
+    let placed = workspace.join("mnt/session/uploads").join(blob.meta.id.as_str());
     assert_eq!(std::fs::read(&placed).unwrap(), binary);
     assert_eq!(std::fs::metadata(&placed).unwrap().permissions().mode() & 0o777, 0o444, "read-only");
 

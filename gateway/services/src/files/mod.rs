@@ -148,7 +148,7 @@ impl FileUpload {
             chunks: self.chunks,
         };
         let file = self.files.create_file(new).await?;
-        info!(file = %file.id, bytes = file.size_bytes, "file uploaded");
+        info!(file = %file.meta.id, bytes = file.meta.size_bytes, "file uploaded");
         Ok(file)
     }
 }

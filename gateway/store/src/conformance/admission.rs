@@ -142,7 +142,7 @@ pub async fn resources_get_the_creation_time_of_the_database(h: &dyn Harness) {
     let mut snapshot = template.snapshot.clone();
     snapshot.resources = vec![Resource {
         id: ResourceId::new(),
-        kind: ResourceKind::File { file_id: file.id.to_string(), mount_path: "/workspace/a.txt".into() },
+        kind: ResourceKind::File { file_id: file.meta.id.to_string(), mount_path: "/workspace/a.txt".into() },
         // Whatever the caller says: the store records the time of the commit.
         created_at: Timestamp(1),
     }];

@@ -35,7 +35,7 @@ pub async fn upload(s: &std::sync::Arc<dyn Store>, name: &str, content: &[u8]) -
 fn file_resource(file: &StoredFile, mount_path: &str) -> Resource {
     Resource {
         id: ResourceId::new(),
-        kind: ResourceKind::File { file_id: file.id.to_string(), mount_path: mount_path.into() },
+        kind: ResourceKind::File { file_id: file.meta.id.to_string(), mount_path: mount_path.into() },
         created_at: Timestamp(0),
     }
 }
@@ -45,12 +45,12 @@ pub async fn files_keep_their_bytes_and_appear_only_once_created(h: &dyn Harness
     // Every byte value, across a chunk boundary.
     let content: Vec<u8> = (0..CHUNK_BYTES + 300).map(|i| (i * 7 % 256) as u8).collect();
     let file = upload(&s, "blob.bin", &content).await;
-    assert_eq!(file.chunks, 2);
-    assert_eq!(s.get_file(&file.id).await.unwrap(), file);
-    let mut back = s.file_chunk(&file.id, 0).await.unwrap();
-    back.extend(s.file_chunk(&file.id, 1).await.unwrap());
+    assert_eq!(file.meta.chunks, 2);
+    assert_eq!(s.get_file(&file.meta.id).await.unwrap(), file);
+    let mut back = s.file_chunk(&file.meta.id, 0).await.unwrap();
+    back.extend(s.file_chunk(&file.meta.id, 1).await.unwrap());
     assert_eq!(back, content);
-    assert!(matches!(s.file_chunk(&file.id, 2).await, Err(StoreError::NotFound { .. })));
+    assert!(matches!(s.file_chunk(&file.meta.id, 2).await, Err(StoreError::NotFound { .. })));
 
     // Chunks without their file are invisible, cannot be announced as more than they are,
     // and are swept once old enough (never sooner).
@@ -70,20 +70,20 @@ pub async fn files_keep_their_bytes_and_appear_only_once_created(h: &dyn Harness
     assert_eq!(s.sweep_file_chunks(3600).await.unwrap(), 0);
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     assert_eq!(s.sweep_file_chunks(1).await.unwrap(), 1, "the orphan chunk, and not the file's");
-    assert_eq!(s.file_chunk(&file.id, 1).await.unwrap().len(), 300);
+    assert_eq!(s.file_chunk(&file.meta.id, 1).await.unwrap().len(), 300);
 
     let second = upload(&s, "second.txt", b"two").await;
     let page = s.list_files(&PageRequest::first(1, Order::Desc)).await.unwrap();
-    assert_eq!(page.items.iter().map(|f| &f.id).collect::<Vec<_>>(), vec![&second.id]);
+    assert_eq!(page.items.iter().map(|f| &f.meta.id).collect::<Vec<_>>(), vec![&second.meta.id]);
     let next = PageRequest { cursor: page.next.clone(), ..PageRequest::first(1, Order::Desc) };
     let page = s.list_files(&next).await.unwrap();
-    assert_eq!(page.items.iter().map(|f| &f.id).collect::<Vec<_>>(), vec![&file.id]);
+    assert_eq!(page.items.iter().map(|f| &f.meta.id).collect::<Vec<_>>(), vec![&file.meta.id]);
     assert!(page.next.is_none());
 
-    s.delete_file(&second.id).await.unwrap();
-    assert!(matches!(s.get_file(&second.id).await, Err(StoreError::NotFound { .. })));
-    assert!(matches!(s.file_chunk(&second.id, 0).await, Err(StoreError::NotFound { .. })));
-    assert!(matches!(s.delete_file(&second.id).await, Err(StoreError::NotFound { .. })));
+    s.delete_file(&second.meta.id).await.unwrap();
+    assert!(matches!(s.get_file(&second.meta.id).await, Err(StoreError::NotFound { .. })));
+    assert!(matches!(s.file_chunk(&second.meta.id, 0).await, Err(StoreError::NotFound { .. })));
+    assert!(matches!(s.delete_file(&second.meta.id).await, Err(StoreError::NotFound { .. })));
 }
 
 pub async fn a_mounted_file_outlives_every_attempt_to_delete_it(h: &dyn Harness) {
@@ -97,12 +97,12 @@ pub async fn a_mounted_file_outlives_every_attempt_to_delete_it(h: &dyn Harness)
     let snapshot = SessionSnapshot { agent: agent.clone(), requirements: requirements.clone(), resources };
     let (sess, _) = s.create_session(new_session(env.id.clone(), snapshot.clone(), vec![])).await.unwrap();
 
-    let refused = s.delete_file(&file.id).await.unwrap_err();
+    let refused = s.delete_file(&file.meta.id).await.unwrap_err();
     assert!(
         matches!(&refused, StoreError::Guard(Guard::FileInUse { session, .. }) if *session == sess.id.to_string()),
         "{refused:?}"
     );
-    assert_eq!(s.file_chunk(&file.id, 0).await.unwrap(), b"hello");
+    assert_eq!(s.file_chunk(&file.meta.id, 0).await.unwrap(), b"hello");
 
     // A session naming a file that does not exist is not created.
     let mut ghost = snapshot.clone();
@@ -125,19 +125,19 @@ pub async fn a_mounted_file_outlives_every_attempt_to_delete_it(h: &dyn Harness)
     assert_eq!(grown.snapshot.resources[0], sess.snapshot.resources[0], "the first is kept as it was");
     let stale = s.set_resources(&sess.id, &base, vec![], requirements.clone()).await.unwrap_err();
     assert!(matches!(stale, StoreError::Guard(Guard::ResourcesChanged(_))), "{stale:?}");
-    assert!(matches!(s.delete_file(&other.id).await, Err(StoreError::Guard(Guard::FileInUse { .. }))));
+    assert!(matches!(s.delete_file(&other.meta.id).await, Err(StoreError::Guard(Guard::FileInUse { .. }))));
     let now_base: Vec<ResourceId> = grown.snapshot.resources.iter().map(|r| r.id.clone()).collect();
     let shrunk = s
         .set_resources(&sess.id, &now_base, vec![grown.snapshot.resources[1].clone()], requirements.clone())
         .await
         .unwrap();
     assert_eq!(s.get_session(&sess.id).await.unwrap(), shrunk);
-    s.delete_file(&file.id).await.unwrap();
-    assert!(matches!(s.delete_file(&other.id).await, Err(StoreError::Guard(Guard::FileInUse { .. }))));
+    s.delete_file(&file.meta.id).await.unwrap();
+    assert!(matches!(s.delete_file(&other.meta.id).await, Err(StoreError::Guard(Guard::FileInUse { .. }))));
 
     // A deleted session mounts nothing.
     s.delete_session(&sess.id).await.unwrap();
-    s.delete_file(&other.id).await.unwrap();
+    s.delete_file(&other.meta.id).await.unwrap();
     let plain = session(&s).await;
     assert!(plain.snapshot.resources.is_empty());
 }
@@ -168,7 +168,7 @@ pub async fn a_file_is_never_deleted_while_a_session_mounting_it_is_created(h: &
         };
         let mut creations: Vec<_> = (0..round % 7).map(spawn_creation).collect();
         let delete = {
-            let (s, id) = (std::sync::Arc::clone(&s), file.id.clone());
+            let (s, id) = (std::sync::Arc::clone(&s), file.meta.id.clone());
             tokio::spawn(async move { s.delete_file(&id).await })
         };
         creations.extend((round % 7..6).map(spawn_creation));
@@ -188,7 +188,7 @@ pub async fn a_file_is_never_deleted_while_a_session_mounting_it_is_created(h: &
             }
             Err(StoreError::Guard(Guard::FileInUse { session, .. })) => {
                 assert!(created.iter().any(|id| id.to_string() == session), "round {round}: in use by {session}");
-                assert_eq!(s.file_chunk(&file.id, 0).await.unwrap(), b"content");
+                assert_eq!(s.file_chunk(&file.meta.id, 0).await.unwrap(), b"content");
                 mounted_rounds += 1;
             }
             Err(e) => panic!("round {round}: unexpected refusal of the delete: {e:?}"),

@@ -277,29 +277,33 @@ pub async fn webhook_endpoints_disable_after_failures(h: &dyn Harness) {
     let config = store.put_webhook(new(EndpointOrigin::Config, "https://b.example")).await.unwrap();
     assert!(api.enabled && api.consecutive_failures == 0);
     for _ in 0..2 {
-        assert!(store.record_webhook_attempt(&api.id, false, 3).await.unwrap().enabled);
+        assert!(store.record_webhook_attempt(&api.spec.id, false, 3).await.unwrap().enabled);
     }
     assert_eq!(
-        store.record_webhook_attempt(&api.id, true, 3).await.unwrap().consecutive_failures,
+        store.record_webhook_attempt(&api.spec.id, true, 3).await.unwrap().consecutive_failures,
         0,
         "a success resets"
     );
     for _ in 0..2 {
-        store.record_webhook_attempt(&api.id, false, 3).await.unwrap();
+        store.record_webhook_attempt(&api.spec.id, false, 3).await.unwrap();
     }
-    let off = store.record_webhook_attempt(&api.id, false, 3).await.unwrap();
+    let off = store.record_webhook_attempt(&api.spec.id, false, 3).await.unwrap();
     assert!(!off.enabled && off.disabled_at.is_some(), "{off:?}");
     let mut again = new(EndpointOrigin::Api, "https://a2.example");
-    again.id = api.id.clone();
+    again.id = api.spec.id.clone();
     let replaced = store.put_webhook(again).await.unwrap();
-    assert_eq!((replaced.url.as_str(), replaced.enabled), ("https://a2.example", false), "replacing keeps its record");
-    let on = store.set_webhook_enabled(&api.id, true).await.unwrap();
+    assert_eq!(
+        (replaced.spec.url.as_str(), replaced.enabled),
+        ("https://a2.example", false),
+        "replacing keeps its record"
+    );
+    let on = store.set_webhook_enabled(&api.spec.id, true).await.unwrap();
     assert!(on.enabled && on.consecutive_failures == 0 && on.disabled_at.is_none());
     store.prune_config_webhooks(&[]).await.unwrap();
-    let left: Vec<_> = store.list_webhooks().await.unwrap().into_iter().map(|e| e.id).collect();
-    assert_eq!(left, std::slice::from_ref(&api.id), "the config endpoint was pruned: {:?}", config.id);
-    assert!(store.delete_webhook(&api.id).await.unwrap());
-    assert!(!store.delete_webhook(&api.id).await.unwrap());
+    let left: Vec<_> = store.list_webhooks().await.unwrap().into_iter().map(|e| e.spec.id).collect();
+    assert_eq!(left, std::slice::from_ref(&api.spec.id), "the config endpoint was pruned: {:?}", config.spec.id);
+    assert!(store.delete_webhook(&api.spec.id).await.unwrap());
+    assert!(!store.delete_webhook(&api.spec.id).await.unwrap());
 }
 
 /// Every distinct `Anthropic-Worker-ID` was a row kept forever (43,490 in 16 s from one key):
@@ -363,7 +367,7 @@ pub async fn webhook_endpoints_are_bounded_per_creating_key(h: &dyn Harness) {
     assert!(matches!(&refused, StoreError::Guard(Guard::WebhookLimit { count: 2, limit: 2, .. })), "{refused:?}");
     assert_eq!(store.list_webhooks().await.unwrap().len(), 3, "nothing was written");
     store.register_webhook(new(EndpointOrigin::Api, "https://k2.example"), "k2", 2).await.unwrap();
-    assert!(store.delete_webhook(&first.id).await.unwrap());
+    assert!(store.delete_webhook(&first.spec.id).await.unwrap());
     store.register_webhook(new(EndpointOrigin::Api, "https://3.example"), "k1", 2).await.unwrap();
     assert_eq!(store.list_webhooks().await.unwrap().len(), 4);
 }

@@ -25,15 +25,15 @@ from_row!(FileRow { id, filename, mime_type, size_bytes, sha256, chunks, created
 impl Decode for FileRow {
     type Out = StoredFile;
     fn decode(self) -> Result<StoredFile> {
-        Ok(StoredFile {
+        let meta = NewFile {
             id: FileId::parse(&self.id).map_err(StoreError::corrupt)?,
             filename: self.filename,
             mime_type: self.mime_type,
             size_bytes: u64::try_from(self.size_bytes).map_err(StoreError::corrupt)?,
             sha256: self.sha256,
             chunks: u32::try_from(self.chunks).map_err(StoreError::corrupt)?,
-            created_at: Timestamp(self.created_at),
-        })
+        };
+        Ok(StoredFile { meta, created_at: Timestamp(self.created_at) })
     }
 }
 
@@ -177,15 +177,7 @@ impl<E: Engine> Files for SqlStore<E> {
         // Its bytes now count as a file's, no longer as an upload's.
         query("DELETE FROM file_uploads WHERE file_id = $1").bind(new.id.as_str()).execute(&mut *tx).await?;
         self.finish(tx, Hints::default()).await?;
-        Ok(StoredFile {
-            id: new.id,
-            filename: new.filename,
-            mime_type: new.mime_type,
-            size_bytes: new.size_bytes,
-            sha256: new.sha256,
-            chunks: new.chunks,
-            created_at: Timestamp(now),
-        })
+        Ok(StoredFile { meta: new, created_at: Timestamp(now) })
     }
 
     async fn get_file(&self, id: &FileId) -> Result<StoredFile> {
