@@ -405,12 +405,20 @@ mod tests {
                 std::hint::spin_loop();
             }
         };
-        let (verdict, metrics) = admitted_after(|| {
+        let saturate = || {
             std::thread::scope(|s| {
                 s.spawn(spin);
                 spin();
             })
-        });
+        };
+        // The premise needs the cores: on a shared machine (tests running beside this one) the
+        // two spinning threads may get less than `BUSY_CORES`, which is starvation, rightly
+        // admitted (the next test). Such a round says nothing and is run again; a round that
+        // had the cores must refuse.
+        let (verdict, metrics) = (0..3)
+            .map(|_| admitted_after(saturate))
+            .find(|(_, metrics)| series(metrics, "gateway_process_cpu_cores") >= BUSY_CORES)
+            .expect("three rounds without the cores the test needs: the machine is too busy to say");
         let busy = verdict.expect_err("saturated: refused");
         assert_eq!(busy.cause, BusyCause::Saturated);
         assert!(busy.to_string().contains("runs more than 10 ms late"), "{busy}");
