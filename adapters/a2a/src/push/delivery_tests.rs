@@ -43,16 +43,21 @@ async fn two_processes_feeding_one_task_queue_each_update_once_in_order() {
     assert_eq!(done.proj.state(), TaskState::Completed);
     let id = started.record.id.clone();
     let got = drain(&kit).await;
-    let shape: Vec<String> = got[&format!("a2a:{id}:p")]
+    let shape = shape(&got[&format!("a2a:{id}:p")]);
+    assert_eq!(shape, vec!["TASK_STATE_WORKING", "chunk-1 ", "chunk-2", "TASK_STATE_COMPLETED"]);
+    kit.shutdown().await;
+}
+
+/// What v1.0 push bodies say, in order: each status update's state, each artifact update's text.
+fn shape(bodies: &[Value]) -> Vec<String> {
+    bodies
         .iter()
         .map(|b| match (b.get("statusUpdate"), b.get("artifactUpdate")) {
             (Some(s), _) => s["status"]["state"].as_str().unwrap().to_owned(),
             (_, Some(a)) => a["artifact"]["parts"][0]["text"].as_str().unwrap().to_owned(),
             _ => panic!("{b}"),
         })
-        .collect();
-    assert_eq!(shape, vec!["TASK_STATE_WORKING", "chunk-1 ", "chunk-2", "TASK_STATE_COMPLETED"]);
-    kit.shutdown().await;
+        .collect()
 }
 
 /// Every delivery of the outbox, per topic, in the order the deliverer would make them.
@@ -96,14 +101,7 @@ async fn deliveries_keep_the_task_order_and_v03_receivers_get_status_changes_onl
     let got = drain(&kit).await;
 
     let v1 = &got[&format!("a2a:{id}:v1")];
-    let shape: Vec<String> = v1
-        .iter()
-        .map(|b| match (b.get("statusUpdate"), b.get("artifactUpdate")) {
-            (Some(s), _) => s["status"]["state"].as_str().unwrap().to_owned(),
-            (_, Some(a)) => a["artifact"]["parts"][0]["text"].as_str().unwrap().to_owned(),
-            _ => panic!("{b}"),
-        })
-        .collect();
+    let shape = shape(v1);
     assert_eq!(shape, vec!["TASK_STATE_WORKING", "chunk-1 ", "chunk-2", "TASK_STATE_COMPLETED"]);
 
     let v03 = &got[&format!("a2a:{id}:v03")];
