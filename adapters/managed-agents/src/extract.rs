@@ -1,10 +1,14 @@
-//! Request extraction: JSON bodies with errors that name the problem, and the query-string
-//! conventions of the official SDKs (`key[]=v` arrays, `created_at[gte]=…` ranges).
+//! Request extraction: JSON bodies with errors that name the problem, resource ids in the
+//! path, and the query-string conventions of the official SDKs (`key[]=v` arrays,
+//! `created_at[gte]=…` ranges).
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
-use gateway_core::Timestamp;
+use gateway_core::{
+    AgentId, ApiKeyId, EnvironmentId, FileId, ResourceId, SessionId, SkillId, SkillVersionId, Timestamp, WebhookId,
+    WorkId,
+};
 use gateway_store::TimeRange;
 use serde::de::DeserializeOwned;
 
@@ -48,6 +52,56 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             ApiError::invalid(format!("invalid request body at `{path}`: {inner}"))
         }
     })
+}
+
+/// The kinds of id a request path names, with the words their "not found" answer uses.
+pub trait PathKind: std::str::FromStr {
+    /// What the id names, as the message says it (`session`, `skill version`).
+    const KIND: &'static str;
+    /// The error code of the answer (`session_not_found`).
+    const CODE: &'static str;
+}
+
+macro_rules! path_kinds {
+    ($($id:ty => $kind:literal, $code:literal;)*) => {$(
+        impl PathKind for $id {
+            const KIND: &'static str = $kind;
+            const CODE: &'static str = $code;
+        }
+    )*};
+}
+
+path_kinds! {
+    AgentId => "agent", "agent_not_found";
+    ApiKeyId => "environment key", "environment_key_not_found";
+    EnvironmentId => "environment", "environment_not_found";
+    FileId => "file", "file_not_found";
+    ResourceId => "session resource", "session_resource_not_found";
+    SessionId => "session", "session_not_found";
+    SkillId => "skill", "skill_not_found";
+    SkillVersionId => "skill version", "skill_not_found";
+    WebhookId => "webhook endpoint", "webhook_not_found";
+    WorkId => "work item", "work_not_found";
+}
+
+/// Parses a path id of the expected kind. Ids are opaque to clients, so a malformed one is
+/// answered as any unknown one: not found.
+pub fn path_id<T: PathKind>(raw: &str) -> Result<T, ApiError> {
+    raw.parse::<T>().map_err(|_| ApiError::not_found(format!("{} {raw:?} not found", T::KIND)).code(T::CODE))
+}
+
+/// The one id of a route's path (`/v1/agents/{id}`), parsed as [`path_id`] does.
+pub struct PathId<T>(pub T);
+
+impl<S: Send + Sync, T: PathKind> FromRequestParts<S> for PathId<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(raw) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::invalid(format!("the request path cannot be read: {}", e.body_text())))?;
+        path_id(&raw).map(PathId)
+    }
 }
 
 /// The decoded query string, keeping repeated keys.

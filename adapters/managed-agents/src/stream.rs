@@ -12,20 +12,19 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use futures::{Stream, StreamExt};
-use gateway_core::EventId;
 use gateway_core::event::EventKind;
+use gateway_core::{EventId, SessionId};
 use gateway_runtime::{Delivery, Preview, RuntimeError, SubscribeOptions};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::ManagedAgents;
 use crate::error::ApiError;
-use crate::extract::QueryParams;
-use crate::handlers::sessions::id;
+use crate::extract::{PathId, QueryParams};
 use crate::request_id::RequestId;
 use crate::wire::event::project;
 
@@ -78,12 +77,11 @@ struct Sse {
 
 pub async fn stream(
     State(api): State<ManagedAgents>,
-    Path(raw): Path<String>,
+    PathId(session_id): PathId<SessionId>,
     headers: HeaderMap,
     q: QueryParams,
     request_id: Option<axum::Extension<RequestId>>,
 ) -> Result<Response, ApiError> {
-    let session_id = id(&raw)?;
     let asked = q.all("event_deltas");
     if asked.len() > 100 {
         return Err(ApiError::invalid("at most 100 event_deltas[] values are allowed"));

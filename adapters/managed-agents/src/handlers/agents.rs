@@ -1,35 +1,23 @@
 //! `/v1/agents`.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use gateway_core::AgentId;
 use gateway_store::{AgentFilter, Order};
-use serde_json::Value;
 
-use super::path_id;
+use super::Reply;
 use crate::ManagedAgents;
 use crate::error::ApiError;
-use crate::extract::{ApiJson, QueryParams};
+use crate::extract::{ApiJson, PathId, QueryParams};
 use crate::pagination;
 use crate::wire::agent::{AgentCreate, AgentUpdate, agent_out};
 
-fn id(raw: &str) -> Result<AgentId, ApiError> {
-    path_id("agent", "agent_not_found", raw)
-}
-
-pub async fn create(
-    State(api): State<ManagedAgents>,
-    ApiJson(body): ApiJson<AgentCreate>,
-) -> Result<Json<Value>, ApiError> {
+pub async fn create(State(api): State<ManagedAgents>, ApiJson(body): ApiJson<AgentCreate>) -> Reply {
     let agent = api.coordinator.create_agent(body.into_spec()?).await?;
     Ok(Json(agent_out(&agent)))
 }
 
-pub async fn retrieve(
-    State(api): State<ManagedAgents>,
-    Path(raw): Path<String>,
-    q: QueryParams,
-) -> Result<Json<Value>, ApiError> {
+pub async fn retrieve(State(api): State<ManagedAgents>, PathId(id): PathId<AgentId>, q: QueryParams) -> Reply {
     let version = match q.get("version") {
         None | Some("") => None,
         Some(v) => Some(
@@ -37,7 +25,7 @@ pub async fn retrieve(
                 .map_err(|_| ApiError::invalid(format!("version must be a positive integer, not {v:?}")))?,
         ),
     };
-    let agent = api.coordinator.get_agent(&id(&raw)?, version).await?;
+    let agent = api.coordinator.get_agent(&id, version).await?;
     Ok(Json(agent_out(&agent)))
 }
 
@@ -45,10 +33,9 @@ pub async fn retrieve(
 /// an update that changes nothing returns the current version without a bump.
 pub async fn update(
     State(api): State<ManagedAgents>,
-    Path(raw): Path<String>,
+    PathId(id): PathId<AgentId>,
     ApiJson(body): ApiJson<AgentUpdate>,
-) -> Result<Json<Value>, ApiError> {
-    let id = id(&raw)?;
+) -> Reply {
     let current = api.coordinator.get_agent(&id, None).await?;
     if current.archived_at.is_some() {
         return Err(ApiError::invalid(format!("agent {id} is archived")).code("agent_archived"));
@@ -69,23 +56,19 @@ pub async fn update(
     Ok(Json(agent_out(&agent)))
 }
 
-pub async fn archive(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(agent_out(&api.coordinator.archive_agent(&id(&raw)?).await?)))
+pub async fn archive(State(api): State<ManagedAgents>, PathId(id): PathId<AgentId>) -> Reply {
+    Ok(Json(agent_out(&api.coordinator.archive_agent(&id).await?)))
 }
 
-pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Result<Json<Value>, ApiError> {
+pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Reply {
     let page = pagination::request(&q, Order::Desc, 20, 100)?;
     let filter = AgentFilter { include_archived: q.bool("include_archived")?, created: q.created()? };
     let result = api.coordinator.list_agents(&filter, &page).await?;
     Ok(Json(pagination::list(&result, page.order, agent_out)))
 }
 
-pub async fn versions(
-    State(api): State<ManagedAgents>,
-    Path(raw): Path<String>,
-    q: QueryParams,
-) -> Result<Json<Value>, ApiError> {
+pub async fn versions(State(api): State<ManagedAgents>, PathId(id): PathId<AgentId>, q: QueryParams) -> Reply {
     let page = pagination::request(&q, Order::Desc, 20, 100)?;
-    let result = api.coordinator.list_agent_versions(&id(&raw)?, &page).await?;
+    let result = api.coordinator.list_agent_versions(&id, &page).await?;
     Ok(Json(pagination::list(&result, page.order, agent_out)))
 }

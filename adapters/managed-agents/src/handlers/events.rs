@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use gateway_core::SessionId;
@@ -12,10 +12,10 @@ use gateway_store::{EventFilter, Order};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::sessions::id;
+use super::Reply;
 use crate::ManagedAgents;
 use crate::error::ApiError;
-use crate::extract::{ApiJson, QueryParams};
+use crate::extract::{ApiJson, PathId, QueryParams};
 use crate::pagination;
 use crate::wire::event::{EventIn, project, type_filter};
 
@@ -48,10 +48,9 @@ mod props;
 pub async fn send(
     State(api): State<ManagedAgents>,
     principal: Option<Extension<Principal>>,
-    Path(raw): Path<String>,
+    PathId(id): PathId<SessionId>,
     ApiJson(body): ApiJson<SendBody>,
-) -> Result<Json<Value>, ApiError> {
-    let id = id(&raw)?;
+) -> Reply {
     let mut inputs = body.into_inputs()?;
     if let Some(Extension(Principal::Environment { .. })) = principal {
         for input in &inputs {
@@ -92,12 +91,7 @@ async fn check_executor_answer(api: &ManagedAgents, session: &SessionId, input: 
     }
 }
 
-pub async fn list(
-    State(api): State<ManagedAgents>,
-    Path(raw): Path<String>,
-    q: QueryParams,
-) -> Result<Json<Value>, ApiError> {
-    let id = id(&raw)?;
+pub async fn list(State(api): State<ManagedAgents>, PathId(id): PathId<SessionId>, q: QueryParams) -> Reply {
     let page = pagination::request(&q, Order::Asc, 100, 1000)?;
     let types = type_filter(&q.all("types"))?;
     if types.kinds.is_empty() {

@@ -3,8 +3,8 @@
 //! holds a whole file in memory (docs/adr/0017).
 
 use axum::body::Body;
+use axum::extract::State;
 use axum::extract::multipart::{Field, Multipart, MultipartRejection};
-use axum::extract::{Path, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -15,10 +15,10 @@ use gateway_services::files::{FileUpload, UploadError};
 use gateway_store::{Order, StoredFile};
 use serde_json::{Value, json};
 
-use super::path_id;
+use super::Reply;
 use crate::ManagedAgents;
 use crate::error::ApiError;
-use crate::extract::{QueryParams, multipart_error};
+use crate::extract::{PathId, QueryParams, multipart_error};
 use crate::pagination;
 use crate::wire::time;
 
@@ -28,10 +28,6 @@ const MAX_FILENAME: usize = 255;
 const MAX_MIME: usize = 255;
 /// Most `ids` a list may name.
 const MAX_IDS: usize = 100;
-
-fn id(raw: &str) -> Result<FileId, ApiError> {
-    path_id("file", "file_not_found", raw)
-}
 
 impl From<UploadError> for ApiError {
     fn from(e: UploadError) -> Self {
@@ -86,7 +82,7 @@ pub async fn upload(
     State(api): State<ManagedAgents>,
     principal: Option<Extension<Principal>>,
     multipart: Result<Multipart, MultipartRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Reply {
     let mut multipart =
         multipart.map_err(|e| ApiError::invalid(format!("a file upload is multipart/form-data: {}", e.body_text())))?;
     let mut upload = api.coordinator.upload().owned_by(crate::auth::owner(principal.as_deref()));
@@ -133,7 +129,7 @@ async fn read_form(
 
 /// `GET /v1/files`: newest first; `ids` names up to 100 files (one page, unknown ids left out).
 /// No file here belongs to a scope, so a `scope_id` filter matches none.
-pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Result<Json<Value>, ApiError> {
+pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Reply {
     let ids = q.all("ids");
     if !ids.is_empty() {
         if q.get("page").is_some() || q.get("limit").is_some() {
@@ -165,14 +161,14 @@ pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Result<Js
     Ok(Json(pagination::list(&result, page.order, file_out)))
 }
 
-pub async fn retrieve(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
-    let file = api.coordinator.files().get_file(&id(&raw)?).await.map_err(RuntimeError::from)?;
+pub async fn retrieve(State(api): State<ManagedAgents>, PathId(id): PathId<FileId>) -> Reply {
+    let file = api.coordinator.files().get_file(&id).await.map_err(RuntimeError::from)?;
     Ok(Json(file_out(&file)))
 }
 
 /// `GET /v1/files/{id}/content`: the bytes as uploaded, streamed chunk by chunk.
-pub async fn download(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Response, ApiError> {
-    let file = api.coordinator.files().get_file(&id(&raw)?).await.map_err(RuntimeError::from)?;
+pub async fn download(State(api): State<ManagedAgents>, PathId(id): PathId<FileId>) -> Result<Response, ApiError> {
+    let file = api.coordinator.files().get_file(&id).await.map_err(RuntimeError::from)?;
     let (coordinator, fid, chunks) = (api.coordinator.clone(), file.meta.id.clone(), file.meta.chunks);
     let stream = futures::stream::unfold(0u32, move |seq| {
         let (coordinator, fid) = (coordinator.clone(), fid.clone());
@@ -206,8 +202,7 @@ pub async fn download(State(api): State<ManagedAgents>, Path(raw): Path<String>)
 }
 
 /// `DELETE /v1/files/{id}`: refused with 409 `file_in_use` while a session mounts the file.
-pub async fn delete(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
-    let fid = id(&raw)?;
+pub async fn delete(State(api): State<ManagedAgents>, PathId(fid): PathId<FileId>) -> Reply {
     api.coordinator.files().delete_file(&fid).await.map_err(RuntimeError::from)?;
     Ok(Json(json!({"id": fid, "type": "file_deleted"})))
 }

@@ -9,9 +9,14 @@ pub mod skills;
 pub mod webhook_endpoints;
 pub mod work;
 
+use axum::Json;
 use axum::http::StatusCode;
+use serde_json::Value;
 
 use crate::error::ApiError;
+
+/// What a handler answers: a JSON body, or the API's error shape.
+pub type Reply = Result<Json<Value>, ApiError>;
 
 pub async fn not_found() -> ApiError {
     ApiError::not_found("no such route in this gateway's Managed Agents API (see /v1/openapi.json)")
@@ -19,9 +24,4 @@ pub async fn not_found() -> ApiError {
 
 pub async fn method_not_allowed() -> ApiError {
     ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "method not allowed on this route")
-}
-
-/// Parses a path id of the expected kind; a malformed id is simply not found.
-pub fn path_id<T: std::str::FromStr>(kind: &'static str, code: &'static str, raw: &str) -> Result<T, ApiError> {
-    raw.parse::<T>().map_err(|_| ApiError::not_found(format!("{kind} {raw:?} not found")).code(code))
 }

@@ -9,23 +9,16 @@ use gateway_runtime::{AgentSelection, CreateSession};
 use gateway_store::{Keyset, Order, Page, PageCursor, SessionFilter, SessionPatch};
 use serde_json::{Value, json};
 
-use super::path_id;
+use super::Reply;
 use crate::ManagedAgents;
 use crate::error::ApiError;
-use crate::extract::{ApiJson, QueryParams};
+use crate::extract::{ApiJson, PathId, QueryParams, path_id};
 use crate::pagination;
 use crate::wire::Patch;
 use crate::wire::merge_metadata;
 use crate::wire::session::{ResourceUpdate, SessionCreate, SessionUpdate, resource_in, resource_out, session_out};
 
-pub fn id(raw: &str) -> Result<SessionId, ApiError> {
-    path_id("session", "session_not_found", raw)
-}
-
-pub async fn create(
-    State(api): State<ManagedAgents>,
-    ApiJson(mut body): ApiJson<SessionCreate>,
-) -> Result<Json<Value>, ApiError> {
+pub async fn create(State(api): State<ManagedAgents>, ApiJson(mut body): ApiJson<SessionCreate>) -> Reply {
     let choice = body.validate()?;
     let resources = body.take_resources()?;
     let overrides = match body.take_overrides() {
@@ -58,16 +51,15 @@ pub async fn create(
     Ok(Json(session_out(&session, &api.public_url)))
 }
 
-pub async fn retrieve(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(session_out(&api.coordinator.get_session(&id(&raw)?).await?, &api.public_url)))
+pub async fn retrieve(State(api): State<ManagedAgents>, PathId(id): PathId<SessionId>) -> Reply {
+    Ok(Json(session_out(&api.coordinator.get_session(&id).await?, &api.public_url)))
 }
 
 pub async fn update(
     State(api): State<ManagedAgents>,
-    Path(raw): Path<String>,
+    PathId(id): PathId<SessionId>,
     ApiJson(body): ApiJson<SessionUpdate>,
-) -> Result<Json<Value>, ApiError> {
-    let id = id(&raw)?;
+) -> Reply {
     if body.agent.is_some() {
         return Err(ApiError::not_supported("changing a session's agent"));
     }
@@ -97,17 +89,16 @@ pub async fn update(
     Ok(Json(session_out(&session, &api.public_url)))
 }
 
-pub async fn archive(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(session_out(&api.coordinator.archive_session(&id(&raw)?).await?, &api.public_url)))
+pub async fn archive(State(api): State<ManagedAgents>, PathId(id): PathId<SessionId>) -> Reply {
+    Ok(Json(session_out(&api.coordinator.archive_session(&id).await?, &api.public_url)))
 }
 
-pub async fn delete(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
-    let id = id(&raw)?;
+pub async fn delete(State(api): State<ManagedAgents>, PathId(id): PathId<SessionId>) -> Reply {
     api.coordinator.delete_session(&id).await?;
     Ok(Json(json!({"id": id, "type": "session_deleted"})))
 }
 
-pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Result<Json<Value>, ApiError> {
+pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Reply {
     for unsupported in ["deployment_id", "memory_store_id"] {
         if q.get(unsupported).is_some_and(|v| !v.is_empty()) {
             return Err(ApiError::not_supported(format!("the {unsupported} filter")));
@@ -148,21 +139,12 @@ pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Result<Js
     Ok(Json(pagination::body(&result, page.order, data, true)))
 }
 
-/// A session's resource id from the path; a malformed one is simply not found.
-fn resource_id(raw: &str) -> Result<ResourceId, ApiError> {
-    path_id("session resource", "session_resource_not_found", raw)
-}
-
 /// The session's resources in the order they were added (`order=desc`: newest first), a page
 /// at a time. A cursor names the last resource shown and its position: if it has been
 /// removed since, the one that took its place comes next.
-pub async fn resources(
-    State(api): State<ManagedAgents>,
-    Path(raw): Path<String>,
-    q: QueryParams,
-) -> Result<Json<Value>, ApiError> {
+pub async fn resources(State(api): State<ManagedAgents>, PathId(id): PathId<SessionId>, q: QueryParams) -> Reply {
     let page = pagination::request(&q, Order::Asc, 20, 100)?;
-    let session = api.coordinator.get_session(&id(&raw)?).await?;
+    let session = api.coordinator.get_session(&id).await?;
     let mut all: Vec<&Resource> =
         session.snapshot.resources.iter().filter(|r| !matches!(r.kind, ResourceKind::Workspace { .. })).collect();
     if page.order == Order::Desc {
@@ -192,20 +174,20 @@ pub async fn resources(
 
 pub async fn add_resource(
     State(api): State<ManagedAgents>,
-    Path(raw): Path<String>,
+    PathId(id): PathId<SessionId>,
     ApiJson(body): ApiJson<Value>,
-) -> Result<Json<Value>, ApiError> {
+) -> Reply {
     let kind = resource_in(body)?;
-    let (session, added) = api.coordinator.add_resource(&id(&raw)?, kind).await?;
+    let (session, added) = api.coordinator.add_resource(&id, kind).await?;
     shown(&session, &added)
 }
 
 pub async fn retrieve_resource(
     State(api): State<ManagedAgents>,
     Path((raw, resource)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
-    let session = api.coordinator.get_session(&id(&raw)?).await?;
-    shown(&session, &resource_id(&resource)?)
+) -> Reply {
+    let session = api.coordinator.get_session(&path_id::<SessionId>(&raw)?).await?;
+    shown(&session, &path_id::<ResourceId>(&resource)?)
 }
 
 /// `resources.update`: a repository's new `authorization_token` (files have nothing to update).
@@ -213,24 +195,21 @@ pub async fn update_resource(
     State(api): State<ManagedAgents>,
     Path((raw, resource)): Path<(String, String)>,
     ApiJson(body): ApiJson<ResourceUpdate>,
-) -> Result<Json<Value>, ApiError> {
-    let rid = resource_id(&resource)?;
+) -> Reply {
+    let rid = path_id::<ResourceId>(&resource)?;
     let token = body.token()?;
-    let session = api.coordinator.set_repository_token(&id(&raw)?, &rid, token).await?;
+    let session = api.coordinator.set_repository_token(&path_id::<SessionId>(&raw)?, &rid, token).await?;
     shown(&session, &rid)
 }
 
-pub async fn delete_resource(
-    State(api): State<ManagedAgents>,
-    Path((raw, resource)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
-    let rid = resource_id(&resource)?;
-    api.coordinator.remove_resource(&id(&raw)?, &rid).await?;
+pub async fn delete_resource(State(api): State<ManagedAgents>, Path((raw, resource)): Path<(String, String)>) -> Reply {
+    let rid = path_id::<ResourceId>(&resource)?;
+    api.coordinator.remove_resource(&path_id::<SessionId>(&raw)?, &rid).await?;
     Ok(Json(json!({"id": rid, "type": "session_resource_deleted"})))
 }
 
 /// The resource `rid` of `session`, as the API shows it.
-fn shown(session: &Session, rid: &ResourceId) -> Result<Json<Value>, ApiError> {
+fn shown(session: &Session, rid: &ResourceId) -> Reply {
     session.snapshot.resources.iter().find(|r| &r.id == rid).and_then(resource_out).map(Json).ok_or_else(|| {
         ApiError::not_found(format!("session resource {rid} not found")).code("session_resource_not_found")
     })

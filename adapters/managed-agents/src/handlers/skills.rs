@@ -12,22 +12,14 @@ use gateway_services::skills::MAX_SKILL_BYTES;
 use gateway_store::{Order, StoredSkill, StoredSkillVersion};
 use serde_json::{Value, json};
 
-use super::path_id;
+use super::Reply;
 use crate::ManagedAgents;
 use crate::error::ApiError;
-use crate::extract::{QueryParams, multipart_error};
+use crate::extract::{PathId, QueryParams, multipart_error, path_id};
 use crate::pagination;
 use crate::wire::time;
 
 const MAX_DISPLAY_NAME: usize = 255;
-
-fn id(raw: &str) -> Result<SkillId, ApiError> {
-    path_id("skill", "skill_not_found", raw)
-}
-
-fn version_id(raw: &str) -> Result<SkillVersionId, ApiError> {
-    path_id("skill version", "skill_not_found", raw)
-}
 
 fn skill_out(s: &StoredSkill) -> Value {
     json!({
@@ -97,17 +89,14 @@ async fn form(
     Ok((files, display_name))
 }
 
-pub async fn create(
-    State(api): State<ManagedAgents>,
-    multipart: Result<Multipart, MultipartRejection>,
-) -> Result<Json<Value>, ApiError> {
+pub async fn create(State(api): State<ManagedAgents>, multipart: Result<Multipart, MultipartRejection>) -> Reply {
     let (files, display_name) = form(multipart).await?;
     let (skill, _) = api.coordinator.create_skill(display_name, files).await?;
     Ok(Json(skill_out(&skill)))
 }
 
 /// `source=custom` or none: every skill here; `source=anthropic`: none (no prebuilt skills).
-pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Result<Json<Value>, ApiError> {
+pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Reply {
     let page = pagination::request(&q, Order::Asc, 20, 1000)?;
     match q.get("source") {
         None | Some("") | Some("custom") => {}
@@ -119,25 +108,23 @@ pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Result<Js
     Ok(Json(pagination::list(&result, page.order, skill_out)))
 }
 
-pub async fn retrieve(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
-    let skill = api.coordinator.skills().get_skill(&id(&raw)?).await.map_err(RuntimeError::from)?;
+pub async fn retrieve(State(api): State<ManagedAgents>, PathId(id): PathId<SkillId>) -> Reply {
+    let skill = api.coordinator.skills().get_skill(&id).await.map_err(RuntimeError::from)?;
     Ok(Json(skill_out(&skill)))
 }
 
 /// Deletes the skill and its versions. Sessions that already use it keep the copy placed in
 /// their workspace; one not yet placed fails its turn naming the skill.
-pub async fn delete(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
-    let sid = id(&raw)?;
+pub async fn delete(State(api): State<ManagedAgents>, PathId(sid): PathId<SkillId>) -> Reply {
     api.coordinator.skills().delete_skill(&sid).await.map_err(RuntimeError::from)?;
     Ok(Json(json!({"id": sid, "type": "skill_deleted"})))
 }
 
 pub async fn create_version(
     State(api): State<ManagedAgents>,
-    Path(raw): Path<String>,
+    PathId(sid): PathId<SkillId>,
     multipart: Result<Multipart, MultipartRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let sid = id(&raw)?;
+) -> Reply {
     let (files, display_name) = form(multipart).await?;
     if display_name.is_some() {
         return Err(ApiError::invalid("display_name is set when the skill is created"));
@@ -147,35 +134,29 @@ pub async fn create_version(
 }
 
 /// Newest first.
-pub async fn list_versions(
-    State(api): State<ManagedAgents>,
-    Path(raw): Path<String>,
-    q: QueryParams,
-) -> Result<Json<Value>, ApiError> {
+pub async fn list_versions(State(api): State<ManagedAgents>, PathId(id): PathId<SkillId>, q: QueryParams) -> Reply {
     let page = pagination::request(&q, Order::Desc, 20, 1000)?;
-    let result = api.coordinator.skills().list_skill_versions(&id(&raw)?, &page).await.map_err(RuntimeError::from)?;
+    let result = api.coordinator.skills().list_skill_versions(&id, &page).await.map_err(RuntimeError::from)?;
     Ok(Json(pagination::list(&result, page.order, version_out)))
 }
 
 /// A version by id, or `latest`.
-pub async fn retrieve_version(
-    State(api): State<ManagedAgents>,
-    Path((raw, version)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
-    let sid = id(&raw)?;
+pub async fn retrieve_version(State(api): State<ManagedAgents>, Path((raw, version)): Path<(String, String)>) -> Reply {
+    let sid = path_id::<SkillId>(&raw)?;
     if version != "latest" {
-        version_id(&version)?;
+        path_id::<SkillVersionId>(&version)?;
     }
     let v = api.coordinator.skills().get_skill_version(&sid, &version).await.map_err(RuntimeError::from)?;
     Ok(Json(version_out(&v)))
 }
 
 /// The skill's only version cannot be deleted (409 `last_skill_version`): delete the skill.
-pub async fn delete_version(
-    State(api): State<ManagedAgents>,
-    Path((raw, version)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
-    let vid = version_id(&version)?;
-    api.coordinator.skills().delete_skill_version(&id(&raw)?, &vid).await.map_err(RuntimeError::from)?;
+pub async fn delete_version(State(api): State<ManagedAgents>, Path((raw, version)): Path<(String, String)>) -> Reply {
+    let vid = path_id::<SkillVersionId>(&version)?;
+    api.coordinator
+        .skills()
+        .delete_skill_version(&path_id::<SkillId>(&raw)?, &vid)
+        .await
+        .map_err(RuntimeError::from)?;
     Ok(Json(json!({"id": vid, "type": "skill_version_deleted"})))
 }

@@ -1,7 +1,7 @@
 //! `/v1/webhooks`: webhook endpoints (an extension, docs/adr/0013). The signing secret is in
 //! the creation's answer only.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::{Extension, Json};
 use gateway_core::WebhookId;
 use gateway_services::auth::Principal;
@@ -9,10 +9,10 @@ use gateway_store::{EndpointOrigin, WebhookEndpoint};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::path_id;
+use super::Reply;
 use crate::ManagedAgents;
 use crate::error::ApiError;
-use crate::extract::ApiJson;
+use crate::extract::{ApiJson, PathId};
 use crate::webhooks::WebhookError;
 use crate::wire::{opt_time, time};
 
@@ -37,10 +37,6 @@ impl From<WebhookError> for ApiError {
             WebhookError::Runtime(r) => r.into(),
         }
     }
-}
-
-fn id(raw: &str) -> Result<WebhookId, ApiError> {
-    path_id("webhook endpoint", "webhook_not_found", raw)
 }
 
 fn endpoint_out(e: &WebhookEndpoint, secret: Option<&str>) -> Value {
@@ -69,7 +65,7 @@ pub async fn create(
     State(api): State<ManagedAgents>,
     principal: Option<Extension<Principal>>,
     ApiJson(body): ApiJson<EndpointCreate>,
-) -> Result<Json<Value>, ApiError> {
+) -> Reply {
     if body.url.len() > MAX_URL || body.description.as_ref().is_some_and(|d| d.len() > MAX_DESCRIPTION) {
         return Err(ApiError::invalid(format!("url holds at most {MAX_URL} bytes, description {MAX_DESCRIPTION}")));
     }
@@ -78,24 +74,25 @@ pub async fn create(
     Ok(Json(endpoint_out(&endpoint, Some(&secret))))
 }
 
-pub async fn list(State(api): State<ManagedAgents>) -> Result<Json<Value>, ApiError> {
+pub async fn list(State(api): State<ManagedAgents>) -> Reply {
     let data: Vec<Value> = api.webhooks.list().await?.iter().map(|e| endpoint_out(e, None)).collect();
     Ok(Json(json!({"data": data, "next_page": null})))
 }
 
-pub async fn retrieve(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(endpoint_out(&api.webhooks.get(&id(&raw)?).await?, None)))
+pub async fn retrieve(State(api): State<ManagedAgents>, PathId(id): PathId<WebhookId>) -> Reply {
+    Ok(Json(endpoint_out(&api.webhooks.get(&id).await?, None)))
 }
 
-pub async fn delete(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
-    let id = id(&raw)?;
+pub async fn delete(State(api): State<ManagedAgents>, PathId(id): PathId<WebhookId>) -> Reply {
     if !api.webhooks.delete(&id).await? {
-        return Err(ApiError::not_found(format!("webhook endpoint {raw:?} not found")).code("webhook_not_found"));
+        return Err(
+            ApiError::not_found(format!("webhook endpoint {:?} not found", id.as_str())).code("webhook_not_found")
+        );
     }
     Ok(Json(json!({"id": id, "type": "webhook_endpoint_deleted"})))
 }
 
 /// Re-enables an endpoint (after it was disabled for failing); its failure count restarts.
-pub async fn enable(State(api): State<ManagedAgents>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(endpoint_out(&api.webhooks.enable(&id(&raw)?).await?, None)))
+pub async fn enable(State(api): State<ManagedAgents>, PathId(id): PathId<WebhookId>) -> Reply {
+    Ok(Json(endpoint_out(&api.webhooks.enable(&id).await?, None)))
 }
