@@ -21,7 +21,7 @@ use std::time::Duration;
 use gateway_core::content::ContentBlock;
 use gateway_core::environment::EnvironmentConfig;
 use gateway_core::{ApiKeyId, EnvironmentId, SessionId, WorkId};
-use gateway_store::{ApiKey, Beat, Page, PageRequest, Pollers, Stop, Store, StoreError, WorkItem, WorkStats};
+use gateway_store::{ApiKey, Beat, Page, PageRequest, Poll, Pollers, Stop, Store, StoreError, WorkItem, WorkStats};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -200,7 +200,11 @@ impl Executors {
         let deadline = tokio::time::Instant::now() + block.unwrap_or_default().min(MAX_POLL_BLOCK);
         loop {
             let woken = self.queued.notified();
-            if let Some(item) = self.store.poll_work(environment, worker, reclaim, self.pollers()).await? {
+            if let Some(item) = self
+                .store
+                .poll_work(environment, Poll { worker, reclaim_after: reclaim, pollers: self.pollers() })
+                .await?
+            {
                 return Ok(Some(item));
             }
             tokio::select! {

@@ -47,7 +47,7 @@ pub use model::*;
 pub use skills::{NewSkillVersion, SkillFile, Skills, StoredSkill, StoredSkillVersion};
 pub use wake::{Hint, Tip, Wakeups};
 pub use webhooks::{EndpointOrigin, FEED_KINDS, NewEndpoint, WebhookEndpoint, Webhooks};
-pub use work::{Beat, Pollers, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
+pub use work::{Beat, Poll, Pollers, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
 
 /// Agents (versioned, archive-only) and environments.
 #[async_trait]
@@ -290,17 +290,10 @@ pub trait Outbox: Send + Sync {
     /// enqueued, within a call and across calls (callers enqueue one topic from one place at a
     /// time, as a leased feeder does).
     async fn enqueue_deliveries(&self, deliveries: Vec<NewDelivery>) -> Result<Vec<DeliveryId>>;
-    /// Leases up to `limit` due deliveries, each the oldest pending one of its topic, so a
-    /// topic's deliveries are made in order. An expired lease makes a delivery due again.
-    /// Leases due deliveries of the topics that start with `topic_prefix` (each consumer
-    /// claims its own kind: `a2a:` pushes, `webhook:` webhooks).
-    async fn claim_deliveries(
-        &self,
-        owner: &str,
-        topic_prefix: &str,
-        limit: u32,
-        lease: Duration,
-    ) -> Result<Vec<Delivery>>;
+    /// Leases up to `claim.limit` due deliveries of `claim.topics`, each the oldest pending one
+    /// of its topic, so a topic's deliveries are made in order. An expired lease makes a
+    /// delivery due again.
+    async fn claim_deliveries(&self, claim: DeliveryClaim<'_>) -> Result<Vec<Delivery>>;
     async fn delivered(&self, id: &DeliveryId) -> Result<()>;
     /// Schedules another attempt no earlier than `after`.
     async fn retry_delivery(&self, id: &DeliveryId, after: Duration, error: &str) -> Result<()>;

@@ -202,6 +202,20 @@ pub struct Delivery {
     pub attempts: u32,
 }
 
+/// What a deliverer asks the outbox for (`Outbox::claim_deliveries`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveryClaim<'a> {
+    /// Who holds the leases taken.
+    pub owner: &'a str,
+    /// Only topics that start with this (each channel claims its own kind: `a2a:` pushes,
+    /// `webhook:` webhooks).
+    pub topics: &'a str,
+    /// The most deliveries leased at once.
+    pub limit: u32,
+    /// How long each lease holds.
+    pub lease: std::time::Duration,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeliveryState {
     Pending,

@@ -119,6 +119,16 @@ pub struct Pollers {
     pub max_per_environment: u64,
 }
 
+/// A poll of an environment's queue (`WorkQueue::poll_work`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Poll<'a> {
+    /// The polling worker's `Anthropic-Worker-ID`, recorded within `pollers`.
+    pub worker: Option<&'a str>,
+    /// An item handed out this long ago and not acknowledged is handed out again.
+    pub reclaim_after: Duration,
+    pub pollers: Pollers,
+}
+
 /// A self-hosted environment's work queue.
 #[async_trait]
 pub trait WorkQueue: Send + Sync {
@@ -138,14 +148,8 @@ pub trait WorkQueue: Send + Sync {
     async fn give_up_connection(&self, session: &SessionId, error: &str) -> Result<bool>;
 
     /// Hands out the oldest queued item of `environment` whose session is live and that no poll
-    /// handed out in the last `reclaim_after`, recording who polled within `pollers`.
-    async fn poll_work(
-        &self,
-        environment: &EnvironmentId,
-        worker: Option<&str>,
-        reclaim_after: Duration,
-        pollers: Pollers,
-    ) -> Result<Option<WorkItem>>;
+    /// handed out in the last `poll.reclaim_after`, recording who polled within `poll.pollers`.
+    async fn poll_work(&self, environment: &EnvironmentId, poll: Poll<'_>) -> Result<Option<WorkItem>>;
 
     /// Acknowledges a polled item: `queued` becomes `starting`, with a lease of `lease`, and
     /// the session's connection becomes `connected` (event appended). `Guard::WorkState` if

@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use gateway_runtime::delivery::{Channel, ChannelSettings, Failure, Outgoing, Reach, RetryPolicy};
+use gateway_runtime::delivery::{Channel, ChannelSettings, Failure, FeedStep, Outgoing, Reach, RetryPolicy};
 use gateway_services::{SecretBox, SecretError};
 use gateway_store::{Delivery as OutboxDelivery, NewDelivery};
 use tracing::warn;
@@ -45,11 +45,21 @@ pub(super) struct Ready {
     v03_task: Option<String>,
 }
 
-/// The updates `proj` just made, each with its v0.3 snapshot taken now (before the next event
-/// is folded in).
-pub(super) fn ready(proj: &Projector, updates: Vec<StreamResponse>, out: &mut Vec<Ready>) {
+/// The updates `proj` just made that `configs` are sent, each with its v0.3 snapshot taken now
+/// (before the next event is folded in) if a v0.3 config will want it. A task nobody asked
+/// pushes for makes none: only its state is followed.
+pub(super) fn ready(
+    proj: &Projector,
+    updates: Vec<StreamResponse>,
+    configs: &[records::PushRecord],
+    out: &mut Vec<Ready>,
+) {
+    if configs.is_empty() {
+        return;
+    }
+    let v03 = configs.iter().any(|c| c.v03);
     for update in updates {
-        let v03_task = matches!(update, StreamResponse::StatusUpdate(_)).then(|| {
+        let v03_task = (v03 && matches!(update, StreamResponse::StatusUpdate(_))).then(|| {
             let task = serde_json::to_value(proj.task(Some(V03_HISTORY), true)).unwrap_or_default();
             v03::task_out(&task, Shape::JsonRpc).to_string()
         });
@@ -124,10 +134,10 @@ impl Channel for PushChannel {
     }
 
     /// Folds newly fed task events into push deliveries and settles them (`feed.rs`).
-    async fn feed(&self) -> Option<usize> {
+    async fn feed(&self) -> Option<FeedStep> {
         Some(self.feeder.feed().await.unwrap_or_else(|e| {
             warn!(error = %e, "cannot feed push notifications; the events stay fed");
-            0
+            FeedStep::default()
         }))
     }
 

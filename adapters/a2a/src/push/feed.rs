@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use gateway_core::SessionId;
 use gateway_core::event::Event;
+use gateway_runtime::delivery::FeedStep;
 use gateway_store::{FeedSettlement, Guard, NewDelivery, StoreError};
 use tracing::{debug, info, warn};
 
@@ -25,7 +26,7 @@ use super::delivery::{CHANNEL, Ready, delivery, ready};
 use crate::A2aContext;
 use crate::error::A2aError;
 use crate::tasks::projection::Projector;
-use crate::tasks::records::{self, TaskRecord, store_err};
+use crate::tasks::records::{self, PushRecord, TaskRecord, store_err};
 use crate::tasks::watch::Watch;
 use crate::wire::TaskState;
 
@@ -55,13 +56,14 @@ impl Feeder {
         Self { ctx: ctx.clone(), cache: Default::default() }
     }
 
-    /// One step: takes fed events, settles what they make; returns how many rows it took.
-    pub(super) async fn feed(&self) -> Result<usize, A2aError> {
+    /// One step: takes fed events, settles what they make.
+    pub(super) async fn feed(&self) -> Result<FeedStep, A2aError> {
         let feeds = self.ctx.coordinator.feeds();
         let batch = feeds.take_feed(CHANNEL, BATCH).await.map_err(store_err)?;
         if batch.fed.is_empty() {
-            return Ok(0);
+            return Ok(FeedStep::default());
         }
+        let full = FeedStep::of(batch.fed.len(), BATCH as usize).full;
         let mut by_session: BTreeMap<&SessionId, Vec<&Event>> = BTreeMap::new();
         for f in &batch.fed {
             by_session.entry(&f.event.session_id).or_default().push(&f.event);
@@ -80,7 +82,15 @@ impl Feeder {
             let Some(events) = by_session.get(&key.session_id) else { continue };
             let Some(upto) = events.last().map(|e| e.seq).filter(|&upto| upto > key.after_seq) else { continue };
             let cached = cache.remove(&key.key).filter(|f| f.fed_through == key.after_seq);
-            let (mut task, updates) = match self.fold(&key.key, key.after_seq, upto, events, cached).await {
+            let configs = match super::records(self.ctx.coordinator.documents(), &key.key).await {
+                Ok(configs) => configs,
+                Err(e) => {
+                    warn!(task = %key.key, error = %e, "cannot read a task's push configs; its events stay fed");
+                    stuck.push(&key.session_id);
+                    continue;
+                }
+            };
+            let (mut task, updates) = match self.fold(&key.key, key.after_seq, upto, events, cached, &configs).await {
                 Ok(Some(folded)) => folded,
                 Ok(None) => {
                     settlement.ended.push(key.key.clone());
@@ -92,8 +102,8 @@ impl Feeder {
                     continue;
                 }
             };
-            if let Err(e) = self.settle_task(&mut task, updates, &mut settlement).await {
-                warn!(task = %key.key, error = %e, "cannot read a task's push configs or index entry; its events stay fed");
+            if let Err(e) = self.settle_task(&mut task, &updates, &configs, &mut settlement).await {
+                warn!(task = %key.key, error = %e, "cannot read a task's index entry; its events stay fed");
                 stuck.push(&key.session_id);
                 continue;
             }
@@ -127,7 +137,7 @@ impl Feeder {
             }
             Err(e) => return Err(store_err(e)),
         }
-        Ok(taken)
+        Ok(FeedStep { taken, full })
     }
 
     /// Task `task_id`'s projection folded through `upto`, with the updates of the events after
@@ -141,6 +151,7 @@ impl Feeder {
         upto: u64,
         events: &[&Event],
         cached: Option<Folded>,
+        configs: &[PushRecord],
     ) -> Result<Option<(Folded, Vec<Ready>)>, A2aError> {
         let mut out = Vec::new();
         // The cached projection goes on only if the fed events continue it without a gap (a
@@ -155,7 +166,7 @@ impl Feeder {
                     break;
                 }
                 let updates = task.proj.apply(e);
-                ready(&task.proj, updates, &mut out);
+                ready(&task.proj, updates, configs, &mut out);
             }
             return Ok(Some((task, out)));
         }
@@ -168,7 +179,7 @@ impl Feeder {
         };
         while w.proj.last_seq() < upto && !w.proj.is_final() {
             let Some(updates) = w.next().await.transpose()? else { break };
-            ready(&w.proj, updates, &mut out);
+            ready(&w.proj, updates, configs, &mut out);
         }
         let known_state = rec.state;
         Ok(Some((Folded { rec, proj: w.proj, known_state, fed_through: after_seq }, out)))
@@ -179,16 +190,14 @@ impl Feeder {
     async fn settle_task(
         &self,
         task: &mut Folded,
-        updates: Vec<Ready>,
+        updates: &[Ready],
+        configs: &[PushRecord],
         settlement: &mut FeedSettlement,
     ) -> Result<(), A2aError> {
         let docs = self.ctx.coordinator.documents();
-        let mut deliveries: Vec<NewDelivery> = Vec::new();
-        if !updates.is_empty() {
-            let configs = super::records(docs, &task.rec.id).await?;
-            let id = task.rec.id.as_str();
-            deliveries.extend(updates.iter().flat_map(|r| configs.iter().filter_map(move |c| delivery(id, c, r))));
-        }
+        let id = task.rec.id.as_str();
+        let deliveries: Vec<NewDelivery> =
+            updates.iter().flat_map(|r| configs.iter().filter_map(move |c| delivery(id, c, r))).collect();
         let state = task.proj.state();
         if state != task.known_state {
             let at = task.proj.status_at().millis();

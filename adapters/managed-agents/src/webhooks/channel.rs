@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use gateway_core::WebhookId;
-use gateway_runtime::delivery::{Channel, ChannelSettings, Failure, Outgoing, Reach, RetryPolicy};
+use gateway_runtime::delivery::{Channel, ChannelSettings, Failure, FeedStep, Outgoing, Reach, RetryPolicy};
 use gateway_store::{
     Delivery as OutboxDelivery, EndpointOrigin, FeedSettlement, LIFECYCLE_FEED, NewDelivery, WebhookEndpoint,
 };
@@ -17,18 +17,20 @@ use super::{DISABLE_AFTER, REFRESH, Webhooks, payload, sign};
 
 /// Outbox topics of webhooks: `webhook:<endpoint id>`.
 const TOPICS: &str = "webhook:";
+/// Most fed events one step fans out (one settlement).
+const BATCH: u32 = 64;
 
 impl Webhooks {
     /// Takes fed lifecycle events and settles the deliveries they make for `endpoints` (one
     /// per endpoint that wants the event), with the fed rows deleted, in one transaction
     /// (`Feeds::settle_feed`). Returns how many events it took.
-    async fn fan_out(&self, endpoints: &[WebhookEndpoint]) -> usize {
+    async fn fan_out(&self, endpoints: &[WebhookEndpoint]) -> FeedStep {
         let feeds = self.coordinator.feeds();
-        let taken = match feeds.take_feed(LIFECYCLE_FEED, 64).await {
+        let taken = match feeds.take_feed(LIFECYCLE_FEED, BATCH).await {
             Ok(taken) => taken,
             Err(e) => {
                 warn!(error = %e, "cannot take fed webhook events");
-                return 0;
+                return FeedStep::default();
             }
         };
         let deliveries = taken
@@ -45,12 +47,12 @@ impl Webhooks {
         let settlement =
             FeedSettlement { taken: taken.fed.iter().map(|f| f.position).collect(), deliveries, ..Default::default() };
         match feeds.settle_feed(LIFECYCLE_FEED, settlement).await {
-            Ok(true) => taken.fed.len(),
+            Ok(true) => FeedStep::of(taken.fed.len(), BATCH as usize),
             // Another process settled these rows first: its deliveries stand.
-            Ok(false) => 0,
+            Ok(false) => FeedStep::default(),
             Err(e) => {
                 warn!(error = %e, "cannot fan webhook events out");
-                0
+                FeedStep::default()
             }
         }
     }
@@ -87,7 +89,7 @@ impl Channel for Webhooks {
     /// Reads the endpoints again every `REFRESH`, then fans fed events out. Without endpoints
     /// nothing is fed or queued: no write for the store's writer. (Deliveries queued before the
     /// last endpoint went are failed once one exists again.)
-    async fn feed(&self) -> Option<usize> {
+    async fn feed(&self) -> Option<FeedStep> {
         let due = {
             let mut refreshed = self.refreshed.lock().unwrap_or_else(|p| p.into_inner());
             let due = refreshed.elapsed() >= REFRESH;

@@ -63,6 +63,24 @@ pub enum Failure {
     Gone(String),
 }
 
+/// What one feed step did ([`Channel::feed`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FeedStep {
+    /// Fed rows the step settled.
+    pub taken: usize,
+    /// The step took as many rows as one step may: more may be waiting, so the next step
+    /// comes at once. Otherwise the service waits before the next one, and the rows committed
+    /// meanwhile are taken together: one settlement for many commits rather than one each.
+    pub full: bool,
+}
+
+impl FeedStep {
+    /// A step that took `taken` rows of the `limit` it asked for.
+    pub fn of(taken: usize, limit: usize) -> Self {
+        Self { taken, full: taken >= limit }
+    }
+}
+
 /// How a channel's deliveries are made.
 #[derive(Debug, Clone, Copy)]
 pub struct ChannelSettings {
@@ -99,10 +117,10 @@ pub trait Channel: Send + Sync + 'static {
     fn settings(&self) -> ChannelSettings;
 
     /// Called before each claim: turns newly fed events into outbox deliveries, if the
-    /// channel fans out here, and says how many it queued. `None` when nothing can be due (no
+    /// channel fans out here, and says what the step did. `None` when nothing can be due (no
     /// receiver at all), so the service does not even claim: no write for the store's writer.
-    async fn feed(&self) -> Option<usize> {
-        Some(0)
+    async fn feed(&self) -> Option<FeedStep> {
+        Some(FeedStep::default())
     }
 
     /// The request for one attempt, made just before it is sent (a signature's timestamp is

@@ -8,7 +8,9 @@ use gateway_core::SessionId;
 use gateway_core::event::Event;
 
 use super::{Harness, msg, session};
-use crate::{AdmissionWrites, DocumentWrite, FeedSettlement, Guard, NewDelivery, Store, StoreError, Subscribe};
+use crate::{
+    AdmissionWrites, DeliveryClaim, DocumentWrite, FeedSettlement, Guard, NewDelivery, Store, StoreError, Subscribe,
+};
 
 fn subscribe(pairs: &[(&str, &str)]) -> AdmissionWrites {
     AdmissionWrites {
@@ -31,7 +33,10 @@ fn delivery(e: &Event) -> NewDelivery {
 }
 
 async fn queued(s: &Arc<dyn Store>) -> Vec<String> {
-    let got = s.claim_deliveries("w", "feed:", 100, Duration::from_secs(30)).await.unwrap();
+    let got = s
+        .claim_deliveries(DeliveryClaim { owner: "w", topics: "feed:", limit: 100, lease: Duration::from_secs(30) })
+        .await
+        .unwrap();
     got.into_iter().map(|d| d.body).collect()
 }
 

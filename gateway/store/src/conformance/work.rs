@@ -11,7 +11,9 @@ use gateway_core::session::{Session, SessionSnapshot};
 
 use super::Harness;
 use super::{agent_spec, env_spec, new_session, placement_offer};
-use crate::{Beat, EventFilter, Guard, Order, PageRequest, Pollers, Stop, Store, StoreError, WorkState};
+use crate::{
+    Beat, DeliveryClaim, EventFilter, Guard, Order, PageRequest, Poll, Pollers, Stop, Store, StoreError, WorkState,
+};
 
 const LEASE: Duration = Duration::from_secs(30);
 const RECLAIM: Duration = Duration::from_secs(5);
@@ -54,7 +56,11 @@ pub async fn work_items_carry_a_sessions_connection(h: &dyn Harness) {
     let store = h.fresh().await;
     let s = self_hosted_session(&store).await;
     let env = s.environment_id.clone();
-    assert_eq!(store.poll_work(&env, Some("w1"), RECLAIM, POLLERS).await.unwrap(), None, "nothing asked for yet");
+    assert_eq!(
+        store.poll_work(&env, Poll { worker: Some("w1"), reclaim_after: RECLAIM, pollers: POLLERS }).await.unwrap(),
+        None,
+        "nothing asked for yet"
+    );
 
     let asked = store.request_connection(&s.id).await.unwrap();
     assert_eq!(asked.state, WorkState::Queued);
@@ -65,13 +71,24 @@ pub async fn work_items_carry_a_sessions_connection(h: &dyn Harness) {
 
     let stats = store.work_stats(&env, Duration::from_secs(30)).await.unwrap();
     assert_eq!((stats.depth, stats.pending), (1, 0));
-    let polled = store.poll_work(&env, Some("w1"), RECLAIM, POLLERS).await.unwrap().expect("the queued item");
+    let polled = store
+        .poll_work(&env, Poll { worker: Some("w1"), reclaim_after: RECLAIM, pollers: POLLERS })
+        .await
+        .unwrap()
+        .expect("the queued item");
     assert_eq!(polled.id, asked.id);
-    assert_eq!(store.poll_work(&env, Some("w2"), RECLAIM, POLLERS).await.unwrap(), None, "handed out once");
+    assert_eq!(
+        store.poll_work(&env, Poll { worker: Some("w2"), reclaim_after: RECLAIM, pollers: POLLERS }).await.unwrap(),
+        None,
+        "handed out once"
+    );
     let stats = store.work_stats(&env, Duration::from_secs(30)).await.unwrap();
     assert_eq!((stats.depth, stats.pending, stats.workers_polling), (0, 1, 2));
     // Not acknowledged: handed out again once the reclaim time has passed.
-    let redelivered = store.poll_work(&env, Some("w2"), Duration::ZERO, POLLERS).await.unwrap();
+    let redelivered = store
+        .poll_work(&env, Poll { worker: Some("w2"), reclaim_after: Duration::ZERO, pollers: POLLERS })
+        .await
+        .unwrap();
     assert_eq!(redelivered.map(|w| w.id), Some(asked.id.clone()));
 
     let acked = store.ack_work(&env, &polled.id, LEASE).await.unwrap();
@@ -137,7 +154,11 @@ pub async fn unanswered_requests_fail_and_lapsed_leases_disconnect(h: &dyn Harne
     let env = s.environment_id.clone();
     store.request_connection(&s.id).await.unwrap();
     assert!(store.give_up_connection(&s.id, "nobody came").await.unwrap());
-    assert_eq!(store.poll_work(&env, None, RECLAIM, POLLERS).await.unwrap(), None, "a late executor finds nothing");
+    assert_eq!(
+        store.poll_work(&env, Poll { worker: None, reclaim_after: RECLAIM, pollers: POLLERS }).await.unwrap(),
+        None,
+        "a late executor finds nothing"
+    );
     let events = connection_events(&store, &s).await;
     assert!(matches!(
         &events.last().unwrap().payload,
@@ -147,7 +168,7 @@ pub async fn unanswered_requests_fail_and_lapsed_leases_disconnect(h: &dyn Harne
 
     // Held in time: giving up is refused.
     let item = store.request_connection(&s.id).await.unwrap();
-    store.poll_work(&env, None, RECLAIM, POLLERS).await.unwrap().unwrap();
+    store.poll_work(&env, Poll { worker: None, reclaim_after: RECLAIM, pollers: POLLERS }).await.unwrap().unwrap();
     store.ack_work(&env, &item.id, Duration::from_millis(200)).await.unwrap();
     assert!(!store.give_up_connection(&s.id, "late").await.unwrap());
     assert_eq!(store.expire_work().await.unwrap(), vec![], "the lease still runs");
@@ -161,7 +182,10 @@ pub async fn unanswered_requests_fail_and_lapsed_leases_disconnect(h: &dyn Harne
     let item = store.request_connection(&s.id).await.unwrap();
     store.delete_session(&s.id).await.unwrap();
     assert_eq!(store.get_work(&env, &item.id).await.unwrap().state, WorkState::Stopped);
-    assert_eq!(store.poll_work(&env, None, RECLAIM, POLLERS).await.unwrap(), None);
+    assert_eq!(
+        store.poll_work(&env, Poll { worker: None, reclaim_after: RECLAIM, pollers: POLLERS }).await.unwrap(),
+        None
+    );
 }
 
 /// Two stores polling one queue hand each item to one of them.
@@ -185,7 +209,11 @@ pub async fn racing_polls_take_each_item_once(h: &dyn Harness) {
         let env = env.clone();
         tasks.push(tokio::spawn(async move {
             let mut got = Vec::new();
-            while let Some(w) = store.poll_work(&env, None, Duration::from_secs(60), POLLERS).await.unwrap() {
+            while let Some(w) = store
+                .poll_work(&env, Poll { worker: None, reclaim_after: Duration::from_secs(60), pollers: POLLERS })
+                .await
+                .unwrap()
+            {
                 got.push(w.id);
             }
             got
@@ -253,9 +281,15 @@ pub async fn fed_events_become_deliveries_once(h: &dyn Harness) {
     let requested = connection_events(&store, &s).await.pop().unwrap();
     assert_eq!(fan_out(&store, fan).await, 1);
     assert_eq!(fan_out(&store, fan).await, 0, "fanned out once");
-    let other = store.claim_deliveries("w", "a2a:", 10, Duration::from_secs(30)).await.unwrap();
+    let other = store
+        .claim_deliveries(DeliveryClaim { owner: "w", topics: "a2a:", limit: 10, lease: Duration::from_secs(30) })
+        .await
+        .unwrap();
     assert!(other.is_empty(), "another consumer's prefix sees none of them");
-    let got = store.claim_deliveries("w", "webhook:", 10, Duration::from_secs(30)).await.unwrap();
+    let got = store
+        .claim_deliveries(DeliveryClaim { owner: "w", topics: "webhook:", limit: 10, lease: Duration::from_secs(30) })
+        .await
+        .unwrap();
     assert_eq!(got.iter().map(|d| d.body.clone()).collect::<Vec<_>>(), [requested.id.to_string()]);
     store.set_event_feed(false);
 }
@@ -321,24 +355,31 @@ pub async fn pollers_are_pruned_outside_their_window_and_bounded_per_environment
         async move { store.work_stats(&env, window).await.unwrap().workers_polling }
     };
     for w in ["w1", "w2", "w3", "w4", "w5"] {
-        assert_eq!(store.poll_work(&env, Some(w), RECLAIM, bounds).await.unwrap(), None);
+        assert_eq!(
+            store.poll_work(&env, Poll { worker: Some(w), reclaim_after: RECLAIM, pollers: bounds }).await.unwrap(),
+            None
+        );
     }
     assert_eq!(polling(env.clone()).await, 3, "two workers past the bound are not recorded");
     store.request_connection(&s.id).await.unwrap();
-    let served = store.poll_work(&env, Some("w6"), RECLAIM, bounds).await.unwrap();
+    let served =
+        store.poll_work(&env, Poll { worker: Some("w6"), reclaim_after: RECLAIM, pollers: bounds }).await.unwrap();
     assert_eq!(served.map(|w| w.session_id), Some(s.id.clone()), "a worker past the bound is served");
     assert_eq!(polling(env.clone()).await, 3);
     // The bound is per environment.
-    store.poll_work(&other.environment_id, Some("w1"), RECLAIM, bounds).await.unwrap();
+    store
+        .poll_work(&other.environment_id, Poll { worker: Some("w1"), reclaim_after: RECLAIM, pollers: bounds })
+        .await
+        .unwrap();
     assert_eq!(polling(other.environment_id.clone()).await, 1);
 
     // Known workers keep their rows fresh; the others lapse and make room.
     tokio::time::sleep(window / 2).await;
-    store.poll_work(&env, Some("w1"), RECLAIM, bounds).await.unwrap();
+    store.poll_work(&env, Poll { worker: Some("w1"), reclaim_after: RECLAIM, pollers: bounds }).await.unwrap();
     tokio::time::sleep(window / 2 + Duration::from_millis(200)).await;
     assert_eq!(polling(env.clone()).await, 1, "only w1 polled within the window");
     for w in ["w7", "w8", "w9"] {
-        store.poll_work(&env, Some(w), RECLAIM, bounds).await.unwrap();
+        store.poll_work(&env, Poll { worker: Some(w), reclaim_after: RECLAIM, pollers: bounds }).await.unwrap();
     }
     assert_eq!(polling(env.clone()).await, 3, "w1, w7 and w8: the lapsed rows were pruned, w9 is past the bound");
     // A window as long as the test shows every row the environment still holds.

@@ -125,16 +125,11 @@ impl<E: Engine> Feeds for SqlStore<E> {
             return Ok(true); // nothing to write: no write for the writer either
         }
         let mut tx = self.begin_write().await?;
-        for position in &s.taken {
-            let gone = query_as::<(i64,)>("DELETE FROM event_feed WHERE id = $1 AND channel = $2 RETURNING id")
-                .bind(*position)
-                .bind(channel)
-                .fetch_optional(&mut *tx)
-                .await?;
-            if gone.is_none() {
-                // Settled by someone else first: dropping the transaction writes nothing.
-                return Ok(false);
-            }
+        let positions = serde_json::to_string(&s.taken).map_err(StoreError::corrupt)?;
+        let gone = query(E::DELETE_FEED_ROWS).bind(channel).bind(positions).execute(&mut *tx).await?;
+        if gone != s.taken.len() as u64 {
+            // Settled by someone else first: dropping the transaction writes nothing.
+            return Ok(false);
         }
         let now = Self::now(&mut tx).await?;
         for (key, after_seq) in &s.advanced {

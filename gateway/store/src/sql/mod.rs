@@ -107,6 +107,8 @@ pub trait Engine: Sized + Send + Sync + 'static {
     /// `id, last_seq` of the sessions whose ids are in the JSON array `$1` (deleted ones too:
     /// their last event is the deletion).
     const SESSION_TIPS: &'static str;
+    /// Deletes channel `$1`'s feed rows whose ids are in the JSON array `$2` (see `feeds.rs`).
+    const DELETE_FEED_ROWS: &'static str;
     const LIST_EVENTS_DESC: &'static str;
     /// Picks due outbox deliveries (see `outbox.rs`).
     const CLAIM_DELIVERIES: &'static str;

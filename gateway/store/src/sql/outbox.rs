@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::model::millis;
 use crate::rows::{DeliveryRow, DeliveryStateRow};
 use crate::sql::WriteTx;
-use crate::{Delivery, DeliveryState, NewDelivery, Outbox, OutboxStats};
+use crate::{Delivery, DeliveryClaim, DeliveryState, NewDelivery, Outbox, OutboxStats};
 
 /// Due deliveries: pending, due, not leased (or lease expired), and the oldest pending one of
 /// their topic, of topics starting with `$3`. `$1` now, `$2` limit.
@@ -41,19 +41,14 @@ impl<E: Engine> Outbox for SqlStore<E> {
         Ok(ids)
     }
 
-    async fn claim_deliveries(
-        &self,
-        owner: &str,
-        topic_prefix: &str,
-        limit: u32,
-        lease: Duration,
-    ) -> Result<Vec<Delivery>> {
+    async fn claim_deliveries(&self, claim: DeliveryClaim<'_>) -> Result<Vec<Delivery>> {
+        let DeliveryClaim { owner, topics, limit, lease } = claim;
         let mut tx = self.begin_write().await?;
         let now = Self::now(&mut tx).await?;
         let rows = query_as::<DeliveryRow>(E::CLAIM_DELIVERIES)
             .bind(now)
             .bind(i64::from(limit.max(1)))
-            .bind(topic_prefix)
+            .bind(topics)
             .fetch_all(&mut *tx)
             .await?;
         for r in &rows {

@@ -66,6 +66,8 @@ impl Engine for Postgres {
     const LIST_SESSIONS: [&'static str; 2] = list_sessions_sql!("(SELECT json_array_elements_text($4::json))");
     const SESSION_TIPS: &'static str =
         "SELECT id, last_seq FROM sessions WHERE id IN (SELECT json_array_elements_text($1::json))";
+    const DELETE_FEED_ROWS: &'static str =
+        "DELETE FROM event_feed WHERE channel = $1 AND id IN (SELECT json_array_elements_text($2::json)::BIGINT)";
     const LIST_EVENTS_ASC: &'static str = list_events_sql!("(SELECT json_array_elements_text($2::json))", ">", "ASC");
     const LIST_EVENTS_DESC: &'static str = list_events_sql!("(SELECT json_array_elements_text($2::json))", "<", "DESC");
     const CLAIM_DELIVERIES: &'static str = claim_deliveries_sql!(" FOR UPDATE OF o SKIP LOCKED");

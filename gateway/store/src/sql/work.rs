@@ -21,7 +21,7 @@ use super::{Engine, Hints, SqlStore, query, query_as};
 use crate::error::{Guard, Result, StoreError};
 use crate::model::{Page, PageRequest, millis};
 use crate::sql::WriteTx;
-use crate::{Beat, Pollers, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
+use crate::{Beat, Poll, Pollers, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
 
 /// Columns of a work item row, in `WorkItem` order.
 macro_rules! work_cols {
@@ -284,13 +284,8 @@ impl<E: Engine> WorkQueue for SqlStore<E> {
         Ok(true)
     }
 
-    async fn poll_work(
-        &self,
-        environment: &EnvironmentId,
-        worker: Option<&str>,
-        reclaim_after: Duration,
-        pollers: Pollers,
-    ) -> Result<Option<WorkItem>> {
+    async fn poll_work(&self, environment: &EnvironmentId, poll: Poll<'_>) -> Result<Option<WorkItem>> {
+        let Poll { worker, reclaim_after, pollers } = poll;
         let mut tx = self.begin_write().await?;
         let now = Self::now(&mut tx).await?;
         if let Some(worker) = worker {

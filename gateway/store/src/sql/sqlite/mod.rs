@@ -74,6 +74,8 @@ impl Engine for Sqlite {
     const LIST_SESSIONS: [&'static str; 2] = list_sessions_sql!("(SELECT value FROM json_each($4))");
     const SESSION_TIPS: &'static str =
         "SELECT id, last_seq FROM sessions WHERE id IN (SELECT value FROM json_each($1))";
+    const DELETE_FEED_ROWS: &'static str =
+        "DELETE FROM event_feed WHERE channel = $1 AND id IN (SELECT value FROM json_each($2))";
     const LIST_EVENTS_ASC: &'static str = list_events_sql!("(SELECT value FROM json_each($2))", ">", "ASC");
     const LIST_EVENTS_DESC: &'static str = list_events_sql!("(SELECT value FROM json_each($2))", "<", "DESC");
     const CLAIM_DELIVERIES: &'static str = claim_deliveries_sql!("");
