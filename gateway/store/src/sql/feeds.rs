@@ -104,13 +104,16 @@ impl<E: Engine> Feeds for SqlStore<E> {
         sessions.dedup();
         let mut keys = Vec::new();
         for session in sessions {
-            let subscribed = query_as::<(String, i64)>(
-                "SELECT key, after_seq FROM feed_subscriptions WHERE channel = $1 AND session_id = $2 ORDER BY key",
+            // By session first: ordered by key, SQLite would walk the primary key's index,
+            // every subscription of the channel, for each session.
+            let mut subscribed = query_as::<(String, i64)>(
+                "SELECT key, after_seq FROM feed_subscriptions WHERE session_id = $2 AND channel = $1",
             )
             .bind(channel)
             .bind(session.as_str())
             .fetch_all(&mut *reader)
             .await?;
+            subscribed.sort_unstable();
             for (key, after_seq) in subscribed {
                 let after_seq = u64::try_from(after_seq).map_err(StoreError::corrupt)?;
                 keys.push(FeedKey { session_id: session.clone(), key, after_seq });
