@@ -17,8 +17,8 @@ use gateway_store::{Delivery as OutboxDelivery, DeliveryClaim};
 /// How long the loop waits before looking again once the feed has nothing left behind: the
 /// most a fed event waits to become deliveries, and a queued delivery for its first attempt
 /// (unless an attempt ends first). Under load the rows of the commits made meanwhile are
-/// settled in one step instead of one step per commit (two writes each on SQLite's single
-/// writer, which cost A2A a fifth of its throughput while every commit woke a step).
+/// settled in one step instead of one step per commit (a settlement and a claim: two writes
+/// each on SQLite's single writer).
 const IDLE: Duration = Duration::from_millis(200);
 
 pub(super) struct Deliverer {
