@@ -23,7 +23,7 @@ const BATCH: u32 = 64;
 impl Webhooks {
     /// Takes fed lifecycle events and settles the deliveries they make for `endpoints` (one
     /// per endpoint that wants the event), with the fed rows deleted, in one transaction
-    /// (`Feeds::settle_feed`). Returns how many events it took.
+    /// (`Feeds::settle_feed`). Says how many events it took, and whether that was a full batch.
     async fn fan_out(&self, endpoints: &[WebhookEndpoint]) -> FeedStep {
         let feeds = self.coordinator.feeds();
         let taken = match feeds.take_feed(LIFECYCLE_FEED, BATCH).await {
