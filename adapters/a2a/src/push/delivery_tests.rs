@@ -10,6 +10,10 @@ use crate::testkit::Kit;
 use crate::wire::{PushConfig, SendMessageRequest, TaskState};
 use gateway_store::DeliveryClaim;
 
+/// What the tests claim from the outbox: every push delivery due, up to 64.
+const PUSHES: DeliveryClaim<'static> =
+    DeliveryClaim { owner: "test", topics: PUSH_TOPICS, limit: 64, lease: Duration::from_secs(60) };
+
 /// Feeds until nothing is left, as the channel's feed step does between claims.
 async fn feed_all(feeder: &Feeder) {
     while feeder.feed().await.unwrap().taken > 0 {}
@@ -66,15 +70,7 @@ async fn drain(kit: &Kit) -> Map<String, Vec<Value>> {
     let outbox = kit.ctx.coordinator.outbox();
     let mut by_topic: Map<String, Vec<Value>> = Map::new();
     loop {
-        let claimed = outbox
-            .claim_deliveries(DeliveryClaim {
-                owner: "test",
-                topics: PUSH_TOPICS,
-                limit: 64,
-                lease: Duration::from_secs(60),
-            })
-            .await
-            .unwrap();
+        let claimed = outbox.claim_deliveries(PUSHES).await.unwrap();
         if claimed.is_empty() {
             return by_topic;
         }
@@ -177,18 +173,7 @@ async fn push_credentials_are_sealed_at_rest_and_opened_to_be_sent() {
     let done = crate::tasks::service::settle(&kit.ctx, &started).await.unwrap();
     assert_eq!(done.proj.state(), TaskState::Completed);
     feed_all(&Feeder::new(&kit.ctx)).await;
-    let claimed = kit
-        .ctx
-        .coordinator
-        .outbox()
-        .claim_deliveries(DeliveryClaim {
-            owner: "test",
-            topics: PUSH_TOPICS,
-            limit: 64,
-            lease: Duration::from_secs(60),
-        })
-        .await
-        .unwrap();
+    let claimed = kit.ctx.coordinator.outbox().claim_deliveries(PUSHES).await.unwrap();
     assert!(!claimed.is_empty());
     for d in &claimed {
         let queued = serde_json::to_string(&d.headers).unwrap();

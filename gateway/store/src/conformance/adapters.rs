@@ -106,6 +106,11 @@ fn delivery(topic: &str, body: &str) -> NewDelivery {
     }
 }
 
+/// Up to ten due deliveries of any topic, leased to `owner` for `lease`.
+fn any_topic(owner: &str, lease: Duration) -> DeliveryClaim<'_> {
+    DeliveryClaim { owner, topics: "", limit: 10, lease }
+}
+
 pub async fn the_outbox_leases_retries_and_keeps_topic_order(h: &dyn Harness) {
     let s = h.fresh().await;
     assert_eq!(s.outbox_stats().await.unwrap(), crate::OutboxStats::default(), "empty");
@@ -114,46 +119,28 @@ pub async fn the_outbox_leases_retries_and_keeps_topic_order(h: &dyn Harness) {
     let stats = s.outbox_stats().await.unwrap();
     assert_eq!(stats.pending, 3);
     assert!(stats.oldest_age >= Duration::from_millis(20) && stats.oldest_age < Duration::from_secs(60), "{stats:?}");
-    let first = s
-        .claim_deliveries(DeliveryClaim { owner: "w1", topics: "", limit: 10, lease: Duration::from_secs(30) })
-        .await
-        .unwrap();
+    let first = s.claim_deliveries(any_topic("w1", Duration::from_secs(30))).await.unwrap();
     let bodies: Vec<&str> = first.iter().map(|d| d.body.as_str()).collect();
     assert_eq!(bodies.len(), 2, "one per topic: a2 waits for a1 ({bodies:?})");
     assert!(bodies.contains(&"a1") && bodies.contains(&"b1"));
     assert_eq!(first.iter().find(|d| d.body == "a1").unwrap().headers["authorization"], "Bearer t");
-    assert!(
-        s.claim_deliveries(DeliveryClaim { owner: "w2", topics: "", limit: 10, lease: Duration::from_secs(30) })
-            .await
-            .unwrap()
-            .is_empty(),
-        "leased"
-    );
+    assert!(s.claim_deliveries(any_topic("w2", Duration::from_secs(30))).await.unwrap().is_empty(), "leased");
 
     let a1 = first.iter().find(|d| d.body == "a1").unwrap().id.clone();
     s.retry_delivery(&a1, Duration::from_millis(300), "connection refused").await.unwrap();
     assert!(
-        s.claim_deliveries(DeliveryClaim { owner: "w2", topics: "", limit: 10, lease: Duration::from_secs(30) })
-            .await
-            .unwrap()
-            .is_empty(),
+        s.claim_deliveries(any_topic("w2", Duration::from_secs(30))).await.unwrap().is_empty(),
         "a1 backs off; a2 still waits"
     );
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let again = s
-        .claim_deliveries(DeliveryClaim { owner: "w2", topics: "", limit: 10, lease: Duration::from_secs(30) })
-        .await
-        .unwrap();
+    let again = s.claim_deliveries(any_topic("w2", Duration::from_secs(30))).await.unwrap();
     assert_eq!(again.iter().map(|d| (d.body.as_str(), d.attempts)).collect::<Vec<_>>(), vec![("a1", 1)]);
     s.delivered(&a1).await.unwrap();
     assert_eq!(s.delivery_state(&a1).await.unwrap(), Some((DeliveryState::Delivered, 2)));
     // w1's lease on a1 had expired; its late retry must not undo w2's delivery.
     s.retry_delivery(&a1, Duration::from_millis(1), "late answer of a stale deliverer").await.unwrap();
     assert_eq!(s.delivery_state(&a1).await.unwrap(), Some((DeliveryState::Delivered, 2)), "final stays final");
-    let next = s
-        .claim_deliveries(DeliveryClaim { owner: "w2", topics: "", limit: 10, lease: Duration::from_secs(30) })
-        .await
-        .unwrap();
+    let next = s.claim_deliveries(any_topic("w2", Duration::from_secs(30))).await.unwrap();
     assert_eq!(next.iter().map(|d| d.body.as_str()).collect::<Vec<_>>(), vec!["a2"]);
     s.fail_delivery(&next[0].id, "gave up").await.unwrap();
     assert_eq!(s.delivery_state(&ids[1]).await.unwrap().map(|x| x.0), Some(DeliveryState::Failed));
@@ -161,16 +148,10 @@ pub async fn the_outbox_leases_retries_and_keeps_topic_order(h: &dyn Harness) {
 
     // An expired lease makes a delivery due again (the deliverer crashed); b1 is still leased.
     let c1 = s.enqueue_deliveries(vec![delivery("c", "c1")]).await.unwrap().remove(0);
-    let leased = s
-        .claim_deliveries(DeliveryClaim { owner: "w3", topics: "", limit: 10, lease: Duration::from_millis(100) })
-        .await
-        .unwrap();
+    let leased = s.claim_deliveries(any_topic("w3", Duration::from_millis(100))).await.unwrap();
     assert_eq!(leased.iter().map(|d| d.id.clone()).collect::<Vec<_>>(), vec![c1.clone()]);
     tokio::time::sleep(Duration::from_millis(250)).await;
-    let reclaimed = s
-        .claim_deliveries(DeliveryClaim { owner: "w4", topics: "", limit: 10, lease: Duration::from_secs(30) })
-        .await
-        .unwrap();
+    let reclaimed = s.claim_deliveries(any_topic("w4", Duration::from_secs(30))).await.unwrap();
     assert_eq!(reclaimed.iter().map(|d| d.id.clone()).collect::<Vec<_>>(), vec![c1], "b1's 30 s lease still holds");
     assert_eq!(s.delivery_state(&ids[2]).await.unwrap(), Some((DeliveryState::Pending, 0)));
 }
@@ -183,10 +164,7 @@ pub async fn outbox_batches_of_one_topic_stay_in_enqueue_order(h: &dyn Harness) 
         ids.extend(s.enqueue_deliveries(vec![delivery("t", &format!("t{n}"))]).await.unwrap());
     }
     for (n, id) in ids.iter().enumerate() {
-        let got = s
-            .claim_deliveries(DeliveryClaim { owner: "w", topics: "", limit: 10, lease: Duration::from_secs(30) })
-            .await
-            .unwrap();
+        let got = s.claim_deliveries(any_topic("w", Duration::from_secs(30))).await.unwrap();
         assert_eq!(got.iter().map(|d| d.body.clone()).collect::<Vec<_>>(), vec![format!("t{n}")]);
         s.delivered(id).await.unwrap();
     }
