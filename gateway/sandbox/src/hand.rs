@@ -104,10 +104,16 @@ impl Hand {
 
     /// Runs built-in tool `tool` with `input`. Bad input is an `is_error` output, never a panic.
     pub async fn run(&self, tool: &str, input: &JsonObject, cancel: &CancellationToken) -> ToolOutput {
+        // `select!` picks at random among ready branches: a call cancelled before it starts would
+        // otherwise run whenever its slot and the shell happened to be free as well.
+        if cancel.is_cancelled() {
+            return ToolOutput::error("cancelled before the command started");
+        }
         let _slot = match &self.slots {
             Some(slots) => tokio::select! {
-                slot = Arc::clone(slots).acquire_owned() => slot.ok(),
+                biased;
                 _ = cancel.cancelled() => return ToolOutput::error("cancelled before the command started"),
+                slot = Arc::clone(slots).acquire_owned() => slot.ok(),
             },
             None => None,
         };
@@ -244,8 +250,9 @@ impl Hand {
             }
         };
         let mut shell = tokio::select! {
-            guard = self.shell.lock() => guard,
+            biased;
             _ = stopped() => return Err(ToolOutput::error("cancelled before the command started")),
+            guard = self.shell.lock() => guard,
         };
         let dead = shell.as_mut().is_some_and(|s| !s.is_alive());
         if (restart || dead)
