@@ -5,7 +5,8 @@
 //! - **Written by the commit.** The transaction that appends events also writes their feed
 //!   rows: the lifecycle feed ([`LIFECYCLE_FEED`], events of [`crate::FEED_KINDS`] of every
 //!   session, while `Webhooks::set_event_feed` is on) and, for a session some channel
-//!   subscribed to ([`Subscribe`], written with an admission), one row per subscribed channel
+//!   subscribed to ([`Subscribe`], written with an admission, or [`Feeds::follow`] later), one
+//!   row per subscribed channel
 //!   and event. So an event is fed if and only if it committed. A session nobody subscribed to
 //!   costs its commits nothing more: the update that advances the session's log says whether
 //!   it is subscribed.
@@ -91,4 +92,10 @@ pub trait Feeds: Send + Sync {
     /// it made of the batch and takes again. A document conflict fails the call, also writing
     /// nothing.
     async fn settle_feed(&self, channel: &str, settlement: FeedSettlement) -> Result<bool>;
+
+    /// Subscribes `channel` to an existing session for `key` from the session's next event:
+    /// every event committed after this call is fed, none committed before. A key that is
+    /// already subscribed keeps its progress. False, writing nothing, when the session does
+    /// not exist or is deleted.
+    async fn follow(&self, channel: &str, session: &SessionId, key: &str) -> Result<bool>;
 }

@@ -115,24 +115,11 @@ async fn deliveries_keep_the_task_order_and_v03_receivers_get_status_changes_onl
     assert!(v03.iter().all(|b| b["kind"] == "task"));
     assert_eq!(v03[1]["artifacts"][0]["parts"].as_array().unwrap().len(), 2, "the final Task has the output");
     assert!(v03[0]["artifacts"].as_array().is_none_or(Vec::is_empty), "each snapshot is as of its own status");
-    let docs = kit.ctx.coordinator.documents();
-    // The state ListTasks filters on was written with the feed, in the index entry.
-    let key = records::index_key(&started.record);
-    let (entry, _) = records::get::<records::TaskRecord>(docs, records::TASK_INDEX, &key).await.unwrap().unwrap();
-    assert_eq!(entry.state, TaskState::Completed);
-    assert_eq!(entry.status_at, done.proj.status_at().millis());
-    let listed = crate::tasks::service::list_tasks(
-        &kit.ctx,
-        "conformance",
-        &crate::wire::ListTasksRequest { status: Some(json!("TASK_STATE_COMPLETED")), ..Default::default() },
-    )
-    .await
-    .unwrap();
-    assert_eq!(listed.tasks.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), vec![id.as_str()]);
     // The finished task's subscription ended with it: a later message of its context is fed
     // to the new task only.
     let next: SendMessageRequest = crate::wire::parse(json!({
         "message": {"messageId": "next-1", "role": "ROLE_USER", "parts": [{"text": "x"}], "contextId": started.record.context_id},
+        "configuration": {"taskPushNotificationConfig": {"url": "http://127.0.0.1:9/next"}},
     }))
     .unwrap();
     let later = crate::tasks::service::send(&kit.ctx, "conformance", &next, false).await.unwrap();
@@ -197,5 +184,60 @@ async fn push_credentials_are_sealed_at_rest_and_opened_to_be_sent() {
     let metrics = kit.ctx.coordinator.metrics().render();
     let retried = "gateway_delivery_duration_seconds_count{channel=\"a2a_push\",outcome=\"retry\"} 1\n";
     assert!(metrics.contains(retried), "{metrics}");
+    kit.shutdown().await;
+}
+
+/// A task sent without a push config is not fed to the push channel (ListTasks still sees its
+/// state, from its log); a config added while it waits for input follows it from then on: it
+/// gets the updates after it was added, none from before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_is_fed_only_from_when_it_has_a_config() {
+    let kit = Kit::new(Map::new(), Default::default()).await;
+    let first: SendMessageRequest = crate::wire::parse(json!({
+        "message": {"messageId": "tck-input-required", "role": "ROLE_USER", "parts": [{"text": "x"}]},
+    }))
+    .unwrap();
+    let started = crate::tasks::service::send(&kit.ctx, "conformance", &first, false).await.unwrap();
+    let parked = crate::tasks::service::settle(&kit.ctx, &started).await.unwrap();
+    assert_eq!(parked.proj.state(), TaskState::InputRequired);
+    let feeds = kit.ctx.coordinator.feeds();
+    assert_eq!(feeds.take_feed(CHANNEL, 64).await.unwrap(), Default::default(), "a task without a config is not fed");
+    let id = started.record.id.clone();
+    let listed = |state: &'static str| {
+        let req = crate::wire::ListTasksRequest { status: Some(json!(state)), ..Default::default() };
+        let ctx = kit.ctx.clone();
+        async move {
+            let page = crate::tasks::service::list_tasks(&ctx, "conformance", &req).await.unwrap();
+            page.tasks.into_iter().map(|t| t.id).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listed("TASK_STATE_INPUT_REQUIRED").await, vec![id.clone()]);
+    assert_eq!(listed("TASK_STATE_SUBMITTED").await, Vec::<String>::new());
+    let docs = kit.ctx.coordinator.documents();
+    let key = records::index_key(&started.record);
+    let (entry, _) = records::get::<records::TaskRecord>(docs, records::TASK_INDEX, &key).await.unwrap().unwrap();
+    assert_eq!((entry.state, entry.status_at), (TaskState::InputRequired, parked.proj.status_at().millis()));
+
+    let late = PushConfig {
+        id: Some("late".into()),
+        task_id: None,
+        url: "http://127.0.0.1:9/late".into(),
+        token: None,
+        authentication: None,
+    };
+    crate::push::create(&kit.ctx, &started.record, late, false).await.unwrap();
+    let answer: SendMessageRequest = crate::wire::parse(json!({
+        "message": {"messageId": "tck-complete-task", "role": "ROLE_USER", "parts": [{"text": "y"}], "taskId": id},
+    }))
+    .unwrap();
+    let answered = crate::tasks::service::send(&kit.ctx, "conformance", &answer, false).await.unwrap();
+    let done = crate::tasks::service::settle(&kit.ctx, &answered).await.unwrap();
+    assert_eq!(done.proj.state(), TaskState::Completed);
+    feed_all(&Feeder::new(&kit.ctx)).await;
+    let got = drain(&kit).await;
+    assert_eq!(got.keys().collect::<Vec<_>>(), [&format!("a2a:{id}:late")]);
+    assert_eq!(shape(&got[&format!("a2a:{id}:late")]), vec!["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]);
+    assert_eq!(listed("TASK_STATE_COMPLETED").await, vec![id.clone()]);
+    assert_eq!(listed("TASK_STATE_INPUT_REQUIRED").await, Vec::<String>::new());
     kit.shutdown().await;
 }

@@ -1,12 +1,12 @@
 //! The push channel's feed step: fed task events become push deliveries.
 //!
 //! The store feeds this channel every event of a session some task follows (the task's
-//! subscription, key = task id, written with its message) and says how far each task has
+//! subscription, key = task id, written with its message or when a config is added later) and
+//! says how far each task has
 //! been fed (`after_seq`). A step takes a bounded batch, folds each task's new events through
 //! its [`Projector`], turns the updates into deliveries for the task's configs, and settles
 //! everything in one transaction: the rows deleted, the deliveries queued, each task's
-//! progress recorded, the state ListTasks filters and sorts on written to the task's index
-//! entry, and a finished task's subscription removed.
+//! progress recorded, and a finished task's subscription removed.
 //!
 //! Projections are cached per task as of the last settled seq, so a push body is not refolded
 //! from the task's start for every event; a task missing from the cache (a restart, another
@@ -19,16 +19,15 @@ use std::collections::{BTreeMap, HashMap};
 use gateway_core::SessionId;
 use gateway_core::event::Event;
 use gateway_runtime::delivery::FeedStep;
-use gateway_store::{FeedSettlement, Guard, NewDelivery, StoreError};
+use gateway_store::FeedSettlement;
 use tracing::{debug, info, warn};
 
 use super::delivery::{CHANNEL, Ready, delivery, ready};
 use crate::A2aContext;
 use crate::error::A2aError;
 use crate::tasks::projection::Projector;
-use crate::tasks::records::{self, PushRecord, TaskRecord, store_err};
+use crate::tasks::records::{self, PushRecord, store_err};
 use crate::tasks::watch::Watch;
-use crate::wire::TaskState;
 
 /// Most fed rows one step takes (one settlement).
 const BATCH: u32 = 256;
@@ -38,10 +37,7 @@ const MAX_CACHED: usize = 4096;
 
 /// A task's projection as of the last seq settled for it.
 struct Folded {
-    rec: TaskRecord,
     proj: Projector,
-    /// The state last written to the task's index entry (or read from its record).
-    known_state: TaskState,
     /// The task's `after_seq` in the store when this projection was put back.
     fed_through: u64,
 }
@@ -102,11 +98,10 @@ impl Feeder {
                     continue;
                 }
             };
-            if let Err(e) = self.settle_task(&mut task, &updates, &configs, &mut settlement).await {
-                warn!(task = %key.key, error = %e, "cannot read a task's index entry; its events stay fed");
-                stuck.push(&key.session_id);
-                continue;
-            }
+            let id = key.key.as_str();
+            settlement
+                .deliveries
+                .extend(updates.iter().flat_map(|r| configs.iter().filter_map(move |c| delivery(id, c, r))));
             if task.proj.is_final() {
                 info!(task = %key.key, state = task.proj.state().name(), "task finished; push feed done");
                 settlement.ended.push(key.key.clone());
@@ -128,13 +123,9 @@ impl Feeder {
                 }
                 cache.extend(folded);
             }
-            // Another process settled some of these rows first, or wrote the index entry
-            // meanwhile: nothing was written; the projections are dropped and the rows taken
-            // again.
+            // Another process settled some of these rows first: nothing was written; the
+            // projections are dropped and the rows taken again.
             Ok(false) => debug!(rows = taken, "push feed settled elsewhere first; taking again"),
-            Err(StoreError::Guard(Guard::DocumentConflict { key, .. })) => {
-                debug!(key = %key, "a task index entry changed meanwhile; taking again")
-            }
             Err(e) => return Err(store_err(e)),
         }
         Ok(FeedStep { taken, full })
@@ -181,31 +172,6 @@ impl Feeder {
             let Some(updates) = w.next().await.transpose()? else { break };
             ready(&w.proj, updates, configs, &mut out);
         }
-        let known_state = rec.state;
-        Ok(Some((Folded { rec, proj: w.proj, known_state, fed_through: after_seq }, out)))
-    }
-
-    /// Adds a task's deliveries (one per update and config, in order) and its index state,
-    /// if it changed, to the settlement; nothing if a read fails.
-    async fn settle_task(
-        &self,
-        task: &mut Folded,
-        updates: &[Ready],
-        configs: &[PushRecord],
-        settlement: &mut FeedSettlement,
-    ) -> Result<(), A2aError> {
-        let docs = self.ctx.coordinator.documents();
-        let id = task.rec.id.as_str();
-        let deliveries: Vec<NewDelivery> =
-            updates.iter().flat_map(|r| configs.iter().filter_map(move |c| delivery(id, c, r))).collect();
-        let state = task.proj.state();
-        if state != task.known_state {
-            let at = task.proj.status_at().millis();
-            settlement.documents.extend(records::state_write(docs, &task.rec, state, at).await?);
-            task.known_state = state;
-        }
-        // Added only once every read succeeded: a task whose events stay fed queues nothing.
-        settlement.deliveries.extend(deliveries);
-        Ok(())
+        Ok(Some((Folded { proj: w.proj, fed_through: after_seq }, out)))
     }
 }

@@ -153,9 +153,17 @@ pub fn inline(ctx: &A2aContext, task_id: &str, cfg: PushConfig, v03: bool) -> Re
 }
 
 /// Creates (or replaces, for a known id) a config of `task`.
+///
+/// The task's session is followed by the push channel first (a no-op for a task that already
+/// is): the feed then holds every update committed from now on, and each is sent to the
+/// configs stored when the channel folds it, as when the task had a config from its start.
 pub async fn create(ctx: &A2aContext, task: &TaskRecord, cfg: PushConfig, v03: bool) -> Result<PushConfig> {
     let (cfg, rec) = prepare(ctx, &task.id, cfg, v03)?;
     let id = cfg.id.clone().unwrap_or_default();
+    let feeds = ctx.coordinator.feeds();
+    if !feeds.follow(delivery::CHANNEL, &task.session_id, &task.id).await.map_err(records::store_err)? {
+        return Err(A2aError::TaskNotFound(task.id.clone()));
+    }
     update(ctx.coordinator.documents(), &task.id, |configs| {
         match configs.iter().position(|c| c.config.id.as_deref() == Some(id.as_str())) {
             Some(i) => configs[i] = rec.clone(),

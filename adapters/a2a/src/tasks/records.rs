@@ -4,16 +4,17 @@
 //!
 //! Documents list only in ascending key order, so ListTasks reads an index whose keys sort
 //! newest first: `a2a.task_index/{agent}/{inverted creation time}/{task}`, each entry a copy
-//! of the task record (created with it by [`task_writes`]) whose state the push channel's feed
-//! keeps current ([`state_write`]).
+//! of the task record (created with it by [`task_writes`]) whose state ListTasks brings up to
+//! date from the log while the task is unfinished ([`record_state`]).
 //!
 //! A task id is derived from the id of the event that started it (`sevt_X` -> `task_X`), so
 //! the event log alone says which message started a task, and a backend running the turn can
 //! find the task's record from the user message it reads.
 //!
-//! A task's record, index entry, inline push config and feed subscription are written in the
-//! transaction that admits its message ([`task_writes`], [`subscription`], `service::send`):
-//! none of them exists without the message, and none has to be removed when a send fails.
+//! A task's record, index entry, and inline push config with its feed subscription are written
+//! in the transaction that admits its message ([`task_writes`], [`subscription`],
+//! `service::send`): none of them exists without the message, and none has to be removed when a
+//! send fails.
 
 use gateway_core::{EventId, SessionId};
 use gateway_store::{Document, DocumentWrite, Documents, ReadDocuments, Subscribe};
@@ -135,9 +136,8 @@ pub fn task_writes(rec: &TaskRecord) -> Result<Vec<DocumentWrite>, A2aError> {
     Ok(vec![create(TASKS, &rec.id, rec)?, create(TASK_INDEX, &index_key(rec), rec)?])
 }
 
-/// The push channel's subscription of a new task, written with its message: every task has
-/// one (not only tasks with a push config), because its feed also keeps the task's index
-/// state current for ListTasks, and a config may be added at any time.
+/// The push channel's subscription of a new task sent with a push config, written with its
+/// message. A task without one is not fed; a config added later follows it from then on.
 pub fn subscription(rec: &TaskRecord) -> Subscribe {
     Subscribe { channel: crate::push::delivery::CHANNEL.to_owned(), key: rec.id.clone() }
 }
@@ -209,27 +209,25 @@ pub async fn task(docs: &dyn Documents, id: &str) -> Result<Option<(TaskRecord, 
     docs.get_document(TASKS, id).await.map_err(store_err)?.map(decode_task).transpose()
 }
 
-/// The write that records a task's last known state in its index entry (for ListTasks
-/// filters), compare-and-set on the entry as read now; None when the entry already says so.
-/// Only the push channel's feed records states, in the settlement of the fed events that
-/// made them (`Feeds::settle_feed`): a settlement that conflicts, or whose rows another
-/// process settled first, writes nothing, so an older state never overwrites a newer one.
-/// The task record itself keeps the task as created.
-pub async fn state_write(
-    docs: &dyn ReadDocuments,
-    rec: &TaskRecord,
-    state: TaskState,
-    at: i64,
-) -> Result<Option<DocumentWrite>, A2aError> {
+/// Records in a task's index entry the state its log showed at `at` (ListTasks filters and
+/// sorts on it), compare-and-set on the entry as read now. Nothing is written when the entry
+/// already says so or says something newer (a finished task, a later status: another reader
+/// got there first), nor when the entry changed between the read and the write. The task
+/// record itself keeps the task as created.
+pub async fn record_state(docs: &dyn Documents, rec: &TaskRecord, state: TaskState, at: i64) -> Result<(), A2aError> {
     let key = index_key(rec);
     let (mut entry, version) = match get::<TaskRecord>(docs, TASK_INDEX, &key).await? {
-        Some((entry, _)) if entry.state == state && entry.status_at >= at => return Ok(None),
+        Some((entry, _)) if entry.state.is_terminal() || entry.status_at > at => return Ok(()),
+        Some((entry, _)) if entry.state == state && entry.status_at == at => return Ok(()),
         Some((entry, v)) => (entry, Some(v)),
         None => (rec.clone(), None),
     };
     entry.state = state;
-    entry.status_at = entry.status_at.max(at);
-    Ok(Some(DocumentWrite { namespace: TASK_INDEX.into(), key, body: body(&entry)?, expected: version }))
+    entry.status_at = at;
+    match put(docs, TASK_INDEX, &key, &entry, version).await {
+        Ok(_) | Err(A2aError::Conflict(_)) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]

@@ -94,16 +94,16 @@ fn inline_push() -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_send_that_is_not_accepted_leaves_no_record_config_or_subscription() {
     let kit = Kit::new(BTreeMap::new(), Default::default()).await;
-    let parked = send_and_settle(&kit, "conformance", send_req("tck-input-required", None, json!({}))).await;
+    let parked = send_and_settle(&kit, "conformance", send_req("tck-input-required", None, inline_push())).await;
     assert_eq!(parked.status.state, TaskState::InputRequired);
     let session = SessionId::parse(&parked.context_id).unwrap();
     let before = kit.store.events_after(&session, 0, 1000).await.unwrap().len();
-    assert_eq!(task_state(&kit).await, [1, 1, 0, 1, 0]);
+    assert_eq!(task_state(&kit).await, [1, 1, 1, 1, 0]);
     // A new task in a context that waits for answers: refused inside the admission.
     let refused =
         send(&kit.ctx, "conformance", &send_req("again", Some(&parked.context_id), inline_push()), false).await;
     assert!(matches!(refused, Err(A2aError::UnsupportedOperation(_))), "{:?}", refused.err());
-    assert_eq!(task_state(&kit).await, [1, 1, 0, 1, 0], "no record, index entry, push config or subscription");
+    assert_eq!(task_state(&kit).await, [1, 1, 1, 1, 0], "no record, index entry, push config or subscription");
     assert_eq!(kit.store.events_after(&session, 0, 1000).await.unwrap().len(), before, "the message was not committed");
     kit.shutdown().await;
 }

@@ -150,3 +150,24 @@ pub async fn an_ended_key_and_an_unsubscribed_session_are_fed_nothing(h: &dyn Ha
         assert_eq!(f.event.session_id, a.id, "the unsubscribed session is never fed");
     }
 }
+
+/// A key that follows a session later is fed what commits after it, nothing before; following
+/// again keeps the key's progress; a session that does not exist cannot be followed.
+pub async fn a_followed_session_is_fed_from_its_next_event(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let a = session(&s).await;
+    let before = say(&s, &a.id, "before", AdmissionWrites::default()).await;
+    assert!(s.follow("one", &a.id, "k1").await.unwrap());
+    assert!(s.take_feed("one", 10).await.unwrap().fed.is_empty(), "what committed before is not fed");
+
+    let after = say(&s, &a.id, "after", AdmissionWrites::default()).await;
+    assert!(s.follow("one", &a.id, "k1").await.unwrap(), "following again is allowed");
+    let taken = s.take_feed("one", 10).await.unwrap();
+    assert_eq!(taken.fed.iter().map(|f| f.event.id.clone()).collect::<Vec<_>>(), [after[0].id.clone()]);
+    let tip = before.last().unwrap().seq;
+    assert_eq!(taken.keys.len(), 1);
+    assert_eq!((taken.keys[0].key.as_str(), taken.keys[0].after_seq), ("k1", tip), "fed from the tip it followed at");
+
+    assert!(!s.follow("one", &SessionId::new(), "k2").await.unwrap(), "no such session");
+    assert!(s.take_feed("one", 10).await.unwrap().keys.iter().all(|k| k.key == "k1"), "and no subscription written");
+}

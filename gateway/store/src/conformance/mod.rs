@@ -109,6 +109,7 @@ macro_rules! conformance_suite {
             feeds::subscribed_sessions_are_fed_to_each_subscribed_channel_once,
             feeds::a_settlement_is_all_or_nothing,
             feeds::an_ended_key_and_an_unsubscribed_session_are_fed_nothing,
+            feeds::a_followed_session_is_fed_from_its_next_event,
             work::webhook_endpoints_disable_after_failures,
             work::webhook_endpoints_are_bounded_per_creating_key,
             files::files_keep_their_bytes_and_appear_only_once_created,

@@ -162,4 +162,32 @@ impl<E: Engine> Feeds for SqlStore<E> {
         self.finish(tx, Hints::default()).await?;
         Ok(true)
     }
+
+    async fn follow(&self, channel: &str, session: &SessionId, key: &str) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
+        // One statement marks the session and reads its tip: a commit appending to it either
+        // advanced the row first (its events are at or below the tip, not fed) or waits for
+        // this row lock and then sees the mark (its events are fed, all above the tip).
+        let tip = query_as::<(i64,)>(
+            "UPDATE sessions SET feed_subscribed = 1 WHERE id = $1 AND deleted_at IS NULL RETURNING last_seq",
+        )
+        .bind(session.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((tip,)) = tip else { return Ok(false) };
+        let now = Self::now(&mut tx).await?;
+        query(
+            "INSERT INTO feed_subscriptions (channel, key, session_id, after_seq, created_at) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (channel, key) DO NOTHING",
+        )
+        .bind(channel)
+        .bind(key)
+        .bind(session.as_str())
+        .bind(tip)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        self.finish(tx, Hints::default()).await?;
+        Ok(true)
+    }
 }
