@@ -1,11 +1,12 @@
 //! Push delivery: the push channel ([`PushChannel`]) through which the runtime's delivery
 //! service POSTs a task's updates, fed like every channel by the store's feed (`feed.rs`).
 //!
-//! Every task subscribes its session to this channel in the transaction that admits its
-//! message (`tasks::service::send`), so each event committed after it is fed to the channel
-//! by its own commit. The channel's feed step folds fed events through each task's
-//! projection and settles: the fed rows deleted, the deliveries queued and the task's index
-//! state written in one transaction (`Feeds::settle_feed`). A crash before the settlement
+//! A task with a push config subscribes its session to this channel: in the transaction that
+//! admits its message when the config comes with it (`tasks::service::send`), else when the
+//! config is added (`Feeds::follow` in `push::create`). Each event committed after that is fed
+//! to the channel by its own commit; a task without a config costs its commits nothing here.
+//! The channel's feed step folds fed events through each task's projection and settles: the
+//! fed rows deleted and the deliveries queued in one transaction (`Feeds::settle_feed`). A crash before the settlement
 //! feeds the same events again (at least once, receivers must be idempotent) and loses none.
 //! The outbox orders a config's deliveries (one topic per config) and keeps them across
 //! restarts; the delivery service retries with the one doubling backoff and gives up after
