@@ -376,7 +376,7 @@ async fn one_key_holds_at_most_its_cap_of_streams() {
 
 /// F6: a subscriber that never reads while its session takes 10,000 messages (40 MB of
 /// events) is disconnected once the gateway could not write to it for the stall deadline
-/// (2 s here), the server's memory stays flat, and a subscriber that reads gets every
+/// (2 s here), the memory it held comes back, and a subscriber that reads gets every
 /// message as it is committed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_subscriber_that_never_reads_is_cut_off_and_costs_others_nothing() {
@@ -452,8 +452,20 @@ async fn a_subscriber_that_never_reads_is_cut_off_and_costs_others_nothing() {
     .await;
     assert!(ended.is_ok(), "the subscriber that never read is still connected ({got} bytes buffered for it)");
     assert!(got < 40_000_000, "it was cut off before the end ({got} bytes)");
-    let after = rss_mib(g.child.id());
-    assert!(after < before + 128, "memory grew from {before} MiB to {after} MiB");
+    // What the gateway kept for the subscriber that never read is given back once it is cut
+    // off. Read at one instant, the figure also holds the pages the allocator has not yet
+    // returned from handling the 40 MB of posts (about 100 MiB in a debug build, with or
+    // without a slow subscriber); jemalloc returns them within about ten seconds, and the
+    // process settles about 11 MiB above where it started. 40 MB kept for the subscriber
+    // would stay above the bound.
+    let pid = g.child.id();
+    let peak = rss_mib(pid);
+    let after = eventually(60, "the memory held for the subscriber that never read given back", || async {
+        let now = rss_mib(pid);
+        (now < before + 32).then_some(now)
+    })
+    .await;
+    eprintln!("RSS: {before} MiB before, {peak} MiB at the cut-off, {after} MiB after");
     drop(g);
     let _ = std::fs::remove_dir_all(&dir);
 }
