@@ -6,8 +6,9 @@
 //! config is added (`Feeds::follow` in `push::create`). Each event committed after that is fed
 //! to the channel by its own commit; a task without a config costs its commits nothing here.
 //! The channel's feed step folds fed events through each task's projection and settles: the
-//! fed rows deleted and the deliveries queued in one transaction (`Feeds::settle_feed`). A crash before the settlement
-//! feeds the same events again (at least once, receivers must be idempotent) and loses none.
+//! fed rows deleted and the deliveries queued in one transaction (`Feeds::settle_feed`). A
+//! crash before the settlement feeds the same events again (at least once, receivers must be
+//! idempotent) and loses none.
 //! The outbox orders a config's deliveries (one topic per config) and keeps them across
 //! restarts; the delivery service retries with the one doubling backoff and gives up after
 //! [`MAX_ATTEMPTS`].

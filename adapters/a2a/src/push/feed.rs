@@ -2,11 +2,11 @@
 //!
 //! The store feeds this channel every event of a session some task follows (the task's
 //! subscription, key = task id, written with its message or when a config is added later) and
-//! says how far each task has
-//! been fed (`after_seq`). A step takes a bounded batch, folds each task's new events through
-//! its [`Projector`], turns the updates into deliveries for the task's configs, and settles
-//! everything in one transaction: the rows deleted, the deliveries queued, each task's
-//! progress recorded, and a finished task's subscription removed.
+//! says how far each task has been fed (`after_seq`). A step takes a bounded batch, folds each
+//! task's new events through its [`Projector`], turns the updates into deliveries for the
+//! task's configs, and settles everything in one transaction: the rows deleted, the
+//! deliveries queued, each task's progress recorded, and a finished task's subscription
+//! removed.
 //!
 //! Projections are cached per task as of the last settled seq, so a push body is not refolded
 //! from the task's start for every event; a task missing from the cache (a restart, another
