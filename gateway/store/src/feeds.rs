@@ -6,10 +6,9 @@
 //!   rows: the lifecycle feed ([`LIFECYCLE_FEED`], events of [`crate::FEED_KINDS`] of every
 //!   session, while `Webhooks::set_event_feed` is on) and, for a session some channel
 //!   subscribed to ([`Subscribe`], written with an admission, or [`Feeds::follow`] later), one
-//!   row per subscribed channel
-//!   and event. So an event is fed if and only if it committed. A session nobody subscribed to
-//!   costs its commits nothing more: the update that advances the session's log says whether
-//!   it is subscribed.
+//!   row per subscribed channel and event. So an event is fed if and only if it committed. A
+//!   session nobody subscribed to costs its commits nothing more: the update that advances the
+//!   session's log says whether it is subscribed.
 //! - **Taken, then settled.** A channel reads its oldest rows ([`Feeds::take_feed`]: a read,
 //!   nothing is held), turns them into deliveries outside any transaction (it may read what it
 //!   needs to fold them), and settles ([`Feeds::settle_feed`]): the rows are deleted, the
