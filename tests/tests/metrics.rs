@@ -104,10 +104,14 @@ async fn a_scrape_during_and_after_a_turn_shows_its_latencies_and_gauges() {
     assert_eq!(must(&during, "gateway_turns_running"), 1.0, "{during}");
     assert_eq!(must(&during, "gateway_subscriptions_open"), 1.0, "{during}");
 
+    // The turn's duration is observed as its outcome is decided, just before the settlement
+    // commits; the run counts as settled (and the environment idle) once that commit is back.
     let done = "gateway_turn_duration_seconds_count{backend=\"native\",outcome=\"completed\"}";
-    let after = eventually(30, "the turn ends", || async {
+    let settled = "gateway_runs_settled_total{outcome=\"completed\"}";
+    let idle = "gateway_environments{state=\"idle\"}";
+    let after = eventually(30, "the turn ends and its run settles", || async {
         let m = scrape(&http, &g).await;
-        (value(&m, done) == Some(1.0)).then_some(m)
+        (value(&m, done) == Some(1.0) && value(&m, settled) == Some(1.0) && value(&m, idle) == Some(1.0)).then_some(m)
     })
     .await;
     let turn = |le: &str| {
