@@ -32,6 +32,7 @@ async fn session_of(gw: &TestGateway, backend: BackendRef) -> Session {
         metadata: Default::default(),
         resources: vec![],
         initial_inputs: vec![],
+        vault_ids: Vec::new(),
     };
     gw.coordinator.create_session(req).await.unwrap().0
 }

@@ -80,6 +80,7 @@ impl Kit {
             metadata: Default::default(),
             resources: vec![],
             initial_inputs: vec![],
+            vault_ids: Vec::new(),
         };
         self.ctx.coordinator.create_session(req).await.unwrap().0.id
     }

@@ -67,6 +67,7 @@ impl BackendUnderTest for Acp {
             metadata: Default::default(),
             resources: vec![],
             initial_inputs: vec![],
+            vault_ids: Vec::new(),
         };
         gw.coordinator.create_session(req).await.unwrap().0
     }

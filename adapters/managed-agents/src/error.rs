@@ -126,6 +126,19 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// A secret that does not open is the operator's problem (another key, an altered row), never
+/// the client's: an internal error, logged without the value.
+impl From<gateway_services::vaults::VaultError> for ApiError {
+    fn from(e: gateway_services::vaults::VaultError) -> Self {
+        match e {
+            gateway_services::vaults::VaultError::Store(s) => RuntimeError::from(s).into(),
+            secret @ gateway_services::vaults::VaultError::Secret(_) => {
+                RuntimeError::Internal(secret.to_string()).into()
+            }
+        }
+    }
+}
+
 impl From<RuntimeError> for ApiError {
     fn from(e: RuntimeError) -> Self {
         let message = e.to_string();
@@ -140,6 +153,8 @@ impl From<RuntimeError> for ApiError {
                     "file" => Some("file_not_found"),
                     "session resource" => Some("session_resource_not_found"),
                     "skill" | "skill version" => Some("skill_not_found"),
+                    "vault" => Some("vault_not_found"),
+                    "vault credential" => Some("credential_not_found"),
                     _ => None,
                 };
                 let err = ApiError::not_found(message);
@@ -164,6 +179,10 @@ impl From<RuntimeError> for ApiError {
                 Guard::ResourcesChanged(_) => ApiError::conflict(message, "conflict"),
                 Guard::SkillNameChanged { .. } => ApiError::invalid(message).code("skill_name_mismatch"),
                 Guard::LastSkillVersion { .. } => ApiError::conflict(message, "last_skill_version"),
+                Guard::VaultArchived(_) => ApiError::invalid(message).code("vault_archived"),
+                Guard::CredentialArchived(_) => ApiError::invalid(message).code("credential_archived"),
+                Guard::VaultFull { .. } => ApiError::invalid(message).code("vault_credential_limit"),
+                Guard::CredentialExists { .. } => ApiError::conflict(message, "credential_exists"),
                 // The key's own uploads in progress (or abandoned, until swept) fill its quota:
                 // the per-client throttle, retried once some finish.
                 Guard::UploadQuota { .. } => ApiError {

@@ -6,8 +6,8 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use gateway_core::{
-    AgentId, ApiKeyId, EnvironmentId, FileId, ResourceId, SessionId, SkillId, SkillVersionId, Timestamp, WebhookId,
-    WorkId,
+    AgentId, ApiKeyId, CredentialId, EnvironmentId, FileId, ResourceId, SessionId, SkillId, SkillVersionId, Timestamp,
+    VaultId, WebhookId, WorkId,
 };
 use gateway_store::TimeRange;
 use serde::de::DeserializeOwned;
@@ -82,6 +82,8 @@ path_kinds! {
     SkillVersionId => "skill version", "skill_not_found";
     WebhookId => "webhook endpoint", "webhook_not_found";
     WorkId => "work item", "work_not_found";
+    VaultId => "vault", "vault_not_found";
+    CredentialId => "vault credential", "credential_not_found";
 }
 
 /// Parses a path id of the expected kind. Ids are opaque to clients, so a malformed one is

@@ -46,6 +46,8 @@ pub struct ManagedAgents {
     pub keep_alive: Duration,
     /// Webhook endpoints (the `/v1/webhooks` extension) and their delivery.
     pub webhooks: Arc<webhooks::Webhooks>,
+    /// Vaults: credentials sealed on the way in.
+    pub vaults: Arc<gateway_services::vaults::VaultService>,
 }
 
 /// A face's context is the shared one plus its own fields: handlers read `api.coordinator`

@@ -7,7 +7,7 @@ use axum::handler::Handler;
 use axum::routing::{MethodFilter, MethodRouter, on};
 
 use crate::ManagedAgents;
-use crate::handlers::{agents, environments, events, files, sessions, skills, webhook_endpoints, work};
+use crate::handlers::{agents, environments, events, files, sessions, skills, vaults, webhook_endpoints, work};
 use crate::{openapi, stream};
 
 /// The HTTP methods the API uses; each knows its filter and its OpenAPI name, so a route's
@@ -121,6 +121,18 @@ pub(crate) fn routes() -> Vec<Route> {
         Route::new(Get, "/v1/skills/{id}/versions", skills::list_versions),
         Route::new(Get, "/v1/skills/{id}/versions/{version}", skills::retrieve_version),
         Route::new(Delete, "/v1/skills/{id}/versions/{version}", skills::delete_version),
+        Route::new(Post, "/v1/vaults", vaults::create),
+        Route::new(Get, "/v1/vaults", vaults::list),
+        Route::new(Get, "/v1/vaults/{id}", vaults::retrieve),
+        Route::new(Post, "/v1/vaults/{id}", vaults::update),
+        Route::new(Delete, "/v1/vaults/{id}", vaults::delete),
+        Route::new(Post, "/v1/vaults/{id}/archive", vaults::archive),
+        Route::new(Post, "/v1/vaults/{id}/credentials", vaults::create_credential),
+        Route::new(Get, "/v1/vaults/{id}/credentials", vaults::list_credentials),
+        Route::new(Get, "/v1/vaults/{id}/credentials/{credential_id}", vaults::retrieve_credential),
+        Route::new(Post, "/v1/vaults/{id}/credentials/{credential_id}", vaults::update_credential),
+        Route::new(Delete, "/v1/vaults/{id}/credentials/{credential_id}", vaults::delete_credential),
+        Route::new(Post, "/v1/vaults/{id}/credentials/{credential_id}/archive", vaults::archive_credential),
         Route::new(Post, "/v1/sessions/{id}/events", events::send),
         Route::new(Get, "/v1/sessions/{id}/events", events::list),
         Route::new(Get, "/v1/sessions/{id}/events/stream", stream::stream),

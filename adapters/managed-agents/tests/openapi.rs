@@ -390,6 +390,7 @@ async fn start() -> Gateway {
         webhooks,
         default_provider: ProviderTier::new("local"),
         keep_alive: Duration::from_secs(15),
+        vaults: Arc::new(gateway_services::vaults::VaultService::new(Arc::clone(&gw.store), SecretBox::generate())),
     };
     let app = gateway_managed_agents::router(api);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -919,6 +920,12 @@ const WEBHOOKS: &str = "/v1/webhooks";
 const WEBHOOK: &str = "/v1/webhooks/{webhook_id}";
 const WEBHOOK_ENABLE: &str = "/v1/webhooks/{webhook_id}/enable";
 const KEY: &str = "/v1/environments/{environment_id}/keys/{key_id}";
+const VAULTS: &str = "/v1/vaults";
+const VAULT: &str = "/v1/vaults/{vault_id}";
+const VAULT_ARCHIVE: &str = "/v1/vaults/{vault_id}/archive";
+const CREDENTIALS: &str = "/v1/vaults/{vault_id}/credentials";
+const CREDENTIAL: &str = "/v1/vaults/{vault_id}/credentials/{credential_id}";
+const CREDENTIAL_ARCHIVE: &str = "/v1/vaults/{vault_id}/credentials/{credential_id}/archive";
 
 /// A self-hosted session driven through its work queue as an executor would: a tool call asks
 /// for compute, the item is polled, acknowledged, beaten and stopped, and the call answered.
@@ -1165,6 +1172,88 @@ async fn files_and_resources(c: &Client, agent_id: &str, env_id: &str) {
     c.call(Method::DELETE, FILE, &format!("/v1/files/{other_id}"), None).await.expect(409, Some("file_in_use"));
     c.call(Method::DELETE, SESSION, &format!("/v1/sessions/{msid}"), None).await.ok();
     c.call(Method::DELETE, FILE, &format!("/v1/files/{other_id}"), None).await.ok();
+}
+
+/// Vaults and their credentials (ADR 0024): every route, secrets never answered, one live
+/// credential per server, the kind fixed, archived vaults frozen, and sessions naming vaults.
+async fn vaults(c: &Client, agent_id: &str, env_id: &str) {
+    let vault = c
+        .call(Method::POST, VAULTS, VAULTS, Some(json!({"display_name": "Tools", "metadata": {"team": "docs"}})))
+        .await;
+    let vault_id = vault.id();
+    let v = |suffix: &str| format!("/v1/vaults/{vault_id}{suffix}");
+    c.call(Method::POST, VAULTS, VAULTS, Some(json!({"display_name": ""}))).await.expect(400, None);
+    let renamed = c
+        .call(
+            Method::POST,
+            VAULT,
+            &v(""),
+            Some(json!({"display_name": "Tools 2", "metadata": {"team": null, "k": "v"}})),
+        )
+        .await;
+    assert_eq!(renamed.ok()["metadata"], json!({"k": "v"}), "a metadata patch");
+    assert_eq!(c.call(Method::GET, VAULT, &v(""), None).await.ok()["display_name"], "Tools 2");
+    c.call(Method::GET, VAULT, "/v1/vaults/nope", None).await.expect(404, Some("vault_not_found"));
+
+    let bearer = json!({"display_name": "mcp", "auth": {"type": "static_bearer", "token": "tok-SECRET-1",
+        "mcp_server_url": "https://mcp.example.com/mcp"}});
+    let cred = c.call(Method::POST, CREDENTIALS, &v("/credentials"), Some(bearer)).await;
+    let cred_id = cred.id();
+    let k = |suffix: &str| format!("/v1/vaults/{vault_id}/credentials/{cred_id}{suffix}");
+    let oauth = json!({"auth": {"type": "mcp_oauth", "access_token": "at-SECRET-2",
+        "mcp_server_url": "https://oauth.example.com/mcp", "expires_at": "2999-01-01T00:00:00Z",
+        "refresh": {"client_id": "cid", "refresh_token": "rt-SECRET-3", "token_endpoint": "https://auth.example.com/token",
+            "token_endpoint_auth": {"type": "client_secret_basic", "client_secret": "cs-SECRET-4"}, "scope": "tools"}}});
+    let oauth = c.call(Method::POST, CREDENTIALS, &v("/credentials"), Some(oauth)).await;
+    assert_eq!(oauth.ok()["auth"]["refresh"]["token_endpoint_auth"], json!({"type": "client_secret_basic"}));
+    let dup =
+        json!({"auth": {"type": "static_bearer", "token": "t", "mcp_server_url": "HTTPS://MCP.example.com:443/mcp/"}});
+    c.call(Method::POST, CREDENTIALS, &v("/credentials"), Some(dup)).await.expect(409, Some("credential_exists"));
+    let env_var = json!({"auth": {"type": "environment_variable", "secret_name": "X", "secret_value": "v",
+        "networking": {"type": "unrestricted"}, "injection_location": {"header": true, "body": false}}});
+    c.call(Method::POST, CREDENTIALS, &v("/credentials"), Some(env_var))
+        .await
+        .expect(400, Some("credential_type_not_supported"));
+    let updated = c
+        .call(
+            Method::POST,
+            CREDENTIAL,
+            &k(""),
+            Some(json!({"auth": {"type": "static_bearer", "token": "tok-SECRET-5"},
+            "metadata": {"rotated": "yes"}})),
+        )
+        .await;
+    assert_eq!(updated.ok()["metadata"], json!({"rotated": "yes"}));
+    c.call(Method::POST, CREDENTIAL, &k(""), Some(json!({"auth": {"type": "mcp_oauth", "access_token": "x"}})))
+        .await
+        .expect(400, None);
+    c.call(Method::GET, CREDENTIAL, &k(""), None).await.ok();
+    let listed = c.call(Method::GET, CREDENTIALS, &v("/credentials?limit=1"), None).await;
+    assert!(listed.ok()["next_page"].is_string(), "two credentials, one per page");
+    for body in [&cred.body, &oauth.body, &updated.body, &listed.body] {
+        let text = body.to_string();
+        assert!(!text.contains("SECRET"), "a secret came back: {text}");
+    }
+
+    // A session names the vault; a vault that does not exist cannot be named.
+    let session = json!({"agent": agent_id, "environment_id": env_id, "vault_ids": [vault_id]});
+    let named = c.call(Method::POST, SESSIONS, SESSIONS, Some(session)).await;
+    assert_eq!(named.ok()["vault_ids"], json!([vault_id]));
+    let missing = json!({"agent": agent_id, "environment_id": env_id, "vault_ids": ["vlt_0000000000000000000000"]});
+    c.call(Method::POST, SESSIONS, SESSIONS, Some(missing)).await.expect(404, Some("vault_not_found"));
+
+    c.call(Method::POST, CREDENTIAL_ARCHIVE, &k("/archive"), None).await.ok();
+    c.call(Method::DELETE, CREDENTIAL, &k(""), None).await.ok();
+    c.call(Method::GET, CREDENTIAL, &k(""), None).await.expect(404, Some("credential_not_found"));
+    let archived = c.call(Method::POST, VAULT_ARCHIVE, &v("/archive"), None).await;
+    assert!(archived.ok()["archived_at"].is_string());
+    c.call(Method::POST, VAULT, &v(""), Some(json!({"display_name": "x"}))).await.expect(400, Some("vault_archived"));
+    let live = c.call(Method::GET, VAULTS, "/v1/vaults", None).await;
+    assert!(live.ok()["data"].as_array().unwrap().iter().all(|x| x["id"] != vault_id.as_str()), "archived: hidden");
+    let all = c.call(Method::GET, VAULTS, "/v1/vaults?include_archived=true", None).await;
+    assert!(all.ok()["data"].as_array().unwrap().iter().any(|x| x["id"] == vault_id.as_str()));
+    c.call(Method::DELETE, VAULT, &v(""), None).await.ok();
+    c.call(Method::GET, CREDENTIALS, &v("/credentials"), None).await.expect(404, Some("vault_not_found"));
 }
 
 /// Custom skills and their versions (ADR 0017): uploads, lists, versions and their guards, and
@@ -1604,6 +1693,7 @@ async fn scenario(c: &Client) {
     .expect(404, Some("file_not_found"));
     files_and_resources(c, &agent_id, &env_id).await;
     skills(c, &env_id).await;
+    vaults(c, &agent_id, &env_id).await;
     c.call(
         Method::POST,
         SESSIONS,

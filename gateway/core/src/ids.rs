@@ -151,6 +151,10 @@ define_id!(/// A webhook endpoint.
     WebhookId, "whk_", "webhook endpoint");
 define_id!(/// A self-hosted environment's work item: one executor's hold on one session.
     WorkId, "work_", "work item");
+define_id!(/// A vault: write-only credentials a session names.
+    VaultId, "vlt_", "vault");
+define_id!(/// One credential of a vault (for one MCP server).
+    CredentialId, "vcrd_", "vault credential");
 
 #[cfg(test)]
 mod tests {

@@ -17,6 +17,7 @@ pub mod session;
 pub mod time;
 pub mod trace;
 pub mod turn;
+pub mod vault;
 
 pub use ids::*;
 pub use time::Timestamp;

@@ -174,6 +174,10 @@ pub struct SessionSnapshot {
     pub agent: Agent,
     pub requirements: Requirements,
     pub resources: Vec<Resource>,
+    /// The vaults whose credentials the session's MCP servers are called with, highest
+    /// priority first (`crate::vault::credential_for`); resolved at each turn.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vault_ids: Vec<crate::VaultId>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -28,6 +28,7 @@ async fn session_of(gw: &TestGateway, agent: gateway_core::agent::AgentSpec) -> 
         metadata: Metadata::new(),
         resources: vec![],
         initial_inputs: vec![],
+        vault_ids: Vec::new(),
     };
     gw.coordinator.create_session(req).await.unwrap().0
 }

@@ -56,6 +56,7 @@ async fn session(c: &Coordinator) -> gateway_core::session::Session {
         metadata: Metadata::new(),
         resources: vec![],
         initial_inputs: vec![],
+        vault_ids: Vec::new(),
     };
     c.create_session(req).await.unwrap().0
 }

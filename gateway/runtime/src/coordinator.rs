@@ -14,9 +14,10 @@ use gateway_core::environment::{Environment, EnvironmentSpec};
 use gateway_core::event::{Event, EventPayload, NewEvent};
 use gateway_core::placement::{LocalInputs, Offer, place};
 use gateway_core::session::{Resource, ResourceKind, Session, SessionSnapshot};
-use gateway_core::{AgentId, EnvironmentId, EventId, Metadata, ResourceId, SessionId, Timestamp};
+use gateway_core::vault::MAX_SESSION_VAULTS;
+use gateway_core::{AgentId, EnvironmentId, EventId, Metadata, ResourceId, SessionId, Timestamp, VaultId};
 use gateway_store::{
-    AdmissionWrites, AgentFilter, EnvironmentFilter, EventFilter, NewSession, Page, PageRequest, SessionFilter,
+    AdmissionWrites, AgentFilter, EnvironmentFilter, EventFilter, Guard, NewSession, Page, PageRequest, SessionFilter,
     SessionPatch, Store,
 };
 
@@ -49,6 +50,8 @@ pub struct CreateSession {
     pub metadata: Metadata,
     pub resources: Vec<ResourceKind>,
     pub initial_inputs: Vec<NewEvent>,
+    /// The session's vaults, highest priority first: each must exist and not be archived.
+    pub vault_ids: Vec<VaultId>,
 }
 
 /// A request that will start a turn, admitted by [`Coordinator::check_new_turn`]: handed to
@@ -318,6 +321,7 @@ impl Coordinator {
         let requirements = place(&agent.spec.backend, &environment.spec.config, &inputs, &self.offer)?;
         check_resources(&req.resources, self.allow_private_repositories())?;
         self.resolve_skills(&mut agent.spec, &req.resources).await?;
+        self.check_vaults(&req.vault_ids).await?;
         let mut req = req;
         self.seal_tokens(req.resources.iter_mut());
         let mut resources = Vec::with_capacity(req.resources.len());
@@ -331,7 +335,7 @@ impl Coordinator {
         let new = NewSession {
             id,
             environment_id: req.environment_id,
-            snapshot: SessionSnapshot { agent, requirements, resources },
+            snapshot: SessionSnapshot { agent, requirements, resources, vault_ids: req.vault_ids },
             title: req.title,
             metadata: req.metadata,
             initial_inputs: req.initial_inputs,
@@ -344,6 +348,23 @@ impl Coordinator {
             self.store.create_session_and_claim(new, &reserved.offer, reserved.terms).await?;
         self.hand_over(reserved, claim).await;
         Ok((session, events))
+    }
+
+    /// A session names at most [`MAX_SESSION_VAULTS`] distinct vaults, each existing and not
+    /// archived when it is named (one archived or deleted later is reported at the turn).
+    async fn check_vaults(&self, ids: &[VaultId]) -> Result<()> {
+        if ids.len() > MAX_SESSION_VAULTS {
+            return Err(RuntimeError::Invalid(format!("a session names at most {MAX_SESSION_VAULTS} vaults")));
+        }
+        if ids.iter().enumerate().any(|(i, id)| ids[..i].contains(id)) {
+            return Err(RuntimeError::Invalid("vault_ids names a vault twice".into()));
+        }
+        for id in ids {
+            if self.store.get_vault(id).await?.archived_at.is_some() {
+                return Err(RuntimeError::Guard(Guard::VaultArchived(id.to_string())));
+            }
+        }
+        Ok(())
     }
 
     pub async fn get_session(&self, id: &SessionId) -> Result<Session> {
@@ -386,7 +407,12 @@ impl Coordinator {
         self.resolve_skills(&mut chosen.spec, &kinds).await?;
         let inputs = local_inputs(&chosen.spec, &kinds);
         let requirements = place(&chosen.spec.backend, &environment.spec.config, &inputs, &self.offer)?;
-        let snapshot = SessionSnapshot { agent: chosen, requirements, resources: current.snapshot.resources.clone() };
+        let snapshot = SessionSnapshot {
+            agent: chosen,
+            requirements,
+            resources: current.snapshot.resources.clone(),
+            vault_ids: current.snapshot.vault_ids.clone(),
+        };
         Ok(self.store.replace_snapshot(session, snapshot).await?)
     }
 

@@ -193,6 +193,7 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
         webhooks: Arc::clone(&webhooks),
         default_provider: ProviderTier(config.sandbox.clone()),
         keep_alive: Duration::from_secs(15),
+        vaults: Arc::new(gateway_services::vaults::VaultService::new(Arc::clone(&rt.store), secrets.clone())),
     };
     let a2a = gateway_a2a::A2aContext {
         face: face.clone(),

@@ -13,6 +13,7 @@
 //! - [`places`]: bounded places per holder (connections, streams, requests in flight).
 //! - [`metrics`]: every series `/metrics` exports ([`Metrics`]).
 //! - [`published`]: agents published by configuration, by name.
+//! - [`vaults`]: credentials for MCP servers, sealed on the way in ([`vaults::VaultService`]).
 
 pub mod auth;
 pub mod checkout;
@@ -23,6 +24,7 @@ pub mod published;
 pub mod secrets;
 pub mod skills;
 pub mod ssrf;
+pub mod vaults;
 
 pub use metrics::Metrics;
 pub use published::PublishedAgents;

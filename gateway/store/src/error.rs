@@ -95,6 +95,16 @@ pub enum Guard {
     /// The session's resources changed since the caller read them.
     #[error("the resources of session {0} were changed concurrently; read them again")]
     ResourcesChanged(String),
+    #[error("vault {0} is archived")]
+    VaultArchived(String),
+    /// A vault holds at most `gateway_core::vault::MAX_VAULT_CREDENTIALS` live credentials.
+    #[error("vault {vault} holds {limit} live credentials, the most it may; archive or delete one first")]
+    VaultFull { vault: String, limit: u64 },
+    /// A vault holds one live credential per server.
+    #[error("vault {vault} already holds live credential {existing} for {server_url}; update or archive it")]
+    CredentialExists { vault: String, existing: String, server_url: String },
+    #[error("credential {0} is archived")]
+    CredentialArchived(String),
     #[error("document {namespace}/{key} was changed concurrently (expected version {expected:?})")]
     DocumentConflict { namespace: String, key: String, expected: Option<u64> },
 }

@@ -15,6 +15,7 @@ mod model;
 #[doc(hidden)]
 pub mod rows;
 mod skills;
+mod vaults;
 pub mod wake;
 mod webhooks;
 mod work;
@@ -45,6 +46,7 @@ pub use files::{CHUNK_BYTES, Files, NewFile, StoredFile, UploadQuota};
 pub use metrics::StoreMetrics;
 pub use model::*;
 pub use skills::{NewSkillVersion, SkillFile, Skills, StoredSkill, StoredSkillVersion};
+pub use vaults::{NewCredential, SealedCredential, Vaults};
 pub use wake::{Hint, Tip, Wakeups};
 pub use webhooks::{EndpointOrigin, FEED_KINDS, NewEndpoint, WebhookEndpoint, Webhooks};
 pub use work::{Beat, Poll, Pollers, Stop, WorkItem, WorkQueue, WorkState, WorkStats};
@@ -315,7 +317,19 @@ pub struct OutboxStats {
 /// The whole durable state of the gateway.
 #[async_trait]
 pub trait Store:
-    Catalog + Sessions + EventLog + RunQueue + ApiKeys + Documents + Outbox + WorkQueue + Webhooks + Feeds + Files + Skills
+    Catalog
+    + Sessions
+    + EventLog
+    + RunQueue
+    + ApiKeys
+    + Documents
+    + Outbox
+    + WorkQueue
+    + Webhooks
+    + Feeds
+    + Files
+    + Skills
+    + Vaults
 {
     /// Succeeds while the database answers.
     async fn ping(&self) -> Result<()>;

@@ -25,7 +25,16 @@ macro_rules! listed {
         })+
     };
 }
-listed!(Agent, Environment, Session, crate::WorkItem, crate::StoredSkill, crate::StoredSkillVersion);
+listed!(
+    Agent,
+    Environment,
+    Session,
+    crate::WorkItem,
+    crate::StoredSkill,
+    crate::StoredSkillVersion,
+    gateway_core::vault::Vault,
+    gateway_core::vault::Credential
+);
 
 impl Listed for crate::StoredFile {
     fn keyset(&self) -> Keyset {

@@ -128,6 +128,7 @@ async fn session_request(
         metadata: [("a2a.agent".to_owned(), agent_name.to_owned())].into(),
         resources: vec![],
         initial_inputs: vec![first],
+        vault_ids: Vec::new(),
     })
 }
 

@@ -126,6 +126,7 @@ pub(super) async fn new_session(ed: &Editor, raw: Value) -> Result<Value, RpcErr
         metadata: Default::default(),
         resources: vec![ResourceKind::workspace(p.cwd.clone(), root)],
         initial_inputs: vec![],
+        vault_ids: Vec::new(),
     };
     // The MCP servers the agent process gets are kept with the session, in its creation.
     let id = SessionId::new();

@@ -151,6 +151,7 @@ impl Rig {
             metadata: Default::default(),
             resources: vec![ResourceKind::workspace(self.project(&format!("ws-{agent}")), None)],
             initial_inputs: vec![],
+            vault_ids: Vec::new(),
         };
         self.coordinator.create_session(req).await.unwrap().0
     }

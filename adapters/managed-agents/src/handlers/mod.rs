@@ -6,6 +6,7 @@ pub mod events;
 pub mod files;
 pub mod sessions;
 pub mod skills;
+pub mod vaults;
 pub mod webhook_endpoints;
 pub mod work;
 

@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use gateway_core::event::EventKind;
 use gateway_core::session::{Resource, ResourceKind, Session, SessionStatus};
-use gateway_core::{AgentId, EnvironmentId, ResourceId, SessionId};
+use gateway_core::{AgentId, EnvironmentId, ResourceId, SessionId, VaultId};
 use gateway_runtime::{AgentSelection, CreateSession};
 use gateway_store::{Keyset, Order, Page, PageCursor, SessionFilter, SessionPatch};
 use serde_json::{Value, json};
@@ -46,9 +46,20 @@ pub async fn create(State(api): State<ManagedAgents>, ApiJson(mut body): ApiJson
         metadata: body.metadata.unwrap_or_default(),
         resources,
         initial_inputs,
+        vault_ids: vault_ids(body.vault_ids.unwrap_or_default())?,
     };
     let (session, _) = api.coordinator.create_session(req).await?;
     Ok(Json(session_out(&session, &api.public_url)))
+}
+
+/// The session's vaults as named: an id that cannot be one is a vault that does not exist.
+fn vault_ids(raw: Vec<String>) -> Result<Vec<VaultId>, ApiError> {
+    raw.into_iter()
+        .map(|id| {
+            VaultId::parse(&id)
+                .map_err(|_| ApiError::not_found(format!("vault {id:?} not found")).code("vault_not_found"))
+        })
+        .collect()
 }
 
 pub async fn retrieve(State(api): State<ManagedAgents>, PathId(id): PathId<SessionId>) -> Reply {

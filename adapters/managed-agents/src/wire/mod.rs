@@ -6,6 +6,7 @@ pub mod content;
 pub mod environment;
 pub mod event;
 pub mod session;
+pub mod vault;
 pub mod work;
 
 use gateway_core::{Metadata, Timestamp};

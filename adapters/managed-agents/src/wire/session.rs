@@ -171,9 +171,6 @@ impl SessionCreate {
 
     /// Checks what this gateway does not support, and the agent form.
     pub fn validate(&self) -> Result<AgentChoice, ApiError> {
-        if self.vault_ids.as_ref().is_some_and(|v| !v.is_empty()) {
-            return Err(ApiError::not_supported("vault_ids"));
-        }
         if self.budget.as_ref().is_some_and(|b| !b.is_null()) {
             return Err(ApiError::not_supported("budget"));
         }
@@ -232,7 +229,7 @@ pub fn session_out(s: &Session, remote_url: &str) -> Value {
         "metadata": s.metadata,
         "title": s.title,
         "resources": s.snapshot.resources.iter().filter_map(resource_out).collect::<Vec<_>>(),
-        "vault_ids": [],
+        "vault_ids": s.snapshot.vault_ids,
         "outcome_evaluations": [],
         "stats": {},
         "usage": {},

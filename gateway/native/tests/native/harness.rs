@@ -129,6 +129,7 @@ impl Native {
             metadata: Metadata::new(),
             resources,
             initial_inputs: vec![],
+            vault_ids: Vec::new(),
         };
         self.coordinator.create_session(req).await.map(|(s, _)| s)
     }

@@ -119,6 +119,7 @@ pub async fn new_session(r: &Rig) -> Session {
         metadata: Metadata::new(),
         resources: vec![],
         initial_inputs: vec![],
+        vault_ids: Vec::new(),
     };
     r.coordinator.create_session(req).await.unwrap().0
 }
@@ -568,6 +569,7 @@ pub async fn placement_refusals_name_their_rule(h: &dyn Harness) {
         metadata: Metadata::new(),
         resources: vec![],
         initial_inputs: vec![],
+        vault_ids: Vec::new(),
     };
     match r.coordinator.create_session(req.clone()).await {
         Err(RuntimeError::Placement(e)) => assert!(e.to_string().contains("ACP + on_tool_use"), "{e}"),
@@ -591,6 +593,7 @@ pub async fn placement_refusals_name_their_rule(h: &dyn Harness) {
         metadata: Metadata::new(),
         resources: vec![gateway_core::session::ResourceKind::workspace("/tmp", None)],
         initial_inputs: vec![],
+        vault_ids: Vec::new(),
     };
     match r.coordinator.create_session(with_mount).await {
         Err(RuntimeError::Placement(e)) => assert!(e.to_string().contains("A2A + local inputs"), "{e}"),

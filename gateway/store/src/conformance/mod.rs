@@ -15,6 +15,7 @@ pub mod harness;
 pub mod runs;
 pub mod sessions;
 pub mod skills;
+pub mod vaults;
 pub mod work;
 
 use std::sync::Arc;
@@ -116,7 +117,10 @@ macro_rules! conformance_suite {
             files::a_mounted_file_outlives_every_attempt_to_delete_it,
             files::a_file_is_never_deleted_while_a_session_mounting_it_is_created,
             files::uploads_are_bounded_per_uploader_and_in_all,
-            skills::skill_versions_keep_their_files_and_the_latest_follows_changes
+            skills::skill_versions_keep_their_files_and_the_latest_follows_changes,
+            vaults::vaults_and_credentials_archive_and_delete_together,
+            vaults::a_vault_holds_one_live_credential_per_server,
+            vaults::live_credentials_skip_what_is_archived_or_gone
         );
     };
     (@each $harness:expr; $($module:ident :: $name:ident),* $(,)?) => {
@@ -183,7 +187,8 @@ pub async fn session_with(store: &Arc<dyn Store>, initial: Vec<NewEvent>) -> Ses
     let env = store.create_environment(env_spec("e")).await.expect("create environment");
     let requirements =
         place(&BackendRef::Native, &env.spec.config, &LocalInputs::default(), &placement_offer()).expect("place");
-    let mut new = new_session(env.id, SessionSnapshot { agent, requirements, resources: vec![] }, initial);
+    let mut new =
+        new_session(env.id, SessionSnapshot { agent, requirements, resources: vec![], vault_ids: vec![] }, initial);
     new.title = Some("t".into());
     store.create_session(new).await.expect("create session").0
 }

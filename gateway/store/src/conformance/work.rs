@@ -26,7 +26,7 @@ async fn self_hosted_session(store: &Arc<dyn Store>) -> Session {
     let env = store.create_environment(spec).await.unwrap();
     let requirements =
         place(&BackendRef::Native, &env.spec.config, &LocalInputs::default(), &placement_offer()).unwrap();
-    let snapshot = SessionSnapshot { agent, requirements, resources: vec![] };
+    let snapshot = SessionSnapshot { agent, requirements, resources: vec![], vault_ids: vec![] };
     store.create_session(new_session(env.id, snapshot, vec![])).await.unwrap().0
 }
 

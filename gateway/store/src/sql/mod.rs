@@ -43,6 +43,7 @@ pub(crate) mod read;
 mod runs;
 mod sessions;
 mod skills;
+mod vaults;
 mod webhooks;
 mod work;
 
