@@ -19,11 +19,7 @@ pub fn repo_root() -> PathBuf {
 }
 
 fn require(path: &Path, what: &str) -> PathBuf {
-    assert!(
-        path.exists(),
-        "{what} is not installed at {}; install the MCP test peers with: {INSTALL}",
-        path.display()
-    );
+    assert!(path.exists(), "{what} is not installed at {}; install the MCP test peers with: {INSTALL}", path.display());
     path.to_owned()
 }
 

@@ -20,7 +20,7 @@ TOKEN = os.environ["MCP_TEST_TOKEN"]
 CALL_LOG = os.environ["MCP_CALL_LOG"]
 CHALLENGE = os.environ.get("MCP_TEST_CHALLENGE", "1") != "0"
 
-mcp = FastMCP("bearer-test", stateless_http=False)
+mcp = FastMCP("bearer-test", log_level="WARNING")
 
 
 def record(tool, arguments):
