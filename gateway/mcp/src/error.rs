@@ -91,10 +91,8 @@ fn classify(error: &(dyn StdError + Send + Sync + 'static)) -> McpError {
         if e.is::<InsufficientScopeError>() {
             return McpError::Unauthorized { status: 403 };
         }
-        if let Some(http) = e.downcast_ref::<Http>() {
-            if let Some(mapped) = classify_http(http) {
-                return mapped;
-            }
+        if let Some(mapped) = e.downcast_ref::<Http>().and_then(classify_http) {
+            return mapped;
         }
         if let Some(e) = e.downcast_ref::<reqwest::Error>() {
             return McpError::Connection(describe_reqwest(e));
