@@ -59,6 +59,10 @@ impl McpClient {
     /// [`Limits::handshake_timeout`]. `http` decides where the connection may go (pass the
     /// SSRF-guarded client for URLs users name); `token`, when given, is sent as
     /// `Authorization: Bearer` on every request.
+    ///
+    /// A resolver only sees names: a URL with a literal address (`http://10.0.0.5/mcp`) never
+    /// reaches it, so a caller guarding against SSRF checks the URL first
+    /// (`gateway_services::ssrf::check_url`) and passes the guarded client for the names.
     pub async fn connect_http(
         http: reqwest::Client,
         url: &str,

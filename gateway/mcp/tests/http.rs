@@ -129,3 +129,40 @@ async fn a_tool_list_change_is_signalled() {
     assert!(after.iter().any(|t| t.name == "late"), "{after:?}");
     assert!(!client.tools_changed());
 }
+
+#[tokio::test]
+async fn a_server_without_streamable_http_is_a_connection_failure_that_says_so() {
+    let server = PythonServer::start(TOKEN, true).await;
+    let url = format!("http://127.0.0.1:{}/sse-only", server.port);
+    let err =
+        McpClient::connect_http(http(), &url, Some(BearerToken::new(TOKEN)), Limits::default()).await.expect_err("404");
+    assert!(
+        matches!(&err, McpError::Connection(m) if m.contains("HTTP 404") && m.contains("legacy HTTP+SSE")),
+        "{err:?}"
+    );
+    assert_no_token(&err);
+}
+
+#[tokio::test]
+async fn a_silent_server_times_out_the_handshake() {
+    // The kernel completes TCP connections to a listening socket nobody accepts from: the
+    // request is sent and never answered.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}/mcp", listener.local_addr().expect("addr"));
+    let limits = Limits { handshake_timeout: Duration::from_millis(600), ..Limits::default() };
+    let started = Instant::now();
+    let err = McpClient::connect_http(http(), &url, Some(BearerToken::new(TOKEN)), limits).await.expect_err("silent");
+    assert!(matches!(err, McpError::Timeout { operation: "the handshake", .. }), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    drop(listener);
+}
+
+#[tokio::test]
+async fn a_token_revoked_mid_session_is_unauthorized() {
+    let server = PythonServer::start(TOKEN, true).await;
+    let client = connect(&server, TOKEN).await.expect("connected");
+    client.call_tool("revoke", json!({}), Duration::from_secs(10)).await.expect("revoked");
+    let err = client.call_tool("add", json!({"a": 1, "b": 2}), Duration::from_secs(10)).await.expect_err("refused");
+    assert_eq!(err, McpError::Unauthorized { status: 401 });
+    assert_eq!(server.calls().len(), 1, "only revoke reached a tool: {:?}", server.calls());
+}

@@ -5,7 +5,8 @@
 Every request must carry `Authorization: Bearer $MCP_TEST_TOKEN`; otherwise the answer is 401,
 with a `WWW-Authenticate: Bearer` challenge unless MCP_TEST_CHALLENGE=0 (some servers send none,
 and the client must still recognise the refusal). Each tool call is appended as one JSON line to
-the file $MCP_CALL_LOG before it runs, so a test can assert what reached the server.
+the file $MCP_CALL_LOG before it runs, so a test can assert what reached the server. The `revoke`
+tool makes the server refuse the token from then on (a credential revoked mid-session).
 """
 
 import asyncio
@@ -68,6 +69,15 @@ async def grow(name: str, ctx: Context) -> str:
     mcp.add_tool(added, name=name, description="added at run time")
     await ctx.session.send_tool_list_changed()
     return "grown"
+
+
+@mcp.tool()
+def revoke() -> str:
+    """Stops accepting the token: every later request is refused (a token revoked mid-session)."""
+    global TOKEN
+    record("revoke", {})
+    TOKEN = TOKEN + "-revoked"
+    return "revoked"
 
 
 class RequireBearer:
