@@ -167,3 +167,13 @@ async fn list_changed_is_recorded_until_the_next_listing() {
     assert!(!client.tools_changed());
     task.abort();
 }
+
+#[tokio::test]
+async fn dropping_the_client_ends_the_connection() {
+    let (client, task) = connect(server(), Limits::default()).await;
+    client.list_tools().await.expect("listed");
+    drop(client);
+    // The server's session ends only when the client's side of the pipe is gone, which happens
+    // only when the tasks rmcp spawned for the client have stopped.
+    tokio::time::timeout(Duration::from_secs(5), task).await.expect("server saw the end").expect("joined");
+}
