@@ -230,6 +230,41 @@ impl AgentSpec {
             .collect()
     }
 
+    /// The MCP servers whose tools this agent offers: those an `Mcp` toolset names, in the
+    /// toolsets' order (a server without a toolset is declared, not used).
+    pub fn mcp_servers_in_use(&self) -> Vec<&McpServerSpec> {
+        self.tools
+            .iter()
+            .filter_map(|t| match t {
+                ToolSpec::Mcp { mcp_server_name, .. } => self.mcp_servers.iter().find(|s| &s.name == mcp_server_name),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Resolves an MCP tool's configuration: its own entry in its server's toolset, else the
+    /// toolset's default (which the API sets to `always_ask`, so a tool a server adds later
+    /// never runs unapproved); `Disabled` when no toolset names the server.
+    pub fn mcp_tool(&self, server: &str, name: &str) -> ToolAvailability {
+        for t in &self.tools {
+            if let ToolSpec::Mcp { mcp_server_name, default_config, configs } = t
+                && mcp_server_name == server
+            {
+                let cfg = configs
+                    .iter()
+                    .find(|c| c.name == name)
+                    .map(|c| ToolConfig { enabled: c.enabled, permission_policy: c.permission_policy })
+                    .unwrap_or(*default_config);
+                return if cfg.enabled {
+                    ToolAvailability::Enabled(cfg.permission_policy)
+                } else {
+                    ToolAvailability::Disabled
+                };
+            }
+        }
+        ToolAvailability::Disabled
+    }
+
     pub fn custom_tool(&self, name: &str) -> Option<&ToolSpec> {
         self.tools.iter().find(|t| matches!(t, ToolSpec::Custom { name: n, .. } if n == name))
     }

@@ -77,6 +77,11 @@ pub enum ErrorKind {
     /// A mounted input (an uploaded file, a repository, a skill) could not be placed in the
     /// session's environment; the turn did not run without it.
     MountFailed,
+    /// An MCP server could not be reached (or spoke no MCP); the turn went on without its tools.
+    McpConnectionFailed,
+    /// An MCP server refused the session's credential (or asked for one it does not have); the
+    /// turn went on without its tools, and the next turn tries again.
+    McpAuthenticationFailed,
 }
 
 impl ErrorKind {
@@ -94,6 +99,8 @@ impl ErrorKind {
             ErrorKind::BackendFailed => "backend_failed",
             ErrorKind::EnvironmentConnectTimeout => "environment_connect_timeout",
             ErrorKind::MountFailed => "mount_failed",
+            ErrorKind::McpConnectionFailed => "mcp_connection_failed",
+            ErrorKind::McpAuthenticationFailed => "mcp_authentication_failed",
         }
     }
 }
@@ -157,6 +164,9 @@ pub enum EventPayload {
         kind: ErrorKind,
         message: String,
         retry: RetryStatus,
+        /// The tool server the error is about (the MCP errors), by the name the agent gave it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        server: Option<String>,
     },
     SessionTerminated {},
     SessionDeleted {},
@@ -400,6 +410,7 @@ mod tests {
                 kind: ErrorKind::EnvironmentLost,
                 message: "m".into(),
                 retry: RetryStatus::Terminal,
+                server: None,
             },
             EventPayload::EnvironmentConnection {
                 environment_id: crate::EnvironmentId::new(),

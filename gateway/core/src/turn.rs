@@ -428,6 +428,7 @@ mod tests {
                             kind: crate::event::ErrorKind::EnvironmentLost,
                             message: "gone".into(),
                             retry: crate::event::RetryStatus::Exhausted,
+                            server: None,
                         },
                     ),
                     (Some(&r1), ended(StopReason::Failed)),

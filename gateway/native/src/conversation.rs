@@ -8,7 +8,7 @@ use std::collections::HashSet;
 
 use gateway_core::agent::{AgentSpec, ToolSpec};
 use gateway_core::content::{ContentBlock, MediaSource};
-use gateway_core::event::{Event, EventPayload};
+use gateway_core::event::{Event, EventPayload, ToolOrigin};
 use gateway_models::{Block, ImageSource, Message, Role, ToolDefinition, ToolResultContent};
 
 fn blocks(content: &[ContentBlock]) -> Vec<Block> {
@@ -89,17 +89,29 @@ fn place_result(msgs: &mut Vec<Message>, tool_use_id: &str, result: Block) {
 
 /// The conversation of `view` in Messages API form.
 pub fn messages(view: &[Event]) -> Vec<Message> {
+    messages_with(view, &|_, _| None)
+}
+
+/// [`messages`], with an MCP tool's calls named as the tool was offered this run
+/// (`offered(server, tool)`; None: its own name), so the model sees the names it was given.
+pub fn messages_with(view: &[Event], offered: &dyn Fn(&str, &str) -> Option<String>) -> Vec<Message> {
     let mut msgs: Vec<Message> = Vec::new();
     let mut answered: HashSet<String> = HashSet::new();
     for e in view {
         match &e.payload {
             EventPayload::UserMessage { content } => push(&mut msgs, Role::User, blocks(content)),
             EventPayload::AgentMessage { content } => push(&mut msgs, Role::Assistant, blocks(content)),
-            EventPayload::ToolUse { name, input, .. } => push(
-                &mut msgs,
-                Role::Assistant,
-                vec![Block::ToolUse { id: e.id.to_string(), name: name.clone(), input: input.clone() }],
-            ),
+            EventPayload::ToolUse { name, input, origin, .. } => {
+                let name = match origin {
+                    ToolOrigin::Mcp { server } => offered(server, name).unwrap_or_else(|| name.clone()),
+                    _ => name.clone(),
+                };
+                push(
+                    &mut msgs,
+                    Role::Assistant,
+                    vec![Block::ToolUse { id: e.id.to_string(), name, input: input.clone() }],
+                )
+            }
             EventPayload::ToolResult { tool_use_id, content, is_error, .. }
             | EventPayload::ClientToolResult { tool_use_id, content, is_error, .. } => {
                 let id = tool_use_id.to_string();

@@ -13,6 +13,7 @@
 //! depends on them (docs/adr/0023).
 
 pub mod conversation;
+pub mod mcp;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -35,6 +36,9 @@ use gateway_runtime::environment::{Environments, Lease};
 use gateway_runtime::executors::Connection;
 use gateway_runtime::previews::Preview;
 
+use mcp::McpTools;
+pub use mcp::{McpAccess, McpConfig};
+
 /// `[native]`: the model loop's bounds (missing keys keep these defaults).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
@@ -55,11 +59,20 @@ pub struct NativeBackend {
     model: Arc<dyn ModelClient>,
     environments: Option<Arc<Environments>>,
     config: NativeConfig,
+    /// How agents' MCP servers are reached; without it, an agent's MCP servers are reported
+    /// unavailable at every turn (never silently dropped).
+    mcp: Option<Arc<McpAccess>>,
 }
 
 impl NativeBackend {
     pub fn new(model: Arc<dyn ModelClient>, environments: Option<Arc<Environments>>, config: NativeConfig) -> Self {
-        Self { model, environments, config }
+        Self { model, environments, config, mcp: None }
+    }
+
+    /// Lets this backend call agents' MCP servers.
+    pub fn with_mcp(mut self, access: Arc<McpAccess>) -> Self {
+        self.mcp = Some(access);
+        self
     }
 }
 
@@ -79,8 +92,35 @@ enum Route {
     NeedsApproval,
 }
 
-/// How a call is handled, where it comes from, and the policy that decided it.
-fn route(agent: &AgentSpec, execution: ToolExecution, name: &str) -> (Route, ToolOrigin, Option<PermissionPolicy>) {
+/// How a call is handled, where it comes from, the name it is journaled under (an MCP tool's
+/// own name, whatever name it was offered under) and the policy that decided it.
+fn route(
+    agent: &AgentSpec,
+    execution: ToolExecution,
+    mcp: Option<&McpTools>,
+    name: &str,
+) -> (Route, ToolOrigin, String, Option<PermissionPolicy>) {
+    if matches!(agent.builtin_tool(name), ToolAvailability::Disabled)
+        && agent.custom_tool(name).is_none()
+        && let Some((server, tool)) = mcp.and_then(|m| m.resolve(name))
+    {
+        let origin = ToolOrigin::Mcp { server: server.clone() };
+        return match agent.mcp_tool(&server, &tool) {
+            ToolAvailability::Enabled(p) if p.requires_approval() => (Route::Ask, origin, tool, Some(p)),
+            ToolAvailability::Enabled(p) => (Route::Execute, origin, tool, Some(p)),
+            ToolAvailability::Disabled => (Route::Unavailable, origin, tool, None),
+        };
+    }
+    let (r, origin, policy) = route_local(agent, execution, name);
+    (r, origin, name.to_owned(), policy)
+}
+
+/// [`route`] for the built-in and custom tools.
+fn route_local(
+    agent: &AgentSpec,
+    execution: ToolExecution,
+    name: &str,
+) -> (Route, ToolOrigin, Option<PermissionPolicy>) {
     match agent.builtin_tool(name) {
         // A self-hosted executor runs the tools that touch its machine; web tools stay here.
         ToolAvailability::Enabled(p) if execution == ToolExecution::External && is_local_tool(name) => {
@@ -128,6 +168,9 @@ struct Turn<'a> {
     /// The log as this run sees it (`gateway_core::turn`).
     view: RunView,
     lease: Option<Lease>,
+    /// The agent's MCP servers, connected at this run's first need (None: not yet, or the
+    /// agent has none).
+    mcp: Option<McpTools>,
 }
 
 impl<'a> Turn<'a> {
@@ -139,6 +182,24 @@ impl<'a> Turn<'a> {
 
     fn turn(&self) -> &[Event] {
         self.view.turn()
+    }
+
+    /// Connects the agent's MCP servers once per run, committing a session error for each
+    /// that cannot be used. An agent without MCP toolsets costs nothing here.
+    async fn ensure_mcp(&mut self) -> Result<(), BackendError> {
+        let agent = &self.ctx.session.snapshot.agent.spec;
+        if self.mcp.is_some() || agent.mcp_servers_in_use().is_empty() {
+            return Ok(());
+        }
+        let (tools, errors) = match &self.backend.mcp {
+            Some(access) => McpTools::connect(access, agent, &self.ctx.session.snapshot.vault_ids).await,
+            None => McpTools::not_configured(agent),
+        };
+        self.mcp = Some(tools);
+        if !errors.is_empty() {
+            self.commit(errors).await?;
+        }
+        Ok(())
     }
 
     /// The session's Hand, realizing the environment with `events` (committed together).
@@ -174,7 +235,16 @@ impl<'a> Turn<'a> {
 
     /// Journals the call as started, runs it, commits its result. An interrupt cancels the
     /// tool; its (partial) result is still committed.
-    async fn execute(&mut self, id: &EventId, name: &str, input: &JsonObject) -> Result<(), BackendError> {
+    async fn execute(
+        &mut self,
+        id: &EventId,
+        origin: &ToolOrigin,
+        name: &str,
+        input: &JsonObject,
+    ) -> Result<(), BackendError> {
+        if let ToolOrigin::Mcp { server } = origin {
+            return self.execute_mcp(id, server, name, input).await;
+        }
         if !is_local_tool(name) {
             let out = format!("{name} is not available in this gateway");
             self.commit(vec![text_result(id, ToolOrigin::Builtin, out, true)]).await?;
@@ -199,6 +269,41 @@ impl<'a> Turn<'a> {
             }
         };
         self.commit(vec![text_result(id, ToolOrigin::Builtin, out.text, out.is_error)]).await?;
+        Ok(())
+    }
+
+    /// An MCP call: journaled as started (committed) before it is sent, so a run that loses
+    /// its claim afterwards reports it indeterminate and never sends it again. An interrupt
+    /// abandons the call (the server is told it was cancelled).
+    async fn execute_mcp(
+        &mut self,
+        id: &EventId,
+        server: &str,
+        tool: &str,
+        input: &JsonObject,
+    ) -> Result<(), BackendError> {
+        self.ensure_mcp().await?;
+        self.commit(vec![NewEvent::new(EventPayload::ToolStarted { tool_use_id: id.clone() })]).await?;
+        let span = tracing::info_span!(
+            "tool_call",
+            otel.name = format!("execute_tool {tool}"),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %tool,
+            gen_ai.tool.call.id = %id,
+        );
+        let Some(mcp) = &self.mcp else { return Ok(()) };
+        let (content, is_error) = tokio::select! {
+            out = mcp.call(server, tool, input).instrument(span) => out,
+            _ = self.ctx.interrupted() => (vec![ContentBlock::text("the call was interrupted")], true),
+        };
+        let origin = ToolOrigin::Mcp { server: server.to_owned() };
+        self.commit(vec![NewEvent::new(EventPayload::ToolResult {
+            tool_use_id: id.clone(),
+            origin,
+            content,
+            is_error,
+        })])
+        .await?;
         Ok(())
     }
 
@@ -303,7 +408,7 @@ impl<'a> Turn<'a> {
                 (ToolOrigin::Custom, _) => {
                     pending.push(PendingAction { event_id: id.clone(), kind: PendingKind::ClientResult })
                 }
-                (_, ToolPermission::Allow)
+                (ToolOrigin::Builtin, ToolPermission::Allow)
                     if self.ctx.session.snapshot.requirements.tool_execution == ToolExecution::External
                         && is_local_tool(name) =>
                 {
@@ -316,7 +421,7 @@ impl<'a> Turn<'a> {
                     self.commit(vec![text_result(id, origin.clone(), msg, true)]).await?;
                 }
                 (_, ToolPermission::Ask) => match confirmed.get(id) {
-                    Some((true, _)) => self.execute(id, name, input).await?,
+                    Some((true, _)) => self.execute(id, origin, name, input).await?,
                     Some((false, message)) => {
                         let text = match message {
                             Some(m) => format!("The user denied this tool call: {m}"),
@@ -330,7 +435,7 @@ impl<'a> Turn<'a> {
                     self.commit(vec![text_result(id, origin.clone(), "This tool call was denied by policy.", true)])
                         .await?;
                 }
-                (_, ToolPermission::Allow) => self.execute(id, name, input).await?,
+                (_, ToolPermission::Allow) => self.execute(id, origin, name, input).await?,
             }
             if self.ctx.is_interrupted() {
                 return Ok(Some(TurnOutcome::Interrupted));
@@ -361,6 +466,16 @@ impl<'a> Turn<'a> {
     /// the `local` sandbox; `gateway_core::mounts`) and which skills it has, with each one's
     /// description and directory, as the Managed Agents documentation describes.
     fn system_prompt(&self) -> Option<String> {
+        let base = self.environment_prompt();
+        let Some(note) = self.mcp.as_ref().and_then(McpTools::note) else { return base };
+        Some(match base {
+            Some(s) if !s.is_empty() => format!("{s}\n\n{note}"),
+            _ => note,
+        })
+    }
+
+    /// The system prompt with what the environment holds (mounted files, skills).
+    fn environment_prompt(&self) -> Option<String> {
         let system = self.ctx.session.snapshot.agent.spec.system.clone();
         let Some(hand) = self.lease.as_ref().map(|l| &l.acquired.hand) else { return system };
         let in_view = hand.inner_path(std::path::Path::new("")) == std::path::Path::new(mounts::WORKSPACE_VIEW);
@@ -419,12 +534,17 @@ impl<'a> Turn<'a> {
     /// One model request; commits its output. Returns the tool calls to handle, or the
     /// outcome if the model ended the turn.
     async fn model_round(&mut self) -> Result<Result<Vec<(NewEvent, Route)>, TurnOutcome>, BackendError> {
+        self.ensure_mcp().await?;
         let agent = &self.ctx.session.snapshot.agent.spec;
+        let mcp = self.mcp.as_ref();
+        let mut tools = conversation::tool_definitions(agent);
+        tools.extend(mcp.map(|m| m.definitions(agent)).unwrap_or_default());
+        let offered = |server: &str, tool: &str| mcp.and_then(|m| m.offered(server, tool)).map(str::to_owned);
         let request = ModelRequest {
             model: agent.model.id.clone(),
             system: self.system_prompt(),
-            messages: conversation::messages(self.view.events()),
-            tools: conversation::tool_definitions(agent),
+            messages: conversation::messages_with(self.view.events(), &offered),
+            tools,
             max_tokens: self.backend.config.max_tokens,
         };
         // The request's start needs no commit of its own: it rides with the round's output (or
@@ -504,7 +624,7 @@ impl<'a> Turn<'a> {
         let mut routes = Vec::new();
         for b in &response.content {
             if let Block::ToolUse { name, input, .. } = b {
-                let (r, origin, policy) = route(agent, execution, name);
+                let (r, origin, name, policy) = route(agent, execution, self.mcp.as_ref(), name);
                 // A tool the agent does not have is journaled as denied, so no resumed run can
                 // ever execute it.
                 let permission = match r {
@@ -512,13 +632,8 @@ impl<'a> Turn<'a> {
                     Route::Unavailable | Route::NeedsApproval => ToolPermission::Deny,
                     Route::Execute | Route::Client => ToolPermission::Allow,
                 };
-                let event = NewEvent::new(EventPayload::ToolUse {
-                    name: name.clone(),
-                    input: input.clone(),
-                    origin,
-                    permission,
-                    policy,
-                });
+                let event =
+                    NewEvent::new(EventPayload::ToolUse { name, input: input.clone(), origin, permission, policy });
                 routes.push((event.id.clone(), r));
                 events.push(event);
             }
@@ -565,7 +680,7 @@ impl<'a> Turn<'a> {
 #[async_trait]
 impl Backend for NativeBackend {
     async fn run(&self, ctx: &RunContext) -> Result<TurnOutcome, BackendError> {
-        let mut turn = Turn { backend: self, ctx, view: ctx.view().await?, lease: None };
+        let mut turn = Turn { backend: self, ctx, view: ctx.view().await?, lease: None, mcp: None };
 
         if ctx.session.snapshot.requirements.environment.realize_before_execution() {
             turn.hand_with(vec![]).await?;
@@ -595,7 +710,7 @@ impl Backend for NativeBackend {
             for (event, r) in calls {
                 let EventPayload::ToolUse { name, input, origin, .. } = &event.payload else { continue };
                 match r {
-                    Route::Execute => turn.execute(&event.id, name, input).await?,
+                    Route::Execute => turn.execute(&event.id, origin, name, input).await?,
                     Route::Ask => {
                         pending.push(PendingAction { event_id: event.id.clone(), kind: PendingKind::Confirmation })
                     }

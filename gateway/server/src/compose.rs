@@ -11,11 +11,12 @@ use gateway_core::agent::BackendRef;
 use gateway_models::ModelClient;
 use gateway_models::anthropic::{AnthropicClient, Credential};
 use gateway_models::fake::FakeModel;
-use gateway_native::NativeBackend;
+use gateway_native::{McpAccess, NativeBackend};
 use gateway_runtime::{BackendRegistry, Environments};
 use gateway_sandbox::providers::host_providers;
 use gateway_sandbox::{ProviderKind, SandboxProvider};
 use gateway_services::secrets::{KeyOrigin, SecretBox};
+use gateway_services::vaults::VaultService;
 use gateway_store::Store;
 use tracing::{info, warn};
 
@@ -75,10 +76,14 @@ pub fn backends(
     environments: &Arc<Environments>,
     processes: &Arc<ProcessTable>,
     model: Arc<dyn ModelClient>,
+    vaults: Arc<VaultService>,
     ext: Extensions,
 ) -> BackendRegistry {
     let mut backends = BackendRegistry::new();
-    let native = NativeBackend::new(model, Some(Arc::clone(environments)), config.native.clone());
+    // MCP results are held to the output cap built-in tools have.
+    let mcp = McpAccess::new(&config.mcp, vaults, config.environments.limits.output_cap);
+    let native =
+        NativeBackend::new(model, Some(Arc::clone(environments)), config.native.clone()).with_mcp(Arc::new(mcp));
     backends.register(BackendRef::Native, Arc::new(native));
     for (r, b) in gateway_acp::backends(&acp_executors(config), environments, processes) {
         backends.register(r, b);

@@ -20,6 +20,7 @@ use gateway_runtime::environment::offers_of;
 use gateway_runtime::{Backend, CoordinatorOptions, Runtime, RuntimeConfig};
 use gateway_services::auth::{Authenticator, OwnNames};
 use gateway_services::secrets::SecretBox;
+use gateway_services::vaults::VaultService;
 use gateway_services::{Metrics, PublishedAgents};
 use gateway_store::{Store, StoreMetrics, StoreOptions};
 use tokio_util::sync::CancellationToken;
@@ -70,6 +71,8 @@ pub struct Started {
     pub secrets: SecretBox,
     /// The open files limit in force (raised at start).
     pub fd_limit: u64,
+    /// Vaults: credentials for MCP servers, sealed with `secrets`.
+    pub vaults: Arc<VaultService>,
 }
 
 /// Raises the open files limit (see [`raise_fd_limit`]), checks the sandbox guard, opens the store, assembles the runtime (its Workers start),
@@ -94,7 +97,8 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<S
     let environments = compose::environments(config, providers, Arc::clone(&store), secrets.clone(), fd_limit);
 
     let processes = Arc::new(ProcessTable::default());
-    let backends = compose::backends(config, &environments, &processes, model, ext);
+    let vaults = Arc::new(VaultService::new(Arc::clone(&store), secrets.clone()));
+    let backends = compose::backends(config, &environments, &processes, model, Arc::clone(&vaults), ext);
     let runtime_config = RuntimeConfig {
         instance: config.instance_name(),
         workers: Some(config.workers.clone()),
@@ -129,7 +133,7 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<S
             gateway_acp::maintain(runtime.coordinator.clone(), Arc::clone(&processes), runtime.shutdown.child_token());
         runtime.tasks.spawn(maintain);
     }
-    Ok(Started { runtime, published, processes, secrets, fd_limit })
+    Ok(Started { runtime, published, processes, secrets, fd_limit, vaults })
 }
 
 /// Raises this process's soft limit on open files to its hard limit, so the gateway's own caps
@@ -156,7 +160,7 @@ fn raise_fd_limit() -> u64 {
 }
 
 pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
-    let Started { runtime: rt, published, processes, secrets, fd_limit } = start_runtime(&config, ext).await?;
+    let Started { runtime: rt, published, processes, secrets, fd_limit, vaults } = start_runtime(&config, ext).await?;
     let shutdown = rt.shutdown.clone();
     let face = face_context(&rt, &config);
     let auth = Arc::clone(&face.auth);
@@ -193,7 +197,7 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
         webhooks: Arc::clone(&webhooks),
         default_provider: ProviderTier(config.sandbox.clone()),
         keep_alive: Duration::from_secs(15),
-        vaults: Arc::new(gateway_services::vaults::VaultService::new(Arc::clone(&rt.store), secrets.clone())),
+        vaults,
     };
     let a2a = gateway_a2a::A2aContext {
         face: face.clone(),

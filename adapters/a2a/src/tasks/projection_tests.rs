@@ -168,6 +168,7 @@ fn failures_interrupts_and_refusals_map_to_final_states() {
                 kind: ErrorKind::BackendFailed,
                 message: "boom".into(),
                 retry: RetryStatus::Exhausted,
+                server: None,
             },
         );
         log.ended(Some(&run), stop);

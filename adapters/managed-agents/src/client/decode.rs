@@ -72,6 +72,8 @@ fn session_error(v: &Value) -> EventPayload {
         Some("model_rate_limited_error") => ErrorKind::ModelRateLimited,
         Some("model_request_failed_error") => ErrorKind::ModelRequestFailed,
         Some("tool_use_limit_reached_error") => ErrorKind::RoundLimitReached,
+        Some("mcp_connection_failed_error") => ErrorKind::McpConnectionFailed,
+        Some("mcp_authentication_failed_error") => ErrorKind::McpAuthenticationFailed,
         _ => ErrorKind::Unknown,
     };
     let retry = match error.get("retry_status").and_then(|r| str_of(r, "type")) {
@@ -79,7 +81,12 @@ fn session_error(v: &Value) -> EventPayload {
         Some("exhausted") => RetryStatus::Exhausted,
         _ => RetryStatus::Terminal,
     };
-    EventPayload::SessionError { kind, message: str_of(error, "message").unwrap_or_default().to_owned(), retry }
+    EventPayload::SessionError {
+        kind,
+        message: str_of(error, "message").unwrap_or_default().to_owned(),
+        retry,
+        server: str_of(error, "mcp_server_name").map(str::to_owned),
+    }
 }
 
 fn tool_use(v: &Value, origin: ToolOrigin) -> EventPayload {
@@ -252,6 +259,7 @@ mod tests {
                 kind: ErrorKind::ModelOverloaded,
                 message: "busy".into(),
                 retry: RetryStatus::Retrying,
+                server: None,
             },
             EventPayload::SessionTerminated {},
             EventPayload::SessionDeleted {},

@@ -89,6 +89,8 @@ fn error_type(kind: ErrorKind) -> &'static str {
         ErrorKind::ModelRateLimited => "model_rate_limited_error",
         ErrorKind::ModelRequestFailed => "model_request_failed_error",
         ErrorKind::RoundLimitReached => "tool_use_limit_reached_error",
+        ErrorKind::McpConnectionFailed => "mcp_connection_failed_error",
+        ErrorKind::McpAuthenticationFailed => "mcp_authentication_failed_error",
         ErrorKind::Unknown
         | ErrorKind::EnvironmentLost
         | ErrorKind::PlacementFailed
@@ -138,9 +140,8 @@ pub fn project(e: &Event) -> Option<Value> {
             }
             v
         }
-        EventPayload::SessionError { kind, message, retry } => json!({
-            "type": "session.error",
-            "error": {
+        EventPayload::SessionError { kind, message, retry, server } => {
+            let mut error = json!({
                 "type": error_type(*kind),
                 "message": message,
                 "retry_status": {"type": match retry {
@@ -148,8 +149,13 @@ pub fn project(e: &Event) -> Option<Value> {
                     RetryStatus::Exhausted => "exhausted",
                     RetryStatus::Terminal => "terminal",
                 }},
-            },
-        }),
+            });
+            // The MCP errors name their server (the SDK requires it).
+            if matches!(kind, ErrorKind::McpConnectionFailed | ErrorKind::McpAuthenticationFailed) {
+                error["mcp_server_name"] = json!(server.as_deref().unwrap_or_default());
+            }
+            json!({"type": "session.error", "error": error})
+        }
         EventPayload::SessionTerminated {} => json!({"type": "session.status_terminated"}),
         EventPayload::SessionDeleted {} => json!({"type": "session.deleted"}),
         // Self-hosted sessions only (docs/adr/0013): extensions the SDK's event union lacks.

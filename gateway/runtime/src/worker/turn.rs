@@ -19,7 +19,7 @@ fn ended(stop: StopReason) -> NewEvent {
 }
 
 fn error_event(kind: ErrorKind, message: impl Into<String>, retry: RetryStatus) -> NewEvent {
-    NewEvent::new(EventPayload::SessionError { kind, message: message.into(), retry })
+    NewEvent::new(EventPayload::SessionError { kind, message: message.into(), retry, server: None })
 }
 
 /// Runs one claim to its settlement. Its turn was started by the claim itself (the store

@@ -8,7 +8,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use gateway_managed_agents::webhooks::{WebhookConfig, WebhookDelivery};
 use gateway_models::anthropic::AnthropicSettings;
-use gateway_native::NativeConfig;
+use gateway_native::{McpConfig, NativeConfig};
 use gateway_runtime::{AdmissionLimits, EnvironmentsConfig, WorkerConfig};
 use gateway_sandbox::ProviderKind;
 use gateway_services::files::FilesConfig;
@@ -57,6 +57,8 @@ pub struct Config {
     pub files: FilesConfig,
     pub environments: EnvironmentsConfig,
     pub native: NativeConfig,
+    /// `[mcp]`: how agents' MCP servers are reached (`allow_private_servers`, deadlines).
+    pub mcp: McpConfig,
     pub anthropic: AnthropicSettings,
     pub log: LogConfig,
     /// `[telemetry]`: OpenTelemetry traces (off unless an OTLP endpoint is set).
@@ -99,6 +101,7 @@ impl Default for Config {
             files: FilesConfig::default(),
             environments: EnvironmentsConfig::default(),
             native: NativeConfig::default(),
+            mcp: McpConfig::default(),
             anthropic: AnthropicSettings::default(),
             log: LogConfig::default(),
             telemetry: crate::telemetry::TelemetryConfig::default(),
@@ -415,6 +418,7 @@ mod tests {
                  [environments]\nidle_secs = 60\ncommand_timeout_secs = 30\nmax_command_timeout_secs = 90\n\
                  output_cap_bytes = 5000\nbwrap = \"/opt/bwrap\"\n\
                  [native]\nmax_rounds = 4\nmax_tokens = 100\n\
+                 [mcp]\nallow_private_servers = true\ncall_timeout_secs = 7\nconnect_timeout_secs = 8\nmax_tools_per_server = 9\n\
                  [anthropic]\nbase_url = \"http://stub\"\nmax_retries = 0\nrequest_timeout_secs = 9\n\
                  [telemetry]\notlp_endpoint = \"http://collector:4318\"\nservice_name = \"edge\"\n",
             )?;
@@ -433,6 +437,11 @@ mod tests {
             let limit_defaults = EnvironmentsConfig::default().limits;
             assert_eq!(e.limits.max_processes, limit_defaults.max_processes, "not a key: its default");
             assert_eq!((c.native.max_rounds, c.native.max_tokens), (4, 100));
+            let m = &c.mcp;
+            assert_eq!(
+                (m.allow_private_servers, m.call_timeout_secs, m.connect_timeout_secs, m.max_tools_per_server),
+                (true, 7, 8, 9)
+            );
             let a = &c.anthropic;
             assert_eq!((a.base_url.as_str(), a.max_retries, a.request_timeout_secs), ("http://stub", 0, 9));
 
@@ -441,11 +450,13 @@ mod tests {
             jail.set_env("GATEWAY_ENVIRONMENTS__OUTPUT_CAP_BYTES", "6000");
             jail.set_env("GATEWAY_ENVIRONMENTS__COMMAND_TIMEOUT_SECS", "31");
             jail.set_env("GATEWAY_NATIVE__MAX_TOKENS", "101");
+            jail.set_env("GATEWAY_MCP__ALLOW_PRIVATE_SERVERS", "false");
             jail.set_env("GATEWAY_ANTHROPIC__REQUEST_TIMEOUT_SECS", "10");
             let c = Config::load(Some(Path::new("g.toml"))).map_err(|e| e.to_string())?;
             assert_eq!((c.workers.retry.max_retries, c.workers.poll, c.workers.lease), (8, ms(300), secs(11)));
             assert_eq!((c.environments.limits.output_cap, c.environments.limits.wall_clock), (6000, secs(31)));
             assert_eq!((c.native.max_tokens, c.anthropic.request_timeout_secs), (101, 10));
+            assert!(!c.mcp.allow_private_servers);
             Ok(())
         });
     }

@@ -65,7 +65,7 @@ impl Renderer {
             P::TurnStarted { .. } => ("status", "2", "running".into()),
             P::TurnRescheduled {} => ("status", "2", "rescheduled: retrying after a transient failure".into()),
             P::TurnEnded { stop } => ("status", "2", format!("idle ({})", stop_text(stop))),
-            P::SessionError { kind, message, retry } => {
+            P::SessionError { kind, message, retry, .. } => {
                 let retry = match retry {
                     RetryStatus::Retrying => "retrying",
                     RetryStatus::Exhausted => "retries exhausted",
@@ -220,6 +220,7 @@ mod tests {
                     kind: ErrorKind::ModelOverloaded,
                     message: "busy".into(),
                     retry: RetryStatus::Retrying,
+                    server: None,
                 },
                 Some("16:50:07 error    model_overloaded: busy (retrying)"),
             ),

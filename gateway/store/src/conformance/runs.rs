@@ -153,6 +153,7 @@ pub async fn reclaims_count_crashes_and_indeterminate_settles(h: &dyn Harness) {
         kind: gateway_core::event::ErrorKind::Indeterminate,
         message: "crashed 3 times".into(),
         retry: gateway_core::event::RetryStatus::Exhausted,
+        server: None,
     });
     s.settle(&c.fence, Settlement { events: vec![end], outcome: RunOutcome::Indeterminate, bindings: vec![] })
         .await
