@@ -113,20 +113,34 @@ pub fn builtin_tool_definitions() -> Vec<BuiltinToolDefinition> {
         },
         BuiltinToolDefinition {
             name: "web_fetch",
-            description: "Fetch a URL. Not available in this gateway.",
+            description: "Fetch an http(s) URL with a GET and return its content as text: HTML pages are \
+                          converted to readable text (links listed at the end), text, JSON and XML are returned \
+                          as they are, other content (images, binaries) is only described. Long content is cut \
+                          and the result says so. Private and loopback addresses are refused unless the \
+                          operator allows them.",
             input_schema: json!({
                 "type": "object",
-                "properties": {"url": {"type": "string", "description": "The URL to fetch."}},
+                "properties": {
+                    "url": {"type": "string", "maxLength": 2048, "description": "The absolute http or https URL to fetch."},
+                    "max_chars": {"type": "integer", "minimum": 1,
+                                  "description": "The most characters of text to return (the gateway's own bound applies too)."}
+                },
                 "required": ["url"],
                 "additionalProperties": false
             }),
         },
         BuiltinToolDefinition {
             name: "web_search",
-            description: "Search the web. Not available in this gateway.",
+            description: "Search the web through the gateway's search provider. Returns numbered results, each \
+                          with a title, a URL and a short description; use web_fetch to read a result.",
             input_schema: json!({
                 "type": "object",
-                "properties": {"query": {"type": "string", "description": "The search query."}},
+                "properties": {
+                    "query": {"type": "string", "minLength": 1, "maxLength": 400,
+                              "description": "The search query (at most 400 characters and 50 words)."},
+                    "count": {"type": "integer", "minimum": 1, "maximum": 20,
+                              "description": "How many results to return (default set by the gateway)."}
+                },
                 "required": ["query"],
                 "additionalProperties": false
             }),

@@ -14,6 +14,8 @@
 //! - [`metrics`]: every series `/metrics` exports ([`Metrics`]).
 //! - [`published`]: agents published by configuration, by name.
 //! - [`vaults`]: credentials for MCP servers, sealed on the way in ([`vaults::VaultService`]).
+//! - [`web`]: the web tools of the built-in toolset (fetch through the [`ssrf`] guard, search
+//!   through the operator's provider) ([`web::WebTools`]).
 
 pub mod auth;
 pub mod checkout;
@@ -25,6 +27,7 @@ pub mod secrets;
 pub mod skills;
 pub mod ssrf;
 pub mod vaults;
+pub mod web;
 
 pub use metrics::Metrics;
 pub use published::PublishedAgents;
