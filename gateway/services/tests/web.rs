@@ -105,7 +105,7 @@ async fn loopback_is_refused_by_default_naming_the_setting() {
 
     // The same through the tool-call entry point: an error result the model reads.
     let answer = web.answer(WebTool::Fetch, &json!({"url": format!("http://{addr}/page")}), &open()).await;
-    assert!(answer.is_error && answer.text.starts_with("web_fetch: refused to fetch 127.0.0.1"), "{}", answer.text);
+    assert!(answer.is_error && answer.text.starts_with("refused to fetch 127.0.0.1"), "{}", answer.text);
 }
 
 #[tokio::test]
@@ -432,7 +432,7 @@ async fn without_a_provider_the_error_names_the_setting() {
     assert!(a.is_error);
     assert_eq!(
         a.text,
-        "web_search: web_search has no provider: set web.search.provider = \"brave\" and the BRAVE_SEARCH_API_KEY environment variable"
+        "web_search has no provider: set web.search.provider = \"brave\" and the BRAVE_SEARCH_API_KEY environment variable"
     );
     let readiness = search_readiness(&WebConfig::default()).unwrap_err();
     assert!(readiness.contains("web.search.provider"), "{readiness}");

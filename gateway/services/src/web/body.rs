@@ -51,6 +51,11 @@ pub(crate) fn kind(content_type: Option<&str>, body: &[u8]) -> Kind {
 /// numbered with their targets listed at the end (so the model can follow them). CPU-bound:
 /// callers run it off the async workers. A page the renderer cannot handle is given as its
 /// lossy text rather than not at all.
+///
+/// Known cost: the renderer's time grows with the square of tag nesting (measured: 10,000
+/// nested `<div>`s take about 2 s, 100,000 about 190 s in a debug build). The caller's deadline
+/// ends the tool call on time, but the blocking thread finishes the conversion; a depth bound
+/// before rendering is still to be added.
 pub(crate) fn html_to_text(html: &[u8]) -> String {
     let html = String::from_utf8_lossy(html);
     html2text::config::plain()

@@ -90,7 +90,7 @@ impl WebTools {
                 Err(e) => Err(e),
             },
         };
-        result.unwrap_or_else(|e| WebAnswer { text: format!("{}: {e}", tool.name()), is_error: true })
+        result.unwrap_or_else(|e| WebAnswer { text: e.to_string(), is_error: true })
     }
 }
 
