@@ -33,6 +33,7 @@ async fn session_of(gw: &TestGateway, backend: BackendRef) -> Session {
         resources: vec![],
         initial_inputs: vec![],
         vault_ids: Vec::new(),
+        client_tool_servers: Vec::new(),
     };
     gw.coordinator.create_session(req).await.unwrap().0
 }

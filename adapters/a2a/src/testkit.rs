@@ -81,6 +81,7 @@ impl Kit {
             resources: vec![],
             initial_inputs: vec![],
             vault_ids: Vec::new(),
+            client_tool_servers: Vec::new(),
         };
         self.ctx.coordinator.create_session(req).await.unwrap().0.id
     }

@@ -212,6 +212,7 @@ async fn an_acp_agent_finds_the_sessions_mounted_files_in_its_cwd() {
         }],
         initial_inputs: vec![],
         vault_ids: Vec::new(),
+        client_tool_servers: Vec::new(),
     };
     let s = r.coordinator.create_session(req).await.unwrap().0;
     let stream = r.stream(&s, 0).await;

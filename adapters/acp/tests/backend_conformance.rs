@@ -68,6 +68,7 @@ impl BackendUnderTest for Acp {
             resources: vec![],
             initial_inputs: vec![],
             vault_ids: Vec::new(),
+            client_tool_servers: Vec::new(),
         };
         gw.coordinator.create_session(req).await.unwrap().0
     }

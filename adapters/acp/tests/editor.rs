@@ -79,6 +79,7 @@ async fn a_session_without_an_editor_workspace_is_not_opened_on_any_transport() 
         resources: vec![],
         initial_inputs: vec![],
         vault_ids: Vec::new(),
+        client_tool_servers: Vec::new(),
     };
     let (cloud, _) = r.coordinator.create_session(request).await.unwrap();
     let stream = r.stream(&cloud, 0).await;

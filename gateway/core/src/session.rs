@@ -178,6 +178,43 @@ pub struct SessionSnapshot {
     /// priority first (`crate::vault::credential_for`); resolved at each turn.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vault_ids: Vec<crate::VaultId>,
+    /// The tool servers the session's client brought (an editor's MCP servers), their secret
+    /// values sealed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_tool_servers: Vec<ClientToolServer>,
+}
+
+/// The most tool servers a client may bring to one session.
+pub const MAX_CLIENT_TOOL_SERVERS: usize = 32;
+
+/// A tool server (MCP) a client supplied for its session. Values that often hold credentials
+/// (environment variables, headers) are [`Secret`]s, sealed before the session is stored and
+/// opened only where the server is started or called.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "transport", rename_all = "snake_case")]
+pub enum ClientToolServer {
+    /// A command run inside the session's sandbox, spoken to over its standard input and
+    /// output; `env` is passed in its environment, never on its command line.
+    Stdio { name: String, command: String, args: Vec<String>, env: Vec<(String, Secret)> },
+    /// A server at a URL, called from the gateway with these headers.
+    Http { name: String, url: String, headers: Vec<(String, Secret)> },
+}
+
+impl ClientToolServer {
+    pub fn name(&self) -> &str {
+        match self {
+            ClientToolServer::Stdio { name, .. } | ClientToolServer::Http { name, .. } => name,
+        }
+    }
+
+    /// Every secret value, to seal or open in place.
+    pub fn secrets_mut(&mut self) -> impl Iterator<Item = &mut Secret> {
+        let pairs = match self {
+            ClientToolServer::Stdio { env, .. } => env,
+            ClientToolServer::Http { headers, .. } => headers,
+        };
+        pairs.iter_mut().map(|(_, v)| v)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

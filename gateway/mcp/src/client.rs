@@ -69,6 +69,34 @@ impl McpClient {
         token: Option<BearerToken>,
         limits: Limits,
     ) -> Result<Self, McpError> {
+        Self::connect_http_with_headers(http, url, token, &[], limits).await
+    }
+
+    /// [`Self::connect_http`], sending `headers` too on every request (an editor's server
+    /// configuration). An `Authorization: Bearer` header is taken as the token, so it is kept
+    /// out of messages like one; other header values are sent as given. A name or value that
+    /// HTTP cannot carry fails with [`McpError::BadArguments`] naming the header.
+    pub async fn connect_http_with_headers(
+        http: reqwest::Client,
+        url: &str,
+        mut token: Option<BearerToken>,
+        headers: &[(String, String)],
+        limits: Limits,
+    ) -> Result<Self, McpError> {
+        let mut custom = std::collections::HashMap::new();
+        for (name, value) in headers {
+            if name.eq_ignore_ascii_case("authorization")
+                && let Some(bearer) = value.strip_prefix("Bearer ")
+            {
+                token = Some(BearerToken::new(bearer.trim()));
+                continue;
+            }
+            let bad = || McpError::BadArguments(format!("header {name:?} cannot be sent"));
+            let name = http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?;
+            let mut value = http::HeaderValue::from_str(value).map_err(|_| bad())?;
+            value.set_sensitive(true);
+            custom.insert(name, value);
+        }
         let parsed =
             reqwest::Url::parse(url).map_err(|_| McpError::Connection("the server URL is not a URL".into()))?;
         if !matches!(parsed.scheme(), "http" | "https") {
@@ -80,6 +108,9 @@ impl McpClient {
             .max_error_response_size(4096);
         if let Some(token) = &token {
             config = config.auth_header(token.expose());
+        }
+        if !custom.is_empty() {
+            config = config.custom_headers(custom);
         }
         let transport = StreamableHttpClientTransport::with_client(http, config);
         Self::start(transport, token, limits).await

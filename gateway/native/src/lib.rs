@@ -23,7 +23,7 @@ use gateway_core::agent::{AgentSpec, PermissionPolicy, ToolAvailability};
 use gateway_core::content::ContentBlock;
 use gateway_core::event::{ErrorKind, Event, EventKind, EventPayload, NewEvent, ToolOrigin, ToolPermission, Usage};
 use gateway_core::placement::ToolExecution;
-use gateway_core::session::{PendingAction, PendingKind, ResourceKind};
+use gateway_core::session::{ClientToolServer, PendingAction, PendingKind, ResourceKind};
 use gateway_core::turn::RunView;
 use gateway_core::{EventId, JsonObject, mounts};
 use gateway_models::{Block, ModelClient, ModelError, ModelRequest, StopReason as ModelStop, StreamEvent};
@@ -105,7 +105,7 @@ fn route(
         && let Some((server, tool)) = mcp.and_then(|m| m.resolve(name))
     {
         let origin = ToolOrigin::Mcp { server: server.clone() };
-        return match agent.mcp_tool(&server, &tool) {
+        return match mcp.map_or(ToolAvailability::Disabled, |m| m.availability(agent, &server, &tool)) {
             ToolAvailability::Enabled(p) if p.requires_approval() => (Route::Ask, origin, tool, Some(p)),
             ToolAvailability::Enabled(p) => (Route::Execute, origin, tool, Some(p)),
             ToolAvailability::Disabled => (Route::Unavailable, origin, tool, None),
@@ -187,13 +187,22 @@ impl<'a> Turn<'a> {
     /// Connects the agent's MCP servers once per run, committing a session error for each
     /// that cannot be used. An agent without MCP toolsets costs nothing here.
     async fn ensure_mcp(&mut self) -> Result<(), BackendError> {
-        let agent = &self.ctx.session.snapshot.agent.spec;
-        if self.mcp.is_some() || agent.mcp_servers_in_use().is_empty() {
+        let snapshot = &self.ctx.session.snapshot;
+        if self.mcp.is_some()
+            || (snapshot.agent.spec.mcp_servers_in_use().is_empty() && snapshot.client_tool_servers.is_empty())
+        {
             return Ok(());
         }
+        // A client's command servers run in the session's sandbox.
+        let hand = match snapshot.client_tool_servers.iter().any(|s| matches!(s, ClientToolServer::Stdio { .. })) {
+            true => Some(self.hand_with(vec![]).await?),
+            false => None,
+        };
+        let snapshot = &self.ctx.session.snapshot;
+        let side = mcp::ClientSide { hand, environments: self.backend.environments.as_deref() };
         let (tools, errors) = match &self.backend.mcp {
-            Some(access) => McpTools::connect(access, agent, &self.ctx.session.snapshot.vault_ids).await,
-            None => McpTools::not_configured(agent),
+            Some(access) => McpTools::connect(access, &snapshot.agent.spec, snapshot, side).await,
+            None => McpTools::not_configured(snapshot),
         };
         self.mcp = Some(tools);
         if !errors.is_empty() {

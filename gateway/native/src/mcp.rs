@@ -13,12 +13,17 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway_core::agent::{AgentSpec, BUILTIN_TOOLS, McpServerSpec, ToolSpec};
+use std::process::Stdio;
+
+use gateway_core::JsonObject;
+use gateway_core::agent::{AgentSpec, BUILTIN_TOOLS, McpServerSpec, PermissionPolicy, ToolAvailability, ToolSpec};
 use gateway_core::content::{ContentBlock, MediaSource};
 use gateway_core::event::{ErrorKind, EventPayload, NewEvent, RetryStatus};
-use gateway_core::{JsonObject, VaultId};
+use gateway_core::session::{ClientToolServer, Secret, SessionSnapshot};
 use gateway_mcp::{BearerToken, Content, Limits, McpClient, McpError, OfferedNames};
 use gateway_models::ToolDefinition;
+use gateway_runtime::environment::Environments;
+use gateway_sandbox::Hand;
 use gateway_services::ssrf;
 use gateway_services::vaults::VaultService;
 
@@ -84,8 +89,34 @@ impl McpAccess {
 /// One server this run reached, with its tools.
 struct Server {
     name: String,
+    /// Brought by the session's client (an editor), not declared by the agent.
+    from_client: bool,
     client: McpClient,
     tools: Vec<gateway_mcp::ToolSpec>,
+    /// A command server's process (in the session's sandbox), stopped when the run ends.
+    _process: Option<tokio::process::Child>,
+}
+
+/// Where a connection goes: an agent's server, or one the session's client brought.
+enum Target<'a> {
+    Agent(&'a McpServerSpec),
+    Client(&'a ClientToolServer),
+}
+
+impl Target<'_> {
+    fn name(&self) -> &str {
+        match self {
+            Target::Agent(s) => &s.name,
+            Target::Client(s) => s.name(),
+        }
+    }
+}
+
+/// What connecting to a client's servers needs from the run: the session's Hand (a command
+/// runs in its sandbox) and the key that opens their sealed values.
+pub(crate) struct ClientSide<'a> {
+    pub hand: Option<Arc<Hand>>,
+    pub environments: Option<&'a Environments>,
 }
 
 /// The MCP tools of one run.
@@ -115,8 +146,19 @@ fn failure_event(server: &str, e: &McpError) -> NewEvent {
 impl McpTools {
     /// Connects to every server the agent's toolsets name (at once, each within the connect
     /// deadline). Returns the tools and the session errors of the servers that failed.
-    pub(crate) async fn connect(access: &McpAccess, agent: &AgentSpec, vault_ids: &[VaultId]) -> (Self, Vec<NewEvent>) {
-        let wanted = agent.mcp_servers_in_use();
+    pub(crate) async fn connect(
+        access: &McpAccess,
+        agent: &AgentSpec,
+        snapshot: &SessionSnapshot,
+        side: ClientSide<'_>,
+    ) -> (Self, Vec<NewEvent>) {
+        let vault_ids = &snapshot.vault_ids;
+        let wanted: Vec<Target> = agent
+            .mcp_servers_in_use()
+            .into_iter()
+            .map(Target::Agent)
+            .chain(snapshot.client_tool_servers.iter().map(Target::Client))
+            .collect();
         let credentials = if vault_ids.is_empty() {
             None
         } else {
@@ -128,29 +170,42 @@ impl McpTools {
                 }
             }
         };
-        let credentials = &credentials;
-        let attempts = wanted.iter().map(|spec| async move {
-            let token = match credentials {
-                Some(c) => match c.for_server(access.vaults.secrets(), &spec.url) {
-                    Ok(found) => found.map(|(_, secret)| BearerToken::new(secret.token.0)),
-                    Err(e) => {
-                        tracing::warn!(server = %spec.name, error = %e, "a vault credential cannot be opened");
-                        None
-                    }
-                },
-                None => None,
+        let (credentials, side) = (&credentials, &side);
+        let attempts = wanted.iter().map(|target| async move {
+            let result = match target {
+                Target::Agent(spec) => {
+                    let token = match credentials {
+                        Some(c) => match c.for_server(access.vaults.secrets(), &spec.url) {
+                            Ok(found) => found.map(|(_, secret)| BearerToken::new(secret.token.0)),
+                            Err(e) => {
+                                tracing::warn!(server = %spec.name, error = %e, "a vault credential cannot be opened");
+                                None
+                            }
+                        },
+                        None => None,
+                    };
+                    connect_url(access, &spec.url, token, &[]).await.map(|(c, t)| (c, t, None))
+                }
+                Target::Client(server) => connect_client(access, server, side).await,
             };
-            (spec, connect_one(access, spec, token).await)
+            (target, result)
         });
         let results = futures::future::join_all(attempts).await;
         let (mut servers, mut unavailable, mut errors) = (Vec::new(), Vec::new(), Vec::new());
-        for (spec, result) in results {
+        for (target, result) in results {
+            let name = target.name().to_owned();
             match result {
-                Ok((client, tools)) => servers.push(Server { name: spec.name.clone(), client, tools }),
+                Ok((client, tools, process)) => servers.push(Server {
+                    name,
+                    from_client: matches!(target, Target::Client(_)),
+                    client,
+                    tools,
+                    _process: process,
+                }),
                 Err(e) => {
-                    tracing::info!(server = %spec.name, error = %e, "MCP server unavailable for this run");
-                    errors.push(failure_event(&spec.name, &e));
-                    unavailable.push((spec.name.clone(), e.to_string()));
+                    tracing::info!(server = %name, error = %e, "MCP server unavailable for this run");
+                    errors.push(failure_event(&name, &e));
+                    unavailable.push((name, e.to_string()));
                 }
             }
         }
@@ -169,24 +224,35 @@ impl McpTools {
         (Self { servers, names, unavailable, call_timeout: access.call_timeout }, errors)
     }
 
-    /// This process reaches no MCP server (no `McpAccess`): every server the agent uses is
+    /// This process reaches no MCP server (no `McpAccess`): every server the session uses is
     /// reported unavailable, never silently left out.
-    pub(crate) fn not_configured(agent: &AgentSpec) -> (Self, Vec<NewEvent>) {
+    pub(crate) fn not_configured(snapshot: &SessionSnapshot) -> (Self, Vec<NewEvent>) {
         let why = McpError::Connection("this gateway process has no MCP client configured".into());
-        let servers = agent.mcp_servers_in_use();
-        let errors = servers.iter().map(|s| failure_event(&s.name, &why)).collect();
-        let unavailable = servers.iter().map(|s| (s.name.clone(), why.to_string())).collect();
+        let agent_servers = snapshot.agent.spec.mcp_servers_in_use().into_iter().map(|s| s.name.clone());
+        let client_servers = snapshot.client_tool_servers.iter().map(|s| s.name().to_owned());
+        let names: Vec<String> = agent_servers.chain(client_servers).collect();
+        let errors = names.iter().map(|s| failure_event(s, &why)).collect();
+        let unavailable = names.into_iter().map(|s| (s, why.to_string())).collect();
         let tools =
             Self { servers: Vec::new(), names: OfferedNames::default(), unavailable, call_timeout: Duration::ZERO };
         (tools, errors)
     }
 
-    /// The tools offered to the model: every tool of a reached server its toolset enables.
+    /// Whether a tool may be called, and under which policy: an agent's server's tools as its
+    /// toolset says; a client's server's tools always ask (the client's user approves them).
+    pub(crate) fn availability(&self, agent: &AgentSpec, server: &str, tool: &str) -> ToolAvailability {
+        match self.servers.iter().find(|s| s.name == server) {
+            Some(s) if s.from_client => ToolAvailability::Enabled(PermissionPolicy::AlwaysAsk),
+            _ => agent.mcp_tool(server, tool),
+        }
+    }
+
+    /// The tools offered to the model: every tool of a reached server that may be called.
     pub(crate) fn definitions(&self, agent: &AgentSpec) -> Vec<ToolDefinition> {
         let mut out = Vec::new();
         for s in &self.servers {
             for t in &s.tools {
-                if matches!(agent.mcp_tool(&s.name, &t.name), gateway_core::agent::ToolAvailability::Disabled) {
+                if matches!(self.availability(agent, &s.name, &t.name), ToolAvailability::Disabled) {
                     continue;
                 }
                 let Some(offered) = self.names.offered(&s.name, &t.name) else { continue };
@@ -236,17 +302,66 @@ impl McpTools {
     }
 }
 
-async fn connect_one(
+type Connected = (McpClient, Vec<gateway_mcp::ToolSpec>, Option<tokio::process::Child>);
+
+/// A server at a URL, through the SSRF rule.
+async fn connect_url(
     access: &McpAccess,
-    spec: &McpServerSpec,
+    url: &str,
     token: Option<BearerToken>,
+    headers: &[(String, String)],
 ) -> Result<(McpClient, Vec<gateway_mcp::ToolSpec>), McpError> {
-    ssrf::check_url(&spec.url, access.allow_private).map_err(|e| {
+    ssrf::check_url(url, access.allow_private).map_err(|e| {
         McpError::Connection(format!("{e} (an operator allows private servers with mcp.allow_private_servers)"))
     })?;
-    let client = McpClient::connect_http(access.http.clone(), &spec.url, token, access.limits.clone()).await?;
+    let client =
+        McpClient::connect_http_with_headers(access.http.clone(), url, token, headers, access.limits.clone()).await?;
     let tools = client.list_tools().await?;
     Ok((client, tools))
+}
+
+/// A client's server: a command started in the session's sandbox (its `env` in the process's
+/// environment, never its command line), or a URL called with its headers.
+async fn connect_client(
+    access: &McpAccess,
+    server: &ClientToolServer,
+    side: &ClientSide<'_>,
+) -> Result<Connected, McpError> {
+    let open = |pairs: &[(String, Secret)]| -> Result<Vec<(String, String)>, McpError> {
+        pairs
+            .iter()
+            .map(|(k, v)| {
+                let opened = match side.environments {
+                    Some(envs) => envs.open_secret(v).map_err(McpError::Connection)?,
+                    None => v.clone(),
+                };
+                Ok((k.clone(), opened.0))
+            })
+            .collect()
+    };
+    match server {
+        ClientToolServer::Http { url, headers, .. } => {
+            connect_url(access, url, None, &open(headers)?).await.map(|(c, t)| (c, t, None))
+        }
+        ClientToolServer::Stdio { command, args, env, .. } => {
+            let hand = side.hand.as_ref().ok_or_else(|| {
+                McpError::Connection("the session has no sandbox to run the server's command in".into())
+            })?;
+            let env = open(env)?;
+            let mut cmd = hand
+                .sandbox()
+                .command_with_env(command, args, &env)
+                .map_err(|e| McpError::Connection(format!("cannot prepare {command:?}: {e}")))?;
+            cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true);
+            let mut child = cmd.spawn().map_err(|e| McpError::Connection(format!("cannot start {command:?}: {e}")))?;
+            let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+                return Err(McpError::Connection("the server's process has no pipes".into()));
+            };
+            let client = McpClient::connect_stdio(stdout, stdin, access.limits.clone()).await?;
+            let tools = client.list_tools().await?;
+            Ok((client, tools, Some(child)))
+        }
+    }
 }
 
 /// An MCP content block as the log keeps it.

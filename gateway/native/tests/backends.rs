@@ -29,6 +29,7 @@ async fn session_of(gw: &TestGateway, agent: gateway_core::agent::AgentSpec) -> 
         resources: vec![],
         initial_inputs: vec![],
         vault_ids: Vec::new(),
+        client_tool_servers: Vec::new(),
     };
     gw.coordinator.create_session(req).await.unwrap().0
 }

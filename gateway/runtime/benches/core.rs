@@ -57,6 +57,7 @@ async fn session(c: &Coordinator) -> gateway_core::session::Session {
         resources: vec![],
         initial_inputs: vec![],
         vault_ids: Vec::new(),
+        client_tool_servers: Vec::new(),
     };
     c.create_session(req).await.unwrap().0
 }

@@ -13,7 +13,9 @@ use gateway_core::agent::{Agent, AgentOverrides, AgentSpec, BackendRef};
 use gateway_core::environment::{Environment, EnvironmentSpec};
 use gateway_core::event::{Event, EventPayload, NewEvent};
 use gateway_core::placement::{LocalInputs, Offer, place};
-use gateway_core::session::{Resource, ResourceKind, Session, SessionSnapshot};
+use gateway_core::session::{
+    ClientToolServer, MAX_CLIENT_TOOL_SERVERS, Resource, ResourceKind, Session, SessionSnapshot,
+};
 use gateway_core::vault::MAX_SESSION_VAULTS;
 use gateway_core::{AgentId, EnvironmentId, EventId, Metadata, ResourceId, SessionId, Timestamp, VaultId};
 use gateway_store::{
@@ -52,6 +54,9 @@ pub struct CreateSession {
     pub initial_inputs: Vec<NewEvent>,
     /// The session's vaults, highest priority first: each must exist and not be archived.
     pub vault_ids: Vec<VaultId>,
+    /// Tool servers the client brings (an editor's MCP servers), secrets in clear: they are
+    /// sealed before the session is stored.
+    pub client_tool_servers: Vec<ClientToolServer>,
 }
 
 /// A request that will start a turn, admitted by [`Coordinator::check_new_turn`]: handed to
@@ -322,7 +327,12 @@ impl Coordinator {
         check_resources(&req.resources, self.allow_private_repositories())?;
         self.resolve_skills(&mut agent.spec, &req.resources).await?;
         self.check_vaults(&req.vault_ids).await?;
+        check_client_tool_servers(&agent.spec, &requirements, &req.client_tool_servers)?;
         let mut req = req;
+        let mut tool_servers = std::mem::take(&mut req.client_tool_servers);
+        if let Some(envs) = &self.environments {
+            tool_servers.iter_mut().flat_map(ClientToolServer::secrets_mut).for_each(|s| envs.seal_secret(s));
+        }
         self.seal_tokens(req.resources.iter_mut());
         let mut resources = Vec::with_capacity(req.resources.len());
         for kind in req.resources {
@@ -335,7 +345,13 @@ impl Coordinator {
         let new = NewSession {
             id,
             environment_id: req.environment_id,
-            snapshot: SessionSnapshot { agent, requirements, resources, vault_ids: req.vault_ids },
+            snapshot: SessionSnapshot {
+                agent,
+                requirements,
+                resources,
+                vault_ids: req.vault_ids,
+                client_tool_servers: tool_servers,
+            },
             title: req.title,
             metadata: req.metadata,
             initial_inputs: req.initial_inputs,
@@ -412,6 +428,7 @@ impl Coordinator {
             requirements,
             resources: current.snapshot.resources.clone(),
             vault_ids: current.snapshot.vault_ids.clone(),
+            client_tool_servers: current.snapshot.client_tool_servers.clone(),
         };
         Ok(self.store.replace_snapshot(session, snapshot).await?)
     }
@@ -564,4 +581,50 @@ pub(super) fn local_inputs(agent: &AgentSpec, resources: &[ResourceKind]) -> Loc
 
 fn list(names: &std::collections::BTreeSet<String>) -> String {
     if names.is_empty() { "none".into() } else { names.iter().cloned().collect::<Vec<_>>().join(", ") }
+}
+
+/// Tool servers a client brings: at most [`MAX_CLIENT_TOOL_SERVERS`], named uniquely and apart
+/// from the agent's own MCP servers (one namespace: a call names its server), for a backend
+/// that uses them (the native loop, an ACP agent process); a command needs a sandbox of the
+/// gateway's to run in (not a self-hosted environment's).
+fn check_client_tool_servers(
+    agent: &AgentSpec,
+    requirements: &gateway_core::placement::Requirements,
+    servers: &[ClientToolServer],
+) -> Result<()> {
+    if servers.is_empty() {
+        return Ok(());
+    }
+    if servers.len() > MAX_CLIENT_TOOL_SERVERS {
+        return Err(RuntimeError::Invalid(format!("at most {MAX_CLIENT_TOOL_SERVERS} MCP servers per session")));
+    }
+    if !matches!(agent.backend, BackendRef::Native | BackendRef::Acp { .. }) {
+        return Err(RuntimeError::Invalid(format!(
+            "the agent runs on backend {}, which does not take MCP servers from the client",
+            agent.backend
+        )));
+    }
+    for (i, s) in servers.iter().enumerate() {
+        let name = s.name();
+        if name.is_empty() || name.len() > 64 {
+            return Err(RuntimeError::Invalid("an MCP server's name is 1 to 64 bytes".into()));
+        }
+        if servers[..i].iter().any(|o| o.name() == name) || agent.mcp_servers.iter().any(|m| m.name == name) {
+            return Err(RuntimeError::Invalid(format!("MCP server name {name:?} is used twice")));
+        }
+        match s {
+            ClientToolServer::Stdio { command, .. } if command.is_empty() => {
+                return Err(RuntimeError::Invalid(format!("MCP server {name:?} needs a command")));
+            }
+            ClientToolServer::Stdio { .. }
+                if requirements.tool_execution == gateway_core::placement::ToolExecution::External =>
+            {
+                return Err(RuntimeError::Invalid(format!(
+                    "MCP server {name:?} is a command, and this session's tools run on a self-hosted environment"
+                )));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }

@@ -378,14 +378,25 @@ impl Environments {
     /// left as they are). The one place tokens are sealed; [`Environments::open_token`] is the
     /// one place they are opened, right before a checkout.
     pub fn seal_tokens<'a>(&self, resources: impl IntoIterator<Item = &'a mut ResourceKind>) {
-        let Some(secrets) = &self.secrets else { return };
         for r in resources {
-            if let ResourceKind::Repository { authorization_token: Some(token), .. } = r
-                && !SecretBox::is_sealed(&token.0)
-            {
-                token.0 = secrets.seal(&token.0);
+            if let ResourceKind::Repository { authorization_token: Some(token), .. } = r {
+                self.seal_secret(token);
             }
         }
+    }
+
+    /// Seals a secret in place (once: a sealed value stays as it is).
+    pub fn seal_secret(&self, secret: &mut Secret) {
+        if let Some(secrets) = &self.secrets
+            && !SecretBox::is_sealed(&secret.0)
+        {
+            secret.0 = secrets.seal(&secret.0);
+        }
+    }
+
+    /// A secret [`Self::seal_secret`] sealed, opened (a value never sealed comes back as it is).
+    pub fn open_secret(&self, secret: &Secret) -> Result<Secret, String> {
+        self.open_token(secret)
     }
 
     fn open_token(&self, token: &Secret) -> Result<Secret, String> {

@@ -129,6 +129,7 @@ async fn session_request(
         resources: vec![],
         initial_inputs: vec![first],
         vault_ids: Vec::new(),
+        client_tool_servers: Vec::new(),
     })
 }
 

@@ -25,7 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::future::OptionFuture;
 use gateway_core::event::{ErrorKind, Event, EventPayload};
-use gateway_core::session::{PendingAction, PendingKind};
+use gateway_core::session::{ClientToolServer, PendingAction, PendingKind, Secret};
 use gateway_core::turn::RunView;
 use gateway_runtime::{Backend, BackendError, Environments, RunContext, TurnOutcome};
 use serde_json::{Value, json};
@@ -101,11 +101,7 @@ impl AcpBackend {
         if let Some(change) = lease.acquired.change.take() {
             ctx.commit_environment(vec![], change).await?;
         }
-        let mcp_servers = match ctx.documents().get_document(MCP_SERVERS_NS, ctx.session.id.as_str()).await {
-            Ok(Some(doc)) => doc.body,
-            Ok(None) => json!([]),
-            Err(e) => return Err(failed(format!("cannot read the session's MCP servers: {e}"))),
-        };
+        let mcp_servers = self.mcp_servers(ctx).await?;
         let launch = Launch {
             executor: &self.name,
             config: &self.config,
@@ -119,6 +115,41 @@ impl AcpBackend {
         Ok(p)
     }
 
+    /// The client's MCP servers in ACP's `McpServer` form, their secret values opened. A
+    /// session created before they were kept in its snapshot has them in a document.
+    async fn mcp_servers(&self, ctx: &RunContext) -> Result<Value, BackendError> {
+        let servers = &ctx.session.snapshot.client_tool_servers;
+        if servers.is_empty() {
+            return match ctx.documents().get_document(MCP_SERVERS_NS, ctx.session.id.as_str()).await {
+                Ok(Some(doc)) => Ok(doc.body),
+                Ok(None) => Ok(json!([])),
+                Err(e) => Err(failed(format!("cannot read the session's MCP servers: {e}"))),
+            };
+        }
+        let open = |pairs: &[(String, Secret)]| -> Result<Vec<Value>, BackendError> {
+            pairs
+                .iter()
+                .map(|(name, value)| {
+                    let value = self.environments.open_secret(value).map_err(failed)?;
+                    Ok(json!({"name": name, "value": value.0}))
+                })
+                .collect()
+        };
+        let out = servers
+            .iter()
+            .map(|s| {
+                Ok(match s {
+                    ClientToolServer::Stdio { name, command, args, env } => {
+                        json!({"name": name, "command": command, "args": args, "env": open(env)?})
+                    }
+                    ClientToolServer::Http { name, url, headers } => {
+                        json!({"type": "http", "name": name, "url": url, "headers": open(headers)?})
+                    }
+                })
+            })
+            .collect::<Result<Vec<Value>, BackendError>>()?;
+        Ok(Value::Array(out))
+    }
     /// The process, started within the deadline.
     async fn process_by(&self, ctx: &RunContext, deadline: Instant) -> Result<Arc<AgentProcess>, BackendError> {
         match tokio::time::timeout_at(deadline, self.process(ctx)).await {

@@ -312,6 +312,23 @@ pub async fn start(ctx: &RunContext, launch: Launch<'_>) -> Result<Arc<AgentProc
         return Err(failed(format!("ACP agent {executor:?} does not speak protocol version {PROTOCOL_VERSION}")));
     }
     process.caps = AgentCaps::read(&init);
+    // An http MCP server goes only to an agent that says it takes one.
+    let http = init.pointer("/agentCapabilities/mcpCapabilities/http").and_then(Value::as_bool) == Some(true);
+    let mcp_servers = match mcp_servers {
+        Value::Array(servers) if !http => Value::Array(
+            servers
+                .into_iter()
+                .filter(|s| {
+                    let keep = s.get("type").and_then(Value::as_str) != Some("http");
+                    if !keep {
+                        tracing::warn!(executor, server = ?s.get("name"), "the ACP agent takes no http MCP servers; not passed");
+                    }
+                    keep
+                })
+                .collect(),
+        ),
+        other => other,
+    };
     let cwd = hand.sandbox().inner_root().display().to_string();
     let known = ctx.bindings().await?.get(AGENT_SESSION_BINDING).cloned();
     let reopened = match known {

@@ -145,7 +145,7 @@ impl Editor {
             "agentCapabilities": {
                 "loadSession": true,
                 "promptCapabilities": {"image": image, "audio": false, "embeddedContext": true},
-                "mcpCapabilities": {"http": false, "sse": false},
+                "mcpCapabilities": {"http": true, "sse": false},
                 "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
             },
             "authMethods": [],

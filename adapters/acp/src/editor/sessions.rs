@@ -6,21 +6,16 @@ use std::path::{Path, PathBuf};
 use gateway_core::SessionId;
 use gateway_core::agent::{AgentOverrides, BackendRef, ToolSpec};
 use gateway_core::event::EventPayload;
-use gateway_core::session::{ResourceKind, Session};
+use gateway_core::session::{ClientToolServer, MAX_CLIENT_TOOL_SERVERS, ResourceKind, Secret, Session};
 use gateway_runtime::{AgentSelection, CreateSession};
-use gateway_store::{
-    AdmissionWrites, DocumentWrite, EventFilter, Keyset, Order, PageCursor, PageRequest, SessionFilter,
-};
+use gateway_store::{EventFilter, Keyset, Order, PageCursor, PageRequest, SessionFilter};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tracing::info;
 
 use super::{Editor, Open, Projector, agent_name, runtime_error, workspace_of};
-use crate::names::MCP_SERVERS_NS;
 use crate::rpc::{Peer, RpcError, params};
 
-/// `mcpServers` entries accepted per session.
-const MAX_MCP_SERVERS: usize = 32;
 /// Sessions per `session/list` page.
 const LIST_PAGE: u32 = 50;
 /// The config option that picks the agent.
@@ -112,7 +107,7 @@ pub(super) async fn new_session(ed: &Editor, raw: Value) -> Result<Value, RpcErr
     let (name, agent_id) = ed.default_agent()?;
     let agent = ed.ctx.coordinator.get_agent(&agent_id, None).await.map_err(runtime_error)?;
     let backend = agent.spec.backend.clone();
-    check_mcp(&name, &backend, &p.mcp_servers)?;
+    let tool_servers = tool_servers(&name, &backend, &p.mcp_servers)?;
     let environment_id = ed
         .ctx
         .agents
@@ -127,16 +122,11 @@ pub(super) async fn new_session(ed: &Editor, raw: Value) -> Result<Value, RpcErr
         resources: vec![ResourceKind::workspace(p.cwd.clone(), root)],
         initial_inputs: vec![],
         vault_ids: Vec::new(),
+        // The editor's MCP servers are kept with the session (their secret values sealed): the
+        // native loop calls them, an ACP agent process gets them.
+        client_tool_servers: tool_servers,
     };
-    // The MCP servers the agent process gets are kept with the session, in its creation.
-    let id = SessionId::new();
-    let documents = match p.mcp_servers.is_empty() {
-        true => vec![],
-        false => vec![DocumentWrite::create(MCP_SERVERS_NS, id.as_str(), Value::Array(p.mcp_servers))],
-    };
-    let writes = AdmissionWrites { documents, ..AdmissionWrites::default() };
-    let (session, _) =
-        ed.ctx.coordinator.create_session_with(request, id, writes, None).await.map_err(runtime_error)?;
+    let (session, _) = ed.ctx.coordinator.create_session(request).await.map_err(runtime_error)?;
     info!(session = %session.id, agent = %name, cwd = %p.cwd, "ACP session created");
     ed.remember(session.id.clone(), p.cwd);
     let mut result = json!({"sessionId": session.id.to_string()});
@@ -155,34 +145,58 @@ fn overrides_for(spec: &gateway_core::agent::AgentSpec) -> Option<AgentOverrides
     })
 }
 
-/// MCP servers go to agents that take them (ACP executors); others refuse them by name.
-fn check_mcp(name: &str, backend: &BackendRef, servers: &[Value]) -> Result<(), RpcError> {
+/// The editor's MCP servers (stdio and http; `mcpCapabilities.sse` is false), for agents that
+/// take them: the native loop and ACP agent processes. Others refuse them by name.
+fn tool_servers(name: &str, backend: &BackendRef, servers: &[Value]) -> Result<Vec<ClientToolServer>, RpcError> {
     if servers.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
-    if servers.len() > MAX_MCP_SERVERS {
-        return Err(RpcError::invalid_params(format!("at most {MAX_MCP_SERVERS} MCP servers per session")));
+    if servers.len() > MAX_CLIENT_TOOL_SERVERS {
+        return Err(RpcError::invalid_params(format!("at most {MAX_CLIENT_TOOL_SERVERS} MCP servers per session")));
     }
-    match backend {
-        BackendRef::Acp { .. } => {
-            for s in servers {
-                let stdio = s.get("type").is_none() || s.get("type") == Some(&json!("stdio"));
-                if !stdio {
-                    return Err(RpcError::invalid_params(
-                        "only stdio MCP servers are accepted (mcpCapabilities.http and .sse are false)",
-                    ));
-                }
-                if s.get("name").and_then(Value::as_str).is_none() || s.get("command").and_then(Value::as_str).is_none()
-                {
-                    return Err(RpcError::invalid_params("an MCP server needs `name` and `command`"));
-                }
-            }
-            Ok(())
+    if !matches!(backend, BackendRef::Native | BackendRef::Acp { .. }) {
+        return Err(RpcError::invalid_params(format!(
+            "agent {name:?} runs on backend {backend}, which does not take MCP servers from the editor; \
+             pass `mcpServers: []` or pick another agent"
+        )));
+    }
+    servers.iter().map(tool_server).collect()
+}
+
+/// One `McpServer` of ACP's schema.
+fn tool_server(v: &Value) -> Result<ClientToolServer, RpcError> {
+    #[derive(Deserialize)]
+    struct Pair {
+        name: String,
+        value: String,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Server {
+        #[serde(rename = "type")]
+        kind: Option<String>,
+        name: String,
+        command: Option<String>,
+        #[serde(default)]
+        args: Vec<String>,
+        #[serde(default)]
+        env: Vec<Pair>,
+        url: Option<String>,
+        #[serde(default)]
+        headers: Vec<Pair>,
+    }
+    let s: Server = serde_json::from_value(v.clone())
+        .map_err(|e| RpcError::invalid_params(format!("an MCP server is malformed: {e}")))?;
+    let pairs = |p: Vec<Pair>| p.into_iter().map(|p| (p.name, Secret(p.value))).collect();
+    match (s.kind.as_deref(), s.command, s.url) {
+        (None | Some("stdio"), Some(command), _) => {
+            Ok(ClientToolServer::Stdio { name: s.name, command, args: s.args, env: pairs(s.env) })
         }
-        other => Err(RpcError::invalid_params(format!(
-            "agent {name:?} runs on backend {other}, which does not take MCP servers from the editor; \
-             pass `mcpServers: []` or pick an ACP-backed agent"
-        ))),
+        (Some("http"), _, Some(url)) => Ok(ClientToolServer::Http { name: s.name, url, headers: pairs(s.headers) }),
+        (Some("sse"), ..) => {
+            Err(RpcError::invalid_params("SSE MCP servers are not supported (mcpCapabilities.sse is false)"))
+        }
+        _ => Err(RpcError::invalid_params("an MCP server needs `name` and `command` (stdio) or `url` (http)")),
     }
 }
 
@@ -395,13 +409,36 @@ mod tests {
     }
 
     #[test]
-    fn mcp_servers_are_refused_by_native_agents_by_name() {
-        let one = vec![json!({"name": "m", "command": "/bin/m", "args": [], "env": []})];
-        let e = check_mcp("helper", &BackendRef::Native, &one).expect_err("refused");
-        assert!(e.message.contains("helper") && e.message.contains("native"), "{e:?}");
-        assert!(check_mcp("a", &BackendRef::Acp { executor: "x".into() }, &one).is_ok());
-        let http = vec![json!({"type": "http", "name": "m", "url": "http://x", "headers": []})];
-        assert!(check_mcp("a", &BackendRef::Acp { executor: "x".into() }, &http).is_err());
-        assert!(check_mcp("a", &BackendRef::Native, &[]).is_ok());
+    fn editor_mcp_servers_are_read_for_native_and_acp_agents_and_refused_elsewhere_by_name() {
+        let stdio = json!({"name": "m", "command": "/bin/m", "args": ["-v"], "env": [{"name": "K", "value": "v"}]});
+        let http = json!({"type": "http", "name": "h", "url": "http://x/mcp",
+                          "headers": [{"name": "Authorization", "value": "Bearer t"}]});
+        let both = vec![stdio, http];
+        for backend in [BackendRef::Native, BackendRef::Acp { executor: "x".into() }] {
+            let servers = tool_servers("a", &backend, &both).expect("taken");
+            assert_eq!(
+                servers,
+                vec![
+                    ClientToolServer::Stdio {
+                        name: "m".into(),
+                        command: "/bin/m".into(),
+                        args: vec!["-v".into()],
+                        env: vec![("K".into(), Secret("v".into()))],
+                    },
+                    ClientToolServer::Http {
+                        name: "h".into(),
+                        url: "http://x/mcp".into(),
+                        headers: vec![("Authorization".into(), Secret("Bearer t".into()))],
+                    },
+                ]
+            );
+        }
+        let e = tool_servers("helper", &BackendRef::A2a { remote: "r".into() }, &both).expect_err("refused");
+        assert!(e.message.contains("helper") && e.message.contains("a2a:r"), "{e:?}");
+        let sse = vec![json!({"type": "sse", "name": "s", "url": "http://x", "headers": []})];
+        assert!(tool_servers("a", &BackendRef::Native, &sse).expect_err("refused").message.contains("SSE"));
+        let nameless = vec![json!({"command": "/bin/m"})];
+        assert!(tool_servers("a", &BackendRef::Native, &nameless).is_err());
+        assert!(tool_servers("a", &BackendRef::Native, &[]).expect("none").is_empty());
     }
 }

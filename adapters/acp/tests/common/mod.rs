@@ -152,6 +152,7 @@ impl Rig {
             resources: vec![ResourceKind::workspace(self.project(&format!("ws-{agent}")), None)],
             initial_inputs: vec![],
             vault_ids: Vec::new(),
+            client_tool_servers: Vec::new(),
         };
         self.coordinator.create_session(req).await.unwrap().0
     }

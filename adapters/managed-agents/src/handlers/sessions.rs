@@ -47,6 +47,7 @@ pub async fn create(State(api): State<ManagedAgents>, ApiJson(mut body): ApiJson
         resources,
         initial_inputs,
         vault_ids: vault_ids(body.vault_ids.unwrap_or_default())?,
+        client_tool_servers: Vec::new(),
     };
     let (session, _) = api.coordinator.create_session(req).await?;
     Ok(Json(session_out(&session, &api.public_url)))

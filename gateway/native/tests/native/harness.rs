@@ -130,6 +130,7 @@ impl Native {
             resources,
             initial_inputs: vec![],
             vault_ids: Vec::new(),
+            client_tool_servers: Vec::new(),
         };
         self.coordinator.create_session(req).await.map(|(s, _)| s)
     }

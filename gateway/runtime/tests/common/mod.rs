@@ -120,6 +120,7 @@ pub async fn new_session(r: &Rig) -> Session {
         resources: vec![],
         initial_inputs: vec![],
         vault_ids: Vec::new(),
+        client_tool_servers: Vec::new(),
     };
     r.coordinator.create_session(req).await.unwrap().0
 }
@@ -570,6 +571,7 @@ pub async fn placement_refusals_name_their_rule(h: &dyn Harness) {
         resources: vec![],
         initial_inputs: vec![],
         vault_ids: Vec::new(),
+        client_tool_servers: Vec::new(),
     };
     match r.coordinator.create_session(req.clone()).await {
         Err(RuntimeError::Placement(e)) => assert!(e.to_string().contains("ACP + on_tool_use"), "{e}"),
@@ -594,6 +596,7 @@ pub async fn placement_refusals_name_their_rule(h: &dyn Harness) {
         resources: vec![gateway_core::session::ResourceKind::workspace("/tmp", None)],
         initial_inputs: vec![],
         vault_ids: Vec::new(),
+        client_tool_servers: Vec::new(),
     };
     match r.coordinator.create_session(with_mount).await {
         Err(RuntimeError::Placement(e)) => assert!(e.to_string().contains("A2A + local inputs"), "{e}"),

@@ -94,8 +94,13 @@ pub async fn a_mounted_file_outlives_every_attempt_to_delete_it(h: &dyn Harness)
     let inputs = LocalInputs { files: 1, ..Default::default() };
     let requirements = place(&BackendRef::Native, &env.spec.config, &inputs, &placement_offer()).unwrap();
     let resources = vec![file_resource(&file, "/workspace/notes.txt")];
-    let snapshot =
-        SessionSnapshot { agent: agent.clone(), requirements: requirements.clone(), resources, vault_ids: vec![] };
+    let snapshot = SessionSnapshot {
+        agent: agent.clone(),
+        requirements: requirements.clone(),
+        resources,
+        vault_ids: vec![],
+        client_tool_servers: vec![],
+    };
     let (sess, _) = s.create_session(new_session(env.id.clone(), snapshot.clone(), vec![])).await.unwrap();
 
     let refused = s.delete_file(&file.meta.id).await.unwrap_err();
@@ -164,6 +169,7 @@ pub async fn a_file_is_never_deleted_while_a_session_mounting_it_is_created(h: &
                 requirements: requirements.clone(),
                 resources: vec![file_resource(&file, "/workspace/f.txt")],
                 vault_ids: vec![],
+                client_tool_servers: vec![],
             };
             let new = new_session(env.id.clone(), snapshot, vec![super::msg("go")]);
             tokio::spawn(async move { s.create_session(new).await.map(|(sess, _)| sess.id) })

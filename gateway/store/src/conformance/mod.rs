@@ -187,8 +187,11 @@ pub async fn session_with(store: &Arc<dyn Store>, initial: Vec<NewEvent>) -> Ses
     let env = store.create_environment(env_spec("e")).await.expect("create environment");
     let requirements =
         place(&BackendRef::Native, &env.spec.config, &LocalInputs::default(), &placement_offer()).expect("place");
-    let mut new =
-        new_session(env.id, SessionSnapshot { agent, requirements, resources: vec![], vault_ids: vec![] }, initial);
+    let mut new = new_session(
+        env.id,
+        SessionSnapshot { agent, requirements, resources: vec![], vault_ids: vec![], client_tool_servers: vec![] },
+        initial,
+    );
     new.title = Some("t".into());
     store.create_session(new).await.expect("create session").0
 }

@@ -26,7 +26,8 @@ async fn self_hosted_session(store: &Arc<dyn Store>) -> Session {
     let env = store.create_environment(spec).await.unwrap();
     let requirements =
         place(&BackendRef::Native, &env.spec.config, &LocalInputs::default(), &placement_offer()).unwrap();
-    let snapshot = SessionSnapshot { agent, requirements, resources: vec![], vault_ids: vec![] };
+    let snapshot =
+        SessionSnapshot { agent, requirements, resources: vec![], vault_ids: vec![], client_tool_servers: vec![] };
     store.create_session(new_session(env.id, snapshot, vec![])).await.unwrap().0
 }
 
