@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use gateway_core::agent::{AgentSpec, PermissionPolicy, ToolAvailability};
+use gateway_core::agent::{AgentSpec, PermissionPolicy, ToolAvailability, ToolSpec};
 use gateway_core::content::ContentBlock;
 use gateway_core::event::{ErrorKind, Event, EventKind, EventPayload, NewEvent, ToolOrigin, ToolPermission, Usage};
 use gateway_core::placement::ToolExecution;
@@ -36,6 +36,8 @@ use gateway_runtime::environment::{Environments, Lease};
 use gateway_runtime::executors::Connection;
 use gateway_runtime::previews::Preview;
 
+pub use gateway_services::web::WebTools;
+use gateway_services::web::{DomainRules, WebAnswer, WebTool};
 use mcp::McpTools;
 pub use mcp::{McpAccess, McpConfig};
 
@@ -62,11 +64,19 @@ pub struct NativeBackend {
     /// How agents' MCP servers are reached; without it, an agent's MCP servers are reported
     /// unavailable at every turn (never silently dropped).
     mcp: Option<Arc<McpAccess>>,
+    /// `web_fetch` and `web_search`; without them, both answer that they are not available.
+    web: Option<Arc<WebTools>>,
 }
 
 impl NativeBackend {
     pub fn new(model: Arc<dyn ModelClient>, environments: Option<Arc<Environments>>, config: NativeConfig) -> Self {
-        Self { model, environments, config, mcp: None }
+        Self { model, environments, config, mcp: None, web: None }
+    }
+
+    /// Lets this backend run the web tools.
+    pub fn with_web(mut self, web: Arc<WebTools>) -> Self {
+        self.web = Some(web);
+        self
     }
 
     /// Lets this backend call agents' MCP servers.
@@ -136,7 +146,24 @@ fn route_local(
 
 /// Tools that need no local environment: answered without realizing one.
 fn is_local_tool(name: &str) -> bool {
-    !matches!(name, "web_fetch" | "web_search")
+    WebTool::from_name(name).is_none()
+}
+
+/// The domain rules an agent's toolset gives a web tool (`allowed_domains`,
+/// `blocked_domains` of its entry).
+fn domain_rules(agent: &AgentSpec, name: &str) -> Result<DomainRules, gateway_services::web::WebError> {
+    let extras = agent.tools.iter().find_map(|t| match t {
+        ToolSpec::Builtin { configs, .. } => configs.iter().find(|c| c.name == name).map(|c| &c.extras),
+        _ => None,
+    });
+    let list = |key: &str| -> Vec<String> {
+        extras
+            .and_then(|e| e.get(key))
+            .and_then(serde_json::Value::as_array)
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default()
+    };
+    DomainRules::new(&list("allowed_domains"), &list("blocked_domains"))
 }
 
 fn text_result(tool_use_id: &EventId, origin: ToolOrigin, text: impl Into<String>, is_error: bool) -> NewEvent {
@@ -254,10 +281,8 @@ impl<'a> Turn<'a> {
         if let ToolOrigin::Mcp { server } = origin {
             return self.execute_mcp(id, server, name, input).await;
         }
-        if !is_local_tool(name) {
-            let out = format!("{name} is not available in this gateway");
-            self.commit(vec![text_result(id, ToolOrigin::Builtin, out, true)]).await?;
-            return Ok(());
+        if let Some(tool) = WebTool::from_name(name) {
+            return self.execute_web(id, tool, name, input).await;
         }
         let hand = self.hand_with(vec![NewEvent::new(EventPayload::ToolStarted { tool_use_id: id.clone() })]).await?;
         let cancel = CancellationToken::new();
@@ -313,6 +338,42 @@ impl<'a> Turn<'a> {
             is_error,
         })])
         .await?;
+        Ok(())
+    }
+
+    /// A web tool: journaled as started, run by the gateway (never in a sandbox, whatever the
+    /// session's environment), held to the agent's domain rules for it.
+    async fn execute_web(
+        &mut self,
+        id: &EventId,
+        tool: WebTool,
+        name: &str,
+        input: &JsonObject,
+    ) -> Result<(), BackendError> {
+        let Some(web) = self.backend.web.clone() else {
+            let out = format!("{name} is not available in this gateway");
+            self.commit(vec![text_result(id, ToolOrigin::Builtin, out, true)]).await?;
+            return Ok(());
+        };
+        self.commit(vec![NewEvent::new(EventPayload::ToolStarted { tool_use_id: id.clone() })]).await?;
+        let span = tracing::info_span!(
+            "tool_call",
+            otel.name = format!("execute_tool {name}"),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %name,
+            gen_ai.tool.call.id = %id,
+        );
+        let answer = match domain_rules(&self.ctx.session.snapshot.agent.spec, name) {
+            Ok(rules) => {
+                let input = serde_json::Value::Object(input.clone());
+                tokio::select! {
+                    a = web.answer(tool, &input, &rules).instrument(span) => a,
+                    _ = self.ctx.interrupted() => WebAnswer { text: "the call was interrupted".into(), is_error: true },
+                }
+            }
+            Err(e) => WebAnswer { text: e.to_string(), is_error: true },
+        };
+        self.commit(vec![text_result(id, ToolOrigin::Builtin, answer.text, answer.is_error)]).await?;
         Ok(())
     }
 

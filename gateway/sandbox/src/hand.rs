@@ -120,9 +120,8 @@ impl Hand {
         let result = match tool {
             "bash" => self.bash(input, cancel).await,
             "read" | "write" | "edit" | "glob" | "grep" => self.file_tool(tool, input, cancel).await,
-            "web_fetch" | "web_search" => {
-                Err(ToolOutput::error(format!("the {tool} tool is not available in this gateway")))
-            }
+            // The gateway runs the web tools itself (`gateway_services::web`), never a sandbox.
+            "web_fetch" | "web_search" => Err(ToolOutput::error(format!("the {tool} tool does not run in a sandbox"))),
             other => Err(ToolOutput::error(format!("unknown tool: {}", truncate(other, 100)))),
         };
         result.unwrap_or_else(|e| e)

@@ -6,8 +6,9 @@
 //!   in bubblewrap (all namespaces unshared, no capabilities, uid/gid 65534, read-only system,
 //!   only the workspace writable, private /tmp, no network unless allowed, resource limits).
 //! - [`Hand`]: the tool executor of one session: the built-in tools of
-//!   `agent_toolset_20260401` (`bash`, `read`, `write`, `edit`, `glob`, `grep`; `web_fetch` and
-//!   `web_search` answer "not available"), all confined to the workspace.
+//!   `agent_toolset_20260401` that touch a workspace (`bash`, `read`, `write`, `edit`, `glob`,
+//!   `grep`), all confined to it. `web_fetch` and `web_search` run in the gateway
+//!   (`gateway_services::web`), never here.
 //!
 //! Every provider passes the one conformance suite in `conformance` (feature `conformance`);
 //! providers that are a security boundary also pass its isolation suite.

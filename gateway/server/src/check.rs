@@ -97,6 +97,7 @@ pub async fn check(file: Option<&Path>) -> Vec<Item> {
     let keys = database(&config, &mut items).await;
     items.extend(sandbox(&config));
     items.push(model(&config));
+    items.push(web_search(&config));
     items.extend(state(&config));
     items.extend(exposure(&config, keys));
     items
@@ -204,6 +205,17 @@ fn sandbox(config: &Config) -> Vec<Item> {
 }
 
 /// The model client builds: credentials present (only the variable's name is shown).
+/// Whether `web_search` has a provider and its key (without one, the tool answers an error
+/// naming the setting: a warning, not a failure).
+fn web_search(config: &Config) -> Item {
+    match gateway_services::web::search_readiness(&config.web) {
+        Ok(()) => Item::ok("web_search", "a search provider and its key are configured"),
+        Err(e) => {
+            Item::warn("web_search", e, "see [web.search] in the README; the agent's web_search answers this error")
+        }
+    }
+}
+
 fn model(config: &Config) -> Item {
     match compose::model_client(config) {
         Ok(_) if config.model == "fake" => {

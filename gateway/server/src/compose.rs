@@ -11,7 +11,7 @@ use gateway_core::agent::BackendRef;
 use gateway_models::ModelClient;
 use gateway_models::anthropic::{AnthropicClient, Credential};
 use gateway_models::fake::FakeModel;
-use gateway_native::{McpAccess, NativeBackend};
+use gateway_native::{McpAccess, NativeBackend, WebTools};
 use gateway_runtime::{BackendRegistry, Environments};
 use gateway_sandbox::providers::host_providers;
 use gateway_sandbox::{ProviderKind, SandboxProvider};
@@ -78,12 +78,14 @@ pub fn backends(
     model: Arc<dyn ModelClient>,
     vaults: Arc<VaultService>,
     ext: Extensions,
-) -> BackendRegistry {
+) -> anyhow::Result<BackendRegistry> {
     let mut backends = BackendRegistry::new();
     // MCP results are held to the output cap built-in tools have.
     let mcp = McpAccess::new(&config.mcp, vaults, config.environments.limits.output_cap);
-    let native =
-        NativeBackend::new(model, Some(Arc::clone(environments)), config.native.clone()).with_mcp(Arc::new(mcp));
+    let web = WebTools::new(&config.web).context("[web]")?;
+    let native = NativeBackend::new(model, Some(Arc::clone(environments)), config.native.clone())
+        .with_mcp(Arc::new(mcp))
+        .with_web(Arc::new(web));
     backends.register(BackendRef::Native, Arc::new(native));
     for (r, b) in gateway_acp::backends(&acp_executors(config), environments, processes) {
         backends.register(r, b);
@@ -98,7 +100,7 @@ pub fn backends(
     for (r, b) in ext.backends {
         backends.register(r, b);
     }
-    backends
+    Ok(backends)
 }
 
 /// Refuses configurations that would run a real model's tool calls without a security

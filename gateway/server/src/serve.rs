@@ -98,7 +98,13 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<S
 
     let processes = Arc::new(ProcessTable::default());
     let vaults = Arc::new(VaultService::new(Arc::clone(&store), secrets.clone()));
-    let backends = compose::backends(config, &environments, &processes, model, Arc::clone(&vaults), ext);
+    let backends = match compose::backends(config, &environments, &processes, model, Arc::clone(&vaults), ext) {
+        Ok(b) => b,
+        Err(e) => {
+            store.close().await;
+            return Err(e);
+        }
+    };
     let runtime_config = RuntimeConfig {
         instance: config.instance_name(),
         workers: Some(config.workers.clone()),

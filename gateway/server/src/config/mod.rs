@@ -12,6 +12,7 @@ use gateway_native::{McpConfig, NativeConfig};
 use gateway_runtime::{AdmissionLimits, EnvironmentsConfig, WorkerConfig};
 use gateway_sandbox::ProviderKind;
 use gateway_services::files::FilesConfig;
+use gateway_services::web::WebConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::listen::HttpLimits;
@@ -59,6 +60,8 @@ pub struct Config {
     pub native: NativeConfig,
     /// `[mcp]`: how agents' MCP servers are reached (`allow_private_servers`, deadlines).
     pub mcp: McpConfig,
+    /// `[web]`: `web_fetch` (private targets, bounds) and `web_search` (its provider).
+    pub web: WebConfig,
     pub anthropic: AnthropicSettings,
     pub log: LogConfig,
     /// `[telemetry]`: OpenTelemetry traces (off unless an OTLP endpoint is set).
@@ -102,6 +105,7 @@ impl Default for Config {
             environments: EnvironmentsConfig::default(),
             native: NativeConfig::default(),
             mcp: McpConfig::default(),
+            web: WebConfig::default(),
             anthropic: AnthropicSettings::default(),
             log: LogConfig::default(),
             telemetry: crate::telemetry::TelemetryConfig::default(),

@@ -52,16 +52,62 @@ pub(crate) fn kind(content_type: Option<&str>, body: &[u8]) -> Kind {
 /// callers run it off the async workers. A page the renderer cannot handle is given as its
 /// lossy text rather than not at all.
 ///
-/// Known cost: the renderer's time grows with the square of tag nesting (measured: 10,000
-/// nested `<div>`s take about 2 s, 100,000 about 190 s in a debug build). The caller's deadline
-/// ends the tool call on time, but the blocking thread finishes the conversion; a depth bound
-/// before rendering is still to be added.
+/// The renderer's time grows with the square of tag nesting (measured: 10,000 nested `<div>`s
+/// take about 2 s, 100,000 about 190 s in a debug build), and a thread cannot be stopped once
+/// it runs: a page nested deeper than [`MAX_HTML_DEPTH`] is not rendered, and says so.
 pub(crate) fn html_to_text(html: &[u8]) -> String {
     let html = String::from_utf8_lossy(html);
+    let depth = nesting_depth(&html);
+    if depth > MAX_HTML_DEPTH {
+        return format!(
+            "[the page's HTML nests {depth} elements deep, more than the {MAX_HTML_DEPTH} this gateway renders; \
+             it was not converted]"
+        );
+    }
     html2text::config::plain()
         .allow_width_overflow()
         .string_from_read(html.as_bytes(), HTML_WRAP_COLUMNS)
         .unwrap_or_else(|_| html.into_owned())
+}
+
+/// The deepest element nesting a page renders with (real pages stay far below a few hundred).
+pub(crate) const MAX_HTML_DEPTH: usize = 2000;
+
+/// Elements that never hold content, so never nest (HTML's void elements).
+const VOID: [&str; 14] =
+    ["area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"];
+
+/// The deepest nesting of open elements, read from the tags alone (a linear scan: what the
+/// renderer would pay for is bounded before it is paid). Comments and void elements do not
+/// nest; an unclosed element counts to the end, as a renderer would nest it.
+fn nesting_depth(html: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut rest = html;
+    while let Some(at) = rest.find('<') {
+        rest = &rest[at + 1..];
+        if let Some(after) = rest.strip_prefix("!--") {
+            rest = after.find("-->").map_or("", |end| &after[end + 3..]);
+            continue;
+        }
+        let end = rest.find('>').unwrap_or(rest.len());
+        let tag = &rest[..end];
+        rest = rest.get(end + 1..).unwrap_or("");
+        if let Some(closing) = tag.strip_prefix('/') {
+            if closing.starts_with(|c: char| c.is_ascii_alphabetic()) {
+                depth = depth.saturating_sub(1);
+            }
+            continue;
+        }
+        if !tag.starts_with(|c: char| c.is_ascii_alphabetic()) || tag.ends_with('/') {
+            continue;
+        }
+        let name: String = tag.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+        if !VOID.iter().any(|v| v.eq_ignore_ascii_case(&name)) {
+            depth += 1;
+            deepest = deepest.max(depth);
+        }
+    }
+    deepest
 }
 
 /// A short piece of HTML (a search result's title or snippet, with `<strong>` marks and
@@ -123,6 +169,19 @@ pub(crate) async fn read_capped(mut response: reqwest::Response, cap: u64) -> Re
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn nesting_is_measured_from_the_tags_and_deep_pages_are_not_rendered() {
+        assert_eq!(super::nesting_depth("<html><body><p>a<br>b<img src=x></p><!-- <div> --></body></html>"), 3);
+        assert_eq!(super::nesting_depth("<div/><p>x</p><p>y</p>"), 1);
+        let deep = "<div>".repeat(super::MAX_HTML_DEPTH + 1);
+        let started = std::time::Instant::now();
+        let text = super::html_to_text(deep.as_bytes());
+        assert!(text.contains("not converted"), "{text}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        let ok = format!("{}hello{}", "<div>".repeat(50), "</div>".repeat(50));
+        assert!(super::html_to_text(ok.as_bytes()).contains("hello"));
+    }
+
     use super::*;
 
     #[test]
