@@ -1,8 +1,12 @@
 //! Vaults as the faces and the tool loop use them (docs/adr/0024): a credential's secret is
 //! sealed with the gateway's key before the store sees it and opened only for the code that
 //! calls the credential's server; reads and secret-free writes go to the store as they are.
+//! OAuth credentials are refreshed through their token endpoint when due (`refresh.rs`,
+//! [`VaultService::refreshed`]).
 
-use std::sync::Arc;
+mod refresh;
+
+use std::sync::{Arc, OnceLock};
 
 use gateway_core::session::Secret;
 use gateway_core::vault::{Credential, CredentialSecret, CredentialSpec, Vault, credential_for};
@@ -11,6 +15,8 @@ use gateway_store::{NewCredential, SealedCredential, Store, StoreError, Vaults};
 
 use crate::secrets::{SecretBox, SecretError};
 
+pub use refresh::{MAX_TOKEN_RESPONSE, REFRESH_MARGIN, RefreshError, TOKEN_TIMEOUT, refresh_due};
+
 #[derive(Debug, thiserror::Error)]
 pub enum VaultError {
     #[error(transparent)]
@@ -18,6 +24,10 @@ pub enum VaultError {
     /// A stored secret did not open (another key, or altered): the credential is unusable.
     #[error("the credential's secret cannot be opened: {0}")]
     Secret(#[from] SecretError),
+    /// Refreshing an OAuth credential's access token failed; the stored credential is as it
+    /// was. `endpoint` is the token endpoint without its query; nothing secret is said.
+    #[error("credential {credential}: refreshing its access token at {endpoint} failed: {reason}")]
+    Refresh { credential: CredentialId, endpoint: String, reason: RefreshError },
 }
 
 /// The secrets an update replaces; `None` keeps the stored one.
@@ -84,11 +94,16 @@ fn open_secret(secrets: &SecretBox, sealed: &str) -> Result<CredentialSecret, Va
 pub struct VaultService {
     store: Arc<dyn Store>,
     secrets: SecretBox,
+    /// Token endpoints may be non-public addresses ([`VaultService::with_private_token_endpoints`]).
+    private_token_endpoints: bool,
+    /// The SSRF-guarded client for token endpoints, made at the first refresh.
+    token_client: Arc<OnceLock<reqwest::Client>>,
 }
 
 impl VaultService {
+    /// A service whose token endpoints must be public addresses.
     pub fn new(store: Arc<dyn Store>, secrets: SecretBox) -> Self {
-        Self { store, secrets }
+        Self { store, secrets, private_token_endpoints: false, token_client: Arc::default() }
     }
 
     /// Reads, and writes that carry no secret (vaults; archiving and deleting credentials).
