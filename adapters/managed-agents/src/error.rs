@@ -127,14 +127,13 @@ impl IntoResponse for ApiError {
 }
 
 /// A secret that does not open is the operator's problem (another key, an altered row), never
-/// the client's: an internal error, logged without the value.
+/// the client's: an internal error, logged without the value (so is any other failure of the
+/// service beside the store's, which have their own answers).
 impl From<gateway_services::vaults::VaultError> for ApiError {
     fn from(e: gateway_services::vaults::VaultError) -> Self {
         match e {
             gateway_services::vaults::VaultError::Store(s) => RuntimeError::from(s).into(),
-            secret @ gateway_services::vaults::VaultError::Secret(_) => {
-                RuntimeError::Internal(secret.to_string()).into()
-            }
+            other => RuntimeError::Internal(other.to_string()).into(),
         }
     }
 }

@@ -1242,6 +1242,22 @@ async fn vaults(c: &Client, agent_id: &str, env_id: &str) {
     let missing = json!({"agent": agent_id, "environment_id": env_id, "vault_ids": ["vlt_0000000000000000000000"]});
     c.call(Method::POST, SESSIONS, SESSIONS, Some(missing)).await.expect(404, Some("vault_not_found"));
 
+    // An idle session's tools, MCP servers and vaults change; the log says so.
+    let sid = named.id();
+    let update = json!({"agent": {"mcp_servers": [{"type": "url", "name": "docs", "url": "https://mcp.example.com/mcp"}],
+                                  "tools": [{"type": "mcp_toolset", "mcp_server_name": "docs"}]},
+                        "vault_ids": []});
+    let updated = c.call(Method::POST, SESSION, &format!("/v1/sessions/{sid}"), Some(update)).await;
+    assert_eq!(updated.ok()["vault_ids"], json!([]));
+    assert_eq!(updated.ok()["agent"]["mcp_servers"][0]["name"], "docs");
+    let bad = json!({"agent": {"tools": [{"type": "mcp_toolset", "mcp_server_name": "nowhere"}]}});
+    c.call(Method::POST, SESSION, &format!("/v1/sessions/{sid}"), Some(bad)).await.expect(400, None);
+    let log = c.call(Method::GET, EVENTS, &format!("/v1/sessions/{sid}/events"), None).await;
+    let updates: Vec<&Value> =
+        log.ok()["data"].as_array().unwrap().iter().filter(|e| e["type"] == "session.updated").collect();
+    assert_eq!(updates.len(), 1, "{}", pretty(&log.body));
+    assert_eq!(updates[0]["agent"]["tools"][0]["mcp_server_name"], "docs");
+
     c.call(Method::POST, CREDENTIAL_ARCHIVE, &k("/archive"), None).await.ok();
     c.call(Method::DELETE, CREDENTIAL, &k(""), None).await.ok();
     c.call(Method::GET, CREDENTIAL, &k(""), None).await.expect(404, Some("credential_not_found"));
@@ -1905,15 +1921,18 @@ async fn scenario(c: &Client) {
     c.read_until(&mut stream, |e, _| e == "agent.tool_use").await;
     c.call(Method::POST, SESSION_ARCHIVE, &s("/archive"), None).await.expect(409, Some("session_running"));
     c.call(Method::DELETE, SESSION, &s(""), None).await.expect(409, Some("session_running"));
+    c.call(Method::POST, SESSION, &s(""), Some(json!({"agent": {"tools": []}})))
+        .await
+        .expect(409, Some("session_running"));
     c.read_until(&mut stream, idle_with("end_turn")).await;
 
     // Updates, archive, delete (the open stream ends with session.deleted).
     c.call(Method::POST, SESSION, &s(""), Some(json!({"title": "renamed", "metadata": {"case": null, "k": "v"}})))
         .await
         .ok();
-    c.call(Method::POST, SESSION, &s(""), Some(json!({"agent": {"tools": []}})))
-        .await
-        .expect(400, Some("not_supported"));
+    let retooled = c.call(Method::POST, SESSION, &s(""), Some(json!({"agent": {"tools": []}}))).await;
+    assert_eq!(retooled.ok()["agent"]["tools"], json!([]), "an idle session's tools change");
+    c.call(Method::POST, SESSION, &s(""), Some(json!({"agent": {"model": "claude-opus-4-7"}}))).await.expect(400, None);
     c.call(Method::POST, SESSION, "/v1/sessions/sesn_0000000000000000000000", Some(json!({"title": "x"})))
         .await
         .expect(404, Some("session_not_found"));

@@ -170,6 +170,18 @@ pub enum EventPayload {
     },
     SessionTerminated {},
     SessionDeleted {},
+    /// A client changed the session's settings; each field is present when it changed (the
+    /// agent as the session now runs it, whole). They apply from the next turn.
+    SessionUpdated {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        title: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        metadata: Option<crate::Metadata>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<Box<crate::agent::Agent>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        vault_ids: Option<Vec<crate::VaultId>>,
+    },
 
     // -- self-hosted environments --
     /// The connection of the session's self-hosted executor changed: a report of state,
@@ -235,6 +247,7 @@ pub enum EventKind {
     SessionError,
     SessionTerminated,
     SessionDeleted,
+    SessionUpdated,
     EnvironmentConnection,
     ConnectionRequested,
     AgentMessage,
@@ -247,7 +260,7 @@ pub enum EventKind {
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 19] = [
+    pub const ALL: [EventKind; 20] = [
         EventKind::UserMessage,
         EventKind::UserInterrupt,
         EventKind::ToolConfirmation,
@@ -258,6 +271,7 @@ impl EventKind {
         EventKind::SessionError,
         EventKind::SessionTerminated,
         EventKind::SessionDeleted,
+        EventKind::SessionUpdated,
         EventKind::EnvironmentConnection,
         EventKind::ConnectionRequested,
         EventKind::AgentMessage,
@@ -281,6 +295,7 @@ impl EventKind {
             EventKind::SessionError => "session_error",
             EventKind::SessionTerminated => "session_terminated",
             EventKind::SessionDeleted => "session_deleted",
+            EventKind::SessionUpdated => "session_updated",
             EventKind::EnvironmentConnection => "environment_connection",
             EventKind::ConnectionRequested => "connection_requested",
             EventKind::AgentMessage => "agent_message",
@@ -328,6 +343,7 @@ impl EventPayload {
             EventPayload::SessionError { .. } => EventKind::SessionError,
             EventPayload::SessionTerminated {} => EventKind::SessionTerminated,
             EventPayload::SessionDeleted {} => EventKind::SessionDeleted,
+            EventPayload::SessionUpdated { .. } => EventKind::SessionUpdated,
             EventPayload::EnvironmentConnection { .. } => EventKind::EnvironmentConnection,
             EventPayload::ConnectionRequested { .. } => EventKind::ConnectionRequested,
             EventPayload::AgentMessage { .. } => EventKind::AgentMessage,
@@ -420,6 +436,12 @@ mod tests {
             EventPayload::ConnectionRequested { environment_id: crate::EnvironmentId::new() },
             EventPayload::SessionTerminated {},
             EventPayload::SessionDeleted {},
+            EventPayload::SessionUpdated {
+                title: Some("t".into()),
+                metadata: None,
+                agent: None,
+                vault_ids: Some(vec![crate::VaultId::new()]),
+            },
             EventPayload::AgentMessage { content: vec![ContentBlock::text("x")] },
             EventPayload::AgentThinking { text: None },
             EventPayload::ToolUse {

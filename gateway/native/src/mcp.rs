@@ -20,12 +20,13 @@ use gateway_core::agent::{AgentSpec, BUILTIN_TOOLS, McpServerSpec, PermissionPol
 use gateway_core::content::{ContentBlock, MediaSource};
 use gateway_core::event::{ErrorKind, EventPayload, NewEvent, RetryStatus};
 use gateway_core::session::{ClientToolServer, Secret, SessionSnapshot};
+use gateway_core::vault::{Credential, CredentialAuth, CredentialSecret};
 use gateway_mcp::{BearerToken, Content, Limits, McpClient, McpError, OfferedNames};
 use gateway_models::ToolDefinition;
 use gateway_runtime::environment::Environments;
 use gateway_sandbox::Hand;
 use gateway_services::ssrf;
-use gateway_services::vaults::VaultService;
+use gateway_services::vaults::{VaultError, VaultService};
 
 /// `[mcp]`: how agents' MCP servers are reached.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -128,11 +129,34 @@ pub(crate) struct McpTools {
     call_timeout: Duration,
 }
 
+/// Why a server cannot be used this run.
+#[derive(Debug)]
+enum Failure {
+    Mcp(McpError),
+    /// The credential's OAuth token could not be refreshed.
+    Refresh(VaultError),
+}
+
+impl From<McpError> for Failure {
+    fn from(e: McpError) -> Self {
+        Failure::Mcp(e)
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Mcp(e) => e.fmt(f),
+            Failure::Refresh(e) => write!(f, "the credential could not be refreshed: {e}"),
+        }
+    }
+}
+
 /// A connection failure as the session error it is committed as.
-fn failure_event(server: &str, e: &McpError) -> NewEvent {
+fn failure_event(server: &str, e: &Failure) -> NewEvent {
     let kind = match e {
-        McpError::Unauthorized { .. } => ErrorKind::McpAuthenticationFailed,
-        _ => ErrorKind::McpConnectionFailed,
+        Failure::Mcp(McpError::Unauthorized { .. }) | Failure::Refresh(_) => ErrorKind::McpAuthenticationFailed,
+        Failure::Mcp(_) => ErrorKind::McpConnectionFailed,
     };
     NewEvent::new(EventPayload::SessionError {
         kind,
@@ -174,9 +198,9 @@ impl McpTools {
         let attempts = wanted.iter().map(|target| async move {
             let result = match target {
                 Target::Agent(spec) => {
-                    let token = match credentials {
+                    let found = match credentials {
                         Some(c) => match c.for_server(access.vaults.secrets(), &spec.url) {
-                            Ok(found) => found.map(|(_, secret)| BearerToken::new(secret.token.0)),
+                            Ok(found) => found,
                             Err(e) => {
                                 tracing::warn!(server = %spec.name, error = %e, "a vault credential cannot be opened");
                                 None
@@ -184,7 +208,7 @@ impl McpTools {
                         },
                         None => None,
                     };
-                    connect_url(access, &spec.url, token, &[]).await.map(|(c, t)| (c, t, None))
+                    connect_agent_server(access, spec, found).await
                 }
                 Target::Client(server) => connect_client(access, server, side).await,
             };
@@ -227,7 +251,7 @@ impl McpTools {
     /// This process reaches no MCP server (no `McpAccess`): every server the session uses is
     /// reported unavailable, never silently left out.
     pub(crate) fn not_configured(snapshot: &SessionSnapshot) -> (Self, Vec<NewEvent>) {
-        let why = McpError::Connection("this gateway process has no MCP client configured".into());
+        let why = Failure::Mcp(McpError::Connection("this gateway process has no MCP client configured".into()));
         let agent_servers = snapshot.agent.spec.mcp_servers_in_use().into_iter().map(|s| s.name.clone());
         let client_servers = snapshot.client_tool_servers.iter().map(|s| s.name().to_owned());
         let names: Vec<String> = agent_servers.chain(client_servers).collect();
@@ -304,6 +328,29 @@ impl McpTools {
 
 type Connected = (McpClient, Vec<gateway_mcp::ToolSpec>, Option<tokio::process::Child>);
 
+/// An agent's server with the credential its session's vaults hold for it: an OAuth token is
+/// refreshed first when it is about to expire, and once more when the server refuses it.
+async fn connect_agent_server(
+    access: &McpAccess,
+    spec: &McpServerSpec,
+    credential: Option<(Credential, CredentialSecret)>,
+) -> Result<Connected, Failure> {
+    let Some((credential, secret)) = credential else {
+        return Ok(connect_url(access, &spec.url, None, &[]).await.map(|(c, t)| (c, t, None))?);
+    };
+    let (credential, secret) = access.vaults.refreshed(&credential, secret, false).await.map_err(Failure::Refresh)?;
+    let first = connect_url(access, &spec.url, Some(BearerToken::new(secret.token.0.clone())), &[]).await;
+    let can_refresh = matches!(&credential.spec.auth, CredentialAuth::OAuth { refresh: Some(_), .. });
+    let (client, tools) = match first {
+        Err(McpError::Unauthorized { .. }) if can_refresh => {
+            let (_, secret) = access.vaults.refreshed(&credential, secret, true).await.map_err(Failure::Refresh)?;
+            connect_url(access, &spec.url, Some(BearerToken::new(secret.token.0)), &[]).await?
+        }
+        other => other?,
+    };
+    Ok((client, tools, None))
+}
+
 /// A server at a URL, through the SSRF rule.
 async fn connect_url(
     access: &McpAccess,
@@ -326,7 +373,7 @@ async fn connect_client(
     access: &McpAccess,
     server: &ClientToolServer,
     side: &ClientSide<'_>,
-) -> Result<Connected, McpError> {
+) -> Result<Connected, Failure> {
     let open = |pairs: &[(String, Secret)]| -> Result<Vec<(String, String)>, McpError> {
         pairs
             .iter()
@@ -341,7 +388,7 @@ async fn connect_client(
     };
     match server {
         ClientToolServer::Http { url, headers, .. } => {
-            connect_url(access, url, None, &open(headers)?).await.map(|(c, t)| (c, t, None))
+            Ok(connect_url(access, url, None, &open(headers)?).await.map(|(c, t)| (c, t, None))?)
         }
         ClientToolServer::Stdio { command, args, env, .. } => {
             let hand = side.hand.as_ref().ok_or_else(|| {
@@ -355,7 +402,7 @@ async fn connect_client(
             cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true);
             let mut child = cmd.spawn().map_err(|e| McpError::Connection(format!("cannot start {command:?}: {e}")))?;
             let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-                return Err(McpError::Connection("the server's process has no pipes".into()));
+                return Err(McpError::Connection("the server's process has no pipes".into()).into());
             };
             let client = McpClient::connect_stdio(stdout, stdin, access.limits.clone()).await?;
             let tools = client.list_tools().await?;

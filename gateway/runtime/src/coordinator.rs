@@ -395,6 +395,34 @@ impl Coordinator {
         Ok(self.store.update_session(id, patch).await?)
     }
 
+    /// The snapshot a session would run with after a change of its agent's definition (tools,
+    /// MCP servers) or its vaults: placement, the vaults and the client's tool servers are
+    /// checked again, and a change its environment cannot honour is refused with the rule's
+    /// error. The store applies it only while the session is idle.
+    pub async fn redefine_session(
+        &self,
+        current: &Session,
+        agent: Option<AgentSpec>,
+        vault_ids: Option<Vec<VaultId>>,
+    ) -> Result<SessionSnapshot> {
+        let mut snapshot = current.snapshot.clone();
+        if let Some(spec) = agent {
+            self.check_backend(&spec.backend)?;
+            let environment = self.store.get_environment(&current.environment_id).await?;
+            let kinds: Vec<ResourceKind> = snapshot.resources.iter().map(|r| r.kind.clone()).collect();
+            let requirements =
+                place(&spec.backend, &environment.spec.config, &local_inputs(&spec, &kinds), &self.offer)?;
+            check_client_tool_servers(&spec, &requirements, &snapshot.client_tool_servers)?;
+            snapshot.agent.spec = spec;
+            snapshot.requirements = requirements;
+        }
+        if let Some(ids) = vault_ids {
+            self.check_vaults(&ids).await?;
+            snapshot.vault_ids = ids;
+        }
+        Ok(snapshot)
+    }
+
     pub async fn archive_session(&self, id: &SessionId) -> Result<Session> {
         Ok(self.store.archive_session(id).await?)
     }

@@ -97,7 +97,11 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<S
     let environments = compose::environments(config, providers, Arc::clone(&store), secrets.clone(), fd_limit);
 
     let processes = Arc::new(ProcessTable::default());
-    let vaults = Arc::new(VaultService::new(Arc::clone(&store), secrets.clone()));
+    // Token endpoints of OAuth credentials are user-supplied URLs, like MCP servers: one rule.
+    let vaults = Arc::new(
+        VaultService::new(Arc::clone(&store), secrets.clone())
+            .with_private_token_endpoints(config.mcp.allow_private_servers),
+    );
     let backends = match compose::backends(config, &environments, &processes, model, Arc::clone(&vaults), ext) {
         Ok(b) => b,
         Err(e) => {

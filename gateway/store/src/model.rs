@@ -149,6 +149,9 @@ impl AdmissionWrites {
 pub struct SessionPatch {
     pub title: Option<Option<String>>,
     pub metadata: Option<Metadata>,
+    /// A new frozen definition (the agent's tools and MCP servers, the vaults): only while
+    /// the session is idle (`Guard::SessionRunning` otherwise).
+    pub snapshot: Option<gateway_core::session::SessionSnapshot>,
 }
 
 /// A change to the session's environment lifecycle, recorded with the events that explain it.

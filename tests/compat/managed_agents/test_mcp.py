@@ -12,14 +12,19 @@ The fake model calls an MCP tool with `tool:<name> <json>` (`<name>` the MCP too
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import parse_qs
 
 import anthropic
 import pytest
@@ -203,3 +208,57 @@ def test_private_servers_are_refused_by_default(server: McpServer) -> None:
         assert error.error.type == "mcp_connection_failed_error"
         assert "allow_private_servers" in error.error.message
         c.close()
+
+
+class TokenEndpoint(BaseHTTPRequestHandler):
+    """An OAuth token endpoint: `grant_type=refresh_token` with the known refresh token and the
+    client's Basic credentials gets the MCP server's token, and a rotated refresh token."""
+
+    seen: list[dict[str, Any]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        form = parse_qs(self.rfile.read(int(self.headers["content-length"])).decode())
+        TokenEndpoint.seen.append({"form": form, "authorization": self.headers.get("authorization")})
+        basic = "Basic " + base64.b64encode(b"cid:client-SECRET").decode()
+        if form.get("refresh_token") == ["rt-SECRET-1"] and self.headers.get("authorization") == basic:
+            body = json.dumps({"access_token": TOKEN, "token_type": "Bearer", "expires_in": 3600,
+                               "refresh_token": "rt-SECRET-2"}).encode()
+            self.send_response(200)
+        else:
+            body = b'{"error": "invalid_grant"}'
+            self.send_response(400)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_an_expiring_oauth_token_is_refreshed_before_the_server_is_called(c: anthropic.Anthropic,
+                                                                         server: McpServer) -> None:
+    endpoint = ThreadingHTTPServer(("127.0.0.1", 0), TokenEndpoint)
+    threading.Thread(target=endpoint.serve_forever, daemon=True).start()
+    try:
+        vault = c.beta.vaults.create(display_name="oauth")
+        soon = (datetime.now(timezone.utc) + timedelta(seconds=20)).isoformat()
+        c.beta.vaults.credentials.create(vault.id, auth={
+            "type": "mcp_oauth", "access_token": "at-SECRET-expiring", "mcp_server_url": server.url, "expires_at": soon,
+            "refresh": {"client_id": "cid", "refresh_token": "rt-SECRET-1",
+                        "token_endpoint": f"http://127.0.0.1:{endpoint.server_address[1]}/token",
+                        "token_endpoint_auth": {"type": "client_secret_basic", "client_secret": "client-SECRET"}}})
+        before = len(server.calls())
+        s = session(c, mcp_agent(c, server.url, "always_allow"), [vault.id])
+        with Watch(c, s.id) as w:
+            w.send(user_message('tool:add {"a": 1, "b": 2}'))
+            w.until(lambda e: e.type == "session.status_idle" and e.stop_reason.type == "end_turn")
+        assert not w.of_type("session.error"), [e.error for e in w.of_type("session.error")]
+        assert text_of(w.of_type("agent.mcp_tool_result")[0].content) == "3"
+        assert server.calls()[before:] == [{"tool": "add", "arguments": {"a": 1, "b": 2}}]
+        [refresh] = TokenEndpoint.seen
+        assert refresh["form"]["grant_type"] == ["refresh_token"]
+        [cred] = list(c.beta.vaults.credentials.list(vault.id))
+        assert cred.auth.expires_at is not None and cred.auth.expires_at > datetime.now(timezone.utc) + timedelta(minutes=30)
+    finally:
+        endpoint.shutdown()

@@ -15,6 +15,7 @@ use crate::error::ApiError;
 use crate::extract::{ApiJson, PathId, QueryParams, path_id};
 use crate::pagination;
 use crate::wire::Patch;
+use crate::wire::agent::SessionAgentUpdate;
 use crate::wire::merge_metadata;
 use crate::wire::session::{ResourceUpdate, SessionCreate, SessionUpdate, resource_in, resource_out, session_out};
 
@@ -72,16 +73,19 @@ pub async fn update(
     PathId(id): PathId<SessionId>,
     ApiJson(body): ApiJson<SessionUpdate>,
 ) -> Reply {
-    if body.agent.is_some() {
-        return Err(ApiError::not_supported("changing a session's agent"));
-    }
     if body.budget.is_some() {
         return Err(ApiError::not_supported("budget"));
     }
-    if body.vault_ids.is_some() {
-        return Err(ApiError::not_supported("vault_ids"));
-    }
     let current = api.coordinator.get_session(&id).await?;
+    let agent = match body.agent {
+        None => None,
+        Some(v) => {
+            let update: SessionAgentUpdate =
+                serde_json::from_value(v).map_err(|e| ApiError::invalid(format!("agent: {e}")))?;
+            Some(update.apply(&current.snapshot.agent.spec)?)
+        }
+    };
+    let vaults = body.vault_ids.map(vault_ids).transpose()?;
     let title = match body.title {
         Patch::Keep => None,
         Patch::Clear => Some(None),
@@ -97,7 +101,11 @@ pub async fn update(
         Patch::Clear => Some(Default::default()),
         Patch::Set(m) => Some(merge_metadata(&current.metadata, m)?),
     };
-    let session = api.coordinator.update_session(&id, SessionPatch { title, metadata }).await?;
+    let snapshot = match (agent, vaults) {
+        (None, None) => None,
+        (agent, vaults) => Some(api.coordinator.redefine_session(&current, agent, vaults).await?),
+    };
+    let session = api.coordinator.update_session(&id, SessionPatch { title, metadata, snapshot }).await?;
     Ok(Json(session_out(&session, &api.public_url)))
 }
 

@@ -267,6 +267,40 @@ fn normalize_url_sources(extras: &mut JsonObject) {
     }
 }
 
+/// `sessions.update`'s `agent`: only `tools` and `mcp_servers`, each replaced whole when sent.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionAgentUpdate {
+    tools: Option<Vec<ToolIn>>,
+    mcp_servers: Option<Vec<McpServerIn>>,
+}
+
+impl SessionAgentUpdate {
+    /// The session's agent definition with the update applied; kept tools must still name
+    /// servers that exist.
+    pub fn apply(self, current: &AgentSpec) -> Result<AgentSpec, ApiError> {
+        let mut spec = current.clone();
+        if let Some(servers) = self.mcp_servers {
+            spec.mcp_servers = servers_in(servers)?;
+        }
+        match self.tools {
+            Some(tools) => spec.tools = tools_in(tools, &spec.mcp_servers)?,
+            None => {
+                for t in &spec.tools {
+                    if let ToolSpec::Mcp { mcp_server_name, .. } = t
+                        && !spec.mcp_servers.iter().any(|s| &s.name == mcp_server_name)
+                    {
+                        return Err(ApiError::invalid(format!(
+                            "mcp_toolset references {mcp_server_name:?}, which is not in mcp_servers"
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(spec)
+    }
+}
+
 fn servers_in(servers: Vec<McpServerIn>) -> Result<Vec<McpServerSpec>, ApiError> {
     if servers.len() > 20 {
         return Err(ApiError::invalid("at most 20 MCP servers are allowed"));

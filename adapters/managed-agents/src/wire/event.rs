@@ -158,6 +158,21 @@ pub fn project(e: &Event) -> Option<Value> {
         }
         EventPayload::SessionTerminated {} => json!({"type": "session.status_terminated"}),
         EventPayload::SessionDeleted {} => json!({"type": "session.deleted"}),
+        // The vaults a session names are not in the SDK's event: an update of only those shows
+        // no field but its type.
+        EventPayload::SessionUpdated { title, metadata, agent, .. } => {
+            let mut v = json!({"type": "session.updated"});
+            if let Some(t) = title {
+                v["title"] = json!(t);
+            }
+            if let Some(m) = metadata {
+                v["metadata"] = json!(m);
+            }
+            if let Some(a) = agent {
+                v["agent"] = super::agent::definition(a.id.as_str(), a.version, &a.spec);
+            }
+            v
+        }
         // Self-hosted sessions only (docs/adr/0013): extensions the SDK's event union lacks.
         EventPayload::EnvironmentConnection { environment_id, status, error } => {
             let mut environment = json!({"id": environment_id, "type": "self_hosted", "status": status.as_str()});
@@ -268,7 +283,7 @@ const TYPES: &[(&str, Option<EventKind>)] = &[
     ("session.status_idle", Some(EventKind::TurnEnded)),
     ("session.status_terminated", Some(EventKind::SessionTerminated)),
     ("session.error", Some(EventKind::SessionError)),
-    ("session.updated", None),
+    ("session.updated", Some(EventKind::SessionUpdated)),
     ("session.usage", None),
     ("session.thread_created", None),
     ("session.thread_status_running", None),

@@ -212,7 +212,7 @@ pub struct SessionUpdate {
     pub metadata: Patch<BTreeMap<String, Option<String>>>,
     pub agent: Option<Value>,
     pub budget: Option<Value>,
-    pub vault_ids: Option<Value>,
+    pub vault_ids: Option<Vec<String>>,
 }
 
 /// A session. A self-hosted one (its tools run on an executor) also shows its executor

@@ -77,6 +77,18 @@ impl Renderer {
             }
             P::SessionTerminated {} => ("status", "2", "terminated".into()),
             P::SessionDeleted {} => ("status", "2", "deleted".into()),
+            P::SessionUpdated { title, metadata, agent, vault_ids } => {
+                let changed: Vec<&str> = [
+                    (title.is_some(), "title"),
+                    (metadata.is_some(), "metadata"),
+                    (agent.is_some(), "agent"),
+                    (vault_ids.is_some(), "vaults"),
+                ]
+                .into_iter()
+                .filter_map(|(c, what)| c.then_some(what))
+                .collect();
+                ("status", "2", format!("updated: {}", changed.join(", ")))
+            }
             P::EnvironmentConnection { status, error, .. } => {
                 let mut text = format!("executor {}", status.as_str());
                 if let Some(e) = error {

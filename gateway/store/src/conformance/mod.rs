@@ -62,6 +62,7 @@ macro_rules! conformance_suite {
             sessions::text_holding_nul_is_refused_alike_and_writes_nothing,
             sessions::initial_inputs_start_a_run,
             sessions::lists_filter_and_paginate_both_ways,
+            sessions::updates_record_what_changed_and_redefining_waits_for_idle,
             sessions::archive_and_delete_are_refused_while_running,
             sessions::delete_ends_the_log_and_releases_the_environment,
             sessions::partial_answers_re_emit_idle_and_the_last_resumes,

@@ -117,12 +117,68 @@ pub async fn lists_filter_and_paginate_both_ways(h: &dyn Harness) {
     let patched = s
         .update_session(
             &c.id,
-            SessionPatch { title: Some(None), metadata: Some(Metadata::from([("k".into(), "v".into())])) },
+            SessionPatch {
+                title: Some(None),
+                metadata: Some(Metadata::from([("k".into(), "v".into())])),
+                snapshot: None,
+            },
         )
         .await
         .unwrap();
     assert_eq!(patched.title, None);
     assert_eq!(patched.metadata.get("k").map(String::as_str), Some("v"));
+}
+
+/// An update appends one event naming what changed (nothing changed: nothing written); the
+/// session's definition (its agent, its vaults) changes only while it is idle.
+pub async fn updates_record_what_changed_and_redefining_waits_for_idle(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let sess = session_with(&s, vec![msg("work")]).await;
+    let patch = |title: Option<&str>, snapshot: Option<SessionSnapshot>| SessionPatch {
+        title: title.map(|t| Some(t.to_owned())),
+        metadata: None,
+        snapshot,
+    };
+    let mut next = sess.snapshot.clone();
+    next.vault_ids = vec![gateway_core::VaultId::new()];
+    let refused = s.update_session(&sess.id, patch(None, Some(next.clone()))).await.unwrap_err();
+    assert!(matches!(refused, StoreError::Guard(Guard::SessionRunning(_))), "{refused:?}");
+    let titled = s.update_session(&sess.id, patch(Some("renamed"), None)).await.unwrap();
+    assert_eq!(
+        (titled.title.as_deref(), &titled.snapshot),
+        (Some("renamed"), &sess.snapshot),
+        "a title changes while running"
+    );
+
+    let claim = s.claim_run(&worker("w", "h"), terms(5_000)).await.unwrap().unwrap();
+    s.settle(&claim.fence, Settlement { events: vec![], outcome: RunOutcome::Completed, bindings: vec![] })
+        .await
+        .unwrap();
+    let redefined = s.update_session(&sess.id, patch(None, Some(next.clone()))).await.unwrap();
+    assert_eq!(redefined.snapshot, next);
+    let unchanged = s.update_session(&sess.id, patch(Some("renamed"), Some(next.clone()))).await.unwrap();
+    assert_eq!(unchanged.last_seq, redefined.last_seq, "nothing changed: nothing written");
+
+    let updates: Vec<EventPayload> = s
+        .events_after(&sess.id, 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind() == EventKind::SessionUpdated)
+        .map(|e| e.payload)
+        .collect();
+    assert_eq!(
+        updates,
+        vec![
+            EventPayload::SessionUpdated {
+                title: Some("renamed".into()),
+                metadata: None,
+                agent: None,
+                vault_ids: None
+            },
+            EventPayload::SessionUpdated { title: None, metadata: None, agent: None, vault_ids: Some(next.vault_ids) },
+        ]
+    );
 }
 
 pub async fn archive_and_delete_are_refused_while_running(h: &dyn Harness) {

@@ -372,21 +372,45 @@ impl<E: Engine> Sessions for SqlStore<E> {
 
     async fn update_session(&self, id: &SessionId, patch: SessionPatch) -> Result<Session> {
         let mut tx = self.begin_write().await?;
-        let (mut s, now) = Self::lock_session_at_now(&mut tx, id).await?;
-        if let Some(title) = patch.title {
-            s.title = title;
+        let (s, now) = Self::lock_session_at_now(&mut tx, id).await?;
+        if s.archived_at.is_some() {
+            return Err(StoreError::Guard(Guard::SessionArchived(id.to_string())));
         }
-        if let Some(metadata) = patch.metadata {
-            s.metadata = metadata;
+        // What changed, as the event that records it (nothing changed: nothing written).
+        let title = patch.title.filter(|t| *t != s.title);
+        let metadata = patch.metadata.filter(|m| *m != s.metadata);
+        let snapshot = patch.snapshot.filter(|n| *n != s.snapshot);
+        if snapshot.is_some() {
+            refuse_if_running(&s)?;
         }
-        query("UPDATE sessions SET title = $2, metadata = $3, updated_at = $4 WHERE id = $1")
-            .bind(id.as_str())
-            .bind(s.title.clone())
-            .bind(serde_json::to_string(&s.metadata)?)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        self.finish(tx, Hints::default()).await?;
+        if title.is_none() && metadata.is_none() && snapshot.is_none() {
+            return Ok(s);
+        }
+        let (new_title, new_metadata) =
+            (title.clone().unwrap_or(s.title.clone()), metadata.clone().unwrap_or(s.metadata.clone()));
+        let new_snapshot = snapshot.as_ref().unwrap_or(&s.snapshot);
+        query(
+            "UPDATE sessions SET title = $2, metadata = $3, snapshot = $4, agent_id = $5, agent_version = $6, \
+             updated_at = $7 WHERE id = $1",
+        )
+        .bind(id.as_str())
+        .bind(new_title.clone())
+        .bind(serde_json::to_string(&new_metadata)?)
+        .bind(serde_json::to_string(new_snapshot)?)
+        .bind(new_snapshot.agent.id.as_str())
+        .bind(i64::from(new_snapshot.agent.version))
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let event = EventPayload::SessionUpdated {
+            title: title.and(new_title),
+            metadata: metadata.filter(|m| !m.is_empty()),
+            agent: snapshot.as_ref().filter(|n| n.agent != s.snapshot.agent).map(|n| Box::new(n.agent.clone())),
+            vault_ids: snapshot.as_ref().filter(|n| n.vault_ids != s.snapshot.vault_ids).map(|n| n.vault_ids.clone()),
+        };
+        let mut hints = Hints::default();
+        Self::append_and_advance(&mut tx, &s, vec![NewEvent::new(event)], now, None, Advance::Log, &mut hints).await?;
+        self.finish(tx, hints).await?;
         self.get_session(id).await
     }
 
