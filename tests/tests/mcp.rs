@@ -3,7 +3,7 @@
 //! journaling an MCP call and committing its result. After a restart on the same database the
 //! call is reported indeterminate, and the server received it once: it is never sent again.
 //!
-//! The server is the Python `mcp` SDK's FastMCP over Streamable HTTP
+//! The server is the Python `mcp` SDK's `MCPServer` (mcp 2.x) over Streamable HTTP
 //! (`gateway/mcp/tests/peers/bearer_server.py`, installed by `gateway/mcp/tests/peers/install`),
 //! requiring a bearer token the session's vault holds, and logging each call it receives.
 

@@ -1,4 +1,4 @@
-//! The client over Streamable HTTP against the official Python SDK's server (mcp==1.30.0,
+//! The client over Streamable HTTP against the official Python SDK's server (mcp==2.3.0,
 //! `peers/bearer_server.py`), which requires a bearer token and logs every tool call it receives.
 
 mod common;

@@ -6,7 +6,7 @@ Usage: editor_mcp.py GATEWAY_BIN CONFIG WORKDIR
 
 The servers are real peers from the registries, installed by gateway/mcp/tests/peers/install:
 `@modelcontextprotocol/server-everything` (stdio: run by the gateway inside the session's
-sandbox, its `env` passed in the process environment) and the Python `mcp` SDK's FastMCP over
+sandbox, its `env` passed in the process environment) and the Python `mcp` SDK's `MCPServer` (mcp 2.x) over
 Streamable HTTP (`gateway/mcp/tests/peers/bearer_server.py`, which refuses requests without its
 bearer token and logs each call). The fake model calls a tool with `tool:<name> <json>`; an
 editor's MCP tool always asks, so each call shows a permission request first. Both servers offer

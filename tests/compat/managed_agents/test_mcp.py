@@ -2,7 +2,7 @@
 `mcp_toolset` entries, called by the gateway with the credential of the session's vaults, through
 the official SDK, every frame validated with its strict models.
 
-The MCP server is a real peer: the Python `mcp` SDK's FastMCP over Streamable HTTP
+The MCP server is a real peer: the Python `mcp` SDK's `MCPServer` (mcp 2.x) over Streamable HTTP
 (`gateway/mcp/tests/peers/bearer_server.py`, installed by `gateway/mcp/tests/peers/install`),
 which answers 401 unless it gets its bearer token, and logs every call it receives. It listens
 on loopback, so the gateway under test allows private servers (`GATEWAY_MCP__ALLOW_PRIVATE_SERVERS`).

@@ -41,7 +41,7 @@ impl PythonServer {
     /// `WWW-Authenticate`. Waits until the port accepts connections.
     pub async fn start(token: &str, challenge: bool) -> Self {
         let root = repo_root();
-        let python = require(&root.join(".cache/venv-mcp/bin/python"), "the Python MCP SDK (mcp==1.30.0)");
+        let python = require(&root.join(".cache/venv-mcp/bin/python"), "the Python MCP SDK (mcp==2.3.0)");
         let script = root.join("gateway/mcp/tests/peers/bearer_server.py");
         let calls = tempfile::NamedTempFile::new().expect("call log file");
         let port = free_port();

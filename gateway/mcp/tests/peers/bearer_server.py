@@ -1,4 +1,5 @@
-"""A Streamable HTTP MCP server on the official Python SDK (FastMCP, mcp==1.30.0) for tests/http.rs.
+"""A Streamable HTTP MCP server on the official Python SDK (`MCPServer`, FastMCP's successor in
+mcp 2.x; mcp==2.3.0) for tests/http.rs and the gateway's compat tests.
 
     bearer_server.py PORT
 
@@ -15,13 +16,13 @@ import os
 import sys
 
 import uvicorn
-from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.mcpserver import Context, MCPServer
 
 TOKEN = os.environ["MCP_TEST_TOKEN"]
 CALL_LOG = os.environ["MCP_CALL_LOG"]
 CHALLENGE = os.environ.get("MCP_TEST_CHALLENGE", "1") != "0"
 
-mcp = FastMCP("bearer-test", log_level="WARNING")
+mcp = MCPServer("bearer-test", log_level="WARNING")
 
 
 def record(tool, arguments):
