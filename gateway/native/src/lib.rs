@@ -325,10 +325,13 @@ impl<'a> Turn<'a> {
             gen_ai.tool.name = %tool,
             gen_ai.tool.call.id = %id,
         );
-        let Some(mcp) = &self.mcp else { return Ok(()) };
-        let (content, is_error) = tokio::select! {
-            out = mcp.call(server, tool, input).instrument(span) => out,
-            _ = self.ctx.interrupted() => (vec![ContentBlock::text("the call was interrupted")], true),
+        let (content, is_error) = match &self.mcp {
+            Some(mcp) => tokio::select! {
+                out = mcp.call(server, tool, input).instrument(span) => out,
+                _ = self.ctx.interrupted() => (vec![ContentBlock::text("the call was interrupted")], true),
+            },
+            // The session no longer names the server (its agent was changed since the call).
+            None => (vec![ContentBlock::text(format!("MCP server {server:?} is not one of this session's"))], true),
         };
         let origin = ToolOrigin::Mcp { server: server.to_owned() };
         self.commit(vec![NewEvent::new(EventPayload::ToolResult {

@@ -6,14 +6,17 @@
 //! the run commits a session error naming it, tells the model, and goes on (the next turn tries
 //! again). An agent without MCP toolsets touches none of this: no vault read, no connection.
 //!
+//! The session's client (an editor) may bring servers too (`SessionSnapshot::client_tool_servers`):
+//! a command started in the session's sandbox, or a URL. They share the agent's servers' one
+//! namespace, and their tools always ask (the client's user approves each call).
+//!
 //! Calls are journaled before they are sent, like every tool call (invariant 5): a run that
 //! loses its claim after that reports the call indeterminate and never sends it again.
 
 use std::collections::BTreeSet;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
-
-use std::process::Stdio;
 
 use gateway_core::JsonObject;
 use gateway_core::agent::{AgentSpec, BUILTIN_TOOLS, McpServerSpec, PermissionPolicy, ToolAvailability, ToolSpec};

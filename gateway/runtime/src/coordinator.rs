@@ -451,6 +451,7 @@ impl Coordinator {
         self.resolve_skills(&mut chosen.spec, &kinds).await?;
         let inputs = local_inputs(&chosen.spec, &kinds);
         let requirements = place(&chosen.spec.backend, &environment.spec.config, &inputs, &self.offer)?;
+        check_client_tool_servers(&chosen.spec, &requirements, &current.snapshot.client_tool_servers)?;
         let snapshot = SessionSnapshot {
             agent: chosen,
             requirements,
