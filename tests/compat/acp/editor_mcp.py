@@ -2,7 +2,12 @@
 (agent-client-protocol==0.12.1) as Zed drives `gateway acp`: `session/new` carries one stdio
 server and one http server, and the agent's tools include theirs.
 
-Usage: editor_mcp.py GATEWAY_BIN CONFIG WORKDIR
+Usage: editor_mcp.py GATEWAY_BIN CONFIG WORKDIR [NAMESPACE_CONFIG]
+
+With NAMESPACE_CONFIG (a gateway on the `namespace` sandbox provider), a stdio server from the
+Python SDK (`gateway/mcp/tests/peers/whoami_server.py`, run by the system's python3 with a copy of
+the SDK's packages in the workspace, the only host directory the sandbox shows) reports where it runs: as the sandbox user
+(uid 65534), in the workspace (`/workspace`), with the `env` the editor gave it.
 
 The servers are real peers from the registries, installed by gateway/mcp/tests/peers/install:
 `@modelcontextprotocol/server-everything` (stdio: run by the gateway inside the session's
@@ -17,6 +22,7 @@ a name two sources offer).
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -28,6 +34,7 @@ from acp import schema
 from tap import check, run
 
 GATEWAY, CONFIG, WORK = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+NAMESPACE_CONFIG = sys.argv[4] if len(sys.argv) > 4 else None
 ROOT = Path(__file__).resolve().parents[3]
 TOKEN = "editor-mcp-SECRET-51c2"
 EVERYTHING = ROOT / ".cache/npm-mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
@@ -128,10 +135,38 @@ async def main():
         stored = b"".join(p.read_bytes() for p in (WORK / "data").glob("gateway.db*"))
         check(len(stored) > 0 and TOKEN.encode() not in stored and b"from-the-editor" not in stored,
               "the editor's header and env values are sealed in the database")
+        if NAMESPACE_CONFIG:
+            await in_the_namespace_sandbox()
     finally:
         server.kill()
         server.wait()
         calls.unlink(missing_ok=True)
 
 
-run(main, 120)
+async def in_the_namespace_sandbox():
+    ws = WORK / "ws-namespace"
+    ws.mkdir(exist_ok=True)
+    # The sandbox shows the system read-only and the workspace: the SDK's packages (built for the
+    # venv's CPython 3.11, the system's too) go in the workspace, run by the system's python3.
+    packages = next((PYTHON_MCP.parent.parent / "lib").glob("python3.*/site-packages"))
+    shutil.copytree(packages, ws / "site-packages", dirs_exist_ok=True)
+    shutil.copy(ROOT / "gateway/mcp/tests/peers/whoami_server.py", ws / "whoami_server.py")
+    editor = Editor()
+    async with acp.spawn_agent_process(editor, GATEWAY, "acp", "--config", NAMESPACE_CONFIG, cwd=str(WORK),
+                                       env=dict(os.environ)) as (conn, proc):
+        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION,
+                              client_info=schema.Implementation(name="zed-shaped", version="1"))
+        stdio = schema.McpServerStdio(name="whoami", command="/usr/bin/python3", args=["/workspace/whoami_server.py"],
+                                      env=[schema.EnvVariable(name="PYTHONPATH", value="/workspace/site-packages"),
+                                           schema.EnvVariable(name="WHOAMI_NOTE", value="given-by-the-editor")])
+        sid = (await conn.new_session(cwd=str(ws), mcp_servers=[stdio])).session_id
+        done = await conn.prompt(session_id=sid, prompt=[text("tool:whoami {}")])
+        check(done.stop_reason == "end_turn", "the turn calling the sandboxed server ends")
+        status, answer = editor.results()[-1]
+        check(status == "completed", f"the sandboxed server answered: {answer}")
+        seen = json.loads(answer)
+        check(seen == {"uid": 65534, "cwd": "/workspace", "note": "given-by-the-editor"},
+              f"the stdio server runs as the sandbox user, in the workspace, with the editor's env: {seen}")
+
+
+run(main, 180)
