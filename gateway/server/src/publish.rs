@@ -3,6 +3,7 @@
 //! notion of an environment).
 
 use anyhow::Context;
+use gateway_core::agent::{NamedToolConfig, PermissionPolicy, ToolConfig, ToolSpec};
 use gateway_core::environment::ProviderTier;
 use tracing::info;
 
@@ -15,9 +16,7 @@ pub async fn publish(
     config: &Config,
     coordinator: &gateway_runtime::Coordinator,
 ) -> anyhow::Result<gateway_services::PublishedAgents> {
-    use gateway_core::agent::{
-        AgentSpec, BUILTIN_TOOLS, BackendRef, ModelSpec, NamedToolConfig, PermissionPolicy, ToolConfig, ToolSpec,
-    };
+    use gateway_core::agent::{AgentSpec, BUILTIN_TOOLS, BackendRef, McpServerSpec, ModelSpec};
     use gateway_services::published::CONFIG_NAME_KEY;
     use gateway_store::{AgentFilter, Order, PageRequest};
 
@@ -80,8 +79,15 @@ pub async fn publish(
                 version: "agent_toolset_20260401".into(),
                 default_config: ToolConfig { enabled: true, permission_policy: PermissionPolicy::AlwaysAsk },
                 configs,
-            }],
-            mcp_servers: vec![],
+            }]
+            .into_iter()
+            .chain(a.mcp_servers.keys().map(|server| mcp_toolset(server, &allow)))
+            .collect(),
+            mcp_servers: a
+                .mcp_servers
+                .iter()
+                .map(|(name, url)| McpServerSpec { name: name.clone(), url: url.clone() })
+                .collect(),
             skills: vec![],
             metadata: [(CONFIG_NAME_KEY.to_owned(), name.clone())].into(),
             backend,
@@ -146,4 +152,25 @@ async fn default_environment(
         })
         .await?;
     Ok(env.id)
+}
+
+/// The toolset of a configured MCP server: its tools ask first, but those `allow` names as
+/// `<server>/<tool>`.
+fn mcp_toolset(server: &str, allow: &[String]) -> ToolSpec {
+    let prefix = format!("{server}/");
+    let configs = allow
+        .iter()
+        .filter_map(|x| x.strip_prefix(&prefix))
+        .map(|tool| NamedToolConfig {
+            name: tool.to_owned(),
+            enabled: true,
+            permission_policy: PermissionPolicy::AlwaysAllow,
+            extras: Default::default(),
+        })
+        .collect();
+    ToolSpec::Mcp {
+        mcp_server_name: server.to_owned(),
+        default_config: ToolConfig { enabled: true, permission_policy: PermissionPolicy::AlwaysAsk },
+        configs,
+    }
 }

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 HERE = Path(__file__).parent
+ROOT = HERE.parents[2]
 
 
 def free_port() -> int:
@@ -63,7 +64,7 @@ class Peer:
 class Gateway:
     """A `gateway serve` process on a config file; restartable on the same database."""
 
-    def __init__(self, remotes: dict[str, str]):
+    def __init__(self, remotes: dict[str, str], mcp_url: str | None = None):
         self.dir = Path(tempfile.mkdtemp(prefix="a2a-gw-"))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -74,8 +75,12 @@ class Gateway:
             f'data_dir = "{self.dir}/data"',
             "[workers]", "lease_secs = 3", "shutdown_grace_secs = 1", "poll_ms = 200",
             "[a2a]", "conformance_agent = true", "allow_private_push_targets = true",
+            "[mcp]", "allow_private_servers = true",
             "[agents.echo]", 'backend = "native"', 'description = "the fake model: echoes"',
         ]
+        if mcp_url:
+            # An agent whose tools come from an MCP server (it listens on loopback).
+            lines += ["[agents.tools]", 'backend = "native"', "[agents.tools.mcp_servers]", f'everything = "{mcp_url}"']
         for name, url in remotes.items():
             lines += [f"[agents.{name}]", f'backend = "a2a:{name}"', f"[remotes.a2a.{name}]", f'url = "{url}"',
                       'auth = "Bearer peer-secret"']
@@ -115,9 +120,41 @@ def peers():
         p.stop()
 
 
+class McpServer:
+    """`@modelcontextprotocol/server-everything` over Streamable HTTP (installed by
+    gateway/mcp/tests/peers/install)."""
+
+    def __init__(self):
+        script = ROOT / ".cache/npm-mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+        assert script.exists(), "server-everything is missing: run gateway/mcp/tests/peers/install"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.log = Path(tempfile.mkstemp(prefix="a2a-mcp-", suffix=".log")[1])
+        self.proc = subprocess.Popen(["node", str(script), "streamableHttp"], env=dict(os.environ, PORT=str(self.port)),
+                                     stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+        for _ in range(300):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"server-everything did not listen; log:\n{self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
 @pytest.fixture(scope="session")
-def gw(peers):
-    g = Gateway({name: p.url for name, p in peers.items()})
+def mcp_server():
+    s = McpServer()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def gw(peers, mcp_server):
+    g = Gateway({name: p.url for name, p in peers.items()}, mcp_server.url)
     yield g
     g.stop()
     if os.environ.get("A2A_KEEP_LOGS"):

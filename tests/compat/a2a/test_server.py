@@ -258,3 +258,27 @@ async def test_a_push_config_created_by_the_client_is_read_back(gw, mode):
     assert got.url == "https://example.com/hook"
     assert got.token == "tok"
     await c.cancel_task(CancelTaskRequest(id=task.id))
+
+
+@pytest.mark.parametrize("mode", MODES, ids=ids)
+async def test_an_mcp_tool_waits_for_approval_and_a_refusal_never_reaches_the_server(gw, mode):
+    """A configured agent's MCP tools ask first (issue 30): the call parks the task
+    INPUT_REQUIRED with the call's data part; `approve` runs it on the MCP server
+    (server-everything over Streamable HTTP), `deny` answers it without contacting the server."""
+    c = client(gw, "tools", mode, streaming=False)
+    task = (await collect(c.send_message(SendMessageRequest(message=message('tool:echo {"message": "via a2a"}')))))[0].task
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED, task
+    pending = [MessageToDict(p) for p in task.status.message.parts if p.HasField("data")]
+    assert pending and pending[0]["data"]["name"] == "echo" and pending[0]["data"]["kind"] == "confirmation", pending
+    approve = message("approve", task_id=task.id, context_id=task.context_id)
+    done = (await collect(c.send_message(SendMessageRequest(message=approve))))[0].task
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED, done
+    assert any("Echo: via a2a" in t for t in texts(done)), texts(done)
+
+    task = (await collect(c.send_message(SendMessageRequest(message=message(
+        'tool:echo {"message": "refused"}', context_id=done.context_id)))))[0].task
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    deny = message("deny", task_id=task.id, context_id=task.context_id)
+    done = (await collect(c.send_message(SendMessageRequest(message=deny))))[0].task
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    assert not any("Echo: refused" in t for t in texts(done)), texts(done)

@@ -149,8 +149,11 @@ pub struct AgentConfig {
     pub system: Option<String>,
     pub description: Option<String>,
     /// Built-in tools that run without asking (default: read, glob, grep); the others
-    /// (bash, write, edit, ...) ask the client first.
+    /// (bash, write, edit, ...) ask the client first. An MCP tool is named `<server>/<tool>`.
     pub allow: Option<Vec<String>>,
+    /// MCP servers (Streamable HTTP) the agent's tools come from, by name: their URL. Their
+    /// tools ask first unless `allow` names them.
+    pub mcp_servers: BTreeMap<String, String>,
 }
 
 /// `[acp]`: the ACP faces.
