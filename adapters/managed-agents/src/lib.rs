@@ -48,6 +48,9 @@ pub struct ManagedAgents {
     pub webhooks: Arc<webhooks::Webhooks>,
     /// Vaults: credentials sealed on the way in.
     pub vaults: Arc<gateway_services::vaults::VaultService>,
+    /// Checks a credential against its server (`mcp_oauth_validate`); None: every check is
+    /// `unknown` (no MCP client in this process).
+    pub server_probe: Option<Arc<dyn gateway_services::vaults::ServerProbe>>,
 }
 
 /// A face's context is the shared one plus its own fields: handlers read `api.coordinator`

@@ -133,6 +133,7 @@ pub(crate) fn routes() -> Vec<Route> {
         Route::new(Post, "/v1/vaults/{id}/credentials/{credential_id}", vaults::update_credential),
         Route::new(Delete, "/v1/vaults/{id}/credentials/{credential_id}", vaults::delete_credential),
         Route::new(Post, "/v1/vaults/{id}/credentials/{credential_id}/archive", vaults::archive_credential),
+        Route::new(Post, "/v1/vaults/{id}/credentials/{credential_id}/mcp_oauth_validate", vaults::validate_credential),
         Route::new(Post, "/v1/sessions/{id}/events", events::send),
         Route::new(Get, "/v1/sessions/{id}/events", events::list),
         Route::new(Get, "/v1/sessions/{id}/events/stream", stream::stream),

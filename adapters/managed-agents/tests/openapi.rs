@@ -391,6 +391,7 @@ async fn start() -> Gateway {
         default_provider: ProviderTier::new("local"),
         keep_alive: Duration::from_secs(15),
         vaults: Arc::new(gateway_services::vaults::VaultService::new(Arc::clone(&gw.store), SecretBox::generate())),
+        server_probe: None,
     };
     let app = gateway_managed_agents::router(api);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -926,6 +927,7 @@ const VAULT_ARCHIVE: &str = "/v1/vaults/{vault_id}/archive";
 const CREDENTIALS: &str = "/v1/vaults/{vault_id}/credentials";
 const CREDENTIAL: &str = "/v1/vaults/{vault_id}/credentials/{credential_id}";
 const CREDENTIAL_ARCHIVE: &str = "/v1/vaults/{vault_id}/credentials/{credential_id}/archive";
+const CREDENTIAL_VALIDATE: &str = "/v1/vaults/{vault_id}/credentials/{credential_id}/mcp_oauth_validate";
 
 /// A self-hosted session driven through its work queue as an executor would: a tool call asks
 /// for compute, the item is polled, acknowledged, beaten and stopped, and the call answered.
@@ -1228,6 +1230,12 @@ async fn vaults(c: &Client, agent_id: &str, env_id: &str) {
         .await
         .expect(400, None);
     c.call(Method::GET, CREDENTIAL, &k(""), None).await.ok();
+    // No MCP client in this test's gateway: the server cannot be asked.
+    let checked = c.call(Method::POST, CREDENTIAL_VALIDATE, &k("/mcp_oauth_validate"), None).await;
+    assert_eq!(
+        (checked.ok()["status"].as_str(), checked.ok()["has_refresh_token"].as_bool()),
+        (Some("unknown"), Some(false))
+    );
     let listed = c.call(Method::GET, CREDENTIALS, &v("/credentials?limit=1"), None).await;
     assert!(listed.ok()["next_page"].is_string(), "two credentials, one per page");
     for body in [&cred.body, &oauth.body, &updated.body, &listed.body] {

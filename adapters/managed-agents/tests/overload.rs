@@ -49,6 +49,7 @@ async fn start(limits: AdmissionLimits) -> Gateway {
         default_provider: ProviderTier::new("local"),
         keep_alive: Duration::from_secs(15),
         vaults: Arc::new(gateway_services::vaults::VaultService::new(Arc::clone(&gw.store), SecretBox::generate())),
+        server_probe: None,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

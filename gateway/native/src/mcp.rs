@@ -29,7 +29,7 @@ use gateway_models::ToolDefinition;
 use gateway_runtime::environment::Environments;
 use gateway_sandbox::Hand;
 use gateway_services::ssrf;
-use gateway_services::vaults::{VaultError, VaultService};
+use gateway_services::vaults::{ProbeOutcome, ServerProbe, VaultError, VaultService};
 
 /// `[mcp]`: how agents' MCP servers are reached.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -86,6 +86,19 @@ impl McpAccess {
             allow_private: config.allow_private_servers,
             limits,
             call_timeout,
+        }
+    }
+}
+
+/// A credential's check (`VaultService::validate`): the handshake and the tool listing a turn
+/// would make, under the same SSRF rule and deadlines.
+#[async_trait::async_trait]
+impl ServerProbe for McpAccess {
+    async fn probe(&self, url: &str, token: &str) -> ProbeOutcome {
+        match connect_url(self, url, Some(BearerToken::new(token)), &[]).await {
+            Ok(_) => ProbeOutcome::Accepted,
+            Err(McpError::Unauthorized { status }) => ProbeOutcome::Refused { status },
+            Err(e) => ProbeOutcome::Failed { message: e.to_string() },
         }
     }
 }

@@ -16,7 +16,6 @@ use gateway_runtime::{BackendRegistry, Environments};
 use gateway_sandbox::providers::host_providers;
 use gateway_sandbox::{ProviderKind, SandboxProvider};
 use gateway_services::secrets::{KeyOrigin, SecretBox};
-use gateway_services::vaults::VaultService;
 use gateway_store::Store;
 use tracing::{info, warn};
 
@@ -76,15 +75,13 @@ pub fn backends(
     environments: &Arc<Environments>,
     processes: &Arc<ProcessTable>,
     model: Arc<dyn ModelClient>,
-    vaults: Arc<VaultService>,
+    mcp: Arc<McpAccess>,
     ext: Extensions,
 ) -> anyhow::Result<BackendRegistry> {
     let mut backends = BackendRegistry::new();
-    // MCP results are held to the output cap built-in tools have.
-    let mcp = McpAccess::new(&config.mcp, vaults, config.environments.limits.output_cap);
     let web = WebTools::new(&config.web).context("[web]")?;
     let native = NativeBackend::new(model, Some(Arc::clone(environments)), config.native.clone())
-        .with_mcp(Arc::new(mcp))
+        .with_mcp(mcp)
         .with_web(Arc::new(web));
     backends.register(BackendRef::Native, Arc::new(native));
     for (r, b) in gateway_acp::backends(&acp_executors(config), environments, processes) {

@@ -15,6 +15,7 @@ use gateway_core::agent::BackendRef;
 use gateway_core::environment::ProviderTier;
 use gateway_face::FaceContext;
 use gateway_managed_agents::ManagedAgents;
+use gateway_native::McpAccess;
 use gateway_runtime::assembly::offer_of;
 use gateway_runtime::environment::offers_of;
 use gateway_runtime::{Backend, CoordinatorOptions, Runtime, RuntimeConfig};
@@ -73,6 +74,8 @@ pub struct Started {
     pub fd_limit: u64,
     /// Vaults: credentials for MCP servers, sealed with `secrets`.
     pub vaults: Arc<VaultService>,
+    /// How MCP servers are reached (the native loop's tool source, credential checks).
+    pub mcp: Arc<McpAccess>,
 }
 
 /// Raises the open files limit (see [`raise_fd_limit`]), checks the sandbox guard, opens the store, assembles the runtime (its Workers start),
@@ -102,7 +105,9 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<S
         VaultService::new(Arc::clone(&store), secrets.clone())
             .with_private_token_endpoints(config.mcp.allow_private_servers),
     );
-    let backends = match compose::backends(config, &environments, &processes, model, Arc::clone(&vaults), ext) {
+    // MCP results are held to the output cap built-in tools have.
+    let mcp = Arc::new(McpAccess::new(&config.mcp, Arc::clone(&vaults), config.environments.limits.output_cap));
+    let backends = match compose::backends(config, &environments, &processes, model, Arc::clone(&mcp), ext) {
         Ok(b) => b,
         Err(e) => {
             store.close().await;
@@ -143,7 +148,7 @@ pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<S
             gateway_acp::maintain(runtime.coordinator.clone(), Arc::clone(&processes), runtime.shutdown.child_token());
         runtime.tasks.spawn(maintain);
     }
-    Ok(Started { runtime, published, processes, secrets, fd_limit, vaults })
+    Ok(Started { runtime, published, processes, secrets, fd_limit, vaults, mcp })
 }
 
 /// Raises this process's soft limit on open files to its hard limit, so the gateway's own caps
@@ -170,7 +175,8 @@ fn raise_fd_limit() -> u64 {
 }
 
 pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
-    let Started { runtime: rt, published, processes, secrets, fd_limit, vaults } = start_runtime(&config, ext).await?;
+    let Started { runtime: rt, published, processes, secrets, fd_limit, vaults, mcp } =
+        start_runtime(&config, ext).await?;
     let shutdown = rt.shutdown.clone();
     let face = face_context(&rt, &config);
     let auth = Arc::clone(&face.auth);
@@ -208,6 +214,7 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
         default_provider: ProviderTier(config.sandbox.clone()),
         keep_alive: Duration::from_secs(15),
         vaults,
+        server_probe: Some(mcp as Arc<dyn gateway_services::vaults::ServerProbe>),
     };
     let a2a = gateway_a2a::A2aContext {
         face: face.clone(),

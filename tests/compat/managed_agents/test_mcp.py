@@ -30,6 +30,7 @@ import anthropic
 import pytest
 
 from conftest import ROOT, MODEL, Recorder, Watch, create_env, new_client, spawn_gateway, user_message
+from helpers import validate as validate_model
 
 TOKEN = "mcp-SECRET-token-7f3a"
 INSTALL = "gateway/mcp/tests/peers/install"
@@ -260,5 +261,46 @@ def test_an_expiring_oauth_token_is_refreshed_before_the_server_is_called(c: ant
         assert refresh["form"]["grant_type"] == ["refresh_token"]
         [cred] = list(c.beta.vaults.credentials.list(vault.id))
         assert cred.auth.expires_at is not None and cred.auth.expires_at > datetime.now(timezone.utc) + timedelta(minutes=30)
+    finally:
+        endpoint.shutdown()
+
+
+def test_a_credential_is_validated_against_its_server(c: anthropic.Anthropic, server: McpServer) -> None:
+    """`credentials.mcp_oauth_validate`: the server is asked with the stored token; a refused
+    OAuth token is refreshed once and asked again."""
+    from anthropic.types.beta.vaults import BetaManagedAgentsCredentialValidation
+
+    def validate(vault_id: str, credential_id: str) -> dict:
+        r = c.beta.vaults.credentials.with_raw_response.mcp_oauth_validate(credential_id, vault_id=vault_id)
+        assert r.status_code == 200, r.text()
+        body = r.json()
+        validate_model(BetaManagedAgentsCredentialValidation, body)
+        assert TOKEN not in r.text()
+        return body
+
+    vault = c.beta.vaults.create(display_name="checked")
+    good = c.beta.vaults.credentials.create(vault.id, auth={"type": "static_bearer", "token": TOKEN,
+                                                            "mcp_server_url": server.url})
+    v = validate(vault.id, good.id)
+    assert (v["status"], v["mcp_probe"], v["refresh"]) == ("valid", None, None), v
+
+    other = c.beta.vaults.create(display_name="wrong")
+    bad = c.beta.vaults.credentials.create(other.id, auth={"type": "static_bearer", "token": "wrong-token",
+                                                           "mcp_server_url": server.url})
+    v = validate(other.id, bad.id)
+    assert v["status"] == "invalid" and v["mcp_probe"]["http_response"]["status_code"] == 401, v
+
+    endpoint = ThreadingHTTPServer(("127.0.0.1", 0), TokenEndpoint)
+    threading.Thread(target=endpoint.serve_forever, daemon=True).start()
+    try:
+        third = c.beta.vaults.create(display_name="oauth")
+        later = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
+        oauth = c.beta.vaults.credentials.create(third.id, auth={
+            "type": "mcp_oauth", "access_token": "at-SECRET-revoked", "mcp_server_url": server.url, "expires_at": later,
+            "refresh": {"client_id": "cid", "refresh_token": "rt-SECRET-1",
+                        "token_endpoint": f"http://127.0.0.1:{endpoint.server_address[1]}/token",
+                        "token_endpoint_auth": {"type": "client_secret_basic", "client_secret": "client-SECRET"}}})
+        v = validate(third.id, oauth.id)
+        assert (v["status"], v["has_refresh_token"], v["refresh"]["status"]) == ("valid", True, "succeeded"), v
     finally:
         endpoint.shutdown()

@@ -13,7 +13,10 @@ use super::Reply;
 use crate::ManagedAgents;
 use crate::extract::{ApiJson, PathId, QueryParams, path_id};
 use crate::pagination;
-use crate::wire::vault::{CredentialCreate, CredentialUpdate, VaultCreate, VaultUpdate, credential_out, vault_out};
+use crate::wire::vault::{
+    CredentialCreate, CredentialUpdate, VaultCreate, VaultUpdate, credential_out, validation_out, vault_out,
+};
+use gateway_services::vaults::{ProbeOutcome, ServerProbe};
 
 pub async fn create(State(api): State<ManagedAgents>, ApiJson(body): ApiJson<VaultCreate>) -> Reply {
     let spec = body.into_spec()?;
@@ -116,6 +119,30 @@ pub async fn archive_credential(
     let (vault, credential) = ids(&vault, &credential)?;
     let c = api.vaults.store().archive_credential(&vault, &credential).await.map_err(RuntimeError::from)?;
     Ok(Json(credential_out(&c)))
+}
+
+/// Probes the credential's server with its token (a handshake and a tool listing); after a
+/// refusal, one forced refresh when the credential can refresh. Any credential kind.
+pub async fn validate_credential(
+    State(api): State<ManagedAgents>,
+    Path((vault, credential)): Path<(String, String)>,
+) -> Reply {
+    let (vault, credential) = ids(&vault, &credential)?;
+    let validation = match &api.server_probe {
+        Some(probe) => api.vaults.validate(&vault, &credential, probe.as_ref()).await?,
+        None => api.vaults.validate(&vault, &credential, &NoProbe).await?,
+    };
+    Ok(Json(validation_out(&validation)))
+}
+
+/// A process without an MCP client cannot ask the server.
+struct NoProbe;
+
+#[async_trait::async_trait]
+impl ServerProbe for NoProbe {
+    async fn probe(&self, _url: &str, _token: &str) -> ProbeOutcome {
+        ProbeOutcome::Failed { message: "this gateway process has no MCP client".into() }
+    }
 }
 
 pub async fn delete_credential(

@@ -10,7 +10,7 @@ use gateway_core::vault::{
     VaultSpec, normalize_server_url,
 };
 use gateway_core::{Metadata, Timestamp};
-use gateway_services::vaults::SecretPatch;
+use gateway_services::vaults::{ProbeOutcome, RefreshOutcome, SecretPatch, Validation, ValidationStatus};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -342,6 +342,42 @@ fn auth_out(auth: &CredentialAuth) -> Value {
             v
         }
     }
+}
+
+/// An HTTP error response as the SDK's validation shows it (the gateway keeps no body of it).
+fn http_response(status: u16) -> Value {
+    json!({"status_code": status, "content_type": "", "body": "", "body_truncated": false})
+}
+
+pub fn validation_out(v: &Validation) -> Value {
+    let mcp_probe = match &v.probe {
+        None => Value::Null,
+        Some(ProbeOutcome::Refused { status }) => {
+            json!({"method": "initialize", "http_response": http_response(*status)})
+        }
+        Some(_) => json!({"method": "initialize", "http_response": null}),
+    };
+    let refresh = match &v.refresh {
+        None => Value::Null,
+        Some(RefreshOutcome::Succeeded) => json!({"status": "succeeded", "http_response": null}),
+        Some(RefreshOutcome::Failed { status }) => json!({"status": "failed", "http_response": http_response(*status)}),
+        Some(RefreshOutcome::ConnectError) => json!({"status": "connect_error", "http_response": null}),
+        Some(RefreshOutcome::NoRefreshToken) => json!({"status": "no_refresh_token", "http_response": null}),
+    };
+    json!({
+        "type": "vault_credential_validation",
+        "vault_id": v.vault_id,
+        "credential_id": v.credential_id,
+        "status": match v.status {
+            ValidationStatus::Valid => "valid",
+            ValidationStatus::Invalid => "invalid",
+            ValidationStatus::Unknown => "unknown",
+        },
+        "has_refresh_token": v.has_refresh_token,
+        "mcp_probe": mcp_probe,
+        "refresh": refresh,
+        "validated_at": time(v.validated_at),
+    })
 }
 
 pub fn credential_out(c: &Credential) -> Value {

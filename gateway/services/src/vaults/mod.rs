@@ -5,6 +5,7 @@
 //! [`VaultService::refreshed`]).
 
 mod refresh;
+mod validate;
 
 use std::sync::{Arc, OnceLock};
 
@@ -16,6 +17,7 @@ use gateway_store::{NewCredential, SealedCredential, Store, StoreError, Vaults};
 use crate::secrets::{SecretBox, SecretError};
 
 pub use refresh::{MAX_TOKEN_RESPONSE, REFRESH_MARGIN, RefreshError, TOKEN_TIMEOUT, refresh_due};
+pub use validate::{ProbeOutcome, RefreshOutcome, ServerProbe, Validation, ValidationStatus};
 
 #[derive(Debug, thiserror::Error)]
 pub enum VaultError {
