@@ -202,21 +202,13 @@ impl AgentSpec {
         if !BUILTIN_TOOLS.contains(&name) {
             return ToolAvailability::Disabled;
         }
-        for t in &self.tools {
-            if let ToolSpec::Builtin { default_config, configs, .. } = t {
-                let cfg = configs
-                    .iter()
-                    .find(|c| c.name == name)
-                    .map(|c| ToolConfig { enabled: c.enabled, permission_policy: c.permission_policy })
-                    .unwrap_or(*default_config);
-                return if cfg.enabled {
-                    ToolAvailability::Enabled(cfg.permission_policy)
-                } else {
-                    ToolAvailability::Disabled
-                };
-            }
-        }
-        ToolAvailability::Disabled
+        self.tools
+            .iter()
+            .find_map(|t| match t {
+                ToolSpec::Builtin { default_config, configs, .. } => Some(entry(*default_config, configs, name)),
+                _ => None,
+            })
+            .unwrap_or(ToolAvailability::Disabled)
     }
 
     /// The built-in tools this agent may call.
@@ -246,28 +238,30 @@ impl AgentSpec {
     /// toolset's default (which the API sets to `always_ask`, so a tool a server adds later
     /// never runs unapproved); `Disabled` when no toolset names the server.
     pub fn mcp_tool(&self, server: &str, name: &str) -> ToolAvailability {
-        for t in &self.tools {
-            if let ToolSpec::Mcp { mcp_server_name, default_config, configs } = t
-                && mcp_server_name == server
-            {
-                let cfg = configs
-                    .iter()
-                    .find(|c| c.name == name)
-                    .map(|c| ToolConfig { enabled: c.enabled, permission_policy: c.permission_policy })
-                    .unwrap_or(*default_config);
-                return if cfg.enabled {
-                    ToolAvailability::Enabled(cfg.permission_policy)
-                } else {
-                    ToolAvailability::Disabled
-                };
-            }
-        }
-        ToolAvailability::Disabled
+        self.tools
+            .iter()
+            .find_map(|t| match t {
+                ToolSpec::Mcp { mcp_server_name, default_config, configs } if mcp_server_name == server => {
+                    Some(entry(*default_config, configs, name))
+                }
+                _ => None,
+            })
+            .unwrap_or(ToolAvailability::Disabled)
     }
 
     pub fn custom_tool(&self, name: &str) -> Option<&ToolSpec> {
         self.tools.iter().find(|t| matches!(t, ToolSpec::Custom { name: n, .. } if n == name))
     }
+}
+
+/// A tool of a toolset: its own entry, else the toolset's default.
+fn entry(default: ToolConfig, configs: &[NamedToolConfig], name: &str) -> ToolAvailability {
+    let cfg = configs
+        .iter()
+        .find(|c| c.name == name)
+        .map(|c| ToolConfig { enabled: c.enabled, permission_policy: c.permission_policy })
+        .unwrap_or(default);
+    if cfg.enabled { ToolAvailability::Enabled(cfg.permission_policy) } else { ToolAvailability::Disabled }
 }
 
 /// Per-session replacements for parts of an agent version; `None` inherits the field.

@@ -166,6 +166,17 @@ fn domain_rules(agent: &AgentSpec, name: &str) -> Result<DomainRules, gateway_se
     DomainRules::new(&list("allowed_domains"), &list("blocked_domains"))
 }
 
+/// The span of one tool call (OpenTelemetry's `execute_tool`), whatever runs it.
+fn tool_span(name: &str, id: &EventId) -> tracing::Span {
+    tracing::info_span!(
+        "tool_call",
+        otel.name = format!("execute_tool {name}"),
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = %name,
+        gen_ai.tool.call.id = %id,
+    )
+}
+
 fn text_result(tool_use_id: &EventId, origin: ToolOrigin, text: impl Into<String>, is_error: bool) -> NewEvent {
     NewEvent::new(EventPayload::ToolResult {
         tool_use_id: tool_use_id.clone(),
@@ -286,13 +297,7 @@ impl<'a> Turn<'a> {
         }
         let hand = self.hand_with(vec![NewEvent::new(EventPayload::ToolStarted { tool_use_id: id.clone() })]).await?;
         let cancel = CancellationToken::new();
-        let span = tracing::info_span!(
-            "tool_call",
-            otel.name = format!("execute_tool {name}"),
-            gen_ai.operation.name = "execute_tool",
-            gen_ai.tool.name = %name,
-            gen_ai.tool.call.id = %id,
-        );
+        let span = tool_span(name, id);
         let run = hand.run(name, input, &cancel).instrument(span);
         tokio::pin!(run);
         let out: ToolOutput = tokio::select! {
@@ -318,13 +323,7 @@ impl<'a> Turn<'a> {
     ) -> Result<(), BackendError> {
         self.ensure_mcp().await?;
         self.commit(vec![NewEvent::new(EventPayload::ToolStarted { tool_use_id: id.clone() })]).await?;
-        let span = tracing::info_span!(
-            "tool_call",
-            otel.name = format!("execute_tool {tool}"),
-            gen_ai.operation.name = "execute_tool",
-            gen_ai.tool.name = %tool,
-            gen_ai.tool.call.id = %id,
-        );
+        let span = tool_span(tool, id);
         let (content, is_error) = match &self.mcp {
             Some(mcp) => tokio::select! {
                 out = mcp.call(server, tool, input).instrument(span) => out,
@@ -359,13 +358,7 @@ impl<'a> Turn<'a> {
             return Ok(());
         };
         self.commit(vec![NewEvent::new(EventPayload::ToolStarted { tool_use_id: id.clone() })]).await?;
-        let span = tracing::info_span!(
-            "tool_call",
-            otel.name = format!("execute_tool {name}"),
-            gen_ai.operation.name = "execute_tool",
-            gen_ai.tool.name = %name,
-            gen_ai.tool.call.id = %id,
-        );
+        let span = tool_span(name, id);
         let answer = match domain_rules(&self.ctx.session.snapshot.agent.spec, name) {
             Ok(rules) => {
                 let input = serde_json::Value::Object(input.clone());

@@ -29,17 +29,11 @@ from urllib.parse import parse_qs
 import anthropic
 import pytest
 
-from conftest import ROOT, MODEL, Recorder, Watch, create_env, new_client, spawn_gateway, user_message
+from conftest import ROOT, MODEL, Recorder, Watch, create_env, free_port, new_client, spawn_gateway, user_message
 from helpers import validate as validate_model
 
 TOKEN = "mcp-SECRET-token-7f3a"
 INSTALL = "gateway/mcp/tests/peers/install"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class McpServer:

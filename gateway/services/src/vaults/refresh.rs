@@ -245,15 +245,14 @@ fn scrub(text: &str, secrets: &[&str]) -> String {
 }
 
 /// Reads at most [`MAX_TOKEN_RESPONSE`] bytes of the body; more is an error.
-async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, RefreshError> {
-    let mut bytes = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| RefreshError::Send(ssrf::send_failure(e)))? {
-        if bytes.len() + chunk.len() > MAX_TOKEN_RESPONSE {
-            return Err(RefreshError::BadAnswer("the answer is larger than 64 KiB"));
-        }
-        bytes.extend_from_slice(&chunk);
+async fn read_bounded(response: reqwest::Response) -> Result<Vec<u8>, RefreshError> {
+    let capped = crate::web::read_capped(response, MAX_TOKEN_RESPONSE as u64)
+        .await
+        .map_err(|e| RefreshError::Send(ssrf::send_failure(e)))?;
+    if capped.cut {
+        return Err(RefreshError::BadAnswer("the answer is larger than 64 KiB"));
     }
-    Ok(bytes)
+    Ok(capped.bytes)
 }
 
 /// The endpoint as an error may name it: scheme, host, port and path, never a query.

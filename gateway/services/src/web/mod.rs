@@ -24,6 +24,8 @@ mod search;
 
 use std::sync::Arc;
 
+/// Bounded body reads, shared with the other outbound clients of this crate (token endpoints).
+pub(crate) use body::read_capped;
 pub use config::{
     MAX_QUERY_CHARS, MAX_QUERY_WORDS, MAX_REDIRECTS, MAX_SEARCH_RESULTS, MAX_URL_CHARS, SearchConfig, SearchProvider,
     WebConfig, WebConfigError,
