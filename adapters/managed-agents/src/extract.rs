@@ -106,6 +106,21 @@ impl<S: Send + Sync, T: PathKind> FromRequestParts<S> for PathId<T> {
     }
 }
 
+/// The two ids of a nested route's path (`/v1/vaults/{id}/credentials/{id}`), each parsed as
+/// [`path_id`] does, the outer one first.
+pub struct PathIds<A, B>(pub A, pub B);
+
+impl<S: Send + Sync, A: PathKind, B: PathKind> FromRequestParts<S> for PathIds<A, B> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path((outer, inner)) = Path::<(String, String)>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::invalid(format!("the request path cannot be read: {}", e.body_text())))?;
+        Ok(PathIds(path_id(&outer)?, path_id(&inner)?))
+    }
+}
+
 /// The decoded query string, keeping repeated keys.
 #[derive(Debug, Default, Clone)]
 pub struct QueryParams(pub Vec<(String, String)>);

@@ -14,6 +14,7 @@ use rmcp::service::ClientInitializeError;
 use rmcp::transport::streamable_http_client::{AuthRequiredError, InsufficientScopeError, StreamableHttpError};
 
 use crate::secret::BearerToken;
+use gateway_wire::causes::causes;
 
 /// Why an MCP operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -102,7 +103,7 @@ fn classify(error: &(dyn StdError + Send + Sync + 'static)) -> McpError {
         }
         current = e.source();
     }
-    McpError::Protocol(bounded(chain(error)))
+    McpError::Protocol(bounded(causes(error)))
 }
 
 fn classify_http(error: &Http) -> Option<McpError> {
@@ -152,25 +153,10 @@ fn describe_reqwest(error: &reqwest::Error) -> String {
     } else {
         "the HTTP request failed"
     };
-    let mut text = kind.to_owned();
-    let mut source = error.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
+    match error.source() {
+        Some(source) => bounded(format!("{kind}: {}", causes(source))),
+        None => bounded(kind.to_owned()),
     }
-    bounded(text)
-}
-
-fn chain(error: &(dyn StdError + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// Peer-derived text in an error is kept short: it is for an operator, not a transcript.

@@ -6,5 +6,6 @@
 //! depends on no gateway crate and knows no protocol's vocabulary (`scripts/check-invariants`).
 
 pub mod backoff;
+pub mod causes;
 pub mod jsonrpc;
 pub mod sse;

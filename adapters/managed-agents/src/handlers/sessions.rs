@@ -1,7 +1,7 @@
 //! `/v1/sessions`.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use gateway_core::event::EventKind;
 use gateway_core::session::{Resource, ResourceKind, Session, SessionStatus};
 use gateway_core::{AgentId, EnvironmentId, ResourceId, SessionId, VaultId};
@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::Reply;
 use crate::ManagedAgents;
 use crate::error::ApiError;
-use crate::extract::{ApiJson, PathId, QueryParams, path_id};
+use crate::extract::{ApiJson, PathId, PathIds, QueryParams};
 use crate::pagination;
 use crate::wire::Patch;
 use crate::wire::agent::SessionAgentUpdate;
@@ -204,27 +204,27 @@ pub async fn add_resource(
 
 pub async fn retrieve_resource(
     State(api): State<ManagedAgents>,
-    Path((raw, resource)): Path<(String, String)>,
+    PathIds(id, rid): PathIds<SessionId, ResourceId>,
 ) -> Reply {
-    let session = api.coordinator.get_session(&path_id::<SessionId>(&raw)?).await?;
-    shown(&session, &path_id::<ResourceId>(&resource)?)
+    shown(&api.coordinator.get_session(&id).await?, &rid)
 }
 
 /// `resources.update`: a repository's new `authorization_token` (files have nothing to update).
 pub async fn update_resource(
     State(api): State<ManagedAgents>,
-    Path((raw, resource)): Path<(String, String)>,
+    PathIds(id, rid): PathIds<SessionId, ResourceId>,
     ApiJson(body): ApiJson<ResourceUpdate>,
 ) -> Reply {
-    let rid = path_id::<ResourceId>(&resource)?;
     let token = body.token()?;
-    let session = api.coordinator.set_repository_token(&path_id::<SessionId>(&raw)?, &rid, token).await?;
+    let session = api.coordinator.set_repository_token(&id, &rid, token).await?;
     shown(&session, &rid)
 }
 
-pub async fn delete_resource(State(api): State<ManagedAgents>, Path((raw, resource)): Path<(String, String)>) -> Reply {
-    let rid = path_id::<ResourceId>(&resource)?;
-    api.coordinator.remove_resource(&path_id::<SessionId>(&raw)?, &rid).await?;
+pub async fn delete_resource(
+    State(api): State<ManagedAgents>,
+    PathIds(id, rid): PathIds<SessionId, ResourceId>,
+) -> Reply {
+    api.coordinator.remove_resource(&id, &rid).await?;
     Ok(Json(json!({"id": rid, "type": "session_resource_deleted"})))
 }
 

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::Reply;
 use crate::ManagedAgents;
 use crate::error::ApiError;
-use crate::extract::{PathId, QueryParams, multipart_error, path_id};
+use crate::extract::{PathId, PathIds, QueryParams, multipart_error, path_id};
 use crate::pagination;
 use crate::wire::time;
 
@@ -151,12 +151,10 @@ pub async fn retrieve_version(State(api): State<ManagedAgents>, Path((raw, versi
 }
 
 /// The skill's only version cannot be deleted (409 `last_skill_version`): delete the skill.
-pub async fn delete_version(State(api): State<ManagedAgents>, Path((raw, version)): Path<(String, String)>) -> Reply {
-    let vid = path_id::<SkillVersionId>(&version)?;
-    api.coordinator
-        .skills()
-        .delete_skill_version(&path_id::<SkillId>(&raw)?, &vid)
-        .await
-        .map_err(RuntimeError::from)?;
+pub async fn delete_version(
+    State(api): State<ManagedAgents>,
+    PathIds(sid, vid): PathIds<SkillId, SkillVersionId>,
+) -> Reply {
+    api.coordinator.skills().delete_skill_version(&sid, &vid).await.map_err(RuntimeError::from)?;
     Ok(Json(json!({"id": vid, "type": "skill_version_deleted"})))
 }

@@ -3,7 +3,7 @@
 //! the vault service before the store sees them and never answered.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use gateway_core::{CredentialId, VaultId};
 use gateway_runtime::RuntimeError;
 use gateway_store::Order;
@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::Reply;
 use crate::ManagedAgents;
-use crate::extract::{ApiJson, PathId, QueryParams, path_id};
+use crate::extract::{ApiJson, PathId, PathIds, QueryParams};
 use crate::pagination;
 use crate::wire::vault::{
     CredentialCreate, CredentialUpdate, VaultCreate, VaultUpdate, credential_out, validation_out, vault_out,
@@ -60,10 +60,6 @@ pub async fn delete(State(api): State<ManagedAgents>, PathId(id): PathId<VaultId
     Ok(Json(json!({"id": id, "type": "vault_deleted"})))
 }
 
-fn ids(vault: &str, credential: &str) -> Result<(VaultId, CredentialId), crate::error::ApiError> {
-    Ok((path_id::<VaultId>(vault)?, path_id::<CredentialId>(credential)?))
-}
-
 pub async fn create_credential(
     State(api): State<ManagedAgents>,
     PathId(vault): PathId<VaultId>,
@@ -75,9 +71,8 @@ pub async fn create_credential(
 
 pub async fn retrieve_credential(
     State(api): State<ManagedAgents>,
-    Path((vault, credential)): Path<(String, String)>,
+    PathIds(vault, credential): PathIds<VaultId, CredentialId>,
 ) -> Reply {
-    let (vault, credential) = ids(&vault, &credential)?;
     let c = api.vaults.store().get_credential(&vault, &credential).await.map_err(RuntimeError::from)?;
     Ok(Json(credential_out(&c)))
 }
@@ -85,10 +80,9 @@ pub async fn retrieve_credential(
 /// `auth` keeps its `type` and its server; the secrets it names replace the stored ones.
 pub async fn update_credential(
     State(api): State<ManagedAgents>,
-    Path((vault, credential)): Path<(String, String)>,
+    PathIds(vault, credential): PathIds<VaultId, CredentialId>,
     ApiJson(body): ApiJson<CredentialUpdate>,
 ) -> Reply {
-    let (vault, credential) = ids(&vault, &credential)?;
     let current = api.vaults.store().get_credential(&vault, &credential).await.map_err(RuntimeError::from)?;
     let (spec, secrets) = body.apply(&current.spec)?;
     if spec == current.spec && secrets.is_empty() {
@@ -114,9 +108,8 @@ pub async fn list_credentials(
 
 pub async fn archive_credential(
     State(api): State<ManagedAgents>,
-    Path((vault, credential)): Path<(String, String)>,
+    PathIds(vault, credential): PathIds<VaultId, CredentialId>,
 ) -> Reply {
-    let (vault, credential) = ids(&vault, &credential)?;
     let c = api.vaults.store().archive_credential(&vault, &credential).await.map_err(RuntimeError::from)?;
     Ok(Json(credential_out(&c)))
 }
@@ -125,9 +118,8 @@ pub async fn archive_credential(
 /// refusal, one forced refresh when the credential can refresh. Any credential kind.
 pub async fn validate_credential(
     State(api): State<ManagedAgents>,
-    Path((vault, credential)): Path<(String, String)>,
+    PathIds(vault, credential): PathIds<VaultId, CredentialId>,
 ) -> Reply {
-    let (vault, credential) = ids(&vault, &credential)?;
     let validation = match &api.server_probe {
         Some(probe) => api.vaults.validate(&vault, &credential, probe.as_ref()).await?,
         None => api.vaults.validate(&vault, &credential, &NoProbe).await?,
@@ -147,9 +139,8 @@ impl ServerProbe for NoProbe {
 
 pub async fn delete_credential(
     State(api): State<ManagedAgents>,
-    Path((vault, credential)): Path<(String, String)>,
+    PathIds(vault, credential): PathIds<VaultId, CredentialId>,
 ) -> Reply {
-    let (vault, credential) = ids(&vault, &credential)?;
     api.vaults.store().delete_credential(&vault, &credential).await.map_err(RuntimeError::from)?;
     Ok(Json(json!({"id": credential, "type": "vault_credential_deleted"})))
 }

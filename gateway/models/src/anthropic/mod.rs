@@ -14,7 +14,6 @@ mod config;
 mod errors;
 mod response;
 
-use std::error::Error as StdError;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -30,6 +29,7 @@ pub use config::{
 use self::response::{Assembler, Progress};
 use crate::{Message, ModelClient, ModelError, ModelRequest, ModelResponse, StreamEvent, ToolDefinition};
 use gateway_wire::backoff::Backoff;
+use gateway_wire::causes::causes;
 use gateway_wire::sse::{Decoder, Event};
 
 /// Largest non-streaming body, SSE line or event, and accumulated response accepted.
@@ -62,7 +62,7 @@ impl AnthropicClient {
             .connect_timeout(config.connect_timeout)
             .user_agent(concat!("gateway-models/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| ConfigError::Http(describe(&e)))?;
+            .map_err(|e| ConfigError::Http(causes(&e)))?;
         Ok(Self { config, url, headers, http })
     }
 
@@ -99,7 +99,7 @@ impl AnthropicClient {
             let idle = self.config.stream_idle_timeout;
             let chunk = match tokio::time::timeout(idle, response.chunk()).await {
                 Err(_) => return Err(ModelError::StreamCut(format!("no data for {}s", idle.as_secs_f64())).into()),
-                Ok(Err(e)) => return Err(ModelError::StreamCut(describe(&e)).into()),
+                Ok(Err(e)) => return Err(ModelError::StreamCut(causes(&e)).into()),
                 Ok(Ok(None)) => break,
                 Ok(Ok(Some(chunk))) => chunk,
             };
@@ -128,7 +128,7 @@ impl AnthropicClient {
                 request = request.header(name, value);
             }
         }
-        let response = request.body(body.to_vec()).send().await.map_err(|e| ModelError::Network(describe(&e)))?;
+        let response = request.body(body.to_vec()).send().await.map_err(|e| ModelError::Network(causes(&e)))?;
         let status = response.status();
         if status.is_success() {
             return Ok(response);
@@ -291,7 +291,7 @@ fn fixed_headers(config: &AnthropicConfig) -> Result<HeaderMap, ConfigError> {
 /// Reads a whole body, refusing more than `limit` bytes.
 async fn read_body(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, ModelError> {
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| ModelError::Network(describe(&e)))? {
+    while let Some(chunk) = response.chunk().await.map_err(|e| ModelError::Network(causes(&e)))? {
         if body.len() + chunk.len() > limit {
             return Err(ModelError::Protocol(format!("the response exceeds {limit} bytes")));
         }
@@ -315,18 +315,6 @@ async fn read_prefix(mut response: reqwest::Response, limit: usize) -> Vec<u8> {
 
 fn timed_out(limit: Duration) -> ModelError {
     ModelError::Network(format!("no response within {}s", limit.as_secs_f64()))
-}
-
-/// An error and its causes on one line (reqwest hides the useful part in `source()`).
-fn describe(error: &(dyn StdError + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

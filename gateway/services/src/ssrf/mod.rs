@@ -113,14 +113,7 @@ pub fn send_failure(error: reqwest::Error) -> String {
         return refused.to_string();
     }
     let error = error.without_url();
-    let mut text = format!("request failed: {error}");
-    let mut source = std::error::Error::source(&error);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
+    format!("request failed: {}", gateway_wire::causes::causes(&error))
 }
 
 /// Checks a target URL without resolving names (literal addresses and `localhost`).
