@@ -22,6 +22,10 @@
 //!     are built in; the gateway decides that from the name.
 //!   - `repeat:<name> <json object>` → a `tool_use` every time, even after results, so tests
 //!     can reach the gateway's limit on tool rounds.
+//!   - Commands chained on lines starting `then ` (`tool:a {…}\nthen tool:b {…}`) are issued
+//!     one per round of the same turn: the first, then after its result the second, and so on;
+//!     the `done:` reply comes after the last one's result. (A turn whose tools change between
+//!     rounds needs a model that calls the new one.)
 //!   - If the text after the name is not a JSON object, the reply is the text
 //!     `fake model: invalid JSON input for tool <name>: <parse error>` with `end_turn`
 //!     (and `fake model: missing tool name` when the name is empty).
@@ -139,6 +143,12 @@ fn script(messages: &[Message]) -> (Vec<Block>, StopReason) {
         {
             return tool_use(tool_id, name, input);
         }
+        if let Some(step) = last_text.split("\nthen ").nth(rounds_since_user_text(messages))
+            && let Some(Command { name, input: Ok(input), .. }) = parse_command(step)
+            && !name.is_empty()
+        {
+            return tool_use(tool_id, name, input);
+        }
         let quoted: String = result.chars().take(DONE_QUOTE_CHARS).collect();
         return text_reply(format!("done: {quoted}"));
     }
@@ -213,7 +223,20 @@ fn last_user_command(messages: &[Message]) -> (&str, Option<Command<'_>>) {
         .find(|texts| !texts.is_empty())
         .unwrap_or_default();
     let text = texts.iter().rev().find(|text| !is_reminder(text)).or(texts.last()).copied().unwrap_or_default();
-    (text, parse_command(text))
+    (text, parse_command(text.split("\nthen ").next().unwrap_or_default()))
+}
+
+/// How many assistant messages follow the last user message holding text: the rounds of a
+/// chained command already issued.
+fn rounds_since_user_text(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .rev()
+        .take_while(|m| {
+            !(m.role == Role::User && m.content.iter().any(|b| matches!(b, Block::Text { text } if !is_reminder(text))))
+        })
+        .filter(|m| m.role == Role::Assistant)
+        .count()
 }
 
 /// Claude Code's `<system-reminder>` blocks sit beside the user's words; they are not them.
@@ -286,6 +309,37 @@ mod tests {
         let (content, stop) = script(&user_texts(&["hello", "tool:Bash {\"command\":\"ls\"}"]));
         assert_eq!(stop, StopReason::ToolUse);
         assert!(matches!(&content[..], [Block::ToolUse { name, .. }] if name == "Bash"));
+    }
+
+    #[test]
+    fn chained_commands_are_issued_one_per_round() {
+        let round = |k: usize| {
+            let call = Block::ToolUse { id: format!("t{k}"), name: "x".into(), input: JsonObject::new() };
+            let result = Block::ToolResult {
+                tool_use_id: format!("t{k}"),
+                content: vec![ToolResultContent::Text { text: format!("r{k}") }],
+                is_error: false,
+            };
+            [
+                Message { role: Role::Assistant, content: vec![call] },
+                Message { role: Role::User, content: vec![result] },
+            ]
+        };
+        let mut messages = user_texts(&["tool:grow {\"name\":\"sprout\"}\nthen tool:sprout {}"]);
+        let (content, _) = script(&messages);
+        assert!(
+            matches!(&content[..], [Block::ToolUse { name, input, .. }] if name == "grow" && input["name"] == "sprout")
+        );
+        messages.extend(round(1));
+        let (content, stop) = script(&messages);
+        assert_eq!(stop, StopReason::ToolUse);
+        assert!(matches!(&content[..], [Block::ToolUse { name, input, .. }] if name == "sprout" && input.is_empty()));
+        messages.extend(round(2));
+        assert_eq!(script(&messages), text_reply("done: r2".into()));
+        // A single command is as before: done after its result.
+        let mut single = user_texts(&["tool:grow {}"]);
+        single.extend(round(1));
+        assert_eq!(script(&single), text_reply("done: r1".into()));
     }
 
     #[test]

@@ -601,6 +601,9 @@ impl<'a> Turn<'a> {
     /// outcome if the model ended the turn.
     async fn model_round(&mut self) -> Result<Result<Vec<(NewEvent, Route)>, TurnOutcome>, BackendError> {
         self.ensure_mcp().await?;
+        if let Some(mcp) = self.mcp.as_mut() {
+            mcp.refresh_changed().await;
+        }
         let agent = &self.ctx.session.snapshot.agent.spec;
         let mcp = self.mcp.as_ref();
         let mut tools = conversation::tool_definitions(agent);

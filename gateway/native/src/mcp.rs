@@ -140,6 +140,8 @@ pub(crate) struct ClientSide<'a> {
 pub(crate) struct McpTools {
     servers: Vec<Server>,
     names: OfferedNames,
+    /// The names MCP tools may not be offered under (built-in and custom tools).
+    reserved: BTreeSet<String>,
     /// Servers this run could not use, and why (said to the model).
     unavailable: Vec<(String, String)>,
     call_timeout: Duration,
@@ -257,11 +259,41 @@ impl McpTools {
                 _ => None,
             }))
             .collect();
-        let names = OfferedNames::new(
-            servers.iter().map(|s| (s.name.as_str(), s.tools.iter().map(|t| t.name.as_str()))),
-            &reserved,
+        let mut tools =
+            Self { servers, names: OfferedNames::default(), reserved, unavailable, call_timeout: access.call_timeout };
+        tools.name_tools();
+        (tools, errors)
+    }
+
+    fn name_tools(&mut self) {
+        self.names = OfferedNames::new(
+            self.servers.iter().map(|s| (s.name.as_str(), s.tools.iter().map(|t| t.name.as_str()))),
+            &self.reserved,
         );
-        (Self { servers, names, unavailable, call_timeout: access.call_timeout }, errors)
+    }
+
+    /// Lists again the tools of every server that announced a change
+    /// (`notifications/tools/list_changed`) since its last listing, so the next model request
+    /// offers what the servers offer now; a tool a server adds mid-turn is then offered under
+    /// its toolset's policy (an MCP toolset asks by default). A listing that fails keeps the
+    /// tools listed before: their calls get the server's own answer.
+    pub(crate) async fn refresh_changed(&mut self) {
+        let relists = self.servers.iter_mut().filter(|s| s.client.tools_changed()).map(|s| async move {
+            match s.client.list_tools().await {
+                Ok(tools) => {
+                    tracing::info!(server = %s.name, tools = tools.len(), "MCP server's tools listed again after it announced a change");
+                    s.tools = tools;
+                    true
+                }
+                Err(e) => {
+                    tracing::warn!(server = %s.name, error = %e, "listing an MCP server's changed tools failed; keeping its earlier list");
+                    false
+                }
+            }
+        });
+        if futures::future::join_all(relists).await.contains(&true) {
+            self.name_tools();
+        }
     }
 
     /// This process reaches no MCP server (no `McpAccess`): every server the session uses is
@@ -273,8 +305,13 @@ impl McpTools {
         let names: Vec<String> = agent_servers.chain(client_servers).collect();
         let errors = names.iter().map(|s| failure_event(s, &why)).collect();
         let unavailable = names.into_iter().map(|s| (s, why.to_string())).collect();
-        let tools =
-            Self { servers: Vec::new(), names: OfferedNames::default(), unavailable, call_timeout: Duration::ZERO };
+        let tools = Self {
+            servers: Vec::new(),
+            names: OfferedNames::default(),
+            reserved: BTreeSet::new(),
+            unavailable,
+            call_timeout: Duration::ZERO,
+        };
         (tools, errors)
     }
 

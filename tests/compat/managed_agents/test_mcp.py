@@ -168,6 +168,25 @@ def test_always_ask_parks_the_call_and_a_denial_never_reaches_the_server(c: anth
     assert [x["arguments"] for x in server.calls()[before:]] == [{"text": "approved"}], "the denied call never arrived"
 
 
+def test_a_tool_the_server_adds_mid_turn_is_offered_in_the_same_turn(c: anthropic.Anthropic,
+                                                                     server: McpServer) -> None:
+    # `grow` registers a tool and announces notifications/tools/list_changed; the model then
+    # calls the new tool in the same turn (the fake model's `then` chain). Without the relisting
+    # the gateway would not know the name and answer an error result.
+    sprout = f"sprout_{free_port()}"
+    s = session(c, mcp_agent(c, server.url, "always_allow"), [vault_with(c, server.url, TOKEN)])
+    before = len(server.calls())
+    with Watch(c, s.id) as w:
+        w.send(user_message(f'tool:grow {{"name": "{sprout}"}}\nthen tool:{sprout} {{}}'))
+        w.until(lambda e: e.type == "session.status_idle" and e.stop_reason.type == "end_turn")
+    uses = w.of_type("agent.mcp_tool_use")
+    assert [(u.name, u.mcp_server_name) for u in uses] == [("grow", "calc"), (sprout, "calc")]
+    results = w.of_type("agent.mcp_tool_result")
+    assert [(text_of(r.content), r.is_error) for r in results] == [("grown", False), (sprout, False)]
+    assert text_of(w.of_type("agent.message")[-1].content) == f"done: {sprout}"
+    assert [x["tool"] for x in server.calls()[before:]] == ["grow", sprout], "each sent once"
+
+
 def test_a_refused_or_unreachable_server_is_reported_and_the_turn_goes_on(c: anthropic.Anthropic,
                                                                           server: McpServer) -> None:
     before = len(server.calls())

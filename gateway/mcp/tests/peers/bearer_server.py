@@ -65,6 +65,7 @@ async def grow(name: str, ctx: Context) -> str:
     record("grow", {"name": name})
 
     def added() -> str:
+        record(name, {})
         return name
 
     mcp.add_tool(added, name=name, description="added at run time")
