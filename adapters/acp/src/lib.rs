@@ -46,6 +46,22 @@ pub struct AcpContext {
     pub workspace_roots: Option<Vec<std::path::PathBuf>>,
     /// The agent processes of the backend face: `session/close` stops the session's.
     pub processes: Arc<ProcessTable>,
+    /// What native sessions wait for before they can run (`gateway acp`'s model credential);
+    /// `None` where the connection itself was authenticated (`/acp`, with a key).
+    pub sign_in: Option<Arc<dyn EditorAuth>>,
+}
+
+/// The credential a process of `gateway acp` needs before native sessions can run, and how an
+/// editor's `authenticate` and `logout` reach it (ADR 0026). The process answers `initialize`
+/// whether or not it has one: an editor can only offer its user a sign-in if the agent speaks.
+pub trait EditorAuth: Send + Sync {
+    /// What is missing, said to the editor; `None` when sessions can run. Looks again each
+    /// time (a key `gateway login` stored since is found).
+    fn missing(&self) -> Option<String>;
+    /// Forgets the stored credential and the model built with it: a later turn of a native
+    /// session needs a new sign-in (a credential in the process environment stays: the user
+    /// set it there, not through the editor).
+    fn logout(&self) -> Result<(), String>;
 }
 
 /// A face's context is the shared one plus its own fields: the editor reads

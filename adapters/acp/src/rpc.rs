@@ -12,11 +12,18 @@ use serde_json::Value;
 pub mod code {
     pub use gateway_wire::jsonrpc::code::*;
     pub const RESOURCE_NOT_FOUND: i64 = -32002;
+    pub const AUTH_REQUIRED: i64 = -32000;
 }
 
 /// ACP's "resource not found" error.
 pub fn not_found(message: impl Into<String>) -> RpcError {
     RpcError::new(code::RESOURCE_NOT_FOUND, message)
+}
+
+/// ACP's "authentication required" error: the editor offers the user the `authMethods` of
+/// `initialize`, then calls `authenticate`.
+pub fn auth_required(message: impl Into<String>) -> RpcError {
+    RpcError::new(code::AUTH_REQUIRED, message)
 }
 
 /// The options of an ACP connection: `lenient` for an agent's stdout.

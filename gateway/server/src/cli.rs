@@ -1,4 +1,5 @@
-//! The command line: `gateway serve`, `acp`, `migrate`, `keys`, `sessions`, `check`.
+//! The command line: `gateway serve`, `acp`, `login`, `logout`, `migrate`, `keys`, `sessions`,
+//! `check`.
 
 use std::path::PathBuf;
 
@@ -32,6 +33,12 @@ pub enum Command {
         #[arg(long)]
         agent: Option<String>,
     },
+    /// Store an Anthropic API key for your user (read from the terminal, not echoed, or from
+    /// stdin), for `gateway acp` started by an editor without ANTHROPIC_API_KEY. Editors run it
+    /// as their terminal sign-in.
+    Login,
+    /// Forget the key `gateway login` stored.
+    Logout,
     /// Apply database migrations and exit.
     Migrate,
     /// Manage API keys.
@@ -84,6 +91,15 @@ pub fn main_with(ext: Extensions) -> std::process::ExitCode {
         // Check reports a configuration that does not load as one of its items.
         return crate::check::main(file.as_deref());
     }
+    if matches!(cli.command, Command::Login | Command::Logout) {
+        // The user's own key, wherever the gateway keeps its state: no configuration needed.
+        return plain(match cli.command {
+            Command::Login => crate::login::login(),
+            _ => crate::login::logout().map(|had| {
+                eprintln!("{}", if had { "The stored key is forgotten." } else { "No key was stored." });
+            }),
+        });
+    }
     let mut config = match Config::load(file.as_deref()) {
         Ok(c) => c,
         Err(e) => {
@@ -116,7 +132,9 @@ pub fn main_with(ext: Extensions) -> std::process::ExitCode {
             Command::Migrate => serve::migrate(&config).await,
             Command::Keys { command } => serve::keys(&config, command).await,
             Command::Sessions(args) => crate::sessions_cmd::run(&config, args).await,
-            Command::Check => unreachable!("handled before the configuration is loaded"),
+            Command::Check | Command::Login | Command::Logout => {
+                unreachable!("handled before the configuration is loaded")
+            }
         }
     });
     // Every task the gateway started has been joined: the spans they ended are queued.
@@ -129,6 +147,17 @@ pub fn main_with(ext: Extensions) -> std::process::ExitCode {
         }
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "gateway failed");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// A command a person runs in a terminal: its error on stderr, plainly.
+fn plain(result: anyhow::Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gateway: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }

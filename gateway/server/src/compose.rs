@@ -1,16 +1,17 @@
 //! Building the runtime's parts from configuration: the model client, the Session
 //! Environments, the backends, and the start-up guard. The parts' settings and defaults are
 //! their crates' own; what is decided here is which implementation each configured name
-//! means, and where credentials come from (the environment, never the file).
+//! means, and where credentials come from (the environment, else the key `gateway login`
+//! stored for the user; never the configuration file).
 
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use gateway_acp::backend::ProcessTable;
 use gateway_core::agent::BackendRef;
-use gateway_models::ModelClient;
 use gateway_models::anthropic::{AnthropicClient, Credential};
 use gateway_models::fake::FakeModel;
+use gateway_models::{ModelClient, ModelError, ModelRequest, ModelResponse, StreamEvent};
 use gateway_native::{McpAccess, NativeBackend, WebTools};
 use gateway_runtime::{BackendRegistry, Environments};
 use gateway_sandbox::providers::host_providers;
@@ -22,7 +23,8 @@ use tracing::{info, warn};
 use crate::config::Config;
 use crate::serve::Extensions;
 
-/// The model client `config.model` names. Credentials come from the environment only.
+/// The model client `config.model` names. Credentials come from the environment, else from
+/// the key `gateway login` stored (`crate::login`).
 pub fn model_client(config: &Config) -> anyhow::Result<Arc<dyn ModelClient>> {
     match config.model.as_str() {
         "fake" => Ok(Arc::new(FakeModel::new())),
@@ -30,7 +32,13 @@ pub fn model_client(config: &Config) -> anyhow::Result<Arc<dyn ModelClient>> {
             let credential = match (std::env::var("ANTHROPIC_API_KEY"), std::env::var("ANTHROPIC_AUTH_TOKEN")) {
                 (Ok(key), _) if !key.is_empty() => Credential::ApiKey(key),
                 (_, Ok(token)) if !token.is_empty() => Credential::Bearer(token),
-                _ => bail!("model \"anthropic\" needs ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN in the environment"),
+                _ => match crate::login::stored_anthropic_key() {
+                    Some(key) => Credential::ApiKey(key),
+                    None => bail!(
+                        "model \"anthropic\" needs ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN in the environment, or a \
+                         key stored by `gateway login`"
+                    ),
+                },
             };
             let mut settings = config.anthropic.clone();
             if let Some(base_url) = std::env::var("ANTHROPIC_BASE_URL").ok().filter(|u| !u.is_empty()) {
@@ -40,6 +48,62 @@ pub fn model_client(config: &Config) -> anyhow::Result<Arc<dyn ModelClient>> {
             Ok(Arc::new(client))
         }
         other => bail!("unknown model {other:?}"),
+    }
+}
+
+/// The model of `gateway acp`, which must answer its editor before a credential exists (ADR
+/// 0026): built at the first need once one does (`gateway login` in the editor's terminal),
+/// forgotten at `logout`. Until then a request fails as a refused credential would, and the
+/// editor face refuses native sessions with ACP's auth error ([`gateway_acp::EditorAuth`]).
+pub struct DeferredModel {
+    config: Config,
+    built: std::sync::RwLock<Option<Arc<dyn ModelClient>>>,
+}
+
+impl DeferredModel {
+    pub fn new(config: &Config) -> Arc<Self> {
+        Arc::new(Self { config: config.clone(), built: std::sync::RwLock::new(None) })
+    }
+
+    /// The model, built now if its credential has appeared; what is missing otherwise.
+    fn ready(&self) -> Result<Arc<dyn ModelClient>, String> {
+        if let Some(model) = self.built.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            return Ok(Arc::clone(model));
+        }
+        let model = model_client(&self.config).map_err(|e| format!("{e:#}"))?;
+        *self.built.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&model));
+        Ok(model)
+    }
+}
+
+#[async_trait::async_trait]
+impl ModelClient for DeferredModel {
+    async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
+        self.ready().map_err(not_signed_in)?.complete(request).await
+    }
+
+    async fn stream(
+        &self,
+        request: &ModelRequest,
+        on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+    ) -> Result<ModelResponse, ModelError> {
+        self.ready().map_err(not_signed_in)?.stream(request, on_event).await
+    }
+}
+
+fn not_signed_in(message: String) -> ModelError {
+    ModelError::Authentication { status: 401, message }
+}
+
+impl gateway_acp::EditorAuth for DeferredModel {
+    fn missing(&self) -> Option<String> {
+        self.ready().err()
+    }
+
+    fn logout(&self) -> Result<(), String> {
+        crate::login::logout().map_err(|e| format!("{e:#}"))?;
+        *self.built.write().unwrap_or_else(|p| p.into_inner()) = None;
+        Ok(())
     }
 }
 

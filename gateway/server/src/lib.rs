@@ -8,6 +8,7 @@ pub mod config;
 pub mod db;
 pub mod http;
 pub mod listen;
+pub mod login;
 mod measure;
 pub mod publish;
 pub mod serve;

@@ -6,6 +6,7 @@
 //! runtime's task tracker and watches its shutdown signal, so the store closes only after
 //! all of them ended.
 
+use gateway_models::ModelClient;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -80,14 +81,15 @@ pub struct Started {
 
 /// Raises the open files limit (see [`raise_fd_limit`]), checks the sandbox guard, opens the store, assembles the runtime (its Workers start),
 /// publishes configured agents and starts the background tasks that need no HTTP server.
-pub async fn start_runtime(config: &Config, ext: Extensions) -> anyhow::Result<Started> {
+/// `model` is the configured model client ([`compose::model_client`], or the deferred one of
+/// `gateway acp`).
+pub async fn start_runtime(config: &Config, ext: Extensions, model: Arc<dyn ModelClient>) -> anyhow::Result<Started> {
     let fd_limit = raise_fd_limit();
     crate::state::prepare(config)?;
     let providers = compose::sandbox_providers(config);
     let offered = gateway_sandbox::providers::available(&providers);
     compose::startup_guard(config, &offered)?;
     let provider_offers = offers_of(&offered);
-    let model = compose::model_client(config)?;
     let store_metrics = StoreMetrics::default();
     let store = open_measured_store(config, store_metrics.clone()).await?;
     let secrets = match compose::secret_box(config, store.as_ref()).await {
@@ -176,7 +178,7 @@ fn raise_fd_limit() -> u64 {
 
 pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
     let Started { runtime: rt, published, processes, secrets, fd_limit, vaults, mcp } =
-        start_runtime(&config, ext).await?;
+        start_runtime(&config, ext, compose::model_client(&config)?).await?;
     let shutdown = rt.shutdown.clone();
     let face = face_context(&rt, &config);
     let auth = Arc::clone(&face.auth);
@@ -225,7 +227,7 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
     };
     let acp = config.acp.websocket.then(|| {
         let roots = config.acp.workspace_roots.iter().map(std::path::PathBuf::from).collect();
-        acp_context(face.clone(), published.clone(), processes, Some(roots))
+        acp_context(face.clone(), published.clone(), processes, Some(roots), None)
     });
     let deliveries = gateway_runtime::delivery::Deliveries::new(rt.coordinator.clone(), config.instance_name())
         .with(Arc::clone(&webhooks) as Arc<dyn gateway_runtime::delivery::Channel>)
@@ -281,9 +283,12 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
 
 /// `gateway acp`: one editor on stdin/stdout; the process runs its own Workers.
 pub async fn acp(config: Config, ext: Extensions, agent: Option<String>) -> anyhow::Result<()> {
-    let Started { runtime: rt, published, processes, .. } = start_runtime(&config, ext).await?;
+    // The process answers its editor even before it has a model credential: the editor can
+    // then offer its user the sign-in `initialize` advertises (ADR 0026).
+    let model = compose::DeferredModel::new(&config);
+    let Started { runtime: rt, published, processes, .. } = start_runtime(&config, ext, model.clone()).await?;
     // The editor on stdin started this process: no caller to check, any workspace it names.
-    let ctx = acp_context(face_context(&rt, &config), published, processes, None);
+    let ctx = acp_context(face_context(&rt, &config), published, processes, None, Some(model));
     rt.tasks.spawn(watch_signals(rt.shutdown.clone()));
     // Returns when the editor closes stdin, or at the shutdown signal.
     let result = gateway_acp::serve_stdio(ctx, agent).await;
@@ -307,8 +312,9 @@ fn acp_context(
     agents: PublishedAgents,
     processes: Arc<ProcessTable>,
     workspace_roots: Option<Vec<std::path::PathBuf>>,
+    sign_in: Option<Arc<dyn gateway_acp::EditorAuth>>,
 ) -> gateway_acp::AcpContext {
-    gateway_acp::AcpContext { face, agents, workspace_roots, processes }
+    gateway_acp::AcpContext { face, agents, workspace_roots, processes, sign_in }
 }
 
 /// SIGTERM or SIGINT starts a graceful shutdown; the watcher ends with the shutdown, whatever

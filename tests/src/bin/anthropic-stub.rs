@@ -2,7 +2,8 @@
 //! (`gateway_models::stub::StubServer`, answering with the fake model's script) as a process,
 //! for third-party agents under test (claude-agent-acp in `tests/compat/run-acp`). Prints
 //! `listening http://127.0.0.1:PORT` on stdout once it accepts connections; stops on SIGTERM
-//! or SIGINT. Test support only.
+//! or SIGINT, then prints `x-api-key <value>` for each distinct key the requests carried (what
+//! a test of credentials reads; `tests/compat/acp/editor_auth.py`). Test support only.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
@@ -36,7 +37,12 @@ async fn main() -> ExitCode {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
-    let requests = stub.requests().len();
+    let recorded = stub.requests();
+    let requests = recorded.len();
+    let keys: std::collections::BTreeSet<&str> = recorded.iter().filter_map(|r| r.header("x-api-key")).collect();
+    for key in keys {
+        println!("x-api-key {key}");
+    }
     stub.stop().await;
     eprintln!("anthropic-stub: stopped after {requests} requests");
     ExitCode::SUCCESS

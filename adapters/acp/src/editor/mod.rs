@@ -140,18 +140,94 @@ impl Editor {
             },
             Err(e) => return Err(e),
         };
+        let mut capabilities = json!({
+            "loadSession": true,
+            "promptCapabilities": {"image": image, "audio": false, "embeddedContext": true},
+            "mcpCapabilities": {"http": true, "sse": false},
+            "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
+        });
+        if self.ctx.sign_in.is_some() {
+            capabilities["auth"] = json!({"logout": {}});
+        }
         Ok(json!({
             "protocolVersion": PROTOCOL_VERSION,
-            "agentCapabilities": {
-                "loadSession": true,
-                "promptCapabilities": {"image": image, "audio": false, "embeddedContext": true},
-                "mcpCapabilities": {"http": true, "sse": false},
-                "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
-            },
-            "authMethods": [],
+            "agentCapabilities": capabilities,
+            "authMethods": auth_methods(self.ctx.sign_in.is_some(), offers_terminal_auth(&params)),
             "agentInfo": {"name": "gateway", "title": "Gateway", "version": env!("CARGO_PKG_VERSION")},
         }))
     }
+
+    /// `authenticate`: the method must be one `initialize` offered; it succeeds once native
+    /// sessions can run (a terminal sign-in has stored the key, or the environment holds one).
+    fn authenticate(&self, params: &Value) -> Result<Value, RpcError> {
+        let method = params.get("methodId").and_then(Value::as_str).unwrap_or_default();
+        if ![AGENT_METHOD, TERMINAL_METHOD].contains(&method) {
+            return Err(RpcError::invalid_params(format!(
+                "unknown auth method {:?} (this agent offers {AGENT_METHOD:?} and {TERMINAL_METHOD:?})",
+                crate::rpc::clip(method, 80)
+            )));
+        }
+        match self.ctx.sign_in.as_ref().and_then(|a| a.missing()) {
+            None => Ok(json!({})),
+            Some(missing) => Err(crate::rpc::auth_required(format!(
+                "{missing}; run `gateway login` in a terminal (the {TERMINAL_METHOD:?} method) and authenticate again"
+            ))),
+        }
+    }
+
+    /// Sessions of a native agent need the model's credential: without it they are refused
+    /// with ACP's auth error, which an editor answers by offering its user a sign-in.
+    pub(crate) fn require_auth(&self, backend: &BackendRef) -> Result<(), RpcError> {
+        if *backend != BackendRef::Native {
+            return Ok(());
+        }
+        match self.ctx.sign_in.as_ref().and_then(|a| a.missing()) {
+            None => Ok(()),
+            Some(missing) => Err(crate::rpc::auth_required(format!(
+                "authentication required: {missing} (sign in with `gateway login`, then authenticate)"
+            ))),
+        }
+    }
+}
+
+/// The always-offered method: "agent" auth (the registry's default type), the gateway using
+/// the credential it has or finds.
+const AGENT_METHOD: &str = "gateway";
+/// The terminal sign-in: the editor runs this binary with `login` in a terminal.
+const TERMINAL_METHOD: &str = "gateway-login";
+
+/// `initialize`'s `authMethods` (ADR 0026). Without a credential to need (`/acp`, whose
+/// connection presented a key) the agent method still stands, so every editor and the ACP
+/// registry's check see one they can drive.
+fn auth_methods(needs_credential: bool, terminal: bool) -> Value {
+    let mut methods = vec![json!({
+        "id": AGENT_METHOD,
+        "name": "Gateway",
+        "description": if needs_credential {
+            "Use the model credential this gateway has: ANTHROPIC_API_KEY in its environment, or the key `gateway login` stored"
+        } else {
+            "This connection is signed in with its gateway API key"
+        },
+    })];
+    if needs_credential && terminal {
+        methods.push(json!({
+            "id": TERMINAL_METHOD,
+            "name": "Sign in from a terminal",
+            "description": "Stores an Anthropic API key for this user (gateway login)",
+            "type": "terminal",
+            "args": ["login"],
+        }));
+    }
+    Value::Array(methods)
+}
+
+/// Whether the client runs terminal sign-ins: `clientCapabilities.auth.terminal`, or the
+/// `terminal-auth` flag in `_meta` that clients used before it (and the registry's check sends).
+fn offers_terminal_auth(params: &Value) -> bool {
+    let caps = params.get("clientCapabilities");
+    let flag = caps.and_then(|c| c.pointer("/auth/terminal")).and_then(Value::as_bool).unwrap_or(false);
+    let meta = caps.and_then(|c| c.pointer("/_meta/terminal-auth")).and_then(Value::as_bool).unwrap_or(false);
+    flag || meta
 }
 
 impl Handler for EditorHandler {
@@ -160,6 +236,13 @@ impl Handler for EditorHandler {
         let peer = peer.clone();
         match method {
             "initialize" => Box::pin(async move { ed.initialize(params).await }),
+            "authenticate" => Box::pin(async move { ed.authenticate(&params) }),
+            "logout" => Box::pin(async move {
+                match &ed.ctx.sign_in {
+                    Some(auth) => auth.logout().map(|()| json!({})).map_err(RpcError::internal),
+                    None => Err(RpcError::method_not_found("logout")),
+                }
+            }),
             "session/new" => Box::pin(async move { sessions::new_session(&ed, params).await }),
             "session/load" => Box::pin(async move { sessions::load(&ed, &peer, params, true).await }),
             "session/resume" => Box::pin(async move { sessions::load(&ed, &peer, params, false).await }),

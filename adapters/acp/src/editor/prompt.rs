@@ -93,6 +93,7 @@ async fn drive(
     let coordinator = &ed.ctx.coordinator;
     let id = open.id.clone();
     let session = coordinator.get_session(&id).await.map_err(runtime_error)?;
+    ed.require_auth(&session.snapshot.agent.spec.backend)?;
     // The workspace is not re-checked here: every realization and wake of the session's
     // environment opens it without symlinks and checks it is the directory recorded at
     // creation, whichever face the turn came from (invariant 19).

@@ -107,6 +107,7 @@ pub(super) async fn new_session(ed: &Editor, raw: Value) -> Result<Value, RpcErr
     let (name, agent_id) = ed.default_agent()?;
     let agent = ed.ctx.coordinator.get_agent(&agent_id, None).await.map_err(runtime_error)?;
     let backend = agent.spec.backend.clone();
+    ed.require_auth(&backend)?;
     let tool_servers = tool_servers(&name, &backend, &p.mcp_servers)?;
     let environment_id = ed
         .ctx

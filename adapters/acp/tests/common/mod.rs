@@ -185,6 +185,7 @@ impl Rig {
             agents: self.agents.clone(),
             workspace_roots: roots,
             processes: Arc::clone(&self.processes),
+            sign_in: None,
         }
     }
 }
