@@ -85,6 +85,14 @@ async def main():
         r = await conn.prompt(session_id=s1, prompt=[text("hello there")])
         check(r.stop_reason == "end_turn", "a plain prompt ends with end_turn")
         check(editor.text(s1) == "echo: hello there", f"streamed text arrives once and whole: {editor.text(s1)!r}")
+        # The session takes its title from its first prompt, and the turn reports its tokens.
+        infos = [u for u in editor.updates[s1] if u.session_update == "session_info_update"]
+        check(len(infos) == 1 and infos[0].title == "hello there" and infos[0].updated_at,
+              f"session_info_update titles the session from its first prompt: {infos}")
+        usage = [u for u in editor.updates[s1] if u.session_update == "usage_update"]
+        check(len(usage) == 1 and 0 < usage[0].used <= usage[0].size, f"usage_update reports the context: {usage}")
+        check(r.usage is not None and r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens > 0,
+              f"the prompt response carries the turn's usage: {r.usage}")
 
         editor.answer_kind = "allow_always"
         r = await conn.prompt(session_id=s1, prompt=[text('tool:write {"file_path": "perm.txt", "content": "granted"}')])
@@ -154,6 +162,19 @@ async def main():
         check(ids.get(s1) == str(ws1) and ids.get(s2) == str(ws2), "session/list shows both sessions with their cwd")
         only = await conn.list_sessions(cwd=str(ws2))
         check([s.session_id for s in only.sessions] == [s2], "session/list filters by cwd")
+        check(next(s.title for s in listed.sessions if s.session_id == s1) == "hello there", "session/list shows the title")
+
+        # session/delete (this SDK release has no call for it: the request as the schema has it).
+        check(init.agent_capabilities.session_capabilities.delete is not None, "session/delete is advertised")
+        answer = await conn._conn.send_request("session/delete", {"sessionId": s2})
+        check(schema.DeleteSessionResponse.model_validate(answer) is not None, "session/delete answers")
+        listed = await conn.list_sessions()
+        check(s2 not in {s.session_id for s in listed.sessions}, "a deleted session is no longer listed")
+        try:
+            await conn.load_session(cwd=str(ws2), session_id=s2, mcp_servers=[])
+            check(False, "a deleted session cannot be loaded")
+        except acp.RequestError as e:
+            check(e.code == -32002, f"a deleted session cannot be loaded (-32002: {e.code})")
 
 
 if __name__ == "__main__":

@@ -144,7 +144,7 @@ impl Editor {
             "loadSession": true,
             "promptCapabilities": {"image": image, "audio": false, "embeddedContext": true},
             "mcpCapabilities": {"http": true, "sse": false},
-            "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
+            "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}},
         });
         if self.ctx.sign_in.is_some() {
             capabilities["auth"] = json!({"logout": {}});
@@ -257,6 +257,14 @@ impl Handler for EditorHandler {
                 let open = ed.forget(&id);
                 Box::pin(async move { sessions::close(&ed, open, &id).await })
             }
+            "session/delete" => {
+                // Like close, in order with what came before; then the session is deleted
+                // through the core (its environment released), as the Managed Agents delete.
+                let id = params.get("sessionId").and_then(Value::as_str).unwrap_or("").to_owned();
+                ed.cancel(&id);
+                let open = ed.forget(&id);
+                Box::pin(async move { sessions::delete(&ed, open, &id).await })
+            }
             "session/set_config_option" => Box::pin(async move { sessions::set_config_option(&ed, params).await }),
             "session/prompt" => {
                 // Registered before anything else is read, so a cancel right behind the prompt
@@ -292,6 +300,15 @@ pub(crate) fn workspace_of(session: &Session) -> Option<&str> {
     session.snapshot.resources.iter().find_map(|r| match &r.kind {
         ResourceKind::Workspace { path, .. } => Some(path.as_str()),
         _ => None,
+    })
+}
+
+/// A `session_info_update` with the session's title and when it last changed.
+pub(crate) fn session_info(session: &Session) -> Value {
+    json!({
+        "sessionUpdate": "session_info_update",
+        "title": session.title,
+        "updatedAt": session.updated_at.to_rfc3339(),
     })
 }
 

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use gateway_core::EventId;
 use gateway_core::JsonObject;
 use gateway_core::content::ContentBlock;
-use gateway_core::event::{Event, EventKind, EventPayload, ToolOrigin, ToolPermission};
+use gateway_core::event::{Event, EventKind, EventPayload, ToolOrigin, ToolPermission, Usage};
 use gateway_runtime::Preview;
 use serde_json::{Value, json};
 
@@ -22,6 +22,10 @@ use crate::wire::{self, tool_kind};
 
 /// Largest tool output text shown in one update.
 const MAX_TOOL_TEXT: usize = 64 * 1024;
+
+/// The context window `usage_update` reports: the Claude models' 200k tokens. (Configured
+/// models with their own windows are issue 32's; until then every model is shown this one.)
+const CONTEXT_WINDOW: u64 = 200_000;
 
 /// A tool call as the editor was shown it.
 #[derive(Debug, Clone)]
@@ -114,11 +118,20 @@ pub struct Projector {
     /// Whether user messages are shown (a replay shows them; a live prompt's own text is not
     /// echoed back).
     show_user: bool,
+    /// The tokens of the model requests projected so far (a prompt's: its turn's).
+    usage: Usage,
 }
 
 impl Projector {
     pub fn new(cwd: impl Into<PathBuf>, show_user: bool) -> Self {
-        Self { cwd: cwd.into(), inner_root: None, tools: HashMap::new(), streamed: HashMap::new(), show_user }
+        Self {
+            cwd: cwd.into(),
+            inner_root: None,
+            tools: HashMap::new(),
+            streamed: HashMap::new(),
+            show_user,
+            usage: Usage::default(),
+        }
     }
 
     /// Maps paths under the sandbox's view of the workspace back under `cwd`.
@@ -137,6 +150,22 @@ impl Projector {
 
     pub fn tool(&self, id: &EventId) -> Option<&ToolCall> {
         self.tools.get(id)
+    }
+
+    /// The tokens of the model requests projected so far, as a prompt response's `usage`
+    /// (`None` when no model was asked: an ACP agent's turn, or one that failed before).
+    pub fn usage(&self) -> Option<Value> {
+        let u = &self.usage;
+        let input = u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens;
+        (input + u.output_tokens > 0).then(|| {
+            json!({
+                "totalTokens": input + u.output_tokens,
+                "inputTokens": input,
+                "outputTokens": u.output_tokens,
+                "cachedReadTokens": u.cache_read_input_tokens,
+                "cachedWriteTokens": u.cache_creation_input_tokens,
+            })
+        })
     }
 
     /// The updates for a preview.
@@ -209,6 +238,19 @@ impl Projector {
                     "content": shown,
                     "rawOutput": {"text": clip(&text, MAX_TOOL_TEXT), "isError": is_error},
                 })]
+            }
+            // What the context holds after a model request: its input (cached or not) and the
+            // output it added.
+            EventPayload::ModelRequestEnded { is_error: false, usage, .. } => {
+                self.usage.input_tokens += usage.input_tokens;
+                self.usage.output_tokens += usage.output_tokens;
+                self.usage.cache_read_input_tokens += usage.cache_read_input_tokens;
+                self.usage.cache_creation_input_tokens += usage.cache_creation_input_tokens;
+                let used = usage.input_tokens
+                    + usage.cache_read_input_tokens
+                    + usage.cache_creation_input_tokens
+                    + usage.output_tokens;
+                vec![json!({"sessionUpdate": "usage_update", "used": used, "size": CONTEXT_WINDOW.max(used)})]
             }
             _ => vec![],
         }

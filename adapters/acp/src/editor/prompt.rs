@@ -20,6 +20,7 @@ use gateway_core::session::PendingKind;
 use gateway_core::turn::{Relation, TurnFollower};
 use gateway_core::{EventId, SessionId};
 use gateway_runtime::{Delivery, SubscribeOptions};
+use gateway_store::SessionPatch;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -65,6 +66,21 @@ fn stop_reason(reason: &str) -> Value {
     json!({"stopReason": reason})
 }
 
+/// Longest title taken from a prompt.
+const TITLE_CHARS: usize = 80;
+
+/// A session's title from its first prompt: the first line of text, cut at a word.
+fn title_of(content: &[gateway_core::content::ContentBlock]) -> Option<String> {
+    let text = gateway_core::content::plain_text(content);
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    if line.chars().count() <= TITLE_CHARS {
+        return Some(line.to_owned());
+    }
+    let cut: String = line.chars().take(TITLE_CHARS - 1).collect();
+    let at_word = cut.rsplit_once(' ').map_or(cut.as_str(), |(head, _)| head).trim_end();
+    Some(format!("{at_word}…"))
+}
+
 pub(super) async fn run(
     ed: Arc<Editor>,
     peer: Peer,
@@ -108,8 +124,20 @@ async fn drive(
         info!(session = %id, pending = session.pending_actions.len(), "a new prompt interrupts the parked turn");
         inputs.push(NewEvent::new(EventPayload::UserInterrupt {}));
     }
+    let title = session.title.is_none().then(|| title_of(&content)).flatten();
     inputs.push(NewEvent::new(EventPayload::UserMessage { content }));
     let committed = coordinator.submit(&id, inputs).await.map_err(runtime_error)?;
+    // A session without a title takes its first prompt's first line, as editors list it.
+    if let Some(title) = title {
+        let patch = SessionPatch { title: Some(Some(title.clone())), ..Default::default() };
+        match coordinator.update_session(&id, patch).await {
+            Ok(s) => {
+                let update = super::session_info(&s);
+                peer.notify("session/update", json!({"sessionId": id.to_string(), "update": update})).await;
+            }
+            Err(e) => warn!(session = %id, error = %e, "cannot keep the session's title"),
+        }
+    }
     let message_seq = committed.last().map(|e| e.seq).unwrap_or(session.last_seq);
     debug!(session = %id, seq = message_seq, "prompt admitted");
 
@@ -171,7 +199,11 @@ async fn drive(
                     StopReason::Failed | StopReason::RetriesExhausted => return Err(turn_failed(last_error)),
                 };
                 info!(session = %id, stop = reason, "prompt finished");
-                return Ok(stop_reason(reason));
+                let mut answer = stop_reason(reason);
+                if let Some(usage) = turn.projector.usage() {
+                    answer["usage"] = usage;
+                }
+                return Ok(answer);
             }
             Relation::Closed if matches!(event.payload, EventPayload::SessionDeleted {}) => {
                 return Err(crate::rpc::not_found("the session was deleted"));

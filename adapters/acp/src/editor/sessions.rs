@@ -7,7 +7,7 @@ use gateway_core::SessionId;
 use gateway_core::agent::{AgentOverrides, BackendRef, ToolSpec};
 use gateway_core::event::EventPayload;
 use gateway_core::session::{ClientToolServer, MAX_CLIENT_TOOL_SERVERS, ResourceKind, Secret, Session};
-use gateway_runtime::{AgentSelection, CreateSession};
+use gateway_runtime::{AgentSelection, CreateSession, RuntimeError};
 use gateway_store::{EventFilter, Keyset, Order, PageCursor, PageRequest, SessionFilter};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -225,6 +225,10 @@ pub(super) async fn load(ed: &Editor, peer: &Peer, raw: Value, replay: bool) -> 
             }
         }
     }
+    if session.title.is_some() {
+        peer.notify("session/update", json!({"sessionId": id.to_string(), "update": super::session_info(&session)}))
+            .await;
+    }
     ed.remember(id, cwd);
     let mut result = json!({});
     if let Some(options) = config_options(ed, &session) {
@@ -336,6 +340,39 @@ pub(super) async fn close(ed: &Editor, open: Option<std::sync::Arc<Open>>, raw_i
     ed.ctx.processes.close_after_turn(&id, crate::backend::CLOSE_WAIT).await;
     Ok(json!({}))
 }
+
+/// `session/delete`: a session an editor opened (in its own workspace, under the roots on a
+/// network transport), deleted through the core like the Managed Agents delete: its
+/// environment released, its agent process stopped. A running turn is interrupted first; the
+/// delete waits for it to end (at most [`DELETE_WAIT`]).
+pub(super) async fn delete(ed: &Editor, open: Option<std::sync::Arc<Open>>, raw_id: &str) -> Result<Value, RpcError> {
+    let id = session_id(raw_id)?;
+    let coordinator = &ed.ctx.coordinator;
+    let session = coordinator.get_session(&id).await.map_err(runtime_error)?;
+    loadable_workspace(ed, &session, None)?;
+    drop(open);
+    let deadline = tokio::time::Instant::now() + DELETE_WAIT;
+    let mut interrupted = false;
+    loop {
+        match coordinator.delete_session(&id).await {
+            Ok(()) => break,
+            Err(RuntimeError::Guard(_)) if tokio::time::Instant::now() < deadline => {
+                if !interrupted {
+                    interrupted = true;
+                    let _ = coordinator.interrupt(&id).await;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(runtime_error(e)),
+        }
+    }
+    ed.ctx.processes.close_after_turn(&id, crate::backend::CLOSE_WAIT).await;
+    info!(session = %id, "ACP session deleted");
+    Ok(json!({}))
+}
+
+/// How long `session/delete` waits for an interrupted turn to end.
+const DELETE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The agent choice, offered when more than one agent is published.
 pub(super) fn config_options(ed: &Editor, session: &Session) -> Option<Value> {
