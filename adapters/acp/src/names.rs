@@ -4,6 +4,9 @@
 
 /// Document namespace: the tools a user answered "always" for, per session (editor face).
 pub const ALLOW_ALWAYS_NS: &str = "acp.allow_always";
+/// Document namespace: a native session's permission preset (`gateway_core::agent::
+/// PermissionPreset`), as the editor last chose it (editor face).
+pub const PERMISSIONS_NS: &str = "acp.permissions";
 /// Document namespace: the MCP servers an editor passed to an ACP-backed session; the backend
 /// face hands them to the agent's `session/new` / `load` / `resume`.
 pub const MCP_SERVERS_NS: &str = "acp.mcp_servers";

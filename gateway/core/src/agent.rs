@@ -187,7 +187,56 @@ pub struct AgentSpec {
     pub extensions: JsonObject,
 }
 
-/// How a built-in tool is configured for an agent, if it is offered at all.
+/// The built-in tools that change nothing (in the workspace or elsewhere): what a read-only
+/// session keeps, and what an "ask before changes" session runs unasked.
+pub const READING_TOOLS: [&str; 5] = ["read", "glob", "grep", "web_fetch", "web_search"];
+
+/// A client's choice of how much a session's agent may do unasked, applied over the tool
+/// settings of its definition (an editor's permission option; ADR 0027). A preset changes
+/// policies and may switch tools off; it never offers a tool the definition does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionPreset {
+    /// The agent's own settings.
+    AsDefined,
+    /// Reading tools run at once; every other tool (shell, edits, MCP) asks.
+    AskBeforeChanges,
+    /// Every offered tool runs without asking.
+    AllowAll,
+    /// Only the reading tools are offered (shell, edits and MCP tools are switched off).
+    ReadOnly,
+}
+
+impl PermissionPreset {
+    pub const ALL: [PermissionPreset; 4] = [Self::AsDefined, Self::AskBeforeChanges, Self::AllowAll, Self::ReadOnly];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AsDefined => "as_defined",
+            Self::AskBeforeChanges => "ask_before_changes",
+            Self::AllowAll => "allow_all",
+            Self::ReadOnly => "read_only",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+
+    /// A tool's setting under this preset, from its setting in the definition.
+    fn apply(self, reads: bool, defined: ToolConfig) -> ToolConfig {
+        let policy = match self {
+            Self::AsDefined => return defined,
+            Self::AllowAll => PermissionPolicy::AlwaysAllow,
+            Self::AskBeforeChanges | Self::ReadOnly if reads => PermissionPolicy::AlwaysAllow,
+            Self::AskBeforeChanges => PermissionPolicy::AlwaysAsk,
+            Self::ReadOnly => return ToolConfig { enabled: false, ..defined },
+        };
+        ToolConfig { enabled: defined.enabled, permission_policy: policy }
+    }
+}
+
+/// How a built-in tool is configured for an agent, if it is offered at all./// How a built-in tool is configured for an agent, if it is offered at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolAvailability {
     Enabled(PermissionPolicy),
@@ -247,6 +296,52 @@ impl AgentSpec {
                 _ => None,
             })
             .unwrap_or(ToolAvailability::Disabled)
+    }
+
+    /// This definition as a session runs it under `preset`: every built-in tool gets its own
+    /// entry (its defined setting with the preset applied, its extras kept), and each MCP
+    /// toolset's default and entries the preset's setting for tools that change things (an
+    /// MCP tool may do anything).
+    pub fn with_preset(mut self, preset: PermissionPreset) -> AgentSpec {
+        if preset == PermissionPreset::AsDefined {
+            return self;
+        }
+        for tool in &mut self.tools {
+            match tool {
+                ToolSpec::Builtin { default_config, configs, .. } => {
+                    let mut entries = Vec::with_capacity(BUILTIN_TOOLS.len());
+                    for name in BUILTIN_TOOLS {
+                        let own = configs.iter().find(|c| c.name == name);
+                        let defined = match entry(*default_config, configs, name) {
+                            ToolAvailability::Enabled(policy) => {
+                                ToolConfig { enabled: true, permission_policy: policy }
+                            }
+                            ToolAvailability::Disabled => {
+                                ToolConfig { enabled: false, permission_policy: default_config.permission_policy }
+                            }
+                        };
+                        let set = preset.apply(READING_TOOLS.contains(&name), defined);
+                        entries.push(NamedToolConfig {
+                            name: name.to_owned(),
+                            enabled: set.enabled,
+                            permission_policy: set.permission_policy,
+                            extras: own.map(|c| c.extras.clone()).unwrap_or_default(),
+                        });
+                    }
+                    *configs = entries;
+                }
+                ToolSpec::Mcp { default_config, configs, .. } => {
+                    *default_config = preset.apply(false, *default_config);
+                    for c in configs.iter_mut() {
+                        let set = preset
+                            .apply(false, ToolConfig { enabled: c.enabled, permission_policy: c.permission_policy });
+                        (c.enabled, c.permission_policy) = (set.enabled, set.permission_policy);
+                    }
+                }
+                ToolSpec::Custom { .. } => {}
+            }
+        }
+        self
     }
 
     pub fn custom_tool(&self, name: &str) -> Option<&ToolSpec> {
@@ -337,6 +432,93 @@ mod tests {
         assert_eq!(a.builtin_tool("lookup"), ToolAvailability::Disabled, "a custom tool's name");
         a.tools.clear();
         assert_eq!(a.builtin_tool("read"), ToolAvailability::Disabled, "no toolset, no built-ins");
+    }
+
+    #[test]
+    fn presets_change_policies_and_never_offer_what_the_definition_does_not() {
+        let allow = ToolConfig { enabled: true, permission_policy: PermissionPolicy::AlwaysAllow };
+        let named = |name: &str, enabled: bool, policy| NamedToolConfig {
+            name: name.into(),
+            enabled,
+            permission_policy: policy,
+            extras: JsonObject::new(),
+        };
+        let mut fetch = named("web_fetch", true, PermissionPolicy::AlwaysAsk);
+        fetch.extras.insert("allowed_domains".into(), serde_json::json!(["example.com"]));
+        let defined = AgentSpec {
+            name: "a".into(),
+            description: None,
+            system: None,
+            model: ModelSpec { id: "m".into(), effort: None, speed: None },
+            tools: vec![
+                ToolSpec::Builtin {
+                    version: "agent_toolset_20260401".into(),
+                    default_config: allow,
+                    configs: vec![named("grep", false, PermissionPolicy::AlwaysAllow), fetch],
+                },
+                ToolSpec::Mcp {
+                    mcp_server_name: "s".into(),
+                    default_config: ToolConfig { enabled: true, permission_policy: PermissionPolicy::AlwaysAsk },
+                    configs: vec![named("t", true, PermissionPolicy::AlwaysAllow)],
+                },
+            ],
+            mcp_servers: vec![McpServerSpec { name: "s".into(), url: "https://s/mcp".into() }],
+            skills: vec![],
+            metadata: Default::default(),
+            backend: BackendRef::Native,
+            extensions: JsonObject::new(),
+        };
+        use PermissionPolicy::{AlwaysAllow as Allow, AlwaysAsk as Ask};
+        use ToolAvailability::{Disabled, Enabled};
+        let rows = [
+            // (preset, bash, read, grep (disabled in the definition), web_fetch, mcp t, mcp other)
+            (
+                PermissionPreset::AsDefined,
+                Enabled(Allow),
+                Enabled(Allow),
+                Disabled,
+                Enabled(Ask),
+                Enabled(Allow),
+                Enabled(Ask),
+            ),
+            (
+                PermissionPreset::AskBeforeChanges,
+                Enabled(Ask),
+                Enabled(Allow),
+                Disabled,
+                Enabled(Allow),
+                Enabled(Ask),
+                Enabled(Ask),
+            ),
+            (
+                PermissionPreset::AllowAll,
+                Enabled(Allow),
+                Enabled(Allow),
+                Disabled,
+                Enabled(Allow),
+                Enabled(Allow),
+                Enabled(Allow),
+            ),
+            (PermissionPreset::ReadOnly, Disabled, Enabled(Allow), Disabled, Enabled(Allow), Disabled, Disabled),
+        ];
+        for (preset, bash, read, grep, web, t, other) in rows {
+            let a = defined.clone().with_preset(preset);
+            let got = (
+                a.builtin_tool("bash"),
+                a.builtin_tool("read"),
+                a.builtin_tool("grep"),
+                a.builtin_tool("web_fetch"),
+                a.mcp_tool("s", "t"),
+                a.mcp_tool("s", "other"),
+            );
+            assert_eq!(got, (bash, read, grep, web, t, other), "{preset:?}");
+            let kept = a.tools.iter().find_map(|t| match t {
+                ToolSpec::Builtin { configs, .. } => configs.iter().find(|c| c.name == "web_fetch").cloned(),
+                _ => None,
+            });
+            assert_eq!(kept.map(|c| c.extras.len()), Some(1), "{preset:?} keeps a tool's extras");
+            assert_eq!(PermissionPreset::parse(preset.as_str()), Some(preset));
+        }
     }
 
     #[test]

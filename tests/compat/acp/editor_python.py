@@ -157,6 +157,33 @@ async def main():
         except acp.RequestError as e:
             check(e.code == -32602, "the agent cannot change after the first prompt (-32602)")
 
+        # The permission preset of a native session, between prompts (s1's agent `main` asks
+        # before bash).
+        opts = {option(o).id: option(o) for o in created.config_options or []}
+        check(opts["permissions"].current_value == "as_defined" and opts["permissions"].category == "mode",
+              "session/new offers the permission preset")
+        changed = await conn.set_config_option(config_id="permissions", session_id=s1, value="read_only")
+        check(next(option(o) for o in changed.config_options if option(o).id == "permissions").current_value == "read_only",
+              "set_config_option sets the preset")
+        r = await conn.prompt(session_id=s1, prompt=[text('tool:bash {"command": "echo no > readonly.txt"}')])
+        check(r.stop_reason == "end_turn" and not (ws1 / "readonly.txt").exists(), "read_only: bash is not offered")
+        asked = len(editor.permissions)
+        await conn.set_config_option(config_id="permissions", session_id=s1, value="allow_all")
+        r = await conn.prompt(session_id=s1, prompt=[text('tool:bash {"command": "echo yes > allowed.txt"}')])
+        check(r.stop_reason == "end_turn" and len(editor.permissions) == asked and (ws1 / "allowed.txt").exists(),
+              "allow_all: bash runs without asking")
+        await conn.set_config_option(config_id="permissions", session_id=s1, value="as_defined")
+        editor.answer_kind = "reject_once"
+        r = await conn.prompt(session_id=s1, prompt=[text('tool:bash {"command": "echo again > asked.txt"}')])
+        check(len(editor.permissions) == asked + 1 and not (ws1 / "asked.txt").exists(),
+              "as_defined: bash asks again (and a rejection keeps it from running)")
+        editor.answer_kind = "allow_once"
+        try:
+            await conn.set_config_option(config_id="permissions", session_id=s1, value="everything")
+            check(False, "an unknown preset is refused")
+        except acp.RequestError as e:
+            check(e.code == -32602, "an unknown preset is refused (-32602)")
+
         listed = await conn.list_sessions()
         ids = {s.session_id: s.cwd for s in listed.sessions}
         check(ids.get(s1) == str(ws1) and ids.get(s2) == str(ws2), "session/list shows both sessions with their cwd")

@@ -49,6 +49,11 @@ await run(async () => {
     let r = await agent.request("session/prompt", { sessionId: s1, prompt: [{ type: "text", text: "streamed reply" }] });
     check(r.stopReason === "end_turn", "a streamed prompt ends with end_turn");
     check(text(s1) === "echo: streamed reply", `the streamed text is whole and not repeated (${JSON.stringify(text(s1))})`);
+    const info = updates.get(s1).filter((u) => u.sessionUpdate === "session_info_update");
+    check(info.length === 1 && info[0].title === "streamed reply", "session_info_update titles the session from its first prompt");
+    const usage = updates.get(s1).filter((u) => u.sessionUpdate === "usage_update");
+    check(usage.length === 1 && usage[0].used > 0 && usage[0].size >= usage[0].used, "usage_update reports the context");
+    check(r.usage && r.usage.totalTokens === r.usage.inputTokens + r.usage.outputTokens, "the prompt response carries the turn's usage");
 
     r = await agent.request("session/prompt", {
       sessionId: s1,
@@ -91,6 +96,17 @@ await run(async () => {
     const ids = listed.sessions.map((s) => s.sessionId);
     check(ids.includes(s1) && ids.includes(s2), "session/list shows both sessions");
 
+    // The permission preset: allow_all runs bash without asking, between prompts.
+    const asked = permissions.length;
+    const set = await agent.request("session/set_config_option", { sessionId: s1, configId: "permissions", value: "allow_all" });
+    check(set.configOptions.find((o) => o.id === "permissions").currentValue === "allow_all", "set_config_option sets the preset");
+    r = await agent.request("session/prompt", {
+      sessionId: s1,
+      prompt: [{ type: "text", text: 'tool:bash {"command": "echo allowed > allowed.txt"}' }],
+    });
+    check(r.stopReason === "end_turn" && permissions.length === asked, "allow_all: bash ran without asking");
+    check(readFileSync(join(ws1, "allowed.txt"), "utf8") === "allowed\n", "allow_all: the command ran");
+
     await agent.request("session/close", { sessionId: s2 });
     let refused = false;
     try {
@@ -99,6 +115,11 @@ await run(async () => {
       refused = e.code === -32002;
     }
     check(refused, "a closed session is no longer open on the connection (-32002)");
+
+    check(init.agentCapabilities.sessionCapabilities.delete !== undefined, "session/delete is advertised");
+    await agent.request("session/delete", { sessionId: s1 });
+    const after = (await agent.request("session/list", {})).sessions.map((s) => s.sessionId);
+    check(!after.includes(s1) && after.includes(s2), "session/delete removes the session, and only it");
   });
   child.kill("SIGTERM");
 });

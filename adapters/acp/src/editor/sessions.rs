@@ -4,22 +4,25 @@
 use std::path::{Path, PathBuf};
 
 use gateway_core::SessionId;
-use gateway_core::agent::{AgentOverrides, BackendRef, ToolSpec};
+use gateway_core::agent::{AgentOverrides, BackendRef, PermissionPreset, ToolSpec};
 use gateway_core::event::EventPayload;
 use gateway_core::session::{ClientToolServer, MAX_CLIENT_TOOL_SERVERS, ResourceKind, Secret, Session};
 use gateway_runtime::{AgentSelection, CreateSession, RuntimeError};
-use gateway_store::{EventFilter, Keyset, Order, PageCursor, PageRequest, SessionFilter};
+use gateway_store::{EventFilter, Keyset, Order, PageCursor, PageRequest, SessionFilter, SessionPatch};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tracing::info;
 
 use super::{Editor, Open, Projector, agent_name, runtime_error, workspace_of};
+use crate::names::PERMISSIONS_NS;
 use crate::rpc::{Peer, RpcError, params};
 
 /// Sessions per `session/list` page.
 const LIST_PAGE: u32 = 50;
 /// The config option that picks the agent.
 const AGENT_OPTION: &str = "agent";
+/// The config option that picks a native session's permission preset.
+const PERMISSIONS_OPTION: &str = "permissions";
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -131,7 +134,7 @@ pub(super) async fn new_session(ed: &Editor, raw: Value) -> Result<Value, RpcErr
     info!(session = %session.id, agent = %name, cwd = %p.cwd, "ACP session created");
     ed.remember(session.id.clone(), p.cwd);
     let mut result = json!({"sessionId": session.id.to_string()});
-    if let Some(options) = config_options(ed, &session) {
+    if let Some(options) = config_options(ed, &session).await {
         result["configOptions"] = options;
     }
     Ok(result)
@@ -231,7 +234,7 @@ pub(super) async fn load(ed: &Editor, peer: &Peer, raw: Value, replay: bool) -> 
     }
     ed.remember(id, cwd);
     let mut result = json!({});
-    if let Some(options) = config_options(ed, &session) {
+    if let Some(options) = config_options(ed, &session).await {
         result["configOptions"] = options;
     }
     Ok(result)
@@ -374,28 +377,120 @@ pub(super) async fn delete(ed: &Editor, open: Option<std::sync::Arc<Open>>, raw_
 /// How long `session/delete` waits for an interrupted turn to end.
 const DELETE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The agent choice, offered when more than one agent is published.
-pub(super) fn config_options(ed: &Editor, session: &Session) -> Option<Value> {
+/// The session's config options: the agent (when more than one is published; only before the
+/// first prompt) and, for a native agent, the permission preset (between prompts).
+pub(super) async fn config_options(ed: &Editor, session: &Session) -> Option<Value> {
+    let mut out = Vec::new();
     let agents = &ed.ctx.agents.agents;
-    if agents.len() < 2 {
-        return None;
+    if agents.len() >= 2 {
+        let current = agent_name(session).unwrap_or("");
+        let options: Vec<Value> = agents.iter().map(|(n, _)| json!({"value": n, "name": n})).collect();
+        out.push(json!({
+            "id": AGENT_OPTION,
+            "name": "Agent",
+            "description": "The published agent that runs this session (only before the first prompt)",
+            "type": "select",
+            "currentValue": current,
+            "options": options,
+        }));
     }
-    let current = agent_name(session).unwrap_or("");
-    let options: Vec<Value> = agents.iter().map(|(n, _)| json!({"value": n, "name": n})).collect();
-    Some(json!([{
-        "id": AGENT_OPTION,
-        "name": "Agent",
-        "description": "The published agent that runs this session (only before the first prompt)",
-        "type": "select",
-        "currentValue": current,
-        "options": options,
-    }]))
+    if session.snapshot.agent.spec.backend == BackendRef::Native {
+        let current = current_preset(ed, &session.id).await;
+        let options: Vec<Value> = PermissionPreset::ALL
+            .iter()
+            .map(|p| {
+                let (name, description) = preset_words(*p);
+                json!({"value": p.as_str(), "name": name, "description": description})
+            })
+            .collect();
+        out.push(json!({
+            "id": PERMISSIONS_OPTION,
+            "name": "Permissions",
+            "description": "What the agent may do without asking (between prompts)",
+            "category": "mode",
+            "type": "select",
+            "currentValue": current.as_str(),
+            "options": options,
+        }));
+    }
+    (!out.is_empty()).then_some(Value::Array(out))
+}
+
+fn preset_words(p: PermissionPreset) -> (&'static str, &'static str) {
+    match p {
+        PermissionPreset::AsDefined => {
+            ("As the agent is configured", "Each tool asks or runs as the agent's definition says")
+        }
+        PermissionPreset::AskBeforeChanges => {
+            ("Ask before changes", "Reading runs at once; commands, edits and MCP tools ask")
+        }
+        PermissionPreset::AllowAll => ("Allow everything", "Every tool runs without asking"),
+        PermissionPreset::ReadOnly => ("Read only", "Only reading tools; commands, edits and MCP tools are off"),
+    }
+}
+
+/// The preset the session runs under (kept as an adapter document; none: as defined).
+async fn current_preset(ed: &Editor, id: &SessionId) -> PermissionPreset {
+    match ed.ctx.coordinator.documents().get_document(PERMISSIONS_NS, id.as_str()).await {
+        Ok(Some(doc)) => doc.body.get("preset").and_then(Value::as_str).and_then(PermissionPreset::parse),
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(session = %id, error = %e, "cannot read the session's permission preset");
+            None
+        }
+    }
+    .unwrap_or(PermissionPreset::AsDefined)
+}
+
+/// Runs the session under `preset` from its next turn: the agent version it froze, as editor
+/// sessions run it, with the preset applied, through the core's redefinition (so the other
+/// faces see `session.updated` with the agent's new tool settings). Refused while a turn runs.
+async fn set_preset(ed: &Editor, id: &SessionId, preset: PermissionPreset) -> Result<Session, RpcError> {
+    let coordinator = &ed.ctx.coordinator;
+    let session = coordinator.get_session(id).await.map_err(runtime_error)?;
+    let frozen = &session.snapshot.agent;
+    let mut spec = coordinator.get_agent(&frozen.id, Some(frozen.version)).await.map_err(runtime_error)?.spec;
+    if let Some(o) = overrides_for(&spec) {
+        o.apply(&mut spec);
+    }
+    // Skills were resolved when the session was created: keep the session's.
+    spec.skills = frozen.spec.skills.clone();
+    let snapshot =
+        coordinator.redefine_session(&session, Some(spec.with_preset(preset)), None).await.map_err(runtime_error)?;
+    let patch = SessionPatch { snapshot: Some(snapshot), ..Default::default() };
+    let session = coordinator.update_session(id, patch).await.map_err(|e| match e {
+        RuntimeError::Guard(_) => RpcError::invalid_params("the permissions can only change between prompts"),
+        e => runtime_error(e),
+    })?;
+    let documents = coordinator.documents();
+    let version = documents.get_document(PERMISSIONS_NS, id.as_str()).await.ok().flatten().map(|d| d.version);
+    if let Err(e) =
+        documents.put_document(PERMISSIONS_NS, id.as_str(), &json!({"preset": preset.as_str()}), version).await
+    {
+        tracing::warn!(session = %id, error = %e, "cannot keep the session's permission preset");
+    }
+    info!(session = %id, preset = preset.as_str(), "permission preset set");
+    Ok(session)
 }
 
 pub(super) async fn set_config_option(ed: &Editor, raw: Value) -> Result<Value, RpcError> {
     let p: SetOptionParams = params(raw)?;
     ed.open(&p.session_id)?;
     let id = session_id(&p.session_id)?;
+    if p.config_id == PERMISSIONS_OPTION {
+        let preset = p.value.as_str().and_then(PermissionPreset::parse).ok_or_else(|| {
+            RpcError::invalid_params(format!(
+                "`value` must be one of {}",
+                PermissionPreset::ALL.map(PermissionPreset::as_str).join(", ")
+            ))
+        })?;
+        let session = ed.ctx.coordinator.get_session(&id).await.map_err(runtime_error)?;
+        if session.snapshot.agent.spec.backend != BackendRef::Native {
+            return Err(RpcError::invalid_params("only a native agent's session takes a permission preset"));
+        }
+        let session = set_preset(ed, &id, preset).await?;
+        return Ok(json!({"configOptions": config_options(ed, &session).await.unwrap_or_else(|| json!([]))}));
+    }
     if p.config_id != AGENT_OPTION || ed.ctx.agents.agents.len() < 2 {
         return Err(RpcError::invalid_params(format!(
             "unknown config option {:?}",
@@ -428,9 +523,14 @@ pub(super) async fn set_config_option(ed: &Editor, raw: Value) -> Result<Value, 
         )));
     }
     let selection = AgentSelection { id: agent_id, version: None, overrides: overrides_for(&agent.spec) };
-    let session = ed.ctx.coordinator.switch_agent(&id, selection).await.map_err(runtime_error)?;
+    let mut session = ed.ctx.coordinator.switch_agent(&id, selection).await.map_err(runtime_error)?;
     info!(session = %id, agent = %name, "agent switched");
-    Ok(json!({"configOptions": config_options(ed, &session).unwrap_or_else(|| json!([]))}))
+    // A preset chosen before the switch applies to the new agent too.
+    let preset = current_preset(ed, &id).await;
+    if preset != PermissionPreset::AsDefined && session.snapshot.agent.spec.backend == BackendRef::Native {
+        session = set_preset(ed, &id, preset).await?;
+    }
+    Ok(json!({"configOptions": config_options(ed, &session).await.unwrap_or_else(|| json!([]))}))
 }
 
 #[cfg(test)]
