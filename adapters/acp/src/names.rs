@@ -7,6 +7,10 @@ pub const ALLOW_ALWAYS_NS: &str = "acp.allow_always";
 /// Document namespace: a native session's permission preset (`gateway_core::agent::
 /// PermissionPreset`), as the editor last chose it (editor face).
 pub const PERMISSIONS_NS: &str = "acp.permissions";
+/// Document namespace: settings an editor changed on an ACP-backed session's agent while its
+/// process was not running (`{"requests": [{n, method, params}]}`, numbered in order); the
+/// backend face sends those after [`SETTINGS_SENT_BINDING`] before the next prompt.
+pub const PENDING_SETTINGS_NS: &str = "acp.pending_settings";
 /// Document namespace: the MCP servers an editor passed to an ACP-backed session; the backend
 /// face hands them to the agent's `session/new` / `load` / `resume`.
 pub const MCP_SERVERS_NS: &str = "acp.mcp_servers";
@@ -21,3 +25,6 @@ pub const SENT_BINDING: &str = "acp.sent_seq";
 /// [`SENT_BINDING`] while a prompt is outstanding; a run that finds its inputs sent but not
 /// answered, and no prompt to consume, lost the agent mid-turn.
 pub const ANSWERED_BINDING: &str = "acp.answered_seq";
+/// Binding: the number of the last kept setting sent to the agent ([`PENDING_SETTINGS_NS`]),
+/// staged with the run's next commit.
+pub const SETTINGS_SENT_BINDING: &str = "acp.settings_sent";

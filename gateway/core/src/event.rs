@@ -232,6 +232,39 @@ pub enum EventPayload {
         is_error: bool,
         usage: Usage,
     },
+    /// What the agent behind a backend told its client about itself, beyond messages and tool
+    /// calls: the modes it works in, its settings, its commands, its plan, a title, its usage,
+    /// a notice (ADR 0028). `body` is the agent's own words, kept as it sent them: the core
+    /// stores and orders them and never reads them; a face that speaks the agent's protocol
+    /// shows them (live and when a client opens the session later), the others have no place
+    /// for them.
+    AgentReport {
+        topic: ReportTopic,
+        body: serde_json::Value,
+    },
+}
+
+/// What an [`EventPayload::AgentReport`] is about. The last report of a topic is the agent's
+/// current word on it (a plan, its modes and settings are replaced whole).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportTopic {
+    /// The modes it can work in, and the current one.
+    Modes,
+    /// A change of the current mode.
+    Mode,
+    /// Its settings (options the client may change) and their current values.
+    Settings,
+    /// The commands it understands.
+    Commands,
+    /// Its plan of work.
+    Plan,
+    /// A title for the session.
+    Title,
+    /// The tokens and cost it reports.
+    Usage,
+    /// Something it wants the user to know.
+    Notice,
 }
 
 /// The kind of an event, as stored in the log's `kind` column and used in type filters.
@@ -257,10 +290,11 @@ pub enum EventKind {
     ToolResult,
     ModelRequestStarted,
     ModelRequestEnded,
+    AgentReport,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 20] = [
+    pub const ALL: [EventKind; 21] = [
         EventKind::UserMessage,
         EventKind::UserInterrupt,
         EventKind::ToolConfirmation,
@@ -281,6 +315,7 @@ impl EventKind {
         EventKind::ToolResult,
         EventKind::ModelRequestStarted,
         EventKind::ModelRequestEnded,
+        EventKind::AgentReport,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -305,6 +340,7 @@ impl EventKind {
             EventKind::ToolResult => "tool_result",
             EventKind::ModelRequestStarted => "model_request_started",
             EventKind::ModelRequestEnded => "model_request_ended",
+            EventKind::AgentReport => "agent_report",
         }
     }
 
@@ -353,6 +389,7 @@ impl EventPayload {
             EventPayload::ToolResult { .. } => EventKind::ToolResult,
             EventPayload::ModelRequestStarted {} => EventKind::ModelRequestStarted,
             EventPayload::ModelRequestEnded { .. } => EventKind::ModelRequestEnded,
+            EventPayload::AgentReport { .. } => EventKind::AgentReport,
         }
     }
 }
@@ -460,6 +497,7 @@ mod tests {
             EventPayload::ToolStarted { tool_use_id: EventId::new() },
             EventPayload::ModelRequestStarted {},
             EventPayload::ModelRequestEnded { start_id: EventId::new(), is_error: false, usage: Usage::default() },
+            EventPayload::AgentReport { topic: ReportTopic::Plan, body: serde_json::json!({"entries": []}) },
         ];
         assert_eq!(samples.len(), EventKind::ALL.len());
         for p in samples {

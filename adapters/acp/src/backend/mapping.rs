@@ -8,11 +8,14 @@
 //!   when they run, `tool_result` when they finish. A call still `pending` is not committed
 //!   until it runs or asks permission, so a call that asks is one `tool_use` with permission
 //!   `ask`, which is what parks the core's turn.
-//! - Other kinds (plans, commands, usage, modes, ...) have no neutral event and are logged
-//!   and skipped, as are unknown kinds: the turn never fails on them.
+//! - What the agent says about itself for its client (plans, commands, modes, settings, a
+//!   title, usage) is kept as the agent sent it in an `agent_report` (ADR 0028), so an editor
+//!   sees it through the gateway as it would connected directly: a plan is committed at once
+//!   (the user watches it), the rest rides with the run's next commit. A report larger than
+//!   [`REPORT_CAP`] is logged and skipped, as are unknown kinds: the turn never fails on them.
 
 use gateway_core::content::ContentBlock;
-use gateway_core::event::{EventKind, EventPayload, NewEvent, ToolOrigin, ToolPermission};
+use gateway_core::event::{EventKind, EventPayload, NewEvent, ReportTopic, ToolOrigin, ToolPermission};
 use gateway_core::{EventId, JsonObject};
 use gateway_runtime::{BackendError, Preview, RunContext};
 use serde_json::Value;
@@ -24,6 +27,51 @@ use crate::rpc::clip;
 /// size and continues in a new one: an agent that never stops talking cannot grow the
 /// gateway's memory for the whole turn deadline, nor make one giant event.
 const TEXT_CAP: usize = 1 << 20;
+
+/// Largest agent report kept (its JSON form).
+const REPORT_CAP: usize = 64 * 1024;
+
+/// The topic an update kind reports on, for the kinds kept as reports.
+fn report_topic(kind: &str) -> Option<ReportTopic> {
+    Some(match kind {
+        "plan" => ReportTopic::Plan,
+        "available_commands_update" => ReportTopic::Commands,
+        "current_mode_update" => ReportTopic::Mode,
+        "config_option_update" => ReportTopic::Settings,
+        "session_info_update" => ReportTopic::Title,
+        "usage_update" => ReportTopic::Usage,
+        _ => return None,
+    })
+}
+
+/// An update as a report, if it is small enough to keep.
+pub(super) fn report_of(topic: ReportTopic, body: &Value) -> Option<NewEvent> {
+    report(topic, body)
+}
+
+fn report(topic: ReportTopic, body: &Value) -> Option<NewEvent> {
+    let size = serde_json::to_vec(body).map_or(usize::MAX, |b| b.len());
+    if size > REPORT_CAP {
+        info!(?topic, size, "agent report over 64 KiB skipped");
+        return None;
+    }
+    Some(NewEvent::new(EventPayload::AgentReport { topic, body: body.clone() }))
+}
+
+/// What an agent's answer to `session/new`, `load` or `resume` says about itself: its modes
+/// (kept whole: only an opening answer lists them) and its settings (as the update that
+/// replaces them, `config_option_update`).
+pub fn opening_reports(answer: &Value) -> Vec<NewEvent> {
+    let mut out = Vec::new();
+    if let Some(modes) = answer.get("modes").filter(|m| m.is_object()) {
+        out.extend(report(ReportTopic::Modes, modes));
+    }
+    if let Some(options) = answer.get("configOptions").filter(|o| o.is_array()) {
+        let update = serde_json::json!({"sessionUpdate": "config_option_update", "configOptions": options});
+        out.extend(report(ReportTopic::Settings, &update));
+    }
+    out
+}
 
 /// One agent tool call as the gateway tracks it.
 #[derive(Debug, Clone, Default)]
@@ -206,13 +254,21 @@ impl Mapper {
                     ctx.commit(events).await?;
                 }
             }
-            "plan"
-            | "available_commands_update"
-            | "current_mode_update"
-            | "config_option_update"
-            | "session_info_update"
-            | "usage_update"
-            | "user_message_chunk" => {
+            "plan" => {
+                // The user watches the plan as the agent works: shown at once, after the text
+                // it follows.
+                if let Some(e) = report(ReportTopic::Plan, u) {
+                    let mut events = self.take_streamed();
+                    events.push(e);
+                    ctx.commit(events).await?;
+                }
+            }
+            kind if report_topic(kind).is_some() => {
+                if let Some(e) = report_topic(kind).and_then(|topic| report(topic, u)) {
+                    ctx.stage([e]);
+                }
+            }
+            "user_message_chunk" => {
                 debug!(kind, "update kind without a neutral event; skipped");
             }
             other => info!(kind = %clip(other, 80), "unknown session/update kind; skipped"),
@@ -275,6 +331,31 @@ mod tests {
         assert_eq!(choose_option(&o, true).as_deref(), Some("c"));
         assert_eq!(choose_option(&o, false).as_deref(), Some("b"));
         assert_eq!(choose_option(&json!([{"optionId": "x", "kind": "allow_always"}]), false), None);
+    }
+
+    #[test]
+    fn an_opening_answer_reports_modes_and_settings_and_big_reports_are_skipped() {
+        let answer = json!({
+            "sessionId": "s",
+            "modes": {"currentModeId": "a", "availableModes": [{"id": "a", "name": "A"}]},
+            "configOptions": [{"id": "model", "name": "Model", "type": "select", "currentValue": "x", "options": []}],
+        });
+        let reports: Vec<_> = opening_reports(&answer).into_iter().map(|e| e.payload).collect();
+        assert_eq!(
+            reports,
+            vec![
+                EventPayload::AgentReport { topic: ReportTopic::Modes, body: answer["modes"].clone() },
+                EventPayload::AgentReport {
+                    topic: ReportTopic::Settings,
+                    body: json!({"sessionUpdate": "config_option_update", "configOptions": answer["configOptions"]}),
+                },
+            ]
+        );
+        assert!(opening_reports(&json!({"sessionId": "s"})).is_empty());
+        let big = json!({"sessionUpdate": "plan", "entries": [{"content": "x".repeat(REPORT_CAP)}]});
+        assert!(report(ReportTopic::Plan, &big).is_none(), "over 64 KiB is not kept");
+        assert_eq!(report_topic("usage_update"), Some(ReportTopic::Usage));
+        assert_eq!(report_topic("agent_message_chunk"), None);
     }
 
     #[test]

@@ -35,7 +35,7 @@ use tracing::{info, warn};
 pub use process::{Connection, Connector, MAX_PROCESSES, ProcessTable, SandboxConnector};
 
 use crate::ExecutorConfig;
-use crate::names::{ANSWERED_BINDING, MCP_SERVERS_NS, SENT_BINDING};
+use crate::names::{ANSWERED_BINDING, MCP_SERVERS_NS, PENDING_SETTINGS_NS, SENT_BINDING, SETTINGS_SENT_BINDING};
 use crate::rpc::RpcError;
 use crate::wire::{self, PromptSupport};
 use client::AgentEvent;
@@ -322,6 +322,7 @@ impl AcpBackend {
             if let Some(lost) = lost_permission(&view) {
                 return Err(failed(lost));
             }
+            apply_pending_settings(ctx, &p, &bindings).await;
             match self.next_prompt(ctx, &view, &p, &mut sent) {
                 Some((prompt, seq)) => send_prompt(&p, turn, prompt, seq),
                 None if ctx.claim.run.started && view.inputs_through() > answered => {
@@ -350,6 +351,76 @@ impl AcpBackend {
             _ => {}
         }
         result
+    }
+}
+
+/// How long the agent may take to answer a setting sent before a prompt.
+const SETTING_WAIT: Duration = Duration::from_secs(30);
+
+/// Sends the settings an editor changed while the session's agent process was not running
+/// (`names::PENDING_SETTINGS_NS`), in order, before the prompt that follows them, skipping
+/// those an earlier run sent (`names::SETTINGS_SENT_BINDING`, staged with this run's next
+/// commit). What the agent accepted is kept as its report (its new mode, its settings). A
+/// setting the agent refuses is logged and dropped: the prompt still goes.
+async fn apply_pending_settings(
+    ctx: &RunContext,
+    p: &AgentProcess,
+    bindings: &std::collections::BTreeMap<String, String>,
+) {
+    let requests = match ctx.documents().get_document(PENDING_SETTINGS_NS, ctx.session.id.as_str()).await {
+        Ok(Some(doc)) => doc.body.get("requests").and_then(Value::as_array).cloned().unwrap_or_default(),
+        Ok(None) => return,
+        Err(e) => {
+            warn!(error = %e, "cannot read the settings kept for the agent");
+            return;
+        }
+    };
+    let sent = seq_binding(bindings, SETTINGS_SENT_BINDING);
+    let mut last = sent;
+    let mut reports = Vec::new();
+    for request in requests {
+        let n = request.get("n").and_then(Value::as_u64).unwrap_or(0);
+        let (Some(method), Some(mut params)) =
+            (request.get("method").and_then(Value::as_str), request.get("params").cloned())
+        else {
+            continue;
+        };
+        if n <= sent {
+            continue;
+        }
+        last = last.max(n);
+        // Sent by the editor face while the process ran (its answer kept), or to send now.
+        let answer = match request.get("answer") {
+            Some(answer) => Some(answer.clone()),
+            None => {
+                params["sessionId"] = json!(p.agent_session);
+                match tokio::time::timeout(SETTING_WAIT, p.peer.request(method, params.clone())).await {
+                    Ok(Ok(answer)) => {
+                        info!(method, "a kept setting was sent to the agent");
+                        Some(answer)
+                    }
+                    Ok(Err(e)) => {
+                        warn!(method, error = %e, "the agent refused a kept setting");
+                        None
+                    }
+                    Err(_) => {
+                        warn!(method, "the agent did not answer a kept setting in time");
+                        None
+                    }
+                }
+            }
+        };
+        let Some(answer) = answer else { continue };
+        reports.extend(match method {
+            "session/set_mode" => mapping::report_of(
+                gateway_core::event::ReportTopic::Mode,
+                &json!({"sessionUpdate": "current_mode_update", "currentModeId": params["modeId"]}),
+            ),
+            _ => mapping::opening_reports(&answer).into_iter().next(),
+        });
+    }
+    if last > sent {
+        ctx.stage_with_bindings(reports, [(SETTINGS_SENT_BINDING.to_owned(), last.to_string())]);
     }
 }
 

@@ -341,8 +341,9 @@ pub async fn start(ctx: &RunContext, launch: Launch<'_>) -> Result<Arc<AgentProc
             let reopened = peer.request(method, params).await;
             replay.store(false, Ordering::SeqCst);
             match reopened {
-                Ok(_) => {
+                Ok(answer) => {
                     info!(executor, agent_session = %id, method, "reopened the agent's session");
+                    ctx.stage(super::mapping::opening_reports(&answer));
                     Some(id)
                 }
                 Err(e) => {
@@ -372,7 +373,8 @@ pub async fn start(ctx: &RunContext, launch: Launch<'_>) -> Result<Arc<AgentProc
                 process.kill().await;
                 return Err(failed(format!("ACP agent {executor:?} answered session/new without a sessionId")));
             };
-            ctx.commit_bindings(vec![], vec![(AGENT_SESSION_BINDING.to_owned(), id.clone())]).await?;
+            let reports = super::mapping::opening_reports(&created);
+            ctx.commit_bindings(reports, vec![(AGENT_SESSION_BINDING.to_owned(), id.clone())]).await?;
             id
         }
     };

@@ -265,6 +265,7 @@ impl Handler for EditorHandler {
                 let open = ed.forget(&id);
                 Box::pin(async move { sessions::delete(&ed, open, &id).await })
             }
+            "session/set_mode" => Box::pin(async move { sessions::set_mode(&ed, params).await }),
             "session/set_config_option" => Box::pin(async move { sessions::set_config_option(&ed, params).await }),
             "session/prompt" => {
                 // Registered before anything else is read, so a cancel right behind the prompt

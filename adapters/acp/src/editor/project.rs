@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use gateway_core::EventId;
 use gateway_core::JsonObject;
 use gateway_core::content::ContentBlock;
-use gateway_core::event::{Event, EventKind, EventPayload, ToolOrigin, ToolPermission, Usage};
+use gateway_core::event::{Event, EventKind, EventPayload, ReportTopic, ToolOrigin, ToolPermission, Usage};
 use gateway_runtime::Preview;
 use serde_json::{Value, json};
 
@@ -120,6 +120,18 @@ pub struct Projector {
     show_user: bool,
     /// The tokens of the model requests projected so far (a prompt's: its turn's).
     usage: Usage,
+    /// What an ACP agent last said about its modes and settings (`agent_report`s).
+    agent: AgentState,
+}
+
+/// An ACP agent's modes and settings as its reports left them: what `session/load` and
+/// `session/resume` answer with, before the agent process runs again.
+#[derive(Debug, Clone, Default)]
+pub struct AgentState {
+    /// `SessionModeState`: the modes and the current one.
+    pub modes: Option<Value>,
+    /// The settings (`configOptions`).
+    pub settings: Option<Value>,
 }
 
 impl Projector {
@@ -131,6 +143,7 @@ impl Projector {
             streamed: HashMap::new(),
             show_user,
             usage: Usage::default(),
+            agent: AgentState::default(),
         }
     }
 
@@ -150,6 +163,11 @@ impl Projector {
 
     pub fn tool(&self, id: &EventId) -> Option<&ToolCall> {
         self.tools.get(id)
+    }
+
+    /// The agent's modes and settings as the events projected so far left them.
+    pub fn agent_state(&self) -> &AgentState {
+        &self.agent
     }
 
     /// The tokens of the model requests projected so far, as a prompt response's `usage`
@@ -239,6 +257,7 @@ impl Projector {
                     "rawOutput": {"text": clip(&text, MAX_TOOL_TEXT), "isError": is_error},
                 })]
             }
+            EventPayload::AgentReport { topic, body } => self.report(*topic, body),
             // What the context holds after a model request: its input (cached or not) and the
             // output it added.
             EventPayload::ModelRequestEnded { is_error: false, usage, .. } => {
@@ -254,6 +273,44 @@ impl Projector {
             }
             _ => vec![],
         }
+    }
+
+    /// An ACP agent's report, shown as the agent sent it (ADR 0028); its modes and settings
+    /// are remembered for `session/load`. A body that is not the update its topic names is
+    /// not shown (the editor's SDK would refuse the frame).
+    fn report(&mut self, topic: ReportTopic, body: &Value) -> Vec<Value> {
+        let kind = match topic {
+            ReportTopic::Modes => {
+                self.agent.modes = Some(body.clone());
+                // Only an opening answer lists the modes; an editor already open learns the
+                // current one.
+                return match body.get("currentModeId") {
+                    Some(id) => vec![json!({"sessionUpdate": "current_mode_update", "currentModeId": id})],
+                    None => vec![],
+                };
+            }
+            ReportTopic::Mode => "current_mode_update",
+            ReportTopic::Settings => "config_option_update",
+            ReportTopic::Commands => "available_commands_update",
+            ReportTopic::Plan => "plan",
+            ReportTopic::Title => "session_info_update",
+            ReportTopic::Usage => "usage_update",
+            ReportTopic::Notice => return vec![],
+        };
+        if body.get("sessionUpdate").and_then(Value::as_str) != Some(kind) {
+            tracing::debug!(?topic, "an agent report that is not its topic's update; not shown");
+            return vec![];
+        }
+        match topic {
+            ReportTopic::Mode => {
+                if let (Some(modes), Some(id)) = (self.agent.modes.as_mut(), body.get("currentModeId")) {
+                    modes["currentModeId"] = id.clone();
+                }
+            }
+            ReportTopic::Settings => self.agent.settings = body.get("configOptions").cloned(),
+            _ => {}
+        }
+        vec![body.clone()]
     }
 
     /// A committed message: only what previews did not already show.
@@ -308,6 +365,29 @@ mod tests {
             epoch: None,
             payload,
         }
+    }
+
+    #[test]
+    fn agent_reports_pass_through_and_leave_the_modes_and_settings_for_a_load() {
+        let mut p = Projector::new("/w", true);
+        let report = |topic, body: Value| ev(EventPayload::AgentReport { topic, body });
+        let modes = json!({"currentModeId": "default", "availableModes": [{"id": "default", "name": "D"}, {"id": "plan", "name": "P"}]});
+        assert_eq!(
+            p.event(&report(ReportTopic::Modes, modes.clone())),
+            vec![json!({"sessionUpdate": "current_mode_update", "currentModeId": "default"})]
+        );
+        let plan =
+            json!({"sessionUpdate": "plan", "entries": [{"content": "x", "priority": "high", "status": "pending"}]});
+        assert_eq!(p.event(&report(ReportTopic::Plan, plan.clone())), vec![plan]);
+        let mode = json!({"sessionUpdate": "current_mode_update", "currentModeId": "plan"});
+        assert_eq!(p.event(&report(ReportTopic::Mode, mode.clone())), vec![mode]);
+        let settings = json!({"sessionUpdate": "config_option_update", "configOptions": [{"id": "model"}]});
+        p.event(&report(ReportTopic::Settings, settings));
+        // A body that is not its topic's update is not shown.
+        assert!(p.event(&report(ReportTopic::Commands, json!({"sessionUpdate": "plan"}))).is_empty());
+        let state = p.agent_state();
+        assert_eq!(state.modes.as_ref().map(|m| m["currentModeId"].clone()), Some(json!("plan")));
+        assert_eq!(state.settings, Some(json!([{"id": "model"}])));
     }
 
     #[test]

@@ -124,7 +124,9 @@ async fn drive(
         info!(session = %id, pending = session.pending_actions.len(), "a new prompt interrupts the parked turn");
         inputs.push(NewEvent::new(EventPayload::UserInterrupt {}));
     }
-    let title = session.title.is_none().then(|| title_of(&content)).flatten();
+    // An ACP agent titles its own sessions (its `session_info_update` passes through).
+    let native = session.snapshot.agent.spec.backend == gateway_core::agent::BackendRef::Native;
+    let title = (native && session.title.is_none()).then(|| title_of(&content)).flatten();
     inputs.push(NewEvent::new(EventPayload::UserMessage { content }));
     let committed = coordinator.submit(&id, inputs).await.map_err(runtime_error)?;
     // A session without a title takes its first prompt's first line, as editors list it.

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use gateway_core::SessionId;
 use gateway_core::agent::{AgentOverrides, BackendRef, PermissionPreset, ToolSpec};
-use gateway_core::event::EventPayload;
+use gateway_core::event::{EventKind, EventPayload};
 use gateway_core::session::{ClientToolServer, MAX_CLIENT_TOOL_SERVERS, ResourceKind, Secret, Session};
 use gateway_runtime::{AgentSelection, CreateSession, RuntimeError};
 use gateway_store::{EventFilter, Keyset, Order, PageCursor, PageRequest, SessionFilter, SessionPatch};
@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tracing::info;
 
 use super::{Editor, Open, Projector, agent_name, runtime_error, workspace_of};
-use crate::names::PERMISSIONS_NS;
+use crate::names::{PENDING_SETTINGS_NS, PERMISSIONS_NS, SETTINGS_SENT_BINDING};
 use crate::rpc::{Peer, RpcError, params};
 
 /// Sessions per `session/list` page.
@@ -211,15 +211,24 @@ pub(super) async fn load(ed: &Editor, peer: &Peer, raw: Value, replay: bool) -> 
     let id = session_id(&p.session_id)?;
     let session = ed.ctx.coordinator.get_session(&id).await.map_err(runtime_error)?;
     let cwd = loadable_workspace(ed, &session, p.cwd.as_deref())?;
-    if replay {
-        let mut projector = Projector::new(&cwd, true).with_inner_root(ed.ctx.coordinator.inner_root(&session));
+    // A load replays the history; a resume only reads it for what an ACP agent last said
+    // about its modes and settings (both answer with them, as the agent would).
+    let acp_backed = matches!(session.snapshot.agent.spec.backend, BackendRef::Acp { .. });
+    let mut projector = Projector::new(&cwd, true).with_inner_root(ed.ctx.coordinator.inner_root(&session));
+    if replay || acp_backed {
+        let filter = match replay {
+            true => EventFilter::default(),
+            false => EventFilter { kinds: vec![EventKind::AgentReport], ..Default::default() },
+        };
         let mut page = PageRequest::first(1000, Order::Asc);
         loop {
-            let batch =
-                ed.ctx.coordinator.list_events(&id, &EventFilter::default(), &page).await.map_err(runtime_error)?;
+            let batch = ed.ctx.coordinator.list_events(&id, &filter, &page).await.map_err(runtime_error)?;
             for e in &batch.items {
-                for update in projector.event(e) {
-                    peer.notify("session/update", json!({"sessionId": id.to_string(), "update": update})).await;
+                let updates = projector.event(e);
+                if replay {
+                    for update in updates {
+                        peer.notify("session/update", json!({"sessionId": id.to_string(), "update": update})).await;
+                    }
                 }
             }
             match batch.next {
@@ -234,8 +243,14 @@ pub(super) async fn load(ed: &Editor, peer: &Peer, raw: Value, replay: bool) -> 
     }
     ed.remember(id, cwd);
     let mut result = json!({});
-    if let Some(options) = config_options(ed, &session).await {
-        result["configOptions"] = options;
+    let agent = projector.agent_state();
+    if let Some(modes) = &agent.modes {
+        result["modes"] = modes.clone();
+    }
+    let mut options = config_options(ed, &session).await.and_then(|o| o.as_array().cloned()).unwrap_or_default();
+    options.extend(agent.settings.as_ref().and_then(Value::as_array).into_iter().flatten().cloned());
+    if !options.is_empty() {
+        result["configOptions"] = Value::Array(options);
     }
     Ok(result)
 }
@@ -377,6 +392,111 @@ pub(super) async fn delete(ed: &Editor, open: Option<std::sync::Arc<Open>>, raw_
 /// How long `session/delete` waits for an interrupted turn to end.
 const DELETE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// `session/set_mode`: only an ACP agent has modes; it decides ([`forward_setting`]).
+pub(super) async fn set_mode(ed: &Editor, raw: Value) -> Result<Value, RpcError> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct SetMode {
+        session_id: String,
+        mode_id: String,
+    }
+    let p: SetMode = params(raw)?;
+    ed.open(&p.session_id)?;
+    let session = ed.ctx.coordinator.get_session(&session_id(&p.session_id)?).await.map_err(runtime_error)?;
+    if !matches!(session.snapshot.agent.spec.backend, BackendRef::Acp { .. }) {
+        return Err(RpcError::invalid_params("this session's agent has no modes (see its `permissions` option)"));
+    }
+    forward_setting(ed, &session, "session/set_mode", json!({"modeId": p.mode_id})).await
+}
+
+/// A setting the editor changes on an ACP agent (`session/set_mode`, `session/set_config_option`
+/// of an option the agent offers) goes to the agent (ADR 0028): at once when its process runs
+/// in this gateway process, with the agent's answer (or error) passed back; otherwise it is
+/// kept and sent before the session's next prompt (`backend::apply_pending_settings`), and the
+/// editor is answered with the settings as they will be.
+async fn forward_setting(ed: &Editor, session: &Session, method: &str, params: Value) -> Result<Value, RpcError> {
+    if let Some(process) = ed.ctx.processes.get(&session.id).await.filter(|p| p.alive()) {
+        let mut sent = params.clone();
+        sent["sessionId"] = json!(process.agent_session);
+        info!(session = %session.id, method, "a setting sent to the agent");
+        let answer = process.peer.request(method, sent).await?;
+        // What the agent accepted is kept as its report by the next run (the log has no
+        // writer between turns), so a later load shows the setting.
+        keep_setting(ed, session, method, params, Some(&answer)).await?;
+        return Ok(answer);
+    }
+    keep_setting(ed, session, method, params.clone(), None).await?;
+    info!(session = %session.id, method, "a setting kept for the agent's next prompt");
+    if method != "session/set_config_option" {
+        return Ok(json!({}));
+    }
+    // The settings as the agent last reported them, with this change.
+    let mut projector = Projector::new("/", false);
+    let filter = EventFilter { kinds: vec![EventKind::AgentReport], ..Default::default() };
+    let mut page = PageRequest::first(1000, Order::Asc);
+    loop {
+        let batch = ed.ctx.coordinator.list_events(&session.id, &filter, &page).await.map_err(runtime_error)?;
+        for e in &batch.items {
+            projector.event(e);
+        }
+        match batch.next {
+            Some(c) => page.cursor = Some(c),
+            None => break,
+        }
+    }
+    let mut options = projector.agent_state().settings.as_ref().and_then(Value::as_array).cloned().unwrap_or_default();
+    for o in &mut options {
+        if o.get("id") == params.get("configId") {
+            o["currentValue"] = params["value"].clone();
+        }
+    }
+    Ok(json!({"configOptions": options}))
+}
+
+/// Adds a setting to the session's kept settings (`names::PENDING_SETTINGS_NS`): one to send
+/// before the next prompt, or, with the agent's `answer`, one it accepted already, whose report
+/// the next run keeps.
+async fn keep_setting(
+    ed: &Editor,
+    session: &Session,
+    method: &str,
+    params: Value,
+    answer: Option<&Value>,
+) -> Result<(), RpcError> {
+    let documents = ed.ctx.coordinator.documents();
+    let current = documents
+        .get_document(PENDING_SETTINGS_NS, session.id.as_str())
+        .await
+        .map_err(|e| RpcError::internal(format!("cannot keep the setting for the agent: {e}")))?;
+    let (mut requests, version) = match current {
+        Some(doc) => {
+            (doc.body.get("requests").and_then(Value::as_array).cloned().unwrap_or_default(), Some(doc.version))
+        }
+        None => (Vec::new(), None),
+    };
+    // Those the agent was sent already are dropped (the backend records the last it sent).
+    let bindings = ed.ctx.coordinator.bindings(&session.id).await.map_err(runtime_error)?;
+    let sent: u64 = bindings.get(SETTINGS_SENT_BINDING).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let n = requests.iter().filter_map(|r| r.get("n").and_then(Value::as_u64)).max().unwrap_or(sent).max(sent) + 1;
+    requests.retain(|r| r.get("n").and_then(Value::as_u64).is_some_and(|k| k > sent));
+    if requests.len() >= MAX_PENDING_SETTINGS {
+        return Err(RpcError::invalid_params("too many settings wait for the agent; send a prompt first"));
+    }
+    let mut entry = json!({"n": n, "method": method, "params": params});
+    if let Some(answer) = answer {
+        entry["answer"] = answer.clone();
+    }
+    requests.push(entry);
+    documents
+        .put_document(PENDING_SETTINGS_NS, session.id.as_str(), &json!({"requests": requests}), version)
+        .await
+        .map_err(|e| RpcError::internal(format!("cannot keep the setting for the agent: {e}")))?;
+    Ok(())
+}
+
+/// Settings kept for an agent whose process is not running, at most.
+const MAX_PENDING_SETTINGS: usize = 32;
+
 /// The session's config options: the agent (when more than one is published; only before the
 /// first prompt) and, for a native agent, the permission preset (between prompts).
 pub(super) async fn config_options(ed: &Editor, session: &Session) -> Option<Value> {
@@ -492,6 +612,11 @@ pub(super) async fn set_config_option(ed: &Editor, raw: Value) -> Result<Value, 
         return Ok(json!({"configOptions": config_options(ed, &session).await.unwrap_or_else(|| json!([]))}));
     }
     if p.config_id != AGENT_OPTION || ed.ctx.agents.agents.len() < 2 {
+        let session = ed.ctx.coordinator.get_session(&id).await.map_err(runtime_error)?;
+        if matches!(session.snapshot.agent.spec.backend, BackendRef::Acp { .. }) {
+            let params = json!({"configId": p.config_id, "value": p.value});
+            return forward_setting(ed, &session, "session/set_config_option", params).await;
+        }
         return Err(RpcError::invalid_params(format!(
             "unknown config option {:?}",
             crate::rpc::clip(&p.config_id, 80)

@@ -217,6 +217,8 @@ pub fn project(e: &Event) -> Option<Value> {
             }
         },
         EventPayload::ModelRequestStarted {} => json!({"type": "span.model_request_start"}),
+        // An ACP agent's modes, plan, commands...: this API has no events for them.
+        EventPayload::AgentReport { .. } => return None,
         EventPayload::ModelRequestEnded { start_id, is_error, usage } => json!({
             "type": "span.model_request_end",
             "model_request_start_id": start_id,

@@ -123,6 +123,10 @@ impl Renderer {
                 ("result", "34", result(self.tool_name(tool_use_id), "", content, *is_error))
             }
             P::ModelRequestEnded { is_error: true, .. } => ("error", "1;31", "a model request failed".into()),
+            P::AgentReport { topic, body } => {
+                let topic = serde_json::to_value(topic).ok().and_then(|v| v.as_str().map(str::to_owned));
+                ("report", "2", format!("{}: {}", topic.unwrap_or_default(), one_line(&body.to_string(), TOOL_CHARS)))
+            }
             P::ToolStarted { .. } | P::ModelRequestStarted {} | P::ModelRequestEnded { .. } => return None,
         })
     }
