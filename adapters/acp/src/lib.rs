@@ -99,17 +99,54 @@ impl std::fmt::Debug for ExecutorConfig {
     }
 }
 
+/// An editor's `gateway acp` that cannot start (a configuration it cannot load, a database it
+/// cannot open, another gateway's secret key, an unsafe sandbox) still speaks ACP on stdio
+/// until the editor closes it: `initialize` is answered, and every other request gets an error
+/// naming the reason, which the editor shows its user. A process that exits at once is only
+/// "connection closed" to an editor (ADR 0029).
+pub async fn serve_failure(reason: String) {
+    let tasks = tokio_util::task::TaskTracker::new();
+    let incoming = framing::spawn_reader(stdio::input(), MAX_MESSAGE_BYTES);
+    let handler = Arc::new(Unavailable { reason });
+    let (peer, frames, reader) = Peer::start_tracked("editor", incoming, handler, crate::rpc::options(false), &tasks);
+    let writer = framing::spawn_writer(stdio::output(), frames);
+    let _ = reader.await;
+    drop(peer);
+    tasks.close();
+    let _ = tokio::time::timeout(Duration::from_secs(2), tasks.wait()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+}
+
+/// The handler of [`serve_failure`].
+struct Unavailable {
+    reason: String,
+}
+
+impl rpc::Handler for Unavailable {
+    fn request(&self, _peer: &Peer, method: &str, _params: serde_json::Value) -> rpc::Reply {
+        let answer = match method {
+            "initialize" => Ok(serde_json::json!({
+                "protocolVersion": wire::PROTOCOL_VERSION,
+                "agentCapabilities": {},
+                "authMethods": [],
+                "agentInfo": {"name": "gateway", "title": "Gateway", "version": env!("CARGO_PKG_VERSION")},
+            })),
+            _ => Err(rpc::RpcError::internal(format!("the gateway could not start: {}", self.reason))
+                .with_data(serde_json::json!({"reason": "startup_failed"}))),
+        };
+        Box::pin(async move { answer })
+    }
+
+    fn notification(&self, _peer: &Peer, _method: &str, _params: serde_json::Value) {}
+
+    fn closed(&self) {}
+}
+
 /// `gateway acp`: serves one editor over stdin/stdout until stdin closes or the gateway shuts
 /// down (`ctx.shutdown`: the connection is closed, its running prompts answer that the gateway
 /// is shutting down). `agent` names the published agent new sessions use (default: the
 /// configured default agent).
 pub async fn serve_stdio(ctx: AcpContext, agent: Option<String>) -> anyhow::Result<()> {
-    if let Some(name) = &agent
-        && ctx.agents.get(name).is_none()
-    {
-        let known: Vec<&str> = ctx.agents.agents.iter().map(|(n, _)| n.as_str()).collect();
-        anyhow::bail!("--agent {name:?} is not a published agent (published: {})", known.join(", "));
-    }
     let (shutdown, tasks) = (ctx.shutdown.clone(), ctx.tasks.clone());
     let _connected = gateway_services::metrics::GaugeGuard::new(&ctx.coordinator.metrics().editor_connections);
     let editor = editor::Editor::new(ctx, agent);

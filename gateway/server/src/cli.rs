@@ -105,10 +105,16 @@ pub fn main_with(ext: Extensions) -> std::process::ExitCode {
         Err(e) => {
             // Logging is configured by the file that failed to load: report plainly.
             eprintln!("gateway: {e}");
+            if matches!(cli.command, Command::Acp { .. }) {
+                // An editor started this process: it shows the reason (ADR 0029).
+                if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    rt.block_on(gateway_acp::serve_failure(e.to_string()));
+                }
+            }
             return std::process::ExitCode::from(2);
         }
     };
-    if matches!(cli.command, Command::Acp { .. }) {
+    if matches!(cli.command, Command::Acp { .. }) && file.is_none() {
         config.anchor_state_for_editor(Config::user_data_home());
     }
     let plain_errors = matches!(cli.command, Command::Sessions(_));

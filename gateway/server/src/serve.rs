@@ -286,12 +286,28 @@ pub async fn acp(config: Config, ext: Extensions, agent: Option<String>) -> anyh
     // The process answers its editor even before it has a model credential: the editor can
     // then offer its user the sign-in `initialize` advertises (ADR 0026).
     let model = compose::DeferredModel::new(&config);
-    let Started { runtime: rt, published, processes, .. } = start_runtime(&config, ext, model.clone()).await?;
+    let Started { runtime: rt, published, processes, .. } = match start_runtime(&config, ext, model.clone()).await {
+        Ok(started) => started,
+        Err(e) => {
+            // The editor shows the reason instead of "connection closed" (ADR 0029).
+            tracing::error!(error = format!("{e:#}"), "gateway acp cannot start; answering the editor with why");
+            gateway_acp::serve_failure(format!("{e:#}")).await;
+            return Err(e);
+        }
+    };
     // The editor on stdin started this process: no caller to check, any workspace it names.
     let ctx = acp_context(face_context(&rt, &config), published, processes, None, Some(model));
     rt.tasks.spawn(watch_signals(rt.shutdown.clone()));
     // Returns when the editor closes stdin, or at the shutdown signal.
-    let result = gateway_acp::serve_stdio(ctx, agent).await;
+    let result = match agent.as_deref().filter(|name| ctx.agents.get(name).is_none()) {
+        Some(name) => {
+            let known: Vec<&str> = ctx.agents.agents.iter().map(|(n, _)| n.as_str()).collect();
+            let e = anyhow::anyhow!("--agent {name:?} is not a published agent (published: {})", known.join(", "));
+            gateway_acp::serve_failure(format!("{e:#}")).await;
+            Err(e)
+        }
+        None => gateway_acp::serve_stdio(ctx, agent).await,
+    };
     rt.stop().await;
     result
 }

@@ -1,4 +1,4 @@
-"""An editor signs in to `gateway acp` (ADR 0026), driven by the Python ACP SDK
+"""An editor signs in to `gateway acp` (ADR 0026) and finds its state and its errors (ADR 0029), driven by the Python ACP SDK
 (agent-client-protocol==0.12.1, which validates every frame against the ACP schema).
 
 Usage: editor_auth.py GATEWAY_BIN CONFIG WORKDIR STUB_BIN [REGISTRY_DIR]
@@ -123,6 +123,8 @@ async def main():
     check(keys == [KEY], f"the model API saw the signed-in key and no other ({len(keys)} keys)")
     check(KEY not in log.read_text(), "the key is not in the gateway's log")
 
+    await setup_checks()
+
     manifest = json.loads((MANIFEST / "agent.json").read_text())
     version = subprocess.run([GATEWAY, "--version"], capture_output=True, text=True).stdout.split()[-1]
     check(manifest["version"] == version, f"the manifest names this build's version ({manifest['version']}, {version})")
@@ -141,6 +143,48 @@ async def main():
         errors += build.validate_distribution_versions(manifest["version"], manifest["distribution"])
         errors += build.validate_icon(MANIFEST / "icon.svg")
         check(errors == [], f"the registry's validator accepts compat/acp-registry ({errors})")
+
+
+async def setup_checks():
+    """ADR 0029: one place for a configuration's state, and a gateway that cannot start tells
+    the editor why instead of closing the connection."""
+    # A config file without data settings, the editor starting `gateway acp` from `/`: the
+    # state is beside the file, where `gateway sessions` with the same file finds it.
+    cfg_dir = WORK / "setup"
+    cfg_dir.mkdir(exist_ok=True)
+    cfg = cfg_dir / "gateway.toml"
+    cfg.write_text('default_agent = "main"\n[agents.main]\nbackend = "native"\n')
+    ws = WORK / "ws-setup"
+    ws.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    async with acp.spawn_agent_process(Editor(), GATEWAY, "acp", "--config", str(cfg), cwd="/", env=env,
+                                       transport_kwargs={"stderr": subprocess.DEVNULL}) as (conn, proc):
+        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        sid = (await conn.new_session(cwd=str(ws), mcp_servers=[])).session_id
+    check((cfg_dir / "data/gateway.db").exists() and (cfg_dir / "data/secret.key").exists(),
+          "gateway acp keeps a config file's state beside it, whatever its working directory")
+    listed = subprocess.run([GATEWAY, "sessions", "--config", str(cfg), "list"], env=env, cwd=str(WORK),
+                            capture_output=True, text=True, timeout=30)
+    check(sid in listed.stdout, f"gateway sessions with the same file lists the editor's session ({listed.stderr.strip()})")
+
+    # Gateways that cannot start: each still answers initialize, and every request says why.
+    broken = cfg_dir / "broken.toml"
+    cases = [
+        ('model = "anthropic"\nsandbox = "local"\n', "not a security boundary"),
+        ('no_such_setting = 1\n', "no_such_setting"),
+    ]
+    for text, why in cases:
+        broken.write_text(f'data_dir = "{cfg_dir}/broken"\n' + text)
+        async with acp.spawn_agent_process(Editor(), GATEWAY, "acp", "--config", str(broken), cwd=str(WORK),
+                                           env=dict(env, ANTHROPIC_API_KEY="k"),
+                                           transport_kwargs={"stderr": subprocess.DEVNULL}) as (conn, proc):
+            init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            try:
+                await conn.new_session(cwd=str(ws), mcp_servers=[])
+                check(False, "a gateway that cannot start refuses sessions")
+            except acp.RequestError as e:
+                check(init.protocol_version == 1 and why in str(e) and (e.data or {}).get("reason") == "startup_failed",
+                      f"a gateway that cannot start tells the editor why ({why}): {e}")
 
 
 def load(path):

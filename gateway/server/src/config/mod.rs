@@ -248,23 +248,50 @@ impl Config {
             return Err(ConfigError::Invalid(all.join("; ")));
         }
         config.validate()?;
+        let mut config = config;
+        if let Some(path) = file {
+            config.anchor_state_to(path, |key| std::env::var_os(format!("GATEWAY_{key}")).is_some());
+        }
         Ok(config)
     }
 
-    /// `gateway acp` is started by editors, usually from the user's project directory. Left at
-    /// their defaults, the database and the workspaces root would land in `./data` inside that
-    /// project; they go to `<data_home>/gateway` instead (`$XDG_DATA_HOME`, else
-    /// `~/.local/share`), so one editor's sessions are listed and loadable from any project.
-    /// Settings the user made are kept as they are.
+    /// Where a configuration file's state is (ADR 0029): `data_dir` and a SQLite database
+    /// given as relative paths (or left at their defaults, `data` and `data/gateway.db`) are
+    /// relative to the file's directory, so every command run with one `--config` (`serve`,
+    /// `acp` from an editor, `sessions`, `keys`, `check`) finds the same state wherever it is
+    /// started. A value from the environment (`set_by_env`) is the caller's, relative to its
+    /// working directory.
+    fn anchor_state_to(&mut self, file: &Path, set_by_env: impl Fn(&str) -> bool) {
+        let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let base = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+        if !set_by_env("DATA_DIR") && Path::new(&self.data_dir).is_relative() {
+            self.data_dir = base.join(&self.data_dir).display().to_string();
+        }
+        if !set_by_env("DATABASE_URL")
+            && let Some(rest) = self.database_url.strip_prefix("sqlite://")
+            && !rest.starts_with('/')
+            && !rest.starts_with(':')
+        {
+            self.database_url = format!("sqlite://{}", base.join(rest).display());
+        }
+    }
+
+    /// `gateway acp` without a configuration file is started by editors, usually from the
+    /// user's project directory (or from `/`). Left at their defaults, the database and
+    /// `data_dir` (secret key, workspaces) would land in `./data` there; each goes to
+    /// `<data_home>/gateway` instead (`$XDG_DATA_HOME`, else `~/.local/share`), so one
+    /// editor's sessions are listed and loadable from any project. Settings the user made
+    /// (in the environment) are kept as they are.
     pub fn anchor_state_for_editor(&mut self, data_home: Option<PathBuf>) {
         let defaults = Config::default();
-        if self.database_url != defaults.database_url || self.data_dir != defaults.data_dir {
-            return;
-        }
         let Some(home) = data_home else { return };
         let dir = home.join("gateway");
-        self.database_url = format!("sqlite://{}", dir.join("gateway.db").display());
-        self.data_dir = dir.display().to_string();
+        if self.database_url == defaults.database_url {
+            self.database_url = format!("sqlite://{}", dir.join("gateway.db").display());
+        }
+        if self.data_dir == defaults.data_dir {
+            self.data_dir = dir.display().to_string();
+        }
     }
 
     /// `$XDG_DATA_HOME`, else `$HOME/.local/share`.
@@ -374,8 +401,38 @@ mod tests {
         assert_eq!(c.data_dir, "/home/u/.local/share/gateway");
         let mut configured = super::Config { database_url: "postgres://db/x".into(), ..Default::default() };
         configured.anchor_state_for_editor(Some("/home/u/.local/share".into()));
-        assert_eq!(configured.database_url, "postgres://db/x");
-        assert_eq!(configured.data_dir, "data", "a user's choice of database keeps the rest as configured");
+        assert_eq!(configured.database_url, "postgres://db/x", "the user's database is kept");
+        assert_eq!(
+            configured.data_dir, "/home/u/.local/share/gateway",
+            "the secret key and workspaces still never land in the editor's working directory"
+        );
+    }
+
+    #[test]
+    fn a_config_files_state_is_beside_it_unless_the_environment_says_otherwise() {
+        let mut c = super::Config::default();
+        c.anchor_state_to(Path::new("/etc/gw/gateway.toml"), |_| false);
+        assert_eq!(
+            (c.data_dir.as_str(), c.database_url.as_str()),
+            ("/etc/gw/data", "sqlite:///etc/gw/data/gateway.db")
+        );
+        let mut c = super::Config {
+            data_dir: "/var/lib/gw".into(),
+            database_url: "sqlite://state/gw.db?mode=rwc".into(),
+            ..Default::default()
+        };
+        c.anchor_state_to(Path::new("/etc/gw/gateway.toml"), |_| false);
+        assert_eq!(
+            (c.data_dir.as_str(), c.database_url.as_str()),
+            ("/var/lib/gw", "sqlite:///etc/gw/state/gw.db?mode=rwc")
+        );
+        let mut c = super::Config { database_url: "postgres://db/x".into(), ..Default::default() };
+        c.anchor_state_to(Path::new("/etc/gw/gateway.toml"), |key| key == "DATA_DIR");
+        assert_eq!(
+            (c.data_dir.as_str(), c.database_url.as_str()),
+            ("data", "postgres://db/x"),
+            "the environment's own"
+        );
     }
 
     use super::*;
@@ -542,7 +599,11 @@ mod tests {
             assert_eq!(c.workers.max_turns, 7);
             assert_eq!(c.database_url, "postgres://u:p@h/db");
             assert_eq!(c.sandbox, "local");
-            assert_eq!(c.secret_key_path(), Path::new("data/secret.key"), "default: under data_dir");
+            assert_eq!(
+                c.secret_key_path(),
+                std::path::absolute("data/secret.key").expect("absolute"),
+                "default: under data_dir, beside the file"
+            );
             jail.set_env("GATEWAY_SECRET_KEY_FILE", "/run/secrets/gateway.key");
             jail.set_env("GATEWAY_SECRET_KEY", "a2V5");
             let c = Config::load(Some(Path::new("g.toml"))).map_err(|e| e.to_string())?;
