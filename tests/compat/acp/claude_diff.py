@@ -152,6 +152,13 @@ async def main():
         check(again.last("available_commands_update") == [u for u in d["first"] if u["sessionUpdate"] == "available_commands_update"][-1],
               "after a restart, load replays its commands")
         check(again.last("plan") is not None, "after a restart, load replays its plan")
+        # No agent process runs in this gateway process yet: the mode is kept, sent before the
+        # next prompt, and what the agent accepted is kept with the session.
+        await conn.set_session_mode(session_id=sid, mode_id="plan")
+        r = await conn.prompt(session_id=sid, prompt=text("after the restart"))
+        check(r.stop_reason == "end_turn", "after a restart, a prompt starts the agent again")
+        after = await conn.resume_session(cwd=str(ws), session_id=sid, mcp_servers=[])
+        check(dump(after.modes)["currentModeId"] == "plan", "a mode set while no process ran reached the agent before the prompt")
 
 
 if __name__ == "__main__":

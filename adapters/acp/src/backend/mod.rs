@@ -322,7 +322,12 @@ impl AcpBackend {
             if let Some(lost) = lost_permission(&view) {
                 return Err(failed(lost));
             }
-            apply_pending_settings(ctx, &p, &bindings).await;
+            // Kept settings are read only when there may be some: a process's first turn, or
+            // an editor here kept one since (no store read per turn).
+            let kept = self.processes.take_settings_kept(&ctx.session.id);
+            if p.first_turn() || kept {
+                apply_pending_settings(ctx, &p, &bindings).await;
+            }
             match self.next_prompt(ctx, &view, &p, &mut sent) {
                 Some((prompt, seq)) => send_prompt(&p, turn, prompt, seq),
                 None if ctx.claim.run.started && view.inputs_through() > answered => {

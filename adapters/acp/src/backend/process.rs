@@ -147,6 +147,9 @@ pub struct AgentProcess {
     /// Being stopped on purpose (session closed): a turn that sees the connection close
     /// then reports an interruption, not a crash.
     closing: AtomicBool,
+    /// Started and not yet given a prompt: the first turn sends the settings kept for the
+    /// session while no process ran (`names::PENDING_SETTINGS_NS`).
+    fresh: AtomicBool,
     /// Keeps the environment in use (never hibernated) while the process lives.
     _lease: Lease,
 }
@@ -172,6 +175,11 @@ impl AgentProcess {
     /// Whether the process is still connected (its stdout open).
     pub fn alive(&self) -> bool {
         !self.peer.is_closed()
+    }
+
+    /// Whether this is the process's first turn (true once).
+    pub fn first_turn(&self) -> bool {
+        self.fresh.swap(false, Ordering::Relaxed)
     }
 
     /// Whether the process is being stopped on purpose (its session was closed).
@@ -288,6 +296,7 @@ pub async fn start(ctx: &RunContext, launch: Launch<'_>) -> Result<Arc<AgentProc
         last_used: Mutex::new(Instant::now()),
         terminals,
         closing: AtomicBool::new(false),
+        fresh: AtomicBool::new(true),
         _lease: lease,
     };
     let init = json!({
@@ -387,6 +396,10 @@ pub async fn start(ctx: &RunContext, launch: Launch<'_>) -> Result<Arc<AgentProc
 /// backends' stop (after the Workers stopped) closes it.
 pub struct ProcessTable {
     procs: tokio::sync::Mutex<HashMap<SessionId, Arc<AgentProcess>>>,
+    /// Sessions an editor of this gateway process kept settings for since their last turn
+    /// here (the backend reads the kept settings only then, or when a process starts: not a
+    /// store read per turn).
+    settings_kept: std::sync::Mutex<HashSet<SessionId>>,
     /// Starts under way (counted against the cap until inserted).
     starting: AtomicUsize,
     cap: usize,
@@ -414,7 +427,22 @@ fn eviction_victim<'a>(candidates: impl Iterator<Item = (&'a SessionId, bool, In
 
 impl ProcessTable {
     pub fn with_cap(cap: usize) -> Self {
-        Self { procs: tokio::sync::Mutex::new(HashMap::new()), starting: AtomicUsize::new(0), cap: cap.max(1) }
+        Self {
+            procs: tokio::sync::Mutex::new(HashMap::new()),
+            settings_kept: std::sync::Mutex::new(HashSet::new()),
+            starting: AtomicUsize::new(0),
+            cap: cap.max(1),
+        }
+    }
+
+    /// Notes that settings were kept for `session` (`names::PENDING_SETTINGS_NS`).
+    pub fn settings_kept(&self, session: &SessionId) {
+        self.settings_kept.lock().unwrap_or_else(|p| p.into_inner()).insert(session.clone());
+    }
+
+    /// Whether settings were kept for `session` since the last ask (and forgets it).
+    pub fn take_settings_kept(&self, session: &SessionId) -> bool {
+        self.settings_kept.lock().unwrap_or_else(|p| p.into_inner()).remove(session)
     }
 
     /// The live process of a session; a dead one is removed and reaped.

@@ -261,7 +261,9 @@ impl Handler for EditorHandler {
                 // Like close, in order with what came before; then the session is deleted
                 // through the core (its environment released), as the Managed Agents delete.
                 let id = params.get("sessionId").and_then(Value::as_str).unwrap_or("").to_owned();
-                ed.cancel(&id);
+                if ed.open(&id).is_ok() {
+                    ed.cancel(&id);
+                }
                 let open = ed.forget(&id);
                 Box::pin(async move { sessions::delete(&ed, open, &id).await })
             }

@@ -215,27 +215,14 @@ pub(super) async fn load(ed: &Editor, peer: &Peer, raw: Value, replay: bool) -> 
     // about its modes and settings (both answer with them, as the agent would).
     let acp_backed = matches!(session.snapshot.agent.spec.backend, BackendRef::Acp { .. });
     let mut projector = Projector::new(&cwd, true).with_inner_root(ed.ctx.coordinator.inner_root(&session));
-    if replay || acp_backed {
-        let filter = match replay {
-            true => EventFilter::default(),
-            false => EventFilter { kinds: vec![EventKind::AgentReport], ..Default::default() },
-        };
-        let mut page = PageRequest::first(1000, Order::Asc);
-        loop {
-            let batch = ed.ctx.coordinator.list_events(&id, &filter, &page).await.map_err(runtime_error)?;
-            for e in &batch.items {
-                let updates = projector.event(e);
-                if replay {
-                    for update in updates {
-                        peer.notify("session/update", json!({"sessionId": id.to_string(), "update": update})).await;
-                    }
-                }
-            }
-            match batch.next {
-                Some(c) => page.cursor = Some(c),
-                None => break,
-            }
-        }
+    if replay {
+        let sid = id.to_string();
+        project_history(ed, &id, false, &mut projector, |update| {
+            peer.notify("session/update", json!({"sessionId": sid, "update": update}))
+        })
+        .await?;
+    } else if acp_backed {
+        project_history(ed, &id, true, &mut projector, |_| async {}).await?;
     }
     if session.title.is_some() {
         peer.notify("session/update", json!({"sessionId": id.to_string(), "update": super::session_info(&session)}))
@@ -253,6 +240,36 @@ pub(super) async fn load(ed: &Editor, peer: &Peer, raw: Value, replay: bool) -> 
         result["configOptions"] = Value::Array(options);
     }
     Ok(result)
+}
+
+/// Projects a session's committed history in order, handing each update to `send`; with
+/// `reports_only`, only the agent's reports (what its modes and settings are now).
+async fn project_history<F, Fut>(
+    ed: &Editor,
+    id: &SessionId,
+    reports_only: bool,
+    projector: &mut Projector,
+    send: F,
+) -> Result<(), RpcError>
+where
+    F: Fn(Value) -> Fut,
+    Fut: std::future::Future,
+{
+    let kinds = if reports_only { vec![EventKind::AgentReport] } else { Vec::new() };
+    let filter = EventFilter { kinds, ..Default::default() };
+    let mut page = PageRequest::first(1000, Order::Asc);
+    loop {
+        let batch = ed.ctx.coordinator.list_events(id, &filter, &page).await.map_err(runtime_error)?;
+        for e in &batch.items {
+            for update in projector.event(e) {
+                send(update).await;
+            }
+        }
+        match batch.next {
+            Some(c) => page.cursor = Some(c),
+            None => return Ok(()),
+        }
+    }
 }
 
 /// The directory a `session/load` or `session/resume` opens the session in: its own editor
@@ -415,11 +432,16 @@ pub(super) async fn set_mode(ed: &Editor, raw: Value) -> Result<Value, RpcError>
 /// kept and sent before the session's next prompt (`backend::apply_pending_settings`), and the
 /// editor is answered with the settings as they will be.
 async fn forward_setting(ed: &Editor, session: &Session, method: &str, params: Value) -> Result<Value, RpcError> {
+    if serde_json::to_vec(&params).map_or(usize::MAX, |b| b.len()) > MAX_SETTING_BYTES {
+        return Err(RpcError::invalid_params(format!("a setting is at most {MAX_SETTING_BYTES} bytes of JSON")));
+    }
     if let Some(process) = ed.ctx.processes.get(&session.id).await.filter(|p| p.alive()) {
         let mut sent = params.clone();
         sent["sessionId"] = json!(process.agent_session);
         info!(session = %session.id, method, "a setting sent to the agent");
-        let answer = process.peer.request(method, sent).await?;
+        let answer = tokio::time::timeout(SETTING_WAIT, process.peer.request(method, sent))
+            .await
+            .map_err(|_| RpcError::internal(format!("the agent did not answer {method} within {SETTING_WAIT:?}")))??;
         // What the agent accepted is kept as its report by the next run (the log has no
         // writer between turns), so a later load shows the setting.
         keep_setting(ed, session, method, params, Some(&answer)).await?;
@@ -432,18 +454,7 @@ async fn forward_setting(ed: &Editor, session: &Session, method: &str, params: V
     }
     // The settings as the agent last reported them, with this change.
     let mut projector = Projector::new("/", false);
-    let filter = EventFilter { kinds: vec![EventKind::AgentReport], ..Default::default() };
-    let mut page = PageRequest::first(1000, Order::Asc);
-    loop {
-        let batch = ed.ctx.coordinator.list_events(&session.id, &filter, &page).await.map_err(runtime_error)?;
-        for e in &batch.items {
-            projector.event(e);
-        }
-        match batch.next {
-            Some(c) => page.cursor = Some(c),
-            None => break,
-        }
-    }
+    project_history(ed, &session.id, true, &mut projector, |_| async {}).await?;
     let mut options = projector.agent_state().settings.as_ref().and_then(Value::as_array).cloned().unwrap_or_default();
     for o in &mut options {
         if o.get("id") == params.get("configId") {
@@ -491,11 +502,16 @@ async fn keep_setting(
         .put_document(PENDING_SETTINGS_NS, session.id.as_str(), &json!({"requests": requests}), version)
         .await
         .map_err(|e| RpcError::internal(format!("cannot keep the setting for the agent: {e}")))?;
+    ed.ctx.processes.settings_kept(&session.id);
     Ok(())
 }
 
 /// Settings kept for an agent whose process is not running, at most.
 const MAX_PENDING_SETTINGS: usize = 32;
+/// The largest setting passed to an agent (its JSON form).
+const MAX_SETTING_BYTES: usize = 4096;
+/// How long the agent may take to answer a setting.
+const SETTING_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The session's config options: the agent (when more than one is published; only before the
 /// first prompt) and, for a native agent, the permission preset (between prompts).
