@@ -222,10 +222,13 @@ fn model(config: &Config) -> Item {
             Item::ok("model", "fake: the offline scripted model (set model = \"anthropic\" for a real one)")
         }
         Ok(_) => {
-            let from = if std::env::var("ANTHROPIC_API_KEY").is_ok_and(|k| !k.is_empty()) {
+            let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty());
+            let from = if set("ANTHROPIC_API_KEY") {
                 "ANTHROPIC_API_KEY"
-            } else {
+            } else if set("ANTHROPIC_AUTH_TOKEN") {
                 "ANTHROPIC_AUTH_TOKEN"
+            } else {
+                "the key `gateway login` stored"
             };
             Item::ok("model", format!("{}: credentials from {from}", config.model))
         }
