@@ -288,6 +288,12 @@ impl<E: Engine> SqlStore<E> {
         Ok(now)
     }
 
+    /// Runs `delete` (a `DELETE … WHERE id = $1 RETURNING id` of the store's own) for `id` in
+    /// `tx`; whether a row went.
+    pub(crate) async fn deleted(tx: &mut WriteTx<E>, delete: &'static str, id: &str) -> Result<bool> {
+        Ok(query_as::<(String,)>(delete).bind(id).fetch_optional(&mut **tx).await?.is_some())
+    }
+
     /// The database clock, read on a read connection (for figures, not for rows).
     pub(crate) async fn now_on<'c>(conn: &mut <E::Db as Db>::Reader<'c>) -> Result<i64> {
         if E::IN_PROCESS_CLOCK {

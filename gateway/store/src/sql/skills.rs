@@ -184,11 +184,7 @@ impl<E: Engine> Skills for SqlStore<E> {
 
     async fn delete_skill(&self, id: &SkillId) -> Result<()> {
         let mut tx = self.begin_write().await?;
-        let gone = query_as::<(String,)>("DELETE FROM skills WHERE id = $1 RETURNING id")
-            .bind(id.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-        if gone.is_none() {
+        if !Self::deleted(&mut tx, "DELETE FROM skills WHERE id = $1 RETURNING id", id.as_str()).await? {
             return Err(StoreError::not_found("skill", id));
         }
         query("DELETE FROM skill_files WHERE version_id IN (SELECT id FROM skill_versions WHERE skill_id = $1)")

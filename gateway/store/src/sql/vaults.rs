@@ -218,11 +218,7 @@ impl<E: Engine> Vaults for SqlStore<E> {
 
     async fn delete_vault(&self, id: &VaultId) -> Result<()> {
         let mut tx = self.begin_write().await?;
-        let gone = query_as::<(String,)>("DELETE FROM vaults WHERE id = $1 RETURNING id")
-            .bind(id.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-        if gone.is_none() {
+        if !Self::deleted(&mut tx, "DELETE FROM vaults WHERE id = $1 RETURNING id", id.as_str()).await? {
             return Err(StoreError::not_found("vault", id));
         }
         query("DELETE FROM vault_credentials WHERE vault_id = $1").bind(id.as_str()).execute(&mut *tx).await?;

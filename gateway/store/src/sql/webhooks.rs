@@ -111,12 +111,10 @@ impl<E: Engine> Webhooks for SqlStore<E> {
 
     async fn delete_webhook(&self, id: &WebhookId) -> Result<bool> {
         let mut tx = self.begin_write().await?;
-        let gone = query_as::<(String,)>("DELETE FROM webhook_endpoints WHERE id = $1 RETURNING id")
-            .bind(id.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
+        let gone =
+            Self::deleted(&mut tx, "DELETE FROM webhook_endpoints WHERE id = $1 RETURNING id", id.as_str()).await?;
         self.finish(tx, Hints::default()).await?;
-        Ok(gone.is_some())
+        Ok(gone)
     }
 
     async fn set_webhook_enabled(&self, id: &WebhookId, enabled: bool) -> Result<WebhookEndpoint> {
