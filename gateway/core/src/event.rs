@@ -263,6 +263,8 @@ pub enum ReportTopic {
     Title,
     /// The tokens and cost it reports.
     Usage,
+    /// The tokens it counted for a whole turn, as it answered the turn.
+    TurnUsage,
     /// Something it wants the user to know.
     Notice,
 }

@@ -71,6 +71,7 @@ async def session_script(conn, editor, sid):
     seen = {}
     r = await conn.prompt(session_id=sid, prompt=text(TODO))
     seen["first_stop"] = r.stop_reason
+    seen["first_usage"] = dump(r.usage)
     await asyncio.sleep(0.5)
     seen["first"] = list(editor.updates)
     editor.updates.clear()
@@ -111,6 +112,8 @@ async def main():
         through.updates.clear()
         loaded = await conn.resume_session(cwd=str(ws), session_id=sid, mcp_servers=[])
         check(r.stop_reason == "end_turn", "through the gateway, the first prompt ends with end_turn")
+        check(dump(r.usage) == d["first_usage"] and d["first_usage"],
+              f"the prompt's usage is the agent's ({dump(r.usage)} / {d['first_usage']})")
         check(dump(loaded.modes) == d_modes, f"the modes equal the direct session's ({dump(loaded.modes)})")
         check(options(loaded) == d_options, "the settings equal the direct session's")
         for kind in ("plan", "available_commands_update"):

@@ -547,6 +547,11 @@ impl AcpBackend {
                     // The text so far and the fact that the agent answered ride with the
                     // settlement: the turn's end is one commit.
                     let answered = if reached { vec![(ANSWERED_BINDING.to_owned(), seq.to_string())] } else { vec![] };
+                    // The tokens the agent counted for the turn ride with its end, for the
+                    // editor's prompt response.
+                    if let Some(usage) = answer.as_ref().ok().and_then(|r| r.get("usage")).filter(|u| u.is_object()) {
+                        ctx.stage(mapping::report_of(gateway_core::event::ReportTopic::TurnUsage, usage));
+                    }
                     mapper.stage_with(ctx, answered);
                     tools.clear();
                     return match answer {

@@ -122,6 +122,8 @@ pub struct Projector {
     usage: Usage,
     /// What an ACP agent last said about its modes and settings (`agent_report`s).
     agent: AgentState,
+    /// The tokens an ACP agent counted for the last turn projected (its prompt answer's).
+    agent_turn_usage: Option<Value>,
 }
 
 /// An ACP agent's modes and settings as its reports left them: what `session/load` and
@@ -144,6 +146,7 @@ impl Projector {
             show_user,
             usage: Usage::default(),
             agent: AgentState::default(),
+            agent_turn_usage: None,
         }
     }
 
@@ -170,9 +173,12 @@ impl Projector {
         &self.agent
     }
 
-    /// The tokens of the model requests projected so far, as a prompt response's `usage`
-    /// (`None` when no model was asked: an ACP agent's turn, or one that failed before).
+    /// The tokens of the turn projected, as a prompt response's `usage`: an ACP agent's own
+    /// count when it gave one, else the native model requests' (`None` when neither).
     pub fn usage(&self) -> Option<Value> {
+        if let Some(agent) = &self.agent_turn_usage {
+            return Some(agent.clone());
+        }
         let u = &self.usage;
         let input = u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens;
         (input + u.output_tokens > 0).then(|| {
@@ -296,6 +302,10 @@ impl Projector {
             ReportTopic::Title => "session_info_update",
             ReportTopic::Usage => "usage_update",
             ReportTopic::Notice => return vec![],
+            ReportTopic::TurnUsage => {
+                self.agent_turn_usage = Some(body.clone());
+                return vec![];
+            }
         };
         if body.get("sessionUpdate").and_then(Value::as_str) != Some(kind) {
             tracing::debug!(?topic, "an agent report that is not its topic's update; not shown");
