@@ -28,3 +28,8 @@ pub const ANSWERED_BINDING: &str = "acp.answered_seq";
 /// Binding: the number of the last kept setting sent to the agent ([`PENDING_SETTINGS_NS`]),
 /// staged with the run's next commit.
 pub const SETTINGS_SENT_BINDING: &str = "acp.settings_sent";
+
+/// A binding that holds a seq (or a count), as a number: 0 when absent or unreadable.
+pub fn seq_of(bindings: &std::collections::BTreeMap<String, String>, name: &str) -> u64 {
+    bindings.get(name).and_then(|s| s.parse().ok()).unwrap_or(0)
+}

@@ -33,9 +33,7 @@ fn key_char(c: char) -> bool {
 
 /// Where the stored credential lives, if the user has a home.
 pub fn credentials_file() -> Option<PathBuf> {
-    let xdg = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from).filter(|p| p.is_absolute());
-    let base = xdg.or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
-    Some(base.join("gateway").join("credentials.toml"))
+    Some(crate::config::Config::user_config_home()?.join("gateway").join("credentials.toml"))
 }
 
 /// The Anthropic API key `gateway login` stored, if there is one the user alone can read. A

@@ -102,8 +102,8 @@ async def main():
                 stored = home / ".config/gateway/credentials.toml"
                 check(stat.S_IMODE(stored.stat().st_mode) == 0o600, "the stored key is readable by the user alone")
 
-                await conn.authenticate(method_id="gateway")
-                check(True, "authenticate succeeds after the sign-in")
+                answer = await conn.authenticate(method_id="gateway")
+                check(isinstance(answer, schema.AuthenticateResponse), "authenticate succeeds after the sign-in")
                 sid = (await conn.new_session(cwd=str(ws), mcp_servers=[])).session_id
                 r = await conn.prompt(session_id=sid, prompt=[text("hello after login")])
                 said = "".join(u.content.text for u in editor.updates

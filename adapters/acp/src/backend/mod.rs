@@ -35,7 +35,9 @@ use tracing::{info, warn};
 pub use process::{Connection, Connector, MAX_PROCESSES, ProcessTable, SandboxConnector};
 
 use crate::ExecutorConfig;
-use crate::names::{ANSWERED_BINDING, MCP_SERVERS_NS, PENDING_SETTINGS_NS, SENT_BINDING, SETTINGS_SENT_BINDING};
+use crate::names::{
+    ANSWERED_BINDING, MCP_SERVERS_NS, PENDING_SETTINGS_NS, SENT_BINDING, SETTINGS_SENT_BINDING, seq_of,
+};
 use crate::rpc::RpcError;
 use crate::wire::{self, PromptSupport};
 use client::AgentEvent;
@@ -203,10 +205,6 @@ fn unsent(view: &RunView, sent: u64) -> impl Iterator<Item = &Event> {
     view.inputs_after(sent).filter(|e| matches!(e.payload, EventPayload::UserMessage { .. }))
 }
 
-fn seq_binding(bindings: &std::collections::BTreeMap<String, String>, name: &str) -> u64 {
-    bindings.get(name).and_then(|s| s.parse().ok()).unwrap_or(0)
-}
-
 /// The answer a client gave to a parked tool use, if any (among the run's inputs).
 fn confirmation(view: &RunView, id: &gateway_core::EventId) -> Option<bool> {
     view.inputs().collect::<Vec<_>>().into_iter().rev().find_map(|e| match &e.payload {
@@ -295,8 +293,8 @@ impl AcpBackend {
         }
         let view = ctx.turn_view().await?;
         let bindings = ctx.bindings().await?;
-        let mut sent = sent_through(ctx, &view, seq_binding(&bindings, SENT_BINDING));
-        let answered = seq_binding(&bindings, ANSWERED_BINDING);
+        let mut sent = sent_through(ctx, &view, seq_of(&bindings, SENT_BINDING));
+        let answered = seq_of(&bindings, ANSWERED_BINDING);
         let turn = &mut *guard;
 
         // A parked permission answered by the client: reply and keep consuming that prompt.
@@ -380,7 +378,7 @@ async fn apply_pending_settings(
             return;
         }
     };
-    let sent = seq_binding(bindings, SETTINGS_SENT_BINDING);
+    let sent = seq_of(bindings, SETTINGS_SENT_BINDING);
     let mut last = sent;
     let mut reports = Vec::new();
     for request in requests {

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tracing::info;
 
 use super::{Editor, Open, Projector, agent_name, runtime_error, workspace_of};
-use crate::names::{PENDING_SETTINGS_NS, PERMISSIONS_NS, SETTINGS_SENT_BINDING};
+use crate::names::{PENDING_SETTINGS_NS, PERMISSIONS_NS, SETTINGS_SENT_BINDING, seq_of};
 use crate::rpc::{Peer, RpcError, params};
 
 /// Sessions per `session/list` page.
@@ -487,7 +487,7 @@ async fn keep_setting(
     };
     // Those the agent was sent already are dropped (the backend records the last it sent).
     let bindings = ed.ctx.coordinator.bindings(&session.id).await.map_err(runtime_error)?;
-    let sent: u64 = bindings.get(SETTINGS_SENT_BINDING).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let sent = seq_of(&bindings, SETTINGS_SENT_BINDING);
     let n = requests.iter().filter_map(|r| r.get("n").and_then(Value::as_u64)).max().unwrap_or(sent).max(sent) + 1;
     requests.retain(|r| r.get("n").and_then(Value::as_u64).is_some_and(|k| k > sent));
     if requests.len() >= MAX_PENDING_SETTINGS {

@@ -296,8 +296,12 @@ impl Config {
 
     /// `$XDG_DATA_HOME`, else `$HOME/.local/share`.
     pub fn user_data_home() -> Option<PathBuf> {
-        let xdg = std::env::var_os("XDG_DATA_HOME").map(PathBuf::from).filter(|p| p.is_absolute());
-        xdg.or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        user_dir("XDG_DATA_HOME", ".local/share")
+    }
+
+    /// `$XDG_CONFIG_HOME`, else `$HOME/.config`.
+    pub fn user_config_home() -> Option<PathBuf> {
+        user_dir("XDG_CONFIG_HOME", ".config")
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -366,6 +370,13 @@ fn flag<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
             other => Err(serde::de::Error::custom(format!("expected a boolean, got {other:?}"))),
         },
     }
+}
+
+/// A user's XDG base directory: the variable when it holds an absolute path, else `under_home`
+/// in `$HOME`.
+fn user_dir(var: &str, under_home: &str) -> Option<PathBuf> {
+    let xdg = std::env::var_os(var).map(PathBuf::from).filter(|p| p.is_absolute());
+    xdg.or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(under_home)))
 }
 
 fn hostname() -> String {

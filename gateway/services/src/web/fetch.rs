@@ -13,7 +13,7 @@ use serde::Deserialize;
 use tokio::time::{Instant, timeout_at};
 
 use super::body::{self, Kind};
-use super::{DomainRules, MAX_REDIRECTS, MAX_URL_CHARS, WebError, WebTools};
+use super::{DomainRules, MAX_REDIRECTS, MAX_URL_CHARS, WebError, WebTools, tool_input};
 use crate::ssrf;
 
 /// The most characters of an error page (4xx/5xx) returned: enough to see what the server
@@ -37,9 +37,7 @@ pub struct FetchInput {
 impl FetchInput {
     /// The input of a tool call, checked against its bounds.
     pub fn parse(input: &serde_json::Value) -> Result<Self, WebError> {
-        let this: Self = serde_json::from_value(input.clone()).map_err(|e| {
-            WebError::BadInput(format!("web_fetch takes {{\"url\": string, \"max_chars\"?: integer}}: {e}"))
-        })?;
+        let this: Self = tool_input(input, r#"web_fetch takes {"url": string, "max_chars"?: integer}"#)?;
         if this.url.trim().is_empty() || this.url.chars().count() > MAX_URL_CHARS {
             return Err(WebError::BadInput(format!("url must be 1..={MAX_URL_CHARS} characters")));
         }

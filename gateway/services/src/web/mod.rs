@@ -37,6 +37,12 @@ pub use search::{SearchHit, SearchInput, render_search};
 
 use search::SearchBackend;
 
+/// A tool call's input read into its type; a shape it does not fit is the model's error,
+/// naming the shape the tool takes (`usage`).
+fn tool_input<T: serde::de::DeserializeOwned>(input: &serde_json::Value, usage: &str) -> Result<T, WebError> {
+    T::deserialize(input).map_err(|e| WebError::BadInput(format!("{usage}: {e}")))
+}
+
 /// The web tools, ready to call. Clones share one fetch client and one search client.
 #[derive(Debug, Clone)]
 pub struct WebTools {

@@ -15,7 +15,8 @@ use serde::Deserialize;
 
 use super::body;
 use super::{
-    DomainRules, MAX_QUERY_CHARS, MAX_QUERY_WORDS, MAX_SEARCH_RESULTS, SearchConfig, SearchProvider, WebError, WebTools,
+    DomainRules, MAX_QUERY_CHARS, MAX_QUERY_WORDS, MAX_SEARCH_RESULTS, SearchConfig, SearchProvider, WebError,
+    WebTools, tool_input,
 };
 use crate::ssrf;
 
@@ -42,9 +43,7 @@ pub struct SearchInput {
 impl SearchInput {
     /// The input of a tool call, checked against its bounds.
     pub fn parse(input: &serde_json::Value) -> Result<Self, WebError> {
-        let this: Self = serde_json::from_value(input.clone()).map_err(|e| {
-            WebError::BadInput(format!("web_search takes {{\"query\": string, \"count\"?: integer 1..=20}}: {e}"))
-        })?;
+        let this: Self = tool_input(input, r#"web_search takes {"query": string, "count"?: integer 1..=20}"#)?;
         check_query(&this.query)?;
         check_count(this.count)?;
         Ok(this)
