@@ -1,7 +1,8 @@
 //! gateway-acp: the Agent Client Protocol (v1) on both faces.
 //!
 //! - Editor face ([`editor`]): the gateway is an ACP agent for editors, on stdio
-//!   (`gateway acp`) and, experimentally, over WebSocket at `/acp` on `gateway serve`.
+//!   (`gateway acp`) and over WebSocket at `/acp` on `gateway serve`, which editors reach
+//!   through the stdio relay `gateway acp --url` ([`relay`]).
 //! - Backend face ([`backend`]): an ACP agent process (`[executors.acp.NAME]`) is a backend;
 //!   the gateway is its client and serves its `fs/*` and `terminal/*` requests from the
 //!   session's Hand.
@@ -12,6 +13,7 @@
 pub mod backend;
 pub mod editor;
 pub mod names;
+pub mod relay;
 pub mod rpc;
 mod stdio;
 pub mod wire;
@@ -171,7 +173,7 @@ pub async fn serve_stdio(ctx: AcpContext, agent: Option<String>) -> anyhow::Resu
     Ok(())
 }
 
-/// The experimental ACP endpoint `/acp` (WebSocket) of `gateway serve`.
+/// The ACP endpoint `/acp` (WebSocket) of `gateway serve`, which the relay connects to.
 pub fn router(ctx: AcpContext) -> axum::Router {
     ws::router(ctx)
 }

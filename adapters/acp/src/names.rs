@@ -29,6 +29,13 @@ pub const ANSWERED_BINDING: &str = "acp.answered_seq";
 /// staged with the run's next commit.
 pub const SETTINGS_SENT_BINDING: &str = "acp.settings_sent";
 
+/// `_meta` of a relay's `session/prompt`: the event id its user message gets (ADR 0030).
+pub const PROMPT_ID_META: &str = "gateway.promptId";
+/// `_meta` of a relay's `session/prompt`: the seq of the last update the editor was shown.
+pub const AFTER_SEQ_META: &str = "gateway.afterSeq";
+/// `_meta` of a `session/update` sent for a relay's prompt: the seq of the event it shows.
+pub const SEQ_META: &str = "gateway.seq";
+
 /// A binding that holds a seq (or a count), as a number: 0 when absent or unreadable.
 pub fn seq_of(bindings: &std::collections::BTreeMap<String, String>, name: &str) -> u64 {
     bindings.get(name).and_then(|s| s.parse().ok()).unwrap_or(0)

@@ -1,5 +1,6 @@
-//! ACP over WebSocket at `/acp` (experimental, per the draft remote-transport RFD): one
-//! JSON-RPC message per text frame, binary frames ignored, the first message `initialize`.
+//! ACP over WebSocket at `/acp` (the draft remote-transport RFD's framing): one JSON-RPC
+//! message per text frame, binary frames ignored, the first message `initialize`. Editors
+//! reach it through the relay `gateway acp --url` (`crate::relay`, ADR 0030).
 //! Each connection is one editor connection; sessions outlive it (reconnect, then
 //! `session/load` or `session/resume`). The Streamable HTTP profile is not offered.
 

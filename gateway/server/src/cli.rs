@@ -30,15 +30,26 @@ pub enum Command {
     /// Serve one editor over ACP on stdin/stdout (logs go to stderr).
     Acp {
         /// The published agent new sessions use (default: `default_agent`, else the first).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "url")]
         agent: Option<String>,
+        /// Relay to the gateway serving this URL (its `/acp`) instead of running one here; its
+        /// API key comes from $GATEWAY_API_KEY, else `gateway login --url URL`.
+        #[arg(long)]
+        url: Option<String>,
     },
     /// Store an Anthropic API key for your user (read from the terminal, not echoed, or from
     /// stdin), for `gateway acp` started by an editor without ANTHROPIC_API_KEY. Editors run it
-    /// as their terminal sign-in.
-    Login,
-    /// Forget the key `gateway login` stored.
-    Logout,
+    /// as their terminal sign-in. With --url, store that gateway's API key instead.
+    Login {
+        /// The remote gateway whose API key to store (for `gateway acp --url`).
+        #[arg(long)]
+        url: Option<String>,
+    },
+    /// Forget the key `gateway login` stored (with --url, that gateway's).
+    Logout {
+        #[arg(long)]
+        url: Option<String>,
+    },
     /// Apply database migrations and exit.
     Migrate,
     /// Manage API keys.
@@ -91,14 +102,17 @@ pub fn main_with(ext: Extensions) -> std::process::ExitCode {
         // Check reports a configuration that does not load as one of its items.
         return crate::check::main(file.as_deref());
     }
-    if matches!(cli.command, Command::Login | Command::Logout) {
+    match &cli.command {
         // The user's own key, wherever the gateway keeps its state: no configuration needed.
-        return plain(match cli.command {
-            Command::Login => crate::login::login(),
-            _ => crate::login::logout().map(|had| {
+        Command::Login { url } => return plain(crate::login::login(url.as_deref())),
+        Command::Logout { url } => {
+            return plain(crate::login::logout(url.as_deref()).map(|had| {
                 eprintln!("{}", if had { "The stored key is forgotten." } else { "No key was stored." });
-            }),
-        });
+            }));
+        }
+        // A relay keeps no state of its own: no configuration either.
+        Command::Acp { url: Some(url), .. } => return relay(url),
+        _ => {}
     }
     let mut config = match Config::load(file.as_deref()) {
         Ok(c) => c,
@@ -134,11 +148,11 @@ pub fn main_with(ext: Extensions) -> std::process::ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve => serve::serve(config, ext).await,
-            Command::Acp { agent } => serve::acp(config, ext, agent).await,
+            Command::Acp { agent, .. } => serve::acp(config, ext, agent).await,
             Command::Migrate => serve::migrate(&config).await,
             Command::Keys { command } => serve::keys(&config, command).await,
             Command::Sessions(args) => crate::sessions_cmd::run(&config, args).await,
-            Command::Check | Command::Login | Command::Logout => {
+            Command::Check | Command::Login { .. } | Command::Logout { .. } => {
                 unreachable!("handled before the configuration is loaded")
             }
         }
@@ -153,6 +167,50 @@ pub fn main_with(ext: Extensions) -> std::process::ExitCode {
         }
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "gateway failed");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `gateway acp --url URL`: the editor's stdio relayed to a remote gateway's `/acp` (ADR 0030).
+/// Logs go to stderr, as `gateway acp`'s; a URL the relay cannot use is said to the editor.
+fn relay(url: &str) -> std::process::ExitCode {
+    let telemetry = telemetry::init(&Config::default().log, &Default::default());
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("gateway: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let key_url = url.to_owned();
+    let forget_url = url.to_owned();
+    let config = gateway_acp::relay::RelayConfig {
+        url: url.trim_end_matches('/').to_owned(),
+        key: std::sync::Arc::new(move || crate::login::gateway_key(&key_url)),
+        forget_key: std::sync::Arc::new(move || crate::login::logout(Some(&forget_url)).map_err(|e| format!("{e:#}"))),
+    };
+    let result = runtime.block_on(async {
+        if let Err(reason) = gateway_acp::relay::endpoint(url) {
+            gateway_acp::serve_failure(reason).await;
+            return Ok(());
+        }
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let relay = gateway_acp::relay::serve_relay(config, shutdown.clone());
+        tokio::pin!(relay);
+        tokio::select! {
+            done = &mut relay => done,
+            _ = tokio::signal::ctrl_c() => {
+                shutdown.cancel();
+                relay.await
+            }
+        }
+    });
+    telemetry.shutdown();
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "the relay failed");
             std::process::ExitCode::FAILURE
         }
     }

@@ -101,7 +101,7 @@ impl gateway_acp::EditorAuth for DeferredModel {
     }
 
     fn logout(&self) -> Result<(), String> {
-        crate::login::logout().map_err(|e| format!("{e:#}"))?;
+        crate::login::logout(None).map_err(|e| format!("{e:#}"))?;
         *self.built.write().unwrap_or_else(|p| p.into_inner()) = None;
         Ok(())
     }

@@ -223,7 +223,7 @@ fn auth_methods(needs_credential: bool, terminal: bool) -> Value {
 
 /// Whether the client runs terminal sign-ins: `clientCapabilities.auth.terminal`, or the
 /// `terminal-auth` flag in `_meta` that clients used before it (and the registry's check sends).
-fn offers_terminal_auth(params: &Value) -> bool {
+pub(crate) fn offers_terminal_auth(params: &Value) -> bool {
     let caps = params.get("clientCapabilities");
     let flag = caps.and_then(|c| c.pointer("/auth/terminal")).and_then(Value::as_bool).unwrap_or(false);
     let meta = caps.and_then(|c| c.pointer("/_meta/terminal-auth")).and_then(Value::as_bool).unwrap_or(false);

@@ -27,13 +27,58 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{Editor, Open, Projector, ToolCall, runtime_error};
-use crate::names::ALLOW_ALWAYS_NS;
+use crate::names::{AFTER_SEQ_META, ALLOW_ALWAYS_NS, PROMPT_ID_META, SEQ_META};
 use crate::rpc::{Peer, RpcError, params};
 use crate::wire::{self, PermissionAnswer};
 
 #[derive(Deserialize)]
 struct PromptParams {
     prompt: Value,
+}
+
+/// What a relay (`gateway acp --url`, ADR 0030) adds to a prompt's `_meta` so that sending it
+/// again on a new connection, after the old one dropped, is safe: the user message's event id
+/// (`gateway.promptId`, minted by the relay), and the seq of the last update the editor was
+/// shown (`gateway.afterSeq`). A prompt whose message is already in the session is not
+/// admitted again: it follows that message's turn, and only updates after `afterSeq` are sent.
+/// Updates of such a prompt carry their event's seq (`_meta` `gateway.seq`) for the next resend.
+#[derive(Debug, Default, PartialEq)]
+struct Resend {
+    prompt_id: Option<EventId>,
+    after_seq: u64,
+}
+
+impl Resend {
+    fn read(raw: &Value) -> Result<Self, RpcError> {
+        let Some(meta) = raw.get("_meta") else { return Ok(Self::default()) };
+        let prompt_id = match meta.get(PROMPT_ID_META) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(EventId::parse(s).map_err(|e| {
+                RpcError::invalid_params(format!(
+                    "`_meta.{PROMPT_ID_META}` must be an event id minted by the relay: {e}"
+                ))
+            })?),
+            Some(_) => return Err(RpcError::invalid_params(format!("`_meta.{PROMPT_ID_META}` must be a string"))),
+        };
+        let after_seq = match meta.get(AFTER_SEQ_META) {
+            None | Some(Value::Null) => 0,
+            Some(v) => v.as_u64().ok_or_else(|| {
+                RpcError::invalid_params(format!("`_meta.{AFTER_SEQ_META}` must be a non-negative integer"))
+            })?,
+        };
+        Ok(Self { prompt_id, after_seq })
+    }
+}
+
+/// The seq of the prompt's message if a prompt with this id was admitted before.
+async fn admitted_before(ed: &Editor, session: &SessionId, prompt: &EventId) -> Result<Option<u64>, RpcError> {
+    match ed.ctx.coordinator.find_event(session, prompt).await.map_err(runtime_error)? {
+        Some(e) if matches!(e.payload, EventPayload::UserMessage { .. }) => Ok(Some(e.seq)),
+        Some(_) => {
+            Err(RpcError::invalid_params(format!("`_meta.{PROMPT_ID_META}` names an event that is not a prompt")))
+        }
+        None => Ok(None),
+    }
 }
 
 /// Clears the session's prompt slot when the prompt ends, however it ends.
@@ -105,6 +150,7 @@ async fn drive(
     cancel: &CancellationToken,
     raw: Value,
 ) -> Result<Value, RpcError> {
+    let resend = Resend::read(&raw)?;
     let p: PromptParams = params(raw)?;
     let coordinator = &ed.ctx.coordinator;
     let id = open.id.clone();
@@ -114,37 +160,26 @@ async fn drive(
     // environment opens it without symlinks and checks it is the directory recorded at
     // creation, whichever face the turn came from (invariant 19).
     let content = wire::prompt_to_core(&p.prompt, Editor::support(&session))?;
-    let options = SubscribeOptions { after_seq: session.last_seq, previews: true, poll: None };
+    let earlier = match &resend.prompt_id {
+        Some(prompt) => admitted_before(ed, &id, prompt).await?,
+        None => None,
+    };
+    let after_seq = earlier.map_or(session.last_seq, |seq| seq - 1);
+    let options = SubscribeOptions { after_seq, previews: true, poll: None };
     let stream = coordinator.subscribe(&session, options);
     tokio::pin!(stream);
-    // A turn parked while no editor was connected to answer (it went away mid-turn) would
-    // refuse every new message: the new prompt interrupts it (the parked calls are not run).
-    let mut inputs = Vec::with_capacity(2);
-    if !session.pending_actions.is_empty() {
-        info!(session = %id, pending = session.pending_actions.len(), "a new prompt interrupts the parked turn");
-        inputs.push(NewEvent::new(EventPayload::UserInterrupt {}));
-    }
-    // An ACP agent titles its own sessions (its `session_info_update` passes through).
-    let native = session.snapshot.agent.spec.backend == gateway_core::agent::BackendRef::Native;
-    let title = (native && session.title.is_none()).then(|| title_of(&content)).flatten();
-    inputs.push(NewEvent::new(EventPayload::UserMessage { content }));
-    let committed = coordinator.submit(&id, inputs).await.map_err(runtime_error)?;
-    // A session without a title takes its first prompt's first line, as editors list it.
-    if let Some(title) = title {
-        let patch = SessionPatch { title: Some(Some(title.clone())), ..Default::default() };
-        match coordinator.update_session(&id, patch).await {
-            Ok(s) => {
-                let update = super::session_info(&s);
-                peer.notify("session/update", json!({"sessionId": id.to_string(), "update": update})).await;
-            }
-            Err(e) => warn!(session = %id, error = %e, "cannot keep the session's title"),
+    let message_seq = match earlier {
+        Some(seq) => {
+            info!(session = %id, seq, "a prompt sent again after a lost connection follows its turn");
+            seq
         }
-    }
-    let message_seq = committed.last().map(|e| e.seq).unwrap_or(session.last_seq);
+        None => admit(ed, peer, &session, content, resend.prompt_id.as_ref()).await?,
+    };
     debug!(session = %id, seq = message_seq, "prompt admitted");
 
     let projector = Projector::new(&open.cwd, false).with_inner_root(coordinator.inner_root(&session));
-    let mut turn = Turn { ed, peer, id: &id, projector, cancel };
+    let numbered = resend.prompt_id.is_some();
+    let mut turn = Turn { ed, peer, id: &id, projector, cancel, numbered };
     let mut follower = TurnFollower::new(message_seq);
     let mut interrupted = false;
     let mut last_error: Option<(ErrorKind, String)> = None;
@@ -171,7 +206,7 @@ async fn drive(
             // One run works on a session at a time: previews while ours runs are ours.
             Delivery::Preview(p) if follower.running().is_some() => {
                 let updates = turn.projector.preview(&p);
-                turn.send(updates).await;
+                turn.send(updates, None).await;
                 continue;
             }
             Delivery::Preview(_) => continue,
@@ -180,7 +215,10 @@ async fn drive(
         let relation = follower.follow(&event);
         if matches!(relation, Relation::Started | Relation::Ours | Relation::Parked(_) | Relation::Ended(_)) {
             let updates = turn.projector.event(&event);
-            turn.send(updates).await;
+            // What the editor was shown before its connection dropped is not sent again.
+            if event.seq > resend.after_seq {
+                turn.send(updates, Some(event.seq)).await;
+            }
         }
         match relation {
             Relation::Ours => {
@@ -218,6 +256,57 @@ async fn drive(
     }
 }
 
+/// Admits the prompt's message (interrupting a turn parked with no editor to answer it), with
+/// the relay's id when it gave one; titles a native session from its first prompt. Returns the
+/// message's seq. A relay's prompt that raced its own earlier send finds that one instead.
+async fn admit(
+    ed: &Editor,
+    peer: &Peer,
+    session: &gateway_core::session::Session,
+    content: Vec<gateway_core::content::ContentBlock>,
+    prompt_id: Option<&EventId>,
+) -> Result<u64, RpcError> {
+    let coordinator = &ed.ctx.coordinator;
+    let id = &session.id;
+    // A turn parked while no editor was connected to answer (it went away mid-turn) would
+    // refuse every new message: the new prompt interrupts it (the parked calls are not run).
+    let mut inputs = Vec::with_capacity(2);
+    if !session.pending_actions.is_empty() {
+        info!(session = %id, pending = session.pending_actions.len(), "a new prompt interrupts the parked turn");
+        inputs.push(NewEvent::new(EventPayload::UserInterrupt {}));
+    }
+    // An ACP agent titles its own sessions (its `session_info_update` passes through).
+    let native = session.snapshot.agent.spec.backend == gateway_core::agent::BackendRef::Native;
+    let title = (native && session.title.is_none()).then(|| title_of(&content)).flatten();
+    let message = EventPayload::UserMessage { content };
+    inputs.push(match prompt_id {
+        Some(prompt) => NewEvent { id: prompt.clone(), payload: message },
+        None => NewEvent::new(message),
+    });
+    let committed = match coordinator.submit(id, inputs).await {
+        Ok(c) => c,
+        Err(e) => match prompt_id {
+            Some(prompt) => match admitted_before(ed, id, prompt).await? {
+                Some(seq) => return Ok(seq),
+                None => return Err(runtime_error(e)),
+            },
+            None => return Err(runtime_error(e)),
+        },
+    };
+    // A session without a title takes its first prompt's first line, as editors list it.
+    if let Some(title) = title {
+        let patch = SessionPatch { title: Some(Some(title.clone())), ..Default::default() };
+        match coordinator.update_session(id, patch).await {
+            Ok(s) => {
+                let update = super::session_info(&s);
+                peer.notify("session/update", json!({"sessionId": id.to_string(), "update": update})).await;
+            }
+            Err(e) => warn!(session = %id, error = %e, "cannot keep the session's title"),
+        }
+    }
+    Ok(committed.last().map(|e| e.seq).unwrap_or(session.last_seq))
+}
+
 /// A failed turn as an error response naming its cause.
 fn turn_failed(error: Option<(ErrorKind, String)>) -> RpcError {
     let (kind, message) = error.unwrap_or((ErrorKind::Unknown, "the turn failed".into()));
@@ -231,12 +320,18 @@ struct Turn<'a> {
     id: &'a SessionId,
     projector: Projector,
     cancel: &'a CancellationToken,
+    /// A relay's prompt: updates of committed events carry their seq ([`Resend`]).
+    numbered: bool,
 }
 
 impl Turn<'_> {
-    async fn send(&self, updates: Vec<Value>) {
+    async fn send(&self, updates: Vec<Value>, seq: Option<u64>) {
         for update in updates {
-            self.peer.notify("session/update", json!({"sessionId": self.id.to_string(), "update": update})).await;
+            let mut note = json!({"sessionId": self.id.to_string(), "update": update});
+            if let (true, Some(seq)) = (self.numbered, seq) {
+                note["_meta"] = json!({ SEQ_META: seq });
+            }
+            self.peer.notify("session/update", note).await;
         }
     }
 
@@ -249,6 +344,13 @@ impl Turn<'_> {
             return Err(RpcError::internal(
                 "the agent called a tool the client must run; editors cannot answer those (use the Managed Agents API)",
             ));
+        }
+        // Calls answered meanwhile (a relay's prompt following its turn again sees the park
+        // once more) are not asked about twice.
+        let ids: Vec<&EventId> =
+            ids.iter().filter(|id| session.pending_actions.iter().any(|p| &p.event_id == *id)).collect();
+        if ids.is_empty() {
+            return Ok(());
         }
         let mut rules = Rules::load(self.ed, self.id).await;
         let mut answers = Vec::new();
@@ -353,6 +455,30 @@ impl Rules {
             Err(e) => {
                 warn!(session = %id, error = %e, "cannot keep an 'always' answer; it applies to this prompt only")
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A relay's `_meta` is read, anything malformed in it is the editor's error (never a
+    /// prompt admitted without the id it was sent with), and an editor's own `_meta` is ignored.
+    #[test]
+    fn a_relays_prompt_id_and_seq_are_read_and_bad_ones_refused() {
+        let id = EventId::new();
+        let raw = json!({"_meta": {PROMPT_ID_META: id.as_str(), AFTER_SEQ_META: 7, "other": true}});
+        assert_eq!(Resend::read(&raw).expect("accepted"), Resend { prompt_id: Some(id), after_seq: 7 });
+        assert_eq!(Resend::read(&json!({"_meta": {"traceparent": "x"}})).expect("accepted"), Resend::default());
+        assert_eq!(Resend::read(&json!({})).expect("accepted"), Resend::default());
+        for bad in [
+            json!({"_meta": {PROMPT_ID_META: "not-an-event-id"}}),
+            json!({"_meta": {PROMPT_ID_META: 12}}),
+            json!({"_meta": {AFTER_SEQ_META: -1}}),
+            json!({"_meta": {AFTER_SEQ_META: "7"}}),
+        ] {
+            assert_eq!(Resend::read(&bad).expect_err("refused").code, crate::rpc::code::INVALID_PARAMS, "{bad}");
         }
     }
 }

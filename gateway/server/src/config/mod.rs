@@ -160,7 +160,7 @@ pub struct AgentConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct AcpConfig {
-    /// Serve the experimental ACP endpoint `/acp` (WebSocket) on `gateway serve`.
+    /// Serve the ACP endpoint `/acp` (WebSocket) on `gateway serve`, for `gateway acp --url`.
     pub websocket: bool,
     /// Longest a backend agent process may take for one turn.
     pub turn_timeout_secs: u64,

@@ -1,11 +1,11 @@
 //! `gateway sessions list | show | tail`: what sessions exist and what one of them is doing,
 //! read from the configured database or, with `--url`, from a running gateway.
 //!
-//! The API key of a remote gateway comes from `GATEWAY_API_KEY`, or is asked for on the
-//! terminal (without echo) when the gateway refuses the request without one; it is never a
+//! The API key of a remote gateway comes from `GATEWAY_API_KEY`, else the one
+//! `gateway login --url` stored, or is asked for on the terminal (without echo) when the
+//! gateway refuses the request without one; it is never a
 //! command-line argument, since argv is visible to every user of the host (`ps`).
 
-mod key;
 pub mod render;
 pub mod source;
 mod tail;
@@ -27,7 +27,7 @@ use crate::term::Paint;
 #[derive(Debug, Args)]
 pub struct SessionsArgs {
     /// Read from this running gateway (e.g. http://127.0.0.1:8080) instead of the configured
-    /// database. Its API key is read from $GATEWAY_API_KEY, or asked for when needed.
+    /// database. Its API key is read from $GATEWAY_API_KEY, else the one `gateway login --url` stored, or asked for when needed.
     #[arg(long, global = true, value_name = "URL", env = "GATEWAY_URL")]
     pub url: Option<String>,
     #[command(subcommand)]
@@ -75,19 +75,26 @@ fn status(s: &str) -> Result<SessionStatus, String> {
 pub async fn run(config: &Config, args: SessionsArgs) -> anyhow::Result<()> {
     let mut source = match &args.url {
         None => Source::Store(crate::db::open_migrated(config).await?),
-        Some(url) => Source::Remote(Client::new(url, key::from_env())?),
+        Some(url) => Source::Remote(Client::new(url, crate::login::gateway_key(url))?),
     };
     let mut result = execute(&source, &args.command).await;
     if let (Some(url), Err(e)) = (&args.url, &result)
-        && key::from_env().is_none()
+        && std::env::var_os(crate::login::GATEWAY_KEY_ENV).is_none()
         && matches!(e.downcast_ref::<ClientError>(), Some(ClientError::Refused { status: 401, .. }))
-        && let Some(k) = key::prompt(url)?
+        && let Some(k) = prompt_key(url)?
     {
         source = Source::Remote(Client::new(url, Some(k))?);
         result = execute(&source, &args.command).await;
     }
     source.close().await;
     result
+}
+
+/// Asks for the key on the terminal; `None` when stdin is not a terminal (a script sets
+/// `GATEWAY_API_KEY` or runs `gateway login --url`) or nothing was typed.
+fn prompt_key(url: &str) -> anyhow::Result<Option<String>> {
+    let prompt = format!("API key for {url} (or set {}): ", crate::login::GATEWAY_KEY_ENV);
+    Ok(crate::login::read_secret(&prompt)?.map(|l| l.trim().to_owned()).filter(|k| !k.is_empty()))
 }
 
 async fn execute(source: &Source, command: &SessionsCommand) -> anyhow::Result<()> {
