@@ -66,15 +66,22 @@ pub async fn publish(
                 extras: Default::default(),
             })
             .collect();
+        let model = a.model.clone().unwrap_or_else(|| "claude-sonnet-4-5".into());
+        let mut models = vec![model.clone()];
+        for m in &a.models {
+            if m.trim().is_empty() {
+                anyhow::bail!("[agents.{name}].models holds an empty model id");
+            }
+            if !models.contains(m) {
+                models.push(m.clone());
+            }
+        }
+        published.models.insert(name.clone(), models);
         let spec = AgentSpec {
             name: name.clone(),
             description: a.description.clone(),
             system: a.system.clone(),
-            model: ModelSpec {
-                id: a.model.clone().unwrap_or_else(|| "claude-sonnet-4-5".into()),
-                effort: None,
-                speed: None,
-            },
+            model: ModelSpec { id: model, effort: None, speed: None },
             tools: vec![ToolSpec::Builtin {
                 version: "agent_toolset_20260401".into(),
                 default_config: ToolConfig { enabled: true, permission_policy: PermissionPolicy::AlwaysAsk },

@@ -105,6 +105,8 @@ async def main():
                 answer = await conn.authenticate(method_id="gateway")
                 check(isinstance(answer, schema.AuthenticateResponse), "authenticate succeeds after the sign-in")
                 sid = (await conn.new_session(cwd=str(ws), mcp_servers=[])).session_id
+                # The editor's model choice reaches the model API (the stub lists the models asked for).
+                await conn.set_config_option(config_id="model", session_id=sid, value="claude-opus-4-5")
                 r = await conn.prompt(session_id=sid, prompt=[text("hello after login")])
                 said = "".join(u.content.text for u in editor.updates
                                if getattr(u, "session_update", "") == "agent_message_chunk")
@@ -121,6 +123,8 @@ async def main():
         out, _ = stub.communicate(timeout=10)
     keys = [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("x-api-key ")]
     check(keys == [KEY], f"the model API saw the signed-in key and no other ({len(keys)} keys)")
+    models = [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("model ")]
+    check(models == ["claude-opus-4-5"], f"the model the editor chose is the one the model API was asked for ({models})")
     check(KEY not in log.read_text(), "the key is not in the gateway's log")
 
     await setup_checks()

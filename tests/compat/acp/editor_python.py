@@ -184,6 +184,27 @@ async def main():
         except acp.RequestError as e:
             check(e.code == -32602, "an unknown preset is refused (-32602)")
 
+        # The model of a native session, between prompts (`main` lists a second model).
+        opts = {option(o).id: option(o) for o in created.config_options or []}
+        model = opts.get("model")
+        check(model is not None and model.category == "model" and model.current_value == "claude-sonnet-4-5"
+              and [o.value for o in model.options] == ["claude-sonnet-4-5", "claude-opus-4-5"],
+              f"session/new offers the agent's models as the `model` option ({model})")
+        changed = await conn.set_config_option(config_id="model", session_id=s1, value="claude-opus-4-5")
+        check(next(option(o) for o in changed.config_options if option(o).id == "model").current_value == "claude-opus-4-5",
+              "set_config_option sets the model")
+        r = await conn.prompt(session_id=s1, prompt=[text("on another model")])
+        check(r.stop_reason == "end_turn", "the session runs on the model it was switched to")
+        try:
+            await conn.set_config_option(config_id="model", session_id=s1, value="gpt-nothing")
+            check(False, "a model the agent does not list is refused")
+        except acp.RequestError as e:
+            check(e.code == -32602 and "claude-opus-4-5" in str(e), f"a model the agent does not list is refused (-32602: {e})")
+        reloaded = await conn.load_session(cwd=str(ws1), session_id=s1, mcp_servers=[])
+        kept = {option(o).id: option(o) for o in reloaded.config_options or []}
+        check(kept["model"].current_value == "claude-opus-4-5" and kept["permissions"].current_value == "as_defined",
+              "the model and the preset are kept with the session (session/load shows them)")
+
         listed = await conn.list_sessions()
         ids = {s.session_id: s.cwd for s in listed.sessions}
         check(ids.get(s1) == str(ws1) and ids.get(s2) == str(ws2), "session/list shows both sessions with their cwd")

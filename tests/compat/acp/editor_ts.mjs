@@ -107,6 +107,14 @@ await run(async () => {
     check(r.stopReason === "end_turn" && permissions.length === asked, "allow_all: bash ran without asking");
     check(readFileSync(join(ws1, "allowed.txt"), "utf8") === "allowed\n", "allow_all: the command ran");
 
+    // The model option (category "model"): the agent's models, switched between prompts.
+    const model = set.configOptions.find((o) => o.id === "model");
+    check(model && model.category === "model" && model.options.map((o) => o.value).join() === "claude-sonnet-4-5,claude-opus-4-5",
+      "the model option lists the agent's models");
+    const switched = await agent.request("session/set_config_option", { sessionId: s1, configId: "model", value: "claude-opus-4-5" });
+    check(switched.configOptions.find((o) => o.id === "model").currentValue === "claude-opus-4-5", "set_config_option sets the model");
+    check(switched.configOptions.find((o) => o.id === "permissions").currentValue === "allow_all", "the preset stays as it was");
+
     await agent.request("session/close", { sessionId: s2 });
     let refused = false;
     try {

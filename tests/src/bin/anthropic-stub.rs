@@ -2,8 +2,10 @@
 //! (`gateway_models::stub::StubServer`, answering with the fake model's script) as a process,
 //! for third-party agents under test (claude-agent-acp in `tests/compat/run-acp`). Prints
 //! `listening http://127.0.0.1:PORT` on stdout once it accepts connections; stops on SIGTERM
-//! or SIGINT, then prints `x-api-key <value>` for each distinct key the requests carried (what
-//! a test of credentials reads; `tests/compat/acp/editor_auth.py`). Test support only.
+//! or SIGINT, then prints `x-api-key <value>` for each distinct key the requests carried and
+//! `model <id>` for each distinct model they asked for, in the order first seen (what tests of
+//! credentials and of an editor's model choice read; `tests/compat/acp/editor_auth.py`). Test
+//! support only.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
@@ -42,6 +44,15 @@ async fn main() -> ExitCode {
     let keys: std::collections::BTreeSet<&str> = recorded.iter().filter_map(|r| r.header("x-api-key")).collect();
     for key in keys {
         println!("x-api-key {key}");
+    }
+    let mut models: Vec<&str> = Vec::new();
+    for model in recorded.iter().filter_map(|r| r.body.get("model").and_then(serde_json::Value::as_str)) {
+        if !models.contains(&model) {
+            models.push(model);
+        }
+    }
+    for model in models {
+        println!("model {model}");
     }
     stub.stop().await;
     eprintln!("anthropic-stub: stopped after {requests} requests");

@@ -1,5 +1,6 @@
-//! Session lifecycle on the editor face: new, load (with replay), resume, list, close, and
-//! the agent choice as a config option.
+//! Session lifecycle on the editor face: new, load (with replay), resume, list, close, delete,
+//! and the session's config options (the agent, a native session's model and permission preset,
+//! an ACP agent's own settings).
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +24,8 @@ const LIST_PAGE: u32 = 50;
 const AGENT_OPTION: &str = "agent";
 /// The config option that picks a native session's permission preset.
 const PERMISSIONS_OPTION: &str = "permissions";
+/// The config option that picks the model a native session runs on.
+const MODEL_OPTION: &str = "model";
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -531,6 +534,17 @@ pub(super) async fn config_options(ed: &Editor, session: &Session) -> Option<Val
         }));
     }
     if session.snapshot.agent.spec.backend == BackendRef::Native {
+        let current = &session.snapshot.agent.spec.model.id;
+        let options: Vec<Value> = model_choices(ed, session).iter().map(|m| json!({"value": m, "name": m})).collect();
+        out.push(json!({
+            "id": MODEL_OPTION,
+            "name": "Model",
+            "description": "The model this session runs on (between prompts)",
+            "category": "model",
+            "type": "select",
+            "currentValue": current,
+            "options": options,
+        }));
         let current = current_preset(ed, &session.id).await;
         let options: Vec<Value> = PermissionPreset::ALL
             .iter()
@@ -550,6 +564,44 @@ pub(super) async fn config_options(ed: &Editor, session: &Session) -> Option<Val
         }));
     }
     (!out.is_empty()).then_some(Value::Array(out))
+}
+
+/// The models a native session may run on: its agent's (`[agents.NAME] model` and `models`),
+/// with the one it runs on now first if it is not among them (an agent whose configuration
+/// changed since).
+fn model_choices(ed: &Editor, session: &Session) -> Vec<String> {
+    let current = &session.snapshot.agent.spec.model.id;
+    let mut choices = agent_name(session).and_then(|n| ed.ctx.agents.models.get(n)).cloned().unwrap_or_default();
+    if !choices.contains(current) {
+        choices.insert(0, current.clone());
+    }
+    choices
+}
+
+/// Runs the session on `model` from its next turn (the rest of its definition as it is),
+/// through the core's redefinition, so the other faces see `session.updated` with the agent's
+/// new model. Refused while a turn runs.
+async fn set_model(ed: &Editor, session: &Session, model: &str) -> Result<Session, RpcError> {
+    let mut spec = session.snapshot.agent.spec.clone();
+    spec.model.id = model.to_owned();
+    redefine(ed, session, spec, "the model can only change between prompts").await
+}
+
+/// A native session's agent redefined through the core (`session.updated` on every face),
+/// between turns only: a running turn keeps the definition it started with.
+async fn redefine(
+    ed: &Editor,
+    session: &Session,
+    spec: gateway_core::agent::AgentSpec,
+    busy: &'static str,
+) -> Result<Session, RpcError> {
+    let coordinator = &ed.ctx.coordinator;
+    let snapshot = coordinator.redefine_session(session, Some(spec), None).await.map_err(runtime_error)?;
+    let patch = SessionPatch { snapshot: Some(snapshot), ..Default::default() };
+    coordinator.update_session(&session.id, patch).await.map_err(|e| match e {
+        RuntimeError::Guard(_) => RpcError::invalid_params(busy),
+        e => runtime_error(e),
+    })
 }
 
 fn preset_words(p: PermissionPreset) -> (&'static str, &'static str) {
@@ -589,15 +641,12 @@ async fn set_preset(ed: &Editor, id: &SessionId, preset: PermissionPreset) -> Re
     if let Some(o) = overrides_for(&spec) {
         o.apply(&mut spec);
     }
-    // Skills were resolved when the session was created: keep the session's.
+    // Skills were resolved when the session was created, and the editor may have chosen
+    // another model since: keep the session's.
     spec.skills = frozen.spec.skills.clone();
-    let snapshot =
-        coordinator.redefine_session(&session, Some(spec.with_preset(preset)), None).await.map_err(runtime_error)?;
-    let patch = SessionPatch { snapshot: Some(snapshot), ..Default::default() };
-    let session = coordinator.update_session(id, patch).await.map_err(|e| match e {
-        RuntimeError::Guard(_) => RpcError::invalid_params("the permissions can only change between prompts"),
-        e => runtime_error(e),
-    })?;
+    spec.model = frozen.spec.model.clone();
+    let session =
+        redefine(ed, &session, spec.with_preset(preset), "the permissions can only change between prompts").await?;
     let documents = coordinator.documents();
     let version = documents.get_document(PERMISSIONS_NS, id.as_str()).await.ok().flatten().map(|d| d.version);
     if let Err(e) =
@@ -626,6 +675,18 @@ pub(super) async fn set_config_option(ed: &Editor, raw: Value) -> Result<Value, 
         }
         let session = set_preset(ed, &id, preset).await?;
         return Ok(json!({"configOptions": config_options(ed, &session).await.unwrap_or_else(|| json!([]))}));
+    }
+    if p.config_id == MODEL_OPTION {
+        let session = ed.ctx.coordinator.get_session(&id).await.map_err(runtime_error)?;
+        if session.snapshot.agent.spec.backend == BackendRef::Native {
+            let choices = model_choices(ed, &session);
+            let model = p.value.as_str().filter(|m| choices.iter().any(|c| c == m)).ok_or_else(|| {
+                RpcError::invalid_params(format!("`value` must be one of the agent's models: {}", choices.join(", ")))
+            })?;
+            let session = set_model(ed, &session, model).await?;
+            info!(session = %id, model, "model set");
+            return Ok(json!({"configOptions": config_options(ed, &session).await.unwrap_or_else(|| json!([]))}));
+        }
     }
     if p.config_id != AGENT_OPTION || ed.ctx.agents.agents.len() < 2 {
         let session = ed.ctx.coordinator.get_session(&id).await.map_err(runtime_error)?;

@@ -122,6 +122,7 @@ pub async fn rig(options: Options) -> Rig {
         default: Some("fake".into()),
         environment: Some(lazy.id),
         eager_environment: Some(eager.id),
+        ..Default::default()
     };
     Rig { gw, agents, fake, processes, projects: tempfile::tempdir().unwrap() }
 }

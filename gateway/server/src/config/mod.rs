@@ -146,6 +146,9 @@ pub struct AgentConfig {
     pub backend: Option<String>,
     /// The model id (native agents); default `claude-sonnet-4-5`.
     pub model: Option<String>,
+    /// Other models an editor may switch this agent's sessions to (the ACP `model` option,
+    /// between prompts); `model` is always offered first.
+    pub models: Vec<String>,
     pub system: Option<String>,
     pub description: Option<String>,
     /// Built-in tools that run without asking (default: read, glob, grep); the others

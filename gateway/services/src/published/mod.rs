@@ -4,6 +4,8 @@
 //! operators publish them. The server syncs each `[agents.NAME]` into the store at start-up
 //! (an agent carrying the metadata key [`CONFIG_NAME_KEY`]) and hands this map to adapters.
 
+use std::collections::BTreeMap;
+
 use gateway_core::{AgentId, EnvironmentId};
 
 /// Metadata key marking an agent as published by the config file under this name.
@@ -23,6 +25,9 @@ pub struct PublishedAgents {
     /// ... and an `eager` one, for agents whose process needs its environment before it
     /// starts (ACP executors; placement refuses them `on_tool_use`).
     pub eager_environment: Option<EnvironmentId>,
+    /// The models each published agent's sessions may run on, by agent name, its own model
+    /// first (`[agents.NAME] model` and `models`): what an editor may choose between.
+    pub models: BTreeMap<String, Vec<String>>,
 }
 
 impl PublishedAgents {
