@@ -81,6 +81,12 @@ async def main():
             check(False, "a relative cwd is refused")
         except acp.RequestError as e:
             check(e.code == -32602, "a relative cwd is refused with -32602")
+        check(caps.session_capabilities.additional_directories is None, "additionalDirectories is not advertised")
+        try:
+            await conn.new_session(cwd=str(ws1), mcp_servers=[], additional_directories=[str(ws2)])
+            check(False, "additionalDirectories are refused, not ignored")
+        except acp.RequestError as e:
+            check(e.code == -32602 and "additionalDirectories" in str(e), f"additionalDirectories are refused, not ignored ({e})")
 
         r = await conn.prompt(session_id=s1, prompt=[text("hello there")])
         check(r.stop_reason == "end_turn", "a plain prompt ends with end_turn")

@@ -33,6 +33,8 @@ struct NewParams {
     cwd: String,
     #[serde(default)]
     mcp_servers: Vec<Value>,
+    #[serde(default)]
+    additional_directories: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -41,6 +43,21 @@ struct LoadParams {
     session_id: String,
     #[serde(default)]
     cwd: Option<String>,
+    #[serde(default)]
+    additional_directories: Vec<String>,
+}
+
+/// Extra roots (`additionalDirectories`) would have to be opened, checked and mounted into the
+/// session's sandbox like its `cwd`; until that is built they are refused, never dropped
+/// silently (the capability is not advertised).
+fn no_additional_directories(dirs: &[String]) -> Result<(), RpcError> {
+    if dirs.is_empty() {
+        return Ok(());
+    }
+    Err(RpcError::invalid_params(
+        "`additionalDirectories` are not supported: a session's sandbox holds its `cwd` only; open the \
+         common parent directory as `cwd`",
+    ))
 }
 
 #[derive(Deserialize, Default)]
@@ -108,6 +125,7 @@ fn under_roots(real: &Path, roots: &[PathBuf]) -> bool {
 
 pub(super) async fn new_session(ed: &Editor, raw: Value) -> Result<Value, RpcError> {
     let mut p: NewParams = params(raw)?;
+    no_additional_directories(&p.additional_directories)?;
     let (cwd, root) = allowed_cwd(ed, &p.cwd)?;
     p.cwd = cwd;
     let (name, agent_id) = ed.default_agent()?;
@@ -211,6 +229,7 @@ fn tool_server(v: &Value) -> Result<ClientToolServer, RpcError> {
 /// replay). Either opens the session on this connection.
 pub(super) async fn load(ed: &Editor, peer: &Peer, raw: Value, replay: bool) -> Result<Value, RpcError> {
     let p: LoadParams = params(raw)?;
+    no_additional_directories(&p.additional_directories)?;
     let id = session_id(&p.session_id)?;
     let session = ed.ctx.coordinator.get_session(&id).await.map_err(runtime_error)?;
     let cwd = loadable_workspace(ed, &session, p.cwd.as_deref())?;
