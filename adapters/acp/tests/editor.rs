@@ -154,6 +154,64 @@ async fn a_workspace_swapped_after_session_new_fails_closed_on_every_face() {
     assert_eq!(*r.fake.seen.connections.lock().unwrap(), 0);
 }
 
+/// `additionalDirectories`: each is checked like the `cwd` (under the roots over the network),
+/// none inside the workspace or a system directory; they are kept with the session (listed,
+/// fixed on load), and one swapped after `session/new` fails the session's turns closed like a
+/// swapped workspace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn additional_directories_are_checked_kept_and_fail_closed_when_swapped() {
+    let r = rig(Options::default()).await;
+    let root = std::fs::canonicalize(r.projects.path()).unwrap().join("allowed");
+    let (project, lib) = (root.join("project"), root.join("lib"));
+    std::fs::create_dir_all(project.join("sub")).unwrap();
+    std::fs::create_dir_all(&lib).unwrap();
+    let outside = r.project("elsewhere");
+    let ws = connect(r.context(Some(vec![root.clone()])));
+    let caps = ws.call("initialize", json!({"protocolVersion": 1})).await.unwrap();
+    assert_eq!(caps["agentCapabilities"]["sessionCapabilities"]["additionalDirectories"], json!({}), "{caps}");
+    let new = |dirs: Vec<String>| json!({"cwd": project, "mcpServers": [], "additionalDirectories": dirs});
+    let s = |p: &std::path::Path| p.display().to_string();
+    let cases = [
+        (vec![outside.clone()], "workspace_roots"),
+        (vec![s(&project.join("sub"))], "inside"),
+        (vec!["relative".to_owned()], "absolute"),
+    ];
+    for (dirs, said) in cases {
+        let e = ws.call("session/new", new(dirs.clone())).await.unwrap_err();
+        assert!(e.code == -32602 && e.message.contains(said), "{dirs:?}: {e:?}");
+    }
+    let stdio = connect(r.context(None));
+    stdio.initialize().await;
+    let e = stdio.call("session/new", new(vec!["/usr/share".into()])).await.unwrap_err();
+    assert!(e.code == -32602 && e.message.contains("system directory"), "{e:?}");
+
+    let created = ws.call("session/new", new(vec![s(&lib)])).await.unwrap();
+    let sid = created["sessionId"].as_str().unwrap().to_owned();
+    let listed = ws.call("session/list", json!({})).await.unwrap();
+    let mine = listed["sessions"].as_array().unwrap().iter().find(|x| x["sessionId"] == sid.as_str()).unwrap().clone();
+    assert_eq!(mine["additionalDirectories"], json!([s(&lib)]), "{mine}");
+    let load =
+        |dirs: Vec<String>| json!({"sessionId": sid, "cwd": project, "mcpServers": [], "additionalDirectories": dirs});
+    ws.call("session/resume", load(vec![s(&lib)])).await.unwrap();
+    ws.call("session/resume", load(vec![])).await.unwrap();
+    let other = root.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let e = ws.call("session/resume", load(vec![s(&other)])).await.unwrap_err();
+    assert!(e.code == -32602 && e.message.contains("fixed"), "{e:?}");
+
+    // Swapped for a symlink to `/` after session/new: the turn fails closed, naming it.
+    std::fs::rename(&lib, root.join("lib.orig")).unwrap();
+    std::os::unix::fs::symlink("/", &lib).unwrap();
+    let session = r.coordinator.get_session(&SessionId::parse(&sid).unwrap()).await.unwrap();
+    let stream = r.stream(&session, session.last_seq).await;
+    r.say(&session, "hello").await;
+    let events = until(stream, 30, turn_ended).await;
+    let errors = common::errors(&events);
+    assert!(errors.iter().any(|m| m.contains(&s(&lib))), "{errors:?}");
+    assert!(matches!(&events.last().unwrap().payload, EventPayload::TurnEnded { stop: StopReason::Failed }));
+    assert_eq!(*r.fake.seen.connections.lock().unwrap(), 0, "no agent process was started");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_earlier_turn_does_not_end_a_later_prompt() {
     let r = rig(Options { retry_base: Duration::from_millis(1500), ..Default::default() }).await;

@@ -27,6 +27,79 @@ pub const MAX_NAME_BYTES: usize = 255;
 /// Longest accepted path of a file in a tree placed in the workspace (a skill's), in bytes.
 pub const MAX_TREE_PATH: usize = 1024;
 
+/// Most additional directories a client workspace may have.
+pub const MAX_EXTRA_ROOTS: usize = 16;
+
+/// Where an additional directory may not be: the system directories a sandbox builds its own
+/// view of (a bind there would hide or be hidden by them), and the session's own views.
+const RESERVED_ROOTS: &[&str] = &[
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/proc",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/usr",
+    WORKSPACE_VIEW,
+    SESSION_MOUNTS,
+];
+
+/// An additional directory of a client workspace this gateway cannot honour.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExtraRootError {
+    #[error("additional directory {0:?} must be an absolute path without `.` or `..` components")]
+    NotAbsolute(String),
+    #[error("additional directory {0:?} is a system directory (or lies in one) that sandboxes provide themselves")]
+    Reserved(String),
+    #[error("additional directory {inner:?} lies inside {outer:?} (the workspace or another additional directory)")]
+    Nested { outer: String, inner: String },
+    #[error("a session takes at most {MAX_EXTRA_ROOTS} additional directories")]
+    TooMany,
+}
+
+/// Checks a client workspace's additional directories against its own directory `primary` and
+/// each other: absolute and plain, none a system directory, none inside another or holding
+/// one (a directory is seen once, at one place). Every sandbox shows each at its own absolute
+/// path, so this one rule decides what a session may be given.
+pub fn check_extra_roots<'a>(primary: &str, extra: impl IntoIterator<Item = &'a str>) -> Result<(), ExtraRootError> {
+    let extra: Vec<&str> = extra.into_iter().collect();
+    if extra.len() > MAX_EXTRA_ROOTS {
+        return Err(ExtraRootError::TooMany);
+    }
+    // Written as it is read: `/` then plain names (no empty, `.` or `..` ones).
+    let plain = |p: &str| {
+        p.len() <= MAX_MOUNT_PATH
+            && !p.contains('\0')
+            && p.strip_prefix('/').is_some_and(|rest| rest.split('/').all(|c| !c.is_empty() && c != "." && c != ".."))
+    };
+    let mut seen: Vec<&str> = vec![primary];
+    for p in extra {
+        if !plain(p) {
+            return Err(ExtraRootError::NotAbsolute(p.chars().take(200).collect()));
+        }
+        if RESERVED_ROOTS.iter().any(|r| Path::new(p).starts_with(r)) {
+            return Err(ExtraRootError::Reserved(p.to_owned()));
+        }
+        for other in &seen {
+            let (a, b) = (Path::new(p), Path::new(other));
+            if a.starts_with(b) {
+                return Err(ExtraRootError::Nested { outer: (*other).to_owned(), inner: p.to_owned() });
+            }
+            if b.starts_with(a) {
+                return Err(ExtraRootError::Nested { outer: p.to_owned(), inner: (*other).to_owned() });
+            }
+        }
+        seen.push(p);
+    }
+    Ok(())
+}
+
 /// A `mount_path` this gateway cannot honour.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MountPathError {
@@ -179,6 +252,33 @@ pub fn check_all<'a>(mount_paths: impl IntoIterator<Item = &'a str>) -> Result<(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn additional_directories_are_plain_apart_and_not_system_directories() {
+        assert_eq!(check_extra_roots("/home/u/app", ["/home/u/lib", "/srv/data", "/tmp/x"]), Ok(()));
+        assert!(
+            check_extra_roots("/home/u/app", ["/home/u/app/sub"])
+                .is_err_and(|e| matches!(e, ExtraRootError::Nested { .. }))
+        );
+        assert!(
+            check_extra_roots("/home/u/app/sub", ["/home/u/app"])
+                .is_err_and(|e| matches!(e, ExtraRootError::Nested { .. }))
+        );
+        assert!(check_extra_roots("/a", ["/b", "/b"]).is_err_and(|e| matches!(e, ExtraRootError::Nested { .. })));
+        // A prefix of the text is not a parent directory.
+        assert_eq!(check_extra_roots("/home/u/app", ["/home/u/apple"]), Ok(()));
+        for reserved in ["/usr/local/src", "/etc", "/proc/1", "/workspace/x", "/mnt/session/a", "/lib64"] {
+            assert_eq!(check_extra_roots("/home/u/app", [reserved]), Err(ExtraRootError::Reserved(reserved.into())));
+        }
+        for bad in ["relative", "/", "/a/../b", "/a/./b", "/a//b", "/a/", ""] {
+            assert!(
+                check_extra_roots("/home/u/app", [bad]).is_err_and(|e| matches!(e, ExtraRootError::NotAbsolute(_))),
+                "{bad}"
+            );
+        }
+        let many: Vec<String> = (0..=MAX_EXTRA_ROOTS).map(|i| format!("/d{i}")).collect();
+        assert_eq!(check_extra_roots("/w", many.iter().map(String::as_str)), Err(ExtraRootError::TooMany));
+    }
+
     use super::*;
 
     #[test]

@@ -121,13 +121,42 @@ pub enum ResourceKind {
         /// sessions stored before identities were recorded (ADR 0010).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         identity: Option<DirIdentity>,
+        /// More of the client's directories the session may use (an editor's
+        /// `additionalDirectories`), each opened and checked like `path` and seen by the
+        /// session's processes at its own absolute path (`mounts::check_extra_roots`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        additional: Vec<ExtraRoot>,
     },
+}
+
+/// One of a client workspace's additional directories.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtraRoot {
+    /// Absolute, canonical, no symlink in it (as `Workspace::path`).
+    pub path: String,
+    /// The allowed root it was checked against (network editors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    /// Which directory was checked, recorded by the Coordinator (as `Workspace::identity`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<DirIdentity>,
 }
 
 impl ResourceKind {
     /// A client workspace as an adapter asks for it; the Coordinator resolves it.
     pub fn workspace(path: impl Into<String>, root: Option<String>) -> Self {
-        ResourceKind::Workspace { path: path.into(), root, identity: None }
+        ResourceKind::Workspace { path: path.into(), root, identity: None, additional: Vec::new() }
+    }
+
+    /// A client workspace with additional directories (`(path, root)` each, checked by the
+    /// adapter like the workspace's own path).
+    pub fn workspace_with(
+        path: impl Into<String>,
+        root: Option<String>,
+        additional: impl IntoIterator<Item = (String, Option<String>)>,
+    ) -> Self {
+        let additional = additional.into_iter().map(|(path, root)| ExtraRoot { path, root, identity: None }).collect();
+        ResourceKind::Workspace { path: path.into(), root, identity: None, additional }
     }
 }
 

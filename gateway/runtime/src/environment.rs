@@ -104,9 +104,16 @@ impl From<EnvironmentError> for crate::backend::BackendError {
 /// later realization can tell it is still the same directory. Other resources pass as given.
 pub fn check_resource(kind: ResourceKind) -> Result<ResourceKind, DirError> {
     match kind {
-        ResourceKind::Workspace { path, root, .. } => {
+        ResourceKind::Workspace { path, root, additional, .. } => {
             let dir = WorkspaceDir::open(Path::new(&path), root.as_deref().map(Path::new))?;
-            Ok(ResourceKind::Workspace { path, root, identity: Some(dir.identity()) })
+            let additional = additional
+                .into_iter()
+                .map(|extra| {
+                    let dir = WorkspaceDir::open(Path::new(&extra.path), extra.root.as_deref().map(Path::new))?;
+                    Ok(gateway_core::session::ExtraRoot { identity: Some(dir.identity()), ..extra })
+                })
+                .collect::<Result<_, DirError>>()?;
+            Ok(ResourceKind::Workspace { path, root, identity: Some(dir.identity()), additional })
         }
         other => Ok(other),
     }
@@ -342,20 +349,29 @@ impl Environments {
             path: path.display().to_string(),
         };
         let mounted = session.snapshot.resources.iter().find_map(|r| match &r.kind {
-            ResourceKind::Workspace { path, root, identity } => Some((path, root, identity)),
+            ResourceKind::Workspace { path, root, identity, additional } => Some((path, root, identity, additional)),
             _ => None,
         });
-        if let Some((path, root, identity)) = mounted {
-            let dir = match WorkspaceDir::open(Path::new(path), root.as_deref().map(Path::new)) {
-                Ok(dir) => dir,
-                Err(DirError::Missing { .. }) if was_realized => return Err(vanished(Path::new(path))),
-                Err(e) => return Err(refused(e)),
+        if let Some((path, root, identity, additional)) = mounted {
+            // Each directory as it was checked at creation, or none: a session never runs
+            // with one of its directories swapped for another.
+            let open = |path: &str, root: &Option<String>, identity: &Option<gateway_core::session::DirIdentity>| {
+                let dir = match WorkspaceDir::open(Path::new(path), root.as_deref().map(Path::new)) {
+                    Ok(dir) => dir,
+                    Err(DirError::Missing { .. }) if was_realized => return Err(vanished(Path::new(path))),
+                    Err(e) => return Err(refused(e)),
+                };
+                match identity {
+                    Some(expected) => dir.expect(*expected).map_err(refused),
+                    // Recorded before identities were (ADR 0010): no symlink was followed.
+                    None => Ok(dir),
+                }
             };
-            return match identity {
-                Some(expected) => dir.expect(*expected).map_err(refused),
-                // Recorded before identities were (ADR 0010): no symlink was followed.
-                None => Ok(dir),
-            };
+            let extra = additional
+                .iter()
+                .map(|e| open(&e.path, &e.root, &e.identity))
+                .collect::<Result<Vec<_>, EnvironmentError>>()?;
+            return Ok(open(path, root, identity)?.with_extra(extra));
         }
         let root = self.root_dir()?;
         match root.child(session.id.as_str(), !was_realized) {

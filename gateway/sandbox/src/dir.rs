@@ -57,11 +57,22 @@ pub struct WorkspaceDir {
     /// Its files the agent may not change (mounted inputs), shared by the file tools and the
     /// sandbox over it.
     read_only: Arc<ReadOnly>,
+    /// The session's additional directories (an editor's `additionalDirectories`), opened and
+    /// checked like this one. Every provider shows each at its own absolute path ([`path`]):
+    /// the file tools read absolute paths under it against it, `namespace` binds it there,
+    /// `local` needs nothing.
+    ///
+    /// [`path`]: WorkspaceDir::path
+    extra: Vec<WorkspaceDir>,
 }
 
 impl fmt::Debug for WorkspaceDir {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WorkspaceDir").field("path", &self.path).field("identity", &self.identity).finish()
+        f.debug_struct("WorkspaceDir")
+            .field("path", &self.path)
+            .field("identity", &self.identity)
+            .field("extra", &self.extra)
+            .finish()
     }
 }
 
@@ -122,7 +133,7 @@ impl WorkspaceDir {
             return Err(DirError::NotADirectory { path: path.display().to_string() });
         }
         let identity = DirIdentity { device: meta.dev(), inode: meta.ino() };
-        Ok(Self { fd: OwnedFd::from(file), identity, path, read_only: Arc::default() })
+        Ok(Self { fd: OwnedFd::from(file), identity, path, read_only: Arc::default(), extra: Vec::new() })
     }
 
     /// `self` if it is the directory `expected` names, else [`DirError::Replaced`].
@@ -136,6 +147,18 @@ impl WorkspaceDir {
 
     pub fn identity(&self) -> DirIdentity {
         self.identity
+    }
+
+    /// With the session's additional directories (each opened like this one, none inside
+    /// another; `gateway_core::mounts::check_extra_roots`).
+    pub fn with_extra(mut self, extra: Vec<WorkspaceDir>) -> Self {
+        self.extra = extra;
+        self
+    }
+
+    /// The session's additional directories, each seen at its own path.
+    pub fn extra(&self) -> &[WorkspaceDir] {
+        &self.extra
     }
 
     /// Its files the agent may read but not change ([`ReadOnly`]).

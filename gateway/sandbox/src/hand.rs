@@ -73,9 +73,22 @@ impl Hand {
             path: workspace.path().display().to_string(),
             reason: e.to_string(),
         })?;
+        // Every provider shows an additional directory at its own path (`WorkspaceDir::extra`).
+        let extra = workspace
+            .extra()
+            .iter()
+            .map(|d| {
+                let dir = d.cap_dir().map_err(|e| SandboxError::Workspace {
+                    path: d.path().display().to_string(),
+                    reason: e.to_string(),
+                })?;
+                Ok((d.path().to_path_buf(), dir))
+            })
+            .collect::<Result<Vec<_>, SandboxError>>()?;
         let files = Arc::new(
             Workspace::new(dir, sandbox.inner_root().to_owned(), sandbox.policy().limits.output_cap)
-                .with_read_only(Arc::clone(workspace.read_only())),
+                .with_read_only(Arc::clone(workspace.read_only()))
+                .with_extra(extra),
         );
         Ok(Self {
             terminals: Terminals::new(Arc::clone(&sandbox), Arc::clone(&files)),

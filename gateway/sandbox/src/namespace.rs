@@ -197,7 +197,7 @@ impl NamespaceProvider {
         let sandbox = self.sandbox(WorkspaceDir::open(&path, None)?, &policy)?;
         let fd = sandbox.workspace.duplicate().map_err(|e| Self::unavailable(e.to_string()))?;
         let mut cmd = std::process::Command::new(&sandbox.bwrap);
-        cmd.args(sandbox.argv("true", &[], &[]))
+        cmd.args(sandbox.argv("true", &[], &[], &[]))
             .env_clear()
             .envs(argv::sandbox_env())
             .stdin(Stdio::null())
@@ -279,6 +279,15 @@ impl SandboxProvider for NamespaceProvider {
 
     fn open(&self, workspace: WorkspaceDir, policy: &SandboxPolicy) -> Result<Arc<dyn Sandbox>, SandboxError> {
         self.process_limit()?;
+        // Bound at their own paths: never over a system directory or each other (the rule
+        // the Coordinator applied at creation, checked again where it matters most).
+        let text = |p: &Path| p.to_str().map(str::to_owned);
+        let extra: Option<Vec<String>> = workspace.extra().iter().map(|d| text(d.path())).collect();
+        let refused = |reason: String| SandboxError::Workspace { path: workspace.path().display().to_string(), reason };
+        let extra = extra.ok_or_else(|| refused("an additional directory's path is not UTF-8".into()))?;
+        let primary = text(workspace.path()).unwrap_or_default();
+        gateway_core::mounts::check_extra_roots(&primary, extra.iter().map(String::as_str))
+            .map_err(|e| refused(e.to_string()))?;
         Ok(Arc::new(self.sandbox(workspace, policy)?))
     }
 }
@@ -308,14 +317,22 @@ pub struct NamespaceSandbox {
 
 impl NamespaceSandbox {
     /// The bubblewrap arguments that run `program args..` in this sandbox, with `read_only`
-    /// (workspace-relative) bound read-only from descriptors [`argv::FIRST_READ_ONLY_FD`]...
-    pub fn argv(&self, program: &str, args: &[String], read_only: &[PathBuf]) -> Vec<OsString> {
+    /// (workspace-relative) bound read-only from descriptors [`argv::FIRST_READ_ONLY_FD`]...,
+    /// and the additional directories `extra` (descriptor, place) bound writable.
+    pub fn argv(
+        &self,
+        program: &str,
+        args: &[String],
+        read_only: &[PathBuf],
+        extra: &[(i32, PathBuf)],
+    ) -> Vec<OsString> {
         let spec = Spec {
             network: self.network.as_ref().map(|n| n.resolv.path.as_path()),
             limits: &self.policy.limits,
             layout: &self.layout,
             disable_userns: self.disable_userns,
             read_only,
+            extra,
         };
         argv::bwrap_args(&spec, program, args)
     }
@@ -353,7 +370,14 @@ impl Sandbox for NamespaceSandbox {
             fds.push(FdMapping { parent_fd: fd, child_fd: argv::FIRST_READ_ONLY_FD + i as i32 });
             read_only.push(rel);
         }
-        let argv = self.argv(program, args, &read_only);
+        // The additional directories' descriptors follow the read-only files'.
+        let mut extra = Vec::new();
+        for (i, dir) in self.workspace.extra().iter().enumerate() {
+            let child_fd = argv::FIRST_READ_ONLY_FD + (read_only.len() + i) as i32;
+            fds.push(FdMapping { parent_fd: dir.duplicate()?, child_fd });
+            extra.push((child_fd, dir.path().to_path_buf()));
+        }
+        let argv = self.argv(program, args, &read_only, &extra);
         let (exe, argv) = match &self.cgroup {
             Some(cg) => cg.wrap(self.bwrap.as_os_str(), argv),
             None => (self.bwrap.clone().into_os_string(), argv),

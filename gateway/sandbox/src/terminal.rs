@@ -319,18 +319,18 @@ impl Terminals {
         }
         let mut argv = Vec::new();
         if let Some(cwd) = &spec.cwd {
-            let rel = self.files.resolve(cwd).map_err(TerminalError::Refused)?;
-            if !rel.as_os_str().is_empty() {
-                let meta =
-                    self.files.dir().metadata(&rel).map_err(|e| {
-                        TerminalError::Refused(format!("cwd {cwd}: {}", crate::files::describe(cwd, &e)))
-                    })?;
+            let at = self.files.resolve(cwd).map_err(TerminalError::Refused)?;
+            if !at.rel.as_os_str().is_empty() {
+                let meta = at
+                    .dir
+                    .metadata(&at.rel)
+                    .map_err(|e| TerminalError::Refused(format!("cwd {cwd}: {}", crate::files::describe(cwd, &e))))?;
                 if !meta.is_dir() {
                     return Err(TerminalError::Invalid(format!("cwd {cwd} is not a directory")));
                 }
             }
             argv.push("-C".to_owned());
-            argv.push(self.sandbox.inner_root().join(rel).display().to_string());
+            argv.push(at.inner_path().display().to_string());
         }
         // Options end here; then the command (which must not look like an assignment).
         argv.push("--".to_owned());

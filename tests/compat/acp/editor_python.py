@@ -81,12 +81,6 @@ async def main():
             check(False, "a relative cwd is refused")
         except acp.RequestError as e:
             check(e.code == -32602, "a relative cwd is refused with -32602")
-        check(caps.session_capabilities.additional_directories is None, "additionalDirectories is not advertised")
-        try:
-            await conn.new_session(cwd=str(ws1), mcp_servers=[], additional_directories=[str(ws2)])
-            check(False, "additionalDirectories are refused, not ignored")
-        except acp.RequestError as e:
-            check(e.code == -32602 and "additionalDirectories" in str(e), f"additionalDirectories are refused, not ignored ({e})")
 
         r = await conn.prompt(session_id=s1, prompt=[text("hello there")])
         check(r.stop_reason == "end_turn", "a plain prompt ends with end_turn")
@@ -189,6 +183,27 @@ async def main():
             check(False, "an unknown preset is refused")
         except acp.RequestError as e:
             check(e.code == -32602, "an unknown preset is refused (-32602)")
+
+        # additionalDirectories: another directory the session's tools reach, at its own path.
+        check(caps.session_capabilities.additional_directories is not None, "additionalDirectories is advertised")
+        extra = WORK / "ws-python-extra"
+        extra.mkdir(exist_ok=True)
+        (extra / "notes.txt").write_text("kept beside the project\n")
+        sx = (await conn.new_session(cwd=str(ws1), mcp_servers=[], additional_directories=[str(extra)])).session_id
+        r = await conn.prompt(session_id=sx, prompt=[text(f'tool:read {{"file_path": "{extra}/notes.txt"}}')])
+        check(r.stop_reason == "end_turn" and "kept beside the project" in editor.text(sx),
+              f"a file in an additional directory is read by its own path ({editor.text(sx)[-120:]!r})")
+        r = await conn.prompt(session_id=sx, prompt=[text(f'tool:write {{"file_path": "{extra}/from-agent.txt", "content": "there"}}')])
+        check(r.stop_reason == "end_turn" and (extra / "from-agent.txt").read_text() == "there",
+              "a write to an additional directory (asked and allowed) reaches it")
+        try:
+            await conn.new_session(cwd=str(ws1), mcp_servers=[], additional_directories=["/usr/share"])
+            check(False, "a system directory is refused")
+        except acp.RequestError as e:
+            check(e.code == -32602 and "system directory" in str(e), f"a system directory is refused ({e})")
+        listed = await conn.list_sessions()
+        mine = next(s for s in listed.sessions if s.session_id == sx)
+        check(mine.additional_directories == [str(extra)], f"session/list reports the additional directories ({mine})")
 
         # The model of a native session, between prompts (`main` lists a second model).
         opts = {option(o).id: option(o) for o in created.config_options or []}

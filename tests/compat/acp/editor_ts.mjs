@@ -4,8 +4,8 @@
 //
 // Usage: node editor_ts.mjs GATEWAY_BIN CONFIG WORKDIR
 import { spawn } from "node:child_process";
-import { mkdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { Readable, Writable } from "node:stream";
 import { acp, check, run } from "./sdk.mjs";
 
@@ -45,6 +45,18 @@ await run(async () => {
     const s1 = (await agent.request("session/new", { cwd: ws1, mcpServers: [] })).sessionId;
     const s2 = (await agent.request("session/new", { cwd: ws2, mcpServers: [] })).sessionId;
     check(s1 && s2 && s1 !== s2, "session/new twice");
+
+    // additionalDirectories: a file beside the project is read by its own path.
+    check(init.agentCapabilities.sessionCapabilities.additionalDirectories !== undefined, "additionalDirectories is advertised");
+    const extra = join(dirname(ws1), "ws-ts-extra");
+    mkdirSync(extra, { recursive: true });
+    writeFileSync(join(extra, "beside.txt"), "beside the project\n");
+    const sx = (await agent.request("session/new", { cwd: ws1, mcpServers: [], additionalDirectories: [extra] })).sessionId;
+    const read = await agent.request("session/prompt", {
+      sessionId: sx,
+      prompt: [{ type: "text", text: `tool:read {"file_path": "${join(extra, "beside.txt")}"}` }],
+    });
+    check(read.stopReason === "end_turn" && text(sx).includes("beside the project"), "a file in an additional directory is read");
 
     let r = await agent.request("session/prompt", { sessionId: s1, prompt: [{ type: "text", text: "streamed reply" }] });
     check(r.stopReason === "end_turn", "a streamed prompt ends with end_turn");

@@ -54,6 +54,8 @@ pub struct AgentCaps {
     pub resume: bool,
     pub image: bool,
     pub embedded_context: bool,
+    /// It takes `additionalDirectories` on `session/new`, `load` and `resume`.
+    pub additional_directories: bool,
 }
 
 impl AgentCaps {
@@ -66,6 +68,7 @@ impl AgentCaps {
             resume: present(&caps["sessionCapabilities"]["resume"]),
             image: yes(&caps["promptCapabilities"]["image"]),
             embedded_context: yes(&caps["promptCapabilities"]["embeddedContext"]),
+            additional_directories: present(&caps["sessionCapabilities"]["additionalDirectories"]),
         }
     }
 }
@@ -339,13 +342,29 @@ pub async fn start(ctx: &RunContext, launch: Launch<'_>) -> Result<Arc<AgentProc
         other => other,
     };
     let cwd = hand.sandbox().inner_root().display().to_string();
+    // The session's additional directories, where its sandbox shows them (their own paths).
+    let additional: Vec<String> =
+        hand.sandbox().workspace().extra().iter().map(|d| d.path().display().to_string()).collect();
+    let with_dirs = |mut params: Value| {
+        if !additional.is_empty() {
+            if process.caps.additional_directories {
+                params["additionalDirectories"] = json!(additional);
+            } else {
+                warn!(
+                    executor,
+                    "the ACP agent does not take additionalDirectories; they are in its sandbox but it is not told"
+                );
+            }
+        }
+        params
+    };
     let known = ctx.bindings().await?.get(AGENT_SESSION_BINDING).cloned();
     let reopened = match known {
         Some(id) if process.caps.load_session || process.caps.resume => {
             // Resume when offered: it does not replay. A load's replay is discarded as it
             // arrives (the log has it), so it can never fill the turn's queue.
             let method = if process.caps.resume { "session/resume" } else { "session/load" };
-            let params = json!({"sessionId": id, "cwd": cwd, "mcpServers": mcp_servers});
+            let params = with_dirs(json!({"sessionId": id, "cwd": cwd, "mcpServers": mcp_servers}));
             replay.store(true, Ordering::SeqCst);
             let reopened = peer.request(method, params).await;
             replay.store(false, Ordering::SeqCst);
@@ -370,14 +389,15 @@ pub async fn start(ctx: &RunContext, launch: Launch<'_>) -> Result<Arc<AgentProc
     process.agent_session = match reopened {
         Some(id) => id,
         None => {
-            let created = match peer.request("session/new", json!({"cwd": cwd, "mcpServers": mcp_servers})).await {
-                Ok(created) => created,
-                Err(e) => {
-                    let err = answer(&process, "session/new", e);
-                    process.kill().await;
-                    return Err(err);
-                }
-            };
+            let created =
+                match peer.request("session/new", with_dirs(json!({"cwd": cwd, "mcpServers": mcp_servers}))).await {
+                    Ok(created) => created,
+                    Err(e) => {
+                        let err = answer(&process, "session/new", e);
+                        process.kill().await;
+                        return Err(err);
+                    }
+                };
             let Some(id) = created.get("sessionId").and_then(Value::as_str).map(str::to_owned) else {
                 process.kill().await;
                 return Err(failed(format!("ACP agent {executor:?} answered session/new without a sessionId")));

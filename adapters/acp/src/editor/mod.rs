@@ -144,7 +144,7 @@ impl Editor {
             "loadSession": true,
             "promptCapabilities": {"image": image, "audio": false, "embeddedContext": true},
             "mcpCapabilities": {"http": true, "sse": false},
-            "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}},
+            "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}, "additionalDirectories": {}},
         });
         if self.ctx.sign_in.is_some() {
             capabilities["auth"] = json!({"logout": {}});

@@ -47,19 +47,6 @@ struct LoadParams {
     additional_directories: Vec<String>,
 }
 
-/// Extra roots (`additionalDirectories`) would have to be opened, checked and mounted into the
-/// session's sandbox like its `cwd`; until that is built they are refused, never dropped
-/// silently (the capability is not advertised).
-fn no_additional_directories(dirs: &[String]) -> Result<(), RpcError> {
-    if dirs.is_empty() {
-        return Ok(());
-    }
-    Err(RpcError::invalid_params(
-        "`additionalDirectories` are not supported: a session's sandbox holds its `cwd` only; open the \
-         common parent directory as `cwd`",
-    ))
-}
-
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct ListParams {
@@ -88,10 +75,15 @@ fn session_id(raw: &str) -> Result<SessionId, RpcError> {
 /// following symlinks and records which directory it is) and, on network transports, the
 /// root it lies under (every realization opens it beneath that root).
 pub(super) fn allowed_cwd(ed: &Editor, cwd: &str) -> Result<(String, Option<String>), RpcError> {
+    allowed_dir(ed, "`cwd`", cwd)
+}
+
+/// [`allowed_cwd`] for any directory an editor names (`what` it is, for the error).
+fn allowed_dir(ed: &Editor, what: &str, cwd: &str) -> Result<(String, Option<String>), RpcError> {
     if !Path::new(cwd).is_absolute() {
-        return Err(RpcError::invalid_params(format!("`cwd` must be an absolute path, not {cwd:?}")));
+        return Err(RpcError::invalid_params(format!("{what} must be an absolute path, not {cwd:?}")));
     }
-    let not_a_dir = || RpcError::invalid_params(format!("`cwd` {cwd:?} is not a directory on the gateway's host"));
+    let not_a_dir = || RpcError::invalid_params(format!("{what} {cwd:?} is not a directory on the gateway's host"));
     let Some(roots) = &ed.ctx.workspace_roots else {
         return match std::fs::canonicalize(cwd) {
             Ok(real) if real.is_dir() => Ok((real.display().to_string(), None)),
@@ -108,7 +100,7 @@ pub(super) fn allowed_cwd(ed: &Editor, cwd: &str) -> Result<(String, Option<Stri
              directories network editors may use)",
         )),
         None => Err(RpcError::invalid_params(format!(
-            "`cwd` {cwd:?} is not under one of the gateway's `[acp] workspace_roots`"
+            "{what} {cwd:?} is not under one of the gateway's `[acp] workspace_roots`"
         ))),
     }
 }
@@ -125,9 +117,9 @@ fn under_roots(real: &Path, roots: &[PathBuf]) -> bool {
 
 pub(super) async fn new_session(ed: &Editor, raw: Value) -> Result<Value, RpcError> {
     let mut p: NewParams = params(raw)?;
-    no_additional_directories(&p.additional_directories)?;
     let (cwd, root) = allowed_cwd(ed, &p.cwd)?;
     p.cwd = cwd;
+    let additional = additional_dirs(ed, &p.additional_directories)?;
     let (name, agent_id) = ed.default_agent()?;
     let agent = ed.ctx.coordinator.get_agent(&agent_id, None).await.map_err(runtime_error)?;
     let backend = agent.spec.backend.clone();
@@ -144,7 +136,9 @@ pub(super) async fn new_session(ed: &Editor, raw: Value) -> Result<Value, RpcErr
         environment_id,
         title: None,
         metadata: Default::default(),
-        resources: vec![ResourceKind::workspace(p.cwd.clone(), root)],
+        // The Coordinator checks the directories apart and none a system directory
+        // (`gateway_core::mounts::check_extra_roots`), and records which each one is.
+        resources: vec![ResourceKind::workspace_with(p.cwd.clone(), root, additional)],
         initial_inputs: vec![],
         vault_ids: Vec::new(),
         // The editor's MCP servers are kept with the session (their secret values sealed): the
@@ -159,6 +153,48 @@ pub(super) async fn new_session(ed: &Editor, raw: Value) -> Result<Value, RpcErr
         result["configOptions"] = options;
     }
     Ok(result)
+}
+
+/// Most additional directories a session takes (`gateway_core::mounts::MAX_EXTRA_ROOTS`).
+const MAX_ADDITIONAL: usize = gateway_core::mounts::MAX_EXTRA_ROOTS;
+
+/// The editor's `additionalDirectories`, each checked like `cwd` (absolute, an existing
+/// directory, resolved; under the roots on network transports), as `(path, root)`.
+fn additional_dirs(ed: &Editor, dirs: &[String]) -> Result<Vec<(String, Option<String>)>, RpcError> {
+    if dirs.len() > MAX_ADDITIONAL {
+        return Err(RpcError::invalid_params(format!("at most {MAX_ADDITIONAL} `additionalDirectories`")));
+    }
+    dirs.iter().map(|d| allowed_dir(ed, "additional directory", d)).collect()
+}
+
+/// The additional directories a session was created with.
+pub(super) fn additional_of(session: &Session) -> Vec<String> {
+    session
+        .snapshot
+        .resources
+        .iter()
+        .find_map(|r| match &r.kind {
+            ResourceKind::Workspace { additional, .. } => Some(additional.iter().map(|e| e.path.clone()).collect()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// A `session/load` or `session/resume` that names additional directories must name the
+/// session's own (its sandbox was made with them); naming none keeps them.
+fn same_additional(ed: &Editor, session: &Session, asked: &[String]) -> Result<(), RpcError> {
+    if asked.is_empty() {
+        return Ok(());
+    }
+    let asked: Vec<String> = additional_dirs(ed, asked)?.into_iter().map(|(path, _)| path).collect();
+    let own = additional_of(session);
+    if asked != own {
+        return Err(RpcError::invalid_params(format!(
+            "`additionalDirectories` of session {} are fixed when it is created: {own:?}",
+            session.id
+        )));
+    }
+    Ok(())
 }
 
 /// Editors cannot answer custom tools: a native agent's are removed for editor sessions.
@@ -229,10 +265,10 @@ fn tool_server(v: &Value) -> Result<ClientToolServer, RpcError> {
 /// replay). Either opens the session on this connection.
 pub(super) async fn load(ed: &Editor, peer: &Peer, raw: Value, replay: bool) -> Result<Value, RpcError> {
     let p: LoadParams = params(raw)?;
-    no_additional_directories(&p.additional_directories)?;
     let id = session_id(&p.session_id)?;
     let session = ed.ctx.coordinator.get_session(&id).await.map_err(runtime_error)?;
     let cwd = loadable_workspace(ed, &session, p.cwd.as_deref())?;
+    same_additional(ed, &session, &p.additional_directories)?;
     // A load replays the history; a resume only reads it for what an ACP agent last said
     // about its modes and settings (both answer with them, as the agent would).
     let acp_backed = matches!(session.snapshot.agent.spec.backend, BackendRef::Acp { .. });
@@ -358,6 +394,10 @@ pub(super) async fn list(ed: &Editor, raw: Value) -> Result<Value, RpcError> {
             let mut v = json!({"sessionId": s.id.to_string(), "cwd": cwd, "updatedAt": s.updated_at.to_rfc3339()});
             if let Some(t) = &s.title {
                 v["title"] = json!(t);
+            }
+            let additional = additional_of(s);
+            if !additional.is_empty() {
+                v["additionalDirectories"] = json!(additional);
             }
             Some(v)
         })

@@ -97,7 +97,8 @@ impl Relay {
             "session/new" | "session/load" | "session/resume" => {
                 let cwd = r.params.get("cwd").cloned().unwrap_or(Value::Null);
                 let mcp_servers = r.params.get("mcpServers").cloned().unwrap_or_else(|| json!([]));
-                self.sessions.insert(session, Opened { cwd, mcp_servers });
+                let additional_directories = r.params.get("additionalDirectories").cloned();
+                self.sessions.insert(session, Opened { cwd, mcp_servers, additional_directories });
             }
             "session/close" | "session/delete" => {
                 self.sessions.remove(&session);

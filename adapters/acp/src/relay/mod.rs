@@ -149,6 +149,7 @@ struct EditorRequest {
 struct Opened {
     cwd: Value,
     mcp_servers: Value,
+    additional_directories: Option<Value>,
 }
 
 struct Relay {
@@ -235,7 +236,13 @@ impl Relay {
         let sessions: Vec<(String, Value)> = self
             .sessions
             .iter()
-            .map(|(id, o)| (id.clone(), json!({"sessionId": id, "cwd": o.cwd, "mcpServers": o.mcp_servers})))
+            .map(|(id, o)| {
+                let mut params = json!({"sessionId": id, "cwd": o.cwd, "mcpServers": o.mcp_servers});
+                if let Some(dirs) = &o.additional_directories {
+                    params["additionalDirectories"] = dirs.clone();
+                }
+                (id.clone(), params)
+            })
             .collect();
         for (id, params) in sessions {
             self.send_own("session/resume", Some(id), params).await;

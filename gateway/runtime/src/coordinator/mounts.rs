@@ -200,6 +200,12 @@ pub(super) fn check_resources(resources: &[ResourceKind], allow_private: bool) -
                 .into(),
         ));
     }
+    for r in resources {
+        if let ResourceKind::Workspace { path, additional, .. } = r {
+            gateway_core::mounts::check_extra_roots(path, additional.iter().map(|e| e.path.as_str()))
+                .map_err(|e| RuntimeError::Invalid(e.to_string()))?;
+        }
+    }
     let paths = resources.iter().filter_map(|r| match r {
         ResourceKind::File { mount_path, .. } | ResourceKind::Repository { mount_path, .. } => {
             Some(mount_path.as_str())

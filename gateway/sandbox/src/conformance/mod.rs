@@ -75,7 +75,8 @@ macro_rules! conformance_suite {
             agent_io::operator_variables_stay_out_of_argv,
             agent_io::terminal_variables_stay_out_of_argv,
             readonly::mounted_files_refuse_the_file_tools,
-            paths::the_reported_inner_root_is_where_processes_see_the_workspace
+            paths::the_reported_inner_root_is_where_processes_see_the_workspace,
+            paths::additional_directories_are_seen_at_their_own_paths
         );
     };
     (@each $harness:expr; $($module:ident :: $name:ident),* $(,)?) => {
@@ -126,6 +127,17 @@ impl Fixture {
         let sandbox = harness.provider().open(open_dir(dir.path()), &policy).expect("the provider opens a sandbox");
         let hand = Hand::new(Arc::clone(&sandbox)).expect("a Hand on the sandbox");
         Self { dir, sandbox, hand }
+    }
+
+    /// A fresh workspace with one additional directory (`extra`, its own temporary
+    /// directory; `WorkspaceDir::extra`).
+    pub fn with_extra(harness: &dyn Harness) -> (Self, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let extra = tempfile::tempdir().unwrap();
+        let workspace = open_dir(dir.path()).with_extra(vec![open_dir(extra.path())]);
+        let sandbox = harness.provider().open(workspace, &policy()).expect("the provider opens a sandbox");
+        let hand = Hand::new(Arc::clone(&sandbox)).expect("a Hand on the sandbox");
+        (Self { dir, sandbox, hand }, extra)
     }
 
     /// The workspace on the host.

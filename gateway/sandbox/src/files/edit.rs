@@ -1,23 +1,22 @@
 //! `write` and `edit`: changing files beneath the workspace.
 
 use std::io::{Seek, SeekFrom, Write};
-use std::path::Path;
 
 use cap_std::fs::{File, OpenOptions, OpenOptionsExt};
 use nix::fcntl::OFlag;
 
 use super::read::read_bounded;
-use super::{FileResult, Workspace, check_regular, describe};
+use super::{At, FileResult, Workspace, check_regular, describe};
 use crate::input::MAX_TEXT_BYTES;
 
 /// Creates or overwrites a file, creating missing parent directories.
 pub fn write(ws: &Workspace, raw: &str, content: &str) -> FileResult {
-    let rel = ws.resolve(raw)?;
-    if rel.as_os_str().is_empty() {
+    let at = ws.resolve(raw)?;
+    if at.rel.as_os_str().is_empty() {
         return Err(format!("{raw} is a directory (the workspace root)"));
     }
-    if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
-        ws.dir().create_dir_all(parent).map_err(|e| match e.kind() {
+    if let Some(parent) = at.rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+        at.dir.create_dir_all(parent).map_err(|e| match e.kind() {
             // cap-std's answer for a parent that is a file, or a symlink it will not follow.
             std::io::ErrorKind::AlreadyExists => {
                 format!("refused: a parent of {raw} is not a directory inside the workspace")
@@ -25,18 +24,18 @@ pub fn write(ws: &Workspace, raw: &str, content: &str) -> FileResult {
             _ => describe(raw, &e),
         })?;
     }
-    let mut file = create_or_open(ws, raw, &rel)?;
+    let mut file = create_or_open(ws, raw, &at)?;
     replace_contents(&mut file, content.as_bytes()).map_err(|e| describe(raw, &e))?;
     Ok(format!("wrote {} bytes to {raw}", content.len()))
 }
 
 /// Opens for writing without truncating: the type is checked on the descriptor first, so a
 /// FIFO or device swapped in is refused before anything is written or truncated.
-fn create_or_open(ws: &Workspace, raw: &str, rel: &Path) -> Result<File, String> {
-    ws.check_writable(raw, rel)?;
+fn create_or_open(ws: &Workspace, raw: &str, at: &At<'_>) -> Result<File, String> {
+    ws.check_writable(raw, at)?;
     let mut options = OpenOptions::new();
     options.write(true).create(true).custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits());
-    let file = ws.dir().open_with(rel, &options).map_err(|e| describe(raw, &e))?;
+    let file = at.dir.open_with(&at.rel, &options).map_err(|e| describe(raw, &e))?;
     check_regular(raw, &file)?;
     ws.check_opened_writable(raw, &file)?;
     Ok(file)
@@ -57,9 +56,9 @@ pub fn edit(ws: &Workspace, raw: &str, old: &str, new: &str, replace_all: bool) 
     if old == new {
         return Err("`old_string` and `new_string` are the same: nothing to change".into());
     }
-    let rel = ws.resolve(raw)?;
+    let at = ws.resolve(raw)?;
     // One descriptor for reading and writing back: nothing can be swapped in between.
-    let mut file = ws.open_regular(raw, &rel, true)?;
+    let mut file = ws.open_regular(raw, &at, true)?;
     let bytes = read_bounded(&mut file, MAX_TEXT_BYTES)
         .map_err(|e| describe(raw, &e))?
         .ok_or_else(|| format!("{raw} is larger than {MAX_TEXT_BYTES} bytes; edit refuses files this large"))?;

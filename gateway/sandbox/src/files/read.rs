@@ -12,8 +12,8 @@ const SNIFF_BYTES: usize = 8 * 1024;
 
 /// `range`: 1-based inclusive `(start, end)`, `end == None` meaning the last line.
 pub fn read(ws: &Workspace, raw: &str, range: Option<(u64, Option<u64>)>) -> FileResult {
-    let rel = ws.resolve(raw)?;
-    let file = ws.open_regular(raw, &rel, false)?;
+    let at = ws.resolve(raw)?;
+    let file = ws.open_regular(raw, &at, false)?;
     let mut reader = BufReader::with_capacity(64 * 1024, file);
     let binary = || format!("{raw} is a binary file (it contains NUL bytes); read shows text files only");
     if looks_binary(&mut reader) {

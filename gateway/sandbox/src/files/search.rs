@@ -33,21 +33,22 @@ const MAX_GREP_FILE_BYTES: u64 = 16 << 20;
 const REGEX_SIZE_LIMIT: usize = 10 << 20;
 
 /// Where a search starts: a directory handle and how its paths are shown (relative to the
-/// workspace root, so they can be passed straight to `read` or `edit`).
-enum Base {
+/// workspace root, or absolute in an additional directory, so they can be passed straight to
+/// `read` or `edit`).
+enum Base<'a> {
     Dir(Dir, PathBuf),
-    File(PathBuf),
+    File(super::At<'a>),
 }
 
-fn base(ws: &Workspace, raw: Option<&str>) -> Result<Base, String> {
+fn base<'a>(ws: &'a Workspace, raw: Option<&str>) -> Result<Base<'a>, String> {
     let raw = raw.unwrap_or(".");
-    let rel = ws.resolve(raw)?;
-    if rel.as_os_str().is_empty() {
-        return ws.dir().try_clone().map(|d| Base::Dir(d, rel)).map_err(|e| describe(raw, &e));
+    let at = ws.resolve(raw)?;
+    if at.rel.as_os_str().is_empty() {
+        return at.dir.try_clone().map(|d| Base::Dir(d, at.shown())).map_err(|e| describe(raw, &e));
     }
-    match ws.dir().open_dir(&rel) {
-        Ok(dir) => Ok(Base::Dir(dir, rel)),
-        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENOTDIR as i32) => Ok(Base::File(rel)),
+    match at.dir.open_dir(&at.rel) {
+        Ok(dir) => Ok(Base::Dir(dir, at.shown())),
+        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENOTDIR as i32) => Ok(Base::File(at)),
         Err(e) => Err(describe(raw, &e)),
     }
 }
@@ -56,11 +57,14 @@ fn base(ws: &Workspace, raw: Option<&str>) -> Result<Base, String> {
 /// matched relative to `path` (default: the workspace root), sorted. Directories are not
 /// listed.
 pub fn glob(ws: &Workspace, pattern: &str, path: Option<&str>) -> FileResult {
-    let matcher = GlobBuilder::new(ws.relative_pattern(pattern))
+    // An absolute pattern in an additional directory searches there when no path is given.
+    let (under, relative) = ws.relative_pattern(pattern);
+    let matcher = GlobBuilder::new(relative)
         .literal_separator(true)
         .build()
         .map_err(|e| format!("invalid glob pattern: {e}"))?
         .compile_matcher();
+    let path = path.or_else(|| under.and_then(Path::to_str));
     let Base::Dir(dir, shown) = base(ws, path)? else {
         return Err(format!("{} is not a directory", path.unwrap_or(".")));
     };
@@ -95,10 +99,10 @@ pub fn grep(ws: &Workspace, pattern: &str, path: Option<&str>) -> FileResult {
     let mut out = Output::new(ws.output_cap());
     let mut walk = Walk::default();
     match base(ws, path)? {
-        Base::File(rel) => {
+        Base::File(at) => {
             let raw = path.unwrap_or(".");
-            let file = ws.open_regular(raw, &rel, false)?;
-            let _ = search_file(file, &rel, &regex, &mut out);
+            let file = ws.open_regular(raw, &at, false)?;
+            let _ = search_file(file, &at.shown(), &regex, &mut out);
         }
         Base::Dir(dir, shown) => {
             let _ = walk.run(&dir, Path::new(""), 0, &mut |parent, rel, entry| {

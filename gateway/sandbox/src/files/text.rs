@@ -46,13 +46,13 @@ fn refused_or_invalid(text: String) -> FileError {
 
 /// The text of a file, from 1-based line `line` (default 1), at most `limit` lines.
 pub fn read_text(ws: &Workspace, raw: &str, line: Option<u64>, limit: Option<u64>) -> Result<String, FileError> {
-    let rel = ws.resolve(raw).map_err(refused_or_invalid)?;
-    if rel.as_os_str().is_empty() {
+    let at = ws.resolve(raw).map_err(refused_or_invalid)?;
+    if at.rel.as_os_str().is_empty() {
         return Err(FileError::Invalid(format!("{raw} is a directory (the workspace root)")));
     }
     let mut options = OpenOptions::new();
     options.read(true).custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits());
-    let file = ws.dir().open_with(&rel, &options).map_err(|e| classify(raw, &e))?;
+    let file = at.dir.open_with(&at.rel, &options).map_err(|e| classify(raw, &e))?;
     check_regular(raw, &file).map_err(refused_or_invalid)?;
     let bytes = read_bounded(file.take(MAX_TEXT_BYTES as u64 + 1), MAX_TEXT_BYTES)
         .map_err(|e| classify(raw, &e))?

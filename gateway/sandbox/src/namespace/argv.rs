@@ -108,6 +108,9 @@ pub struct Spec<'a> {
     /// The workspace's read-only files (relative paths), found on descriptors from
     /// [`FIRST_READ_ONLY_FD`] on, in this order, and bound read-only over themselves.
     pub read_only: &'a [std::path::PathBuf],
+    /// The session's additional directories: the descriptor each is found on, and where it is
+    /// bound (its own absolute path, `WorkspaceDir::extra`), writable.
+    pub extra: &'a [(i32, std::path::PathBuf)],
 }
 
 /// The arguments after `bwrap` that run `program args..` confined.
@@ -156,6 +159,12 @@ pub fn bwrap_args(spec: &Spec<'_>, program: &str, args: &[String]) -> Vec<OsStri
         let fd = (FIRST_READ_ONLY_FD + i as i32).to_string();
         let dest = Path::new(INNER_ROOT).join(rel);
         a.push_os(["--ro-bind-fd".into(), fd.into(), dest.into_os_string()]);
+    }
+    // Additional directories at their own paths, from the descriptors checked at realization
+    // (their places are never system directories: `gateway_core::mounts::check_extra_roots`);
+    // bubblewrap makes the mount points on the root tmpfs before it is made read-only.
+    for (fd, dest) in spec.extra {
+        a.push_os(["--bind-fd".into(), fd.to_string().into(), dest.as_os_str().to_owned()]);
     }
     // Session mounts live in the workspace; sandboxed processes find them at their own path
     // too (`gateway_core::mounts`).
@@ -234,12 +243,14 @@ mod tests {
         let layout = layout();
         let resolv = Path::new("/run/gw/resolv.conf");
         let read_only = [std::path::PathBuf::from("data/ro.csv"), std::path::PathBuf::from("mnt/session/uploads/f")];
+        let extra = [(8, std::path::PathBuf::from("/home/u/lib"))];
         let spec = Spec {
             network: network.then_some(resolv),
             limits: &limits,
             layout: &layout,
             disable_userns: true,
             read_only: &read_only,
+            extra: &extra,
         };
         bwrap_args(&spec, "echo", &["a b".into()]).into_iter().map(|s| s.to_string_lossy().into_owned()).collect()
     }
@@ -275,6 +286,9 @@ mod tests {
         let second = at(&["--ro-bind-fd", "7", "/workspace/mnt/session/uploads/f"]).expect("the second");
         let sealed = at(&["--remount-ro", "/"]).unwrap();
         assert!(workspace < first && first < second && second < sealed, "read-only files are bound over the workspace");
+        let extra = at(&["--bind-fd", "8", "/home/u/lib"]).expect("the additional directory, at its own path");
+        let tmp = at(&["--tmpfs", "/tmp"]).unwrap();
+        assert!(tmp < extra && extra < sealed, "an additional directory is bound before the root is sealed");
         assert!(!a.iter().any(|x| x == "--bind"), "no workspace path is looked up by bubblewrap");
         assert!(has(&a, &["--uid", "65534", "--gid", "65534"]));
         assert!(has(&a, &["--cap-drop", "ALL"]));
