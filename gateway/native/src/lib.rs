@@ -529,8 +529,9 @@ impl<'a> Turn<'a> {
 
     /// The agent's system prompt, followed by where the session's mounted files are (the
     /// paths they were mounted at where the sandbox shows them there, else their real paths:
-    /// the `local` sandbox; `gateway_core::mounts`) and which skills it has, with each one's
-    /// description and directory, as the Managed Agents documentation describes.
+    /// the `local` sandbox; `gateway_core::mounts`), the client's additional directories, and
+    /// which skills it has, with each one's description and directory, as the Managed Agents
+    /// documentation describes.
     fn system_prompt(&self) -> Option<String> {
         let base = self.environment_prompt();
         let Some(note) = self.mcp.as_ref().and_then(McpTools::note) else { return base };
@@ -577,9 +578,28 @@ impl<'a> Turn<'a> {
                 format!("- {}: {} (read {}/SKILL.md before using it)", k.name, k.description, dir.display())
             })
             .collect();
+        // A client's additional directories, at their own paths in every sandbox.
+        let extra: Vec<String> = self
+            .ctx
+            .session
+            .snapshot
+            .resources
+            .iter()
+            .filter_map(|r| match &r.kind {
+                ResourceKind::Workspace { additional, .. } => Some(additional.iter().map(|e| format!("- {}", e.path))),
+                _ => None,
+            })
+            .flatten()
+            .collect();
         let mut notes = Vec::new();
         if !lines.is_empty() {
             notes.push(format!("Files mounted in your environment (read-only):\n{}", lines.join("\n")));
+        }
+        if !extra.is_empty() {
+            notes.push(format!(
+                "Directories beside your workspace that you may also read and change (name files in them by absolute path):\n{}",
+                extra.join("\n")
+            ));
         }
         if !skills.is_empty() {
             notes.push(format!(

@@ -603,3 +603,29 @@ async fn a_sandboxed_shell_cannot_change_mounted_files() {
     assert_eq!(std::fs::read(workspace.join("mnt/session/uploads/later.csv")).unwrap(), CONTENT);
     pool.shutdown().await;
 }
+
+/// A client workspace's additional directories (an editor's `additionalDirectories`): the
+/// model is told where they are, and its tools reach them by their own absolute paths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn additional_directories_are_named_to_the_model_and_reached_by_path() {
+    let (stub, n) = native_on_stub().await;
+    let _pool = n.workers(0);
+    let (project, extra) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let project = std::fs::canonicalize(project.path()).unwrap();
+    let beside = std::fs::canonicalize(extra.path()).unwrap();
+    let workspace =
+        ResourceKind::workspace_with(project.display().to_string(), None, [(beside.display().to_string(), None)]);
+    let agent = toolset(PermissionPolicy::AlwaysAllow);
+    let s = n.session(agent, cloud(Provisioning::OnToolUse, "local"), vec![workspace]).await.unwrap();
+    let target = beside.join("from-model.txt");
+    let ran = n.turn(&s, &format!(r#"tool:write {{"file_path": "{}", "content": "beside"}}"#, target.display())).await;
+    let (out, is_error) = tool_results(&ran).remove(0);
+    assert!(!is_error, "{out}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "beside");
+    let first = stub.requests().into_iter().find(|r| r.path == "/v1/messages").expect("a model request");
+    let system = first.body["system"].to_string();
+    assert!(
+        system.contains("Directories beside your workspace") && system.contains(&beside.display().to_string()),
+        "{system}"
+    );
+}
