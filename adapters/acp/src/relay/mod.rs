@@ -81,10 +81,20 @@ const SENT_AGAIN: &[&str] = &["initialize", "session/prompt", "session/list", "s
 
 /// Serves the editor on stdio until it closes stdin or `shutdown` fires.
 pub async fn serve_relay(config: RelayConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    serve_relay_on(config, crate::stdio::input(), crate::stdio::output(), shutdown).await
+}
+
+/// [`serve_relay`] with the editor on any pair of streams (tests drive it in memory).
+pub async fn serve_relay_on(
+    config: RelayConfig,
+    input: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    output: impl tokio::io::AsyncWrite + Unpin + Send + 'static,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let endpoint = endpoint(&config.url).map_err(anyhow::Error::msg)?;
-    let mut editor = framing::spawn_reader(crate::stdio::input(), MAX_MESSAGE_BYTES);
+    let mut editor = framing::spawn_reader(input, MAX_MESSAGE_BYTES);
     let (to_editor, lines) = mpsc::channel::<String>(256);
-    let writer = tokio::spawn(write_lines(crate::stdio::output(), lines));
+    let writer = tokio::spawn(write_lines(output, lines));
     let mut relay = Relay::new(config, endpoint, to_editor);
     info!(gateway = %relay.config.url, "relaying ACP between stdio and the gateway");
     let mut ping = tokio::time::interval(PING_EVERY);
@@ -115,7 +125,7 @@ pub async fn serve_relay(config: RelayConfig, shutdown: CancellationToken) -> an
     Ok(())
 }
 
-async fn write_lines(mut out: crate::stdio::Output, mut lines: mpsc::Receiver<String>) {
+async fn write_lines(mut out: impl tokio::io::AsyncWrite + Unpin, mut lines: mpsc::Receiver<String>) {
     while let Some(mut line) = lines.recv().await {
         line.push('\n');
         if out.write_all(line.as_bytes()).await.is_err() || out.flush().await.is_err() {
