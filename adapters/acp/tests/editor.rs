@@ -212,6 +212,63 @@ async fn additional_directories_are_checked_kept_and_fail_closed_when_swapped() 
     assert_eq!(*r.fake.seen.connections.lock().unwrap(), 0, "no agent process was started");
 }
 
+/// A relay's prompt (ADR 0030) names the event id its message gets: sent again on a new
+/// connection (the relay's, after the old one dropped), it is answered from that message's
+/// turn, not admitted twice, and only updates after the seq the editor saw are sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_sent_again_with_its_id_follows_its_turn_and_is_not_admitted_twice() {
+    let r = rig(Options::default()).await;
+    let project = r.project("p");
+    let ed = connect_as(r.context(None), Some("scripted"));
+    ed.initialize().await;
+    let sid = ed.new_session(&project).await.unwrap();
+    let prompt_id = gateway_core::EventId::new();
+    let prompt = json!({"sessionId": sid, "prompt": [{"type": "text", "text": "once"}],
+                        "_meta": {"gateway.promptId": prompt_id.as_str()}});
+    let first = ed.call("session/prompt", prompt.clone()).await.unwrap();
+    assert_eq!(first["stopReason"], "end_turn");
+    let seen =
+        ed.seqs.lock().unwrap().iter().flatten().copied().max().expect("updates of committed events carry their seq");
+
+    let again = connect_as(r.context(None), Some("scripted"));
+    again.initialize().await;
+    again.call("session/resume", json!({"sessionId": sid, "cwd": project, "mcpServers": []})).await.unwrap();
+    // (The resume announces the session's title.)
+    again.updates.lock().unwrap().clear();
+    let mut resent = prompt.clone();
+    resent["_meta"]["gateway.afterSeq"] = json!(seen);
+    let second = again.call("session/prompt", resent).await.unwrap();
+    assert_eq!(second["stopReason"], "end_turn", "answered from the turn that ran");
+    let repeated = again.updates.lock().unwrap().clone();
+    assert!(repeated.is_empty(), "nothing the editor saw is sent again: {repeated:?}");
+    // Without a seq, the turn's updates are sent again (what a relay that saw none asks for).
+    let third = again.call("session/prompt", prompt).await.unwrap();
+    assert_eq!(third["stopReason"], "end_turn");
+    let text: String = again
+        .updates
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|u| u["content"]["text"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(text, "echo: once");
+
+    let session = r.coordinator.get_session(&SessionId::parse(&sid).unwrap()).await.unwrap();
+    let messages: Vec<_> = r
+        .events(&session)
+        .await
+        .into_iter()
+        .filter(|e| matches!(e.payload, EventPayload::UserMessage { .. }))
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(messages, [prompt_id], "one message, with the relay's id");
+    let bad =
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "x"}], "_meta": {"gateway.promptId": "nope"}});
+    let e = again.call("session/prompt", bad).await.unwrap_err();
+    assert_eq!(e.code, -32602, "{e:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_earlier_turn_does_not_end_a_later_prompt() {
     let r = rig(Options { retry_base: Duration::from_millis(1500), ..Default::default() }).await;

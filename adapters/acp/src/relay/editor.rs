@@ -4,10 +4,10 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tracing::info;
 
-use super::{EditorRequest, MAX_WAITING, Relay, Sent, UNREACHABLE_AFTER};
-use crate::names::PROMPT_ID_META;
 use gateway_wire::jsonrpc::envelope;
 
+use super::{EditorRequest, MAX_WAITING, Relay, Sent, UNREACHABLE_AFTER};
+use crate::names::PROMPT_ID_META;
 use crate::rpc::framing::{Inbound, MAX_MESSAGE_BYTES};
 use crate::rpc::{RpcError, auth_required, code};
 use crate::wire::PROTOCOL_VERSION;

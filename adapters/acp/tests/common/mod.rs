@@ -259,12 +259,15 @@ pub struct EditorClient {
     /// The gateway's side (kept alive).
     gateway: Peer,
     pub updates: Arc<Mutex<Vec<Value>>>,
+    /// The seq each update carried (`_meta` `gateway.seq`, sent for a relay's prompts).
+    pub seqs: Arc<Mutex<Vec<Option<u64>>>>,
     /// The option kind permission requests are answered with.
     pub answer: Arc<Mutex<String>>,
 }
 
 struct EditorSide {
     updates: Arc<Mutex<Vec<Value>>>,
+    seqs: Arc<Mutex<Vec<Option<u64>>>>,
     answer: Arc<Mutex<String>>,
 }
 
@@ -294,6 +297,7 @@ impl Handler for EditorSide {
     fn notification(&self, _peer: &Peer, method: &str, params: Value) {
         if method == "session/update" {
             self.updates.lock().unwrap().push(params["update"].clone());
+            self.seqs.lock().unwrap().push(params["_meta"]["gateway.seq"].as_u64());
         }
     }
 }
@@ -316,16 +320,18 @@ pub fn connect(ctx: AcpContext) -> EditorClient {
 /// An editor connection whose new sessions get `agent` (`gateway acp --agent`).
 pub fn connect_as(ctx: AcpContext, agent: Option<&str>) -> EditorClient {
     let updates = Arc::new(Mutex::new(Vec::new()));
+    let seqs = Arc::new(Mutex::new(Vec::new()));
     let answer = Arc::new(Mutex::new("allow_once".to_owned()));
     let handler = Arc::new(EditorHandler(Editor::new(ctx, agent.map(str::to_owned))));
     let (to_gateway, gateway_in) = mpsc::channel(64);
     let (gateway, gateway_out, _) = Peer::start("editor", gateway_in, handler, PeerOptions::default());
     let (to_editor, editor_in) = mpsc::channel(64);
-    let side = Arc::new(EditorSide { updates: Arc::clone(&updates), answer: Arc::clone(&answer) });
+    let side =
+        Arc::new(EditorSide { updates: Arc::clone(&updates), seqs: Arc::clone(&seqs), answer: Arc::clone(&answer) });
     let (peer, editor_out, _) = Peer::start("client", editor_in, side, PeerOptions::default());
     pipe(gateway_out, to_editor);
     pipe(editor_out, to_gateway);
-    EditorClient { peer, gateway, updates, answer }
+    EditorClient { peer, gateway, updates, seqs, answer }
 }
 
 impl EditorClient {
