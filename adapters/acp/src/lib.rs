@@ -51,6 +51,9 @@ pub struct AcpContext {
     /// What native sessions wait for before they can run (`gateway acp`'s model credential);
     /// `None` where the connection itself was authenticated (`/acp`, with a key).
     pub sign_in: Option<Arc<dyn EditorAuth>>,
+    /// MCP servers editors run on their own machines and carry over their connections; the
+    /// native loop's MCP client reaches them through the same value.
+    pub channels: Arc<editor::EditorChannels>,
 }
 
 /// The credential a process of `gateway acp` needs before native sessions can run, and how an

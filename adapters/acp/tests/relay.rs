@@ -257,3 +257,44 @@ async fn a_prompt_cancelled_before_it_was_ever_sent_is_answered_cancelled() {
     let got = ed.until_answer(1).await;
     assert_eq!(got.last().unwrap()["result"], json!({"stopReason": "cancelled"}), "{got:?}");
 }
+
+/// The editor's stdio MCP servers never reach the gateway as commands: the relay sends them as
+/// servers it carries (`type: "acp"`, an id), and starts only those the editor declared: a
+/// `mcp/connect` for any other id is refused.
+fn asks_for_an_unknown_server(_: usize, msg: &Value) -> Vec<Out> {
+    match msg["method"].as_str() {
+        Some("session/new") => vec![
+            answer(msg, json!({"sessionId": SESSION})),
+            Out::Send(
+                json!({"jsonrpc": "2.0", "id": 900, "method": "mcp/connect", "params": {"serverId": "stdio-0000000000000000"}}),
+            ),
+        ],
+        _ => vec![],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_servers_reach_the_gateway_as_ids_and_only_declared_ones_are_started() {
+    let (addr, g) = gateway(asks_for_an_unknown_server, false).await;
+    let mut ed = Editor::start(format!("http://{addr}"));
+    let server =
+        json!({"name": "fs", "command": "/bin/echo", "args": ["never"], "env": [{"name": "TOKEN", "value": "s3cret"}]});
+    let params = json!({"cwd": "/tmp", "mcpServers": [server, {"type": "http", "name": "web", "url": "https://x/mcp", "headers": []}]});
+    ed.send(json!({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": params})).await;
+    ed.until_answer(1).await;
+    for _ in 0..100 {
+        if g.seen.lock().unwrap().iter().any(|(_, m)| m["id"] == 900) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let seen = g.seen.lock().unwrap().clone();
+    let created = &seen.iter().find(|(_, m)| m["method"] == "session/new").unwrap().1["params"]["mcpServers"];
+    assert_eq!(created[0]["type"], "acp", "{created}");
+    assert_eq!(created[0]["name"], "fs");
+    assert!(created[0]["serverId"].as_str().unwrap().starts_with("stdio-"), "{created}");
+    assert!(!created.to_string().contains("/bin/echo") && !created.to_string().contains("s3cret"), "{created}");
+    assert_eq!(created[1]["type"], "http", "an http server passes as it is");
+    let refused = seen.iter().find(|(_, m)| m["id"] == 900).expect("the relay answered mcp/connect");
+    assert_eq!(refused.1["error"]["code"], -32002, "{:?}", refused.1);
+}

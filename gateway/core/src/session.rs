@@ -227,20 +227,27 @@ pub enum ClientToolServer {
     Stdio { name: String, command: String, args: Vec<String>, env: Vec<(String, Secret)> },
     /// A server at a URL, called from the gateway with these headers.
     Http { name: String, url: String, headers: Vec<(String, Secret)> },
+    /// A server the client runs on its own machine and carries over its own connection to the
+    /// gateway (an editor relay's stdio servers): reachable only while that connection is open,
+    /// from the gateway process that holds it. `server_id` is the client's name for it.
+    OnClient { name: String, server_id: String },
 }
 
 impl ClientToolServer {
     pub fn name(&self) -> &str {
         match self {
-            ClientToolServer::Stdio { name, .. } | ClientToolServer::Http { name, .. } => name,
+            ClientToolServer::Stdio { name, .. }
+            | ClientToolServer::Http { name, .. }
+            | ClientToolServer::OnClient { name, .. } => name,
         }
     }
 
     /// Every secret value, to seal or open in place.
     pub fn secrets_mut(&mut self) -> impl Iterator<Item = &mut Secret> {
-        let pairs = match self {
+        let pairs: &mut [(String, Secret)] = match self {
             ClientToolServer::Stdio { env, .. } => env,
             ClientToolServer::Http { headers, .. } => headers,
+            ClientToolServer::OnClient { .. } => &mut [],
         };
         pairs.iter_mut().map(|(_, v)| v)
     }

@@ -24,3 +24,17 @@ pub use limits::Limits;
 pub use names::{MAX_NAME_LEN, OfferedNames};
 pub use secret::BearerToken;
 pub use tools::ToolSpec;
+
+/// The MCP servers a session's client runs on its own machine and carries over its own
+/// connection to the gateway (`ClientToolServer::OnClient`): whoever holds such connections
+/// (the editor face) opens a byte stream to one, over which [`McpClient::connect_stdio`]
+/// speaks MCP as it would to a process's pipes.
+pub trait ClientChannels: Send + Sync {
+    /// A stream to the server `server_id` of the client of `session`; an error says why there
+    /// is none (the client is not connected to this gateway process, or refused).
+    fn open(
+        &self,
+        session: &str,
+        server_id: &str,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<tokio::io::DuplexStream, String>> + Send + 'static>>;
+}

@@ -237,7 +237,8 @@ impl<'a> Turn<'a> {
             false => None,
         };
         let snapshot = &self.ctx.session.snapshot;
-        let side = mcp::ClientSide { hand, environments: self.backend.environments.as_deref() };
+        let session = self.ctx.session.id.to_string();
+        let side = mcp::ClientSide { hand, environments: self.backend.environments.as_deref(), session: &session };
         let (tools, errors) = match &self.backend.mcp {
             Some(access) => McpTools::connect(access, &snapshot.agent.spec, snapshot, side).await,
             None => McpTools::not_configured(snapshot),

@@ -66,6 +66,8 @@ pub struct McpAccess {
     allow_private: bool,
     limits: Limits,
     call_timeout: Duration,
+    /// The servers clients carry over their own connections (an editor relay's).
+    on_client: Option<Arc<dyn gateway_mcp::ClientChannels>>,
 }
 
 impl McpAccess {
@@ -86,7 +88,14 @@ impl McpAccess {
             allow_private: config.allow_private_servers,
             limits,
             call_timeout,
+            on_client: None,
         }
+    }
+
+    /// Reaches the servers clients carry over their connections through `channels`.
+    pub fn with_client_channels(mut self, channels: Arc<dyn gateway_mcp::ClientChannels>) -> Self {
+        self.on_client = Some(channels);
+        self
     }
 }
 
@@ -134,6 +143,8 @@ impl Target<'_> {
 pub(crate) struct ClientSide<'a> {
     pub hand: Option<Arc<Hand>>,
     pub environments: Option<&'a Environments>,
+    /// The session, whose client carries its `OnClient` servers.
+    pub session: &'a str,
 }
 
 /// The MCP tools of one run.
@@ -460,6 +471,19 @@ async fn connect_client(
             let client = McpClient::connect_stdio(stdout, stdin, access.limits.clone()).await?;
             let tools = client.list_tools().await?;
             Ok((client, tools, Some(child)))
+        }
+        ClientToolServer::OnClient { name, server_id } => {
+            let channels = access
+                .on_client
+                .as_ref()
+                .ok_or_else(|| McpError::Connection("this gateway cannot reach servers its clients run".into()))?;
+            let stream = channels.open(side.session, server_id).await.map_err(|why| {
+                McpError::Connection(format!("the client runs the server {name:?} on its own machine: {why}"))
+            })?;
+            let (read, write) = tokio::io::split(stream);
+            let client = McpClient::connect_stdio(read, write, access.limits.clone()).await?;
+            let tools = client.list_tools().await?;
+            Ok((client, tools, None))
         }
     }
 }

@@ -77,6 +77,8 @@ pub struct Started {
     pub vaults: Arc<VaultService>,
     /// How MCP servers are reached (the native loop's tool source, credential checks).
     pub mcp: Arc<McpAccess>,
+    /// The MCP servers editors run on their own machines, through their connections.
+    pub channels: Arc<gateway_acp::editor::EditorChannels>,
 }
 
 /// Raises the open files limit (see [`raise_fd_limit`]), checks the sandbox guard, opens the store, assembles the runtime (its Workers start),
@@ -108,7 +110,12 @@ pub async fn start_runtime(config: &Config, ext: Extensions, model: Arc<dyn Mode
             .with_private_token_endpoints(config.mcp.allow_private_servers),
     );
     // MCP results are held to the output cap built-in tools have.
-    let mcp = Arc::new(McpAccess::new(&config.mcp, Arc::clone(&vaults), config.environments.limits.output_cap));
+    // Servers editors run on their own machines (the relay's) are reached through their connections.
+    let channels = Arc::new(gateway_acp::editor::EditorChannels::default());
+    let mcp = Arc::new(
+        McpAccess::new(&config.mcp, Arc::clone(&vaults), config.environments.limits.output_cap)
+            .with_client_channels(Arc::clone(&channels) as Arc<dyn gateway_mcp::ClientChannels>),
+    );
     let backends = match compose::backends(config, &environments, &processes, model, Arc::clone(&mcp), ext) {
         Ok(b) => b,
         Err(e) => {
@@ -150,7 +157,7 @@ pub async fn start_runtime(config: &Config, ext: Extensions, model: Arc<dyn Mode
             gateway_acp::maintain(runtime.coordinator.clone(), Arc::clone(&processes), runtime.shutdown.child_token());
         runtime.tasks.spawn(maintain);
     }
-    Ok(Started { runtime, published, processes, secrets, fd_limit, vaults, mcp })
+    Ok(Started { runtime, published, processes, secrets, fd_limit, vaults, mcp, channels })
 }
 
 /// Raises this process's soft limit on open files to its hard limit, so the gateway's own caps
@@ -177,7 +184,7 @@ fn raise_fd_limit() -> u64 {
 }
 
 pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
-    let Started { runtime: rt, published, processes, secrets, fd_limit, vaults, mcp } =
+    let Started { runtime: rt, published, processes, secrets, fd_limit, vaults, mcp, channels } =
         start_runtime(&config, ext, compose::model_client(&config)?).await?;
     let shutdown = rt.shutdown.clone();
     let face = face_context(&rt, &config);
@@ -227,7 +234,7 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
     };
     let acp = config.acp.websocket.then(|| {
         let roots = config.acp.workspace_roots.iter().map(std::path::PathBuf::from).collect();
-        acp_context(face.clone(), published.clone(), processes, Some(roots), None)
+        acp_context(face.clone(), published.clone(), processes, Some(roots), None, Arc::clone(&channels))
     });
     let deliveries = gateway_runtime::delivery::Deliveries::new(rt.coordinator.clone(), config.instance_name())
         .with(Arc::clone(&webhooks) as Arc<dyn gateway_runtime::delivery::Channel>)
@@ -277,6 +284,7 @@ pub async fn serve(config: Config, ext: Extensions) -> anyhow::Result<()> {
     shutdown.cancelled().await;
     info!("shutting down: no new claims, finishing or releasing running turns");
     rt.stop().await;
+    channels.stop().await;
     info!("stopped");
     Ok(())
 }
@@ -286,17 +294,18 @@ pub async fn acp(config: Config, ext: Extensions, agent: Option<String>) -> anyh
     // The process answers its editor even before it has a model credential: the editor can
     // then offer its user the sign-in `initialize` advertises (ADR 0026).
     let model = compose::DeferredModel::new(&config);
-    let Started { runtime: rt, published, processes, .. } = match start_runtime(&config, ext, model.clone()).await {
-        Ok(started) => started,
-        Err(e) => {
-            // The editor shows the reason instead of "connection closed" (ADR 0029).
-            tracing::error!(error = format!("{e:#}"), "gateway acp cannot start; answering the editor with why");
-            gateway_acp::serve_failure(format!("{e:#}")).await;
-            return Err(e);
-        }
-    };
+    let Started { runtime: rt, published, processes, channels, .. } =
+        match start_runtime(&config, ext, model.clone()).await {
+            Ok(started) => started,
+            Err(e) => {
+                // The editor shows the reason instead of "connection closed" (ADR 0029).
+                tracing::error!(error = format!("{e:#}"), "gateway acp cannot start; answering the editor with why");
+                gateway_acp::serve_failure(format!("{e:#}")).await;
+                return Err(e);
+            }
+        };
     // The editor on stdin started this process: no caller to check, any workspace it names.
-    let ctx = acp_context(face_context(&rt, &config), published, processes, None, Some(model));
+    let ctx = acp_context(face_context(&rt, &config), published, processes, None, Some(model), Arc::clone(&channels));
     rt.tasks.spawn(watch_signals(rt.shutdown.clone()));
     // Returns when the editor closes stdin, or at the shutdown signal.
     let result = match agent.as_deref().filter(|name| ctx.agents.get(name).is_none()) {
@@ -309,6 +318,7 @@ pub async fn acp(config: Config, ext: Extensions, agent: Option<String>) -> anyh
         None => gateway_acp::serve_stdio(ctx, agent).await,
     };
     rt.stop().await;
+    channels.stop().await;
     result
 }
 
@@ -329,8 +339,9 @@ fn acp_context(
     processes: Arc<ProcessTable>,
     workspace_roots: Option<Vec<std::path::PathBuf>>,
     sign_in: Option<Arc<dyn gateway_acp::EditorAuth>>,
+    channels: Arc<gateway_acp::editor::EditorChannels>,
 ) -> gateway_acp::AcpContext {
-    gateway_acp::AcpContext { face, agents, workspace_roots, processes, sign_in }
+    gateway_acp::AcpContext { face, agents, workspace_roots, processes, sign_in, channels }
 }
 
 /// SIGTERM or SIGINT starts a graceful shutdown; the watcher ends with the shutdown, whatever

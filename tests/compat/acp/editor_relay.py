@@ -9,7 +9,8 @@ it can kill it and start it again on the same port, and checks:
 - a wrong key: `initialize` still answers, offering the terminal sign-in
   `gateway login --url URL`; `session/new` is refused with ACP's auth-required error (-32000);
 - with the right key (GATEWAY_API_KEY): a prompt, a permission round trip, a cancel mid-turn;
-  an editor's stdio MCP server is refused with a message naming it, an http one is not;
+  an editor's stdio MCP server (server-everything) runs under the relay, on the editor's side,
+  and its tools answer the native agent through the connection;
 - the server killed (SIGKILL) mid-turn and started again: the prompt in flight is answered once,
   in the same session, and the editor's next prompt is answered there too; loading the session on
   a new connection shows each prompt once (nothing lost, nothing admitted twice);
@@ -30,6 +31,7 @@ from acp import schema
 from tap import check, run
 
 GATEWAY, CONFIG, WORK = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+EVERYTHING = Path(__file__).resolve().parents[3] / ".cache/npm-mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 
 
 def free_port():
@@ -94,6 +96,16 @@ class Editor:
         chosen = next(o for o in options if o.kind == "allow_once")
         return schema.RequestPermissionResponse(outcome=schema.AllowedOutcome(outcome="selected", option_id=chosen.option_id))
 
+    def results(self):
+        """The status and text of every finished tool call, in order."""
+        out = []
+        for updates in self.updates.values():
+            for u in updates:
+                if getattr(u, "session_update", None) == "tool_call_update" and u.status in ("completed", "failed"):
+                    texts = [getattr(getattr(c, "content", None), "text", "") for c in (u.content or [])]
+                    out.append((u.status, "".join(texts)))
+        return out
+
     def kinds(self, sid):
         return [u.session_update for u in self.updates.get(sid, [])]
 
@@ -110,6 +122,7 @@ def text(t):
 def relay(editor, key, home):
     env = {k: v for k, v in os.environ.items() if k != "GATEWAY_API_KEY"}
     env["XDG_CONFIG_HOME"] = str(home)
+    env["RELAY_MARKER"] = "the-editor-side"
     if key is not None:
         env["GATEWAY_API_KEY"] = key
     return acp.spawn_agent_process(editor, GATEWAY, "acp", "--url", URL, cwd=str(WORK), env=env)
@@ -183,12 +196,18 @@ async def scenario(server, key, ws, home):
         r = await asyncio.wait_for(long, 30)
         check(r.stop_reason == "cancelled", f"a cancel crosses the relay ({r.stop_reason})")
 
-        stdio_server = schema.McpServerStdio(name="local-fs", command="npx", args=[], env=[])
-        try:
-            await conn.new_session(cwd=str(ws), mcp_servers=[stdio_server])
-            check(False, "a stdio MCP server is refused through the relay")
-        except acp.RequestError as e:
-            check(e.code == -32602 and "local-fs" in str(e), f"a stdio MCP server is refused, named ({e})")
+        # The editor's stdio MCP server runs on the editor's side, under the relay (ADR 0032):
+        # its environment is the relay's (the marker set for it), not a gateway sandbox's.
+        stdio_server = schema.McpServerStdio(name="everything", command="node", args=[str(EVERYTHING), "stdio"],
+                                             env=[schema.EnvVariable(name="EVERYTHING_NOTE", value="from-the-editor")])
+        s_mcp = (await conn.new_session(cwd=str(ws), mcp_servers=[stdio_server])).session_id
+        r = await conn.prompt(session_id=s_mcp, prompt=[text('tool:everything/echo {"message": "through the relay"}')])
+        check(r.stop_reason == "end_turn" and editor.results()[-1] == ("completed", "Echo: through the relay"),
+              f"a tool of the editor's stdio MCP server answers through the relay: {editor.results()[-1:]}")
+        r = await conn.prompt(session_id=s_mcp, prompt=[text("tool:everything/get-env {}")])
+        shown = editor.results()[-1][1]
+        check(r.stop_reason == "end_turn" and "RELAY_MARKER" in shown and "from-the-editor" in shown,
+              f"the server ran on the editor's side, with the relay's environment and its own: {shown[:200]!r}")
 
         # The server dies mid-turn and comes back: the prompt in flight is answered once.
         editor.in_progress.clear()

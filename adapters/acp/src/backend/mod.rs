@@ -147,6 +147,12 @@ impl AcpBackend {
                     ClientToolServer::Http { name, url, headers } => {
                         json!({"type": "http", "name": name, "url": url, "headers": open(headers)?})
                     }
+                    // Refused when such a session is made (the editor face); never stored.
+                    ClientToolServer::OnClient { name, .. } => {
+                        return Err(failed(format!(
+                            "the MCP server {name:?} runs on the editor's machine, which an ACP agent cannot reach"
+                        )));
+                    }
                 })
             })
             .collect::<Result<Vec<Value>, BackendError>>()?;

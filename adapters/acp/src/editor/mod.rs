@@ -6,6 +6,7 @@
 //! find again: the tools the user always allows (`acp.allow_always`) and the MCP servers an
 //! editor passed to an ACP-backed agent (`acp.mcp_servers`), as adapter documents.
 
+mod channels;
 mod project;
 mod prompt;
 mod sessions;
@@ -26,6 +27,8 @@ use crate::AcpContext;
 use crate::rpc::{Handler, Peer, Reply, RpcError, code};
 use crate::wire::{PROTOCOL_VERSION, PromptSupport};
 
+pub use channels::EditorChannels;
+pub(crate) use channels::FromEditor;
 pub use project::{Projector, ToolCall};
 
 /// A session opened on this connection (by `new`, `load` or `resume`).
@@ -49,6 +52,8 @@ pub struct Editor {
     /// The agent new sessions get (`gateway acp --agent`), else the published default.
     pub(crate) agent: Option<String>,
     sessions: Mutex<HashMap<String, Arc<Open>>>,
+    /// This connection among those carrying MCP servers of their own ([`EditorChannels`]).
+    pub(crate) channel_id: u64,
 }
 
 /// The connection's JSON-RPC handler.
@@ -56,7 +61,8 @@ pub struct EditorHandler(pub Arc<Editor>);
 
 impl Editor {
     pub fn new(ctx: AcpContext, agent: Option<String>) -> Arc<Self> {
-        Arc::new(Self { ctx, agent, sessions: Mutex::new(HashMap::new()) })
+        let channel_id = ctx.channels.editor_id();
+        Arc::new(Self { ctx, agent, sessions: Mutex::new(HashMap::new()), channel_id })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Open>>> {
@@ -243,7 +249,7 @@ impl Handler for EditorHandler {
                     None => Err(RpcError::method_not_found("logout")),
                 }
             }),
-            "session/new" => Box::pin(async move { sessions::new_session(&ed, params).await }),
+            "session/new" => Box::pin(async move { sessions::new_session(&ed, &peer, params).await }),
             "session/load" => Box::pin(async move { sessions::load(&ed, &peer, params, true).await }),
             "session/resume" => Box::pin(async move { sessions::load(&ed, &peer, params, false).await }),
             "session/list" => Box::pin(async move { sessions::list(&ed, params).await }),
@@ -255,6 +261,7 @@ impl Handler for EditorHandler {
                 }
                 ed.cancel(&id);
                 let open = ed.forget(&id);
+                ed.ctx.channels.detach(ed.channel_id, Some(&id));
                 Box::pin(async move { sessions::close(&ed, open, &id).await })
             }
             "session/delete" => {
@@ -265,6 +272,7 @@ impl Handler for EditorHandler {
                     ed.cancel(&id);
                 }
                 let open = ed.forget(&id);
+                ed.ctx.channels.detach(ed.channel_id, Some(&id));
                 Box::pin(async move { sessions::delete(&ed, open, &id).await })
             }
             "session/set_mode" => Box::pin(async move { sessions::set_mode(&ed, params).await }),
@@ -277,6 +285,13 @@ impl Handler for EditorHandler {
                     Err(e) => Box::pin(async move { Err(e) }),
                 }
             }
+            // A server the editor runs asks the client side (the native loop's MCP client).
+            "mcp/message" => Box::pin(async move {
+                let (connection, method, params) = mcp_message(params)?;
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                ed.ctx.channels.deliver(&connection, FromEditor::Request { method, params, reply }).await?;
+                answer.await.map_err(|_| RpcError::internal("the MCP connection closed"))?
+            }),
             other => {
                 let e = RpcError::method_not_found(other);
                 Box::pin(async move { Err(e) })
@@ -286,6 +301,19 @@ impl Handler for EditorHandler {
 
     fn notification(&self, _peer: &Peer, method: &str, params: Value) {
         match method {
+            "mcp/message" => match mcp_message(params) {
+                Ok((connection, method, params)) => {
+                    let ed = Arc::clone(&self.0);
+                    self.0.ctx.tasks.spawn(async move {
+                        let delivered =
+                            ed.ctx.channels.deliver(&connection, FromEditor::Notification { method, params }).await;
+                        if let Err(e) = delivered {
+                            tracing::debug!(error = %e.message, "an MCP notification for no open connection");
+                        }
+                    });
+                }
+                Err(e) => tracing::debug!(error = %e.message, "a malformed mcp/message notification"),
+            },
             "session/cancel" => self.0.cancel(params.get("sessionId").and_then(Value::as_str).unwrap_or("")),
             other => tracing::debug!(method = %crate::rpc::clip(other, 80), "notification ignored"),
         }
@@ -295,7 +323,17 @@ impl Handler for EditorHandler {
         // Prompts stop waiting (they watch the connection); their turns finish in the core and
         // stay loadable: an editor that reconnects sees them with `session/load`.
         tracing::debug!(sessions = self.0.lock().len(), "editor connection closed");
+        self.0.ctx.channels.detach(self.0.channel_id, None);
     }
+}
+
+/// An `mcp/message`'s connection, inner method and params.
+fn mcp_message(params: Value) -> Result<(String, String, Value), RpcError> {
+    let text = |k: &str| params.get(k).and_then(Value::as_str).map(str::to_owned);
+    let (Some(connection), Some(method)) = (text("connectionId"), text("method")) else {
+        return Err(RpcError::invalid_params("mcp/message needs `connectionId` and `method`"));
+    };
+    Ok((connection, method, params.get("params").cloned().unwrap_or(Value::Null)))
 }
 
 /// The workspace directory of a session opened by an editor, if it has one.

@@ -115,7 +115,7 @@ fn under_roots(real: &Path, roots: &[PathBuf]) -> bool {
     root_of(real, roots).is_some()
 }
 
-pub(super) async fn new_session(ed: &Editor, raw: Value) -> Result<Value, RpcError> {
+pub(super) async fn new_session(ed: &Editor, peer: &Peer, raw: Value) -> Result<Value, RpcError> {
     let mut p: NewParams = params(raw)?;
     let (cwd, root) = allowed_cwd(ed, &p.cwd)?;
     p.cwd = cwd;
@@ -147,6 +147,7 @@ pub(super) async fn new_session(ed: &Editor, raw: Value) -> Result<Value, RpcErr
     };
     let (session, _) = ed.ctx.coordinator.create_session(request).await.map_err(runtime_error)?;
     info!(session = %session.id, agent = %name, cwd = %p.cwd, "ACP session created");
+    carry_servers(ed, peer, &session);
     ed.remember(session.id.clone(), p.cwd);
     let mut result = json!({"sessionId": session.id.to_string()});
     if let Some(options) = config_options(ed, &session).await {
@@ -197,6 +198,14 @@ fn same_additional(ed: &Editor, session: &Session, asked: &[String]) -> Result<(
     Ok(())
 }
 
+/// A session with MCP servers its editor runs (`type: "acp"`) is reached through this
+/// connection while it has the session open ([`super::EditorChannels`]).
+fn carry_servers(ed: &Editor, peer: &Peer, session: &Session) {
+    if session.snapshot.client_tool_servers.iter().any(|s| matches!(s, ClientToolServer::OnClient { .. })) {
+        ed.ctx.channels.attach(session.id.as_str(), ed.channel_id, peer);
+    }
+}
+
 /// Editors cannot answer custom tools: a native agent's are removed for editor sessions.
 fn overrides_for(spec: &gateway_core::agent::AgentSpec) -> Option<AgentOverrides> {
     let has_custom = spec.tools.iter().any(|t| matches!(t, ToolSpec::Custom { .. }));
@@ -221,7 +230,17 @@ fn tool_servers(name: &str, backend: &BackendRef, servers: &[Value]) -> Result<V
              pass `mcpServers: []` or pick another agent"
         )));
     }
-    servers.iter().map(tool_server).collect()
+    let servers: Vec<ClientToolServer> = servers.iter().map(tool_server).collect::<Result<_, _>>()?;
+    if let (BackendRef::Acp { .. }, Some(s)) =
+        (backend, servers.iter().find(|s| matches!(s, ClientToolServer::OnClient { .. })))
+    {
+        return Err(RpcError::invalid_params(format!(
+            "agent {name:?} runs on backend {backend}, which cannot reach the MCP server {:?} the editor runs \
+             itself; pass it as a stdio or http server, or pick a native agent",
+            s.name()
+        )));
+    }
+    Ok(servers)
 }
 
 /// One `McpServer` of ACP's schema.
@@ -245,6 +264,7 @@ fn tool_server(v: &Value) -> Result<ClientToolServer, RpcError> {
         url: Option<String>,
         #[serde(default)]
         headers: Vec<Pair>,
+        server_id: Option<String>,
     }
     let s: Server = serde_json::from_value(v.clone())
         .map_err(|e| RpcError::invalid_params(format!("an MCP server is malformed: {e}")))?;
@@ -254,6 +274,11 @@ fn tool_server(v: &Value) -> Result<ClientToolServer, RpcError> {
             Ok(ClientToolServer::Stdio { name: s.name, command, args: s.args, env: pairs(s.env) })
         }
         (Some("http"), _, Some(url)) => Ok(ClientToolServer::Http { name: s.name, url, headers: pairs(s.headers) }),
+        // A server the editor runs and carries over this connection (ACP's MCP-over-ACP).
+        (Some("acp"), ..) => match s.server_id.filter(|id| !id.is_empty() && id.len() <= 200) {
+            Some(server_id) => Ok(ClientToolServer::OnClient { name: s.name, server_id }),
+            None => Err(RpcError::invalid_params("an `acp` MCP server needs a `serverId` (at most 200 bytes)")),
+        },
         (Some("sse"), ..) => {
             Err(RpcError::invalid_params("SSE MCP servers are not supported (mcpCapabilities.sse is false)"))
         }
@@ -286,6 +311,7 @@ pub(super) async fn load(ed: &Editor, peer: &Peer, raw: Value, replay: bool) -> 
         peer.notify("session/update", json!({"sessionId": id.to_string(), "update": super::session_info(&session)}))
             .await;
     }
+    carry_servers(ed, peer, &session);
     ed.remember(id, cwd);
     let mut result = json!({});
     let agent = projector.agent_state();
@@ -836,6 +862,18 @@ mod tests {
         assert!(e.message.contains("helper") && e.message.contains("a2a:r"), "{e:?}");
         let sse = vec![json!({"type": "sse", "name": "s", "url": "http://x", "headers": []})];
         assert!(tool_servers("a", &BackendRef::Native, &sse).expect_err("refused").message.contains("SSE"));
+        // A server the editor runs and carries (the relay's): native agents only.
+        let carried = vec![json!({"type": "acp", "name": "fs", "serverId": "stdio-1"})];
+        assert_eq!(
+            tool_servers("a", &BackendRef::Native, &carried).expect("taken"),
+            vec![ClientToolServer::OnClient { name: "fs".into(), server_id: "stdio-1".into() }]
+        );
+        let e = tool_servers("a", &BackendRef::Acp { executor: "x".into() }, &carried).expect_err("refused");
+        assert!(e.message.contains("\"fs\""), "{e:?}");
+        assert!(
+            tool_servers("a", &BackendRef::Native, &[json!({"type": "acp", "name": "fs"})]).is_err(),
+            "no serverId"
+        );
         let nameless = vec![json!({"command": "/bin/m"})];
         assert!(tool_servers("a", &BackendRef::Native, &nameless).is_err());
         assert!(tool_servers("a", &BackendRef::Native, &[]).expect("none").is_empty());

@@ -58,12 +58,9 @@ impl Relay {
             "authenticate" if self.refused.is_some() => return self.authenticate(id).await,
             "logout" => return self.logout(id).await,
             "session/new" | "session/load" | "session/resume" => {
-                if let Some(name) = stdio_mcp_server(&params) {
-                    let message = format!(
-                        "the MCP server {name:?} runs over stdio, which `gateway acp --url` does not carry to a remote \
-                         gateway yet: use an http MCP server, or a local `gateway acp`"
-                    );
-                    return self.answer_error(id, RpcError::invalid_params(message)).await;
+                // The editor's stdio servers run here, carried over the connection.
+                if let Err(e) = self.carry_stdio_servers(&mut params) {
+                    return self.answer_error(id, e).await;
                 }
             }
             "session/prompt" => {
@@ -188,7 +185,7 @@ impl Relay {
             .into_values()
             .filter_map(|s| match s {
                 Sent::Editor(r) => Some(r),
-                Sent::Reopen { .. } => None,
+                Sent::Reopen { .. } | Sent::Mcp { .. } => None,
             })
             .collect();
         for r in waiting {
@@ -267,27 +264,5 @@ impl Relay {
     pub(super) async fn tell_editor(&mut self, message: Value) {
         // The editor closing stdout ends the relay through stdin; nothing to do here.
         let _ = self.to_editor.send(message.to_string()).await;
-    }
-}
-
-/// The name of an MCP server in `params.mcpServers` that runs over stdio (no `type`, or
-/// `"stdio"`), if any.
-fn stdio_mcp_server(params: &Value) -> Option<String> {
-    params.get("mcpServers")?.as_array()?.iter().find_map(|s| {
-        let kind = s.get("type").and_then(Value::as_str).unwrap_or("stdio");
-        (kind == "stdio").then(|| s.get("name").and_then(Value::as_str).unwrap_or("(unnamed)").to_owned())
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_stdio_mcp_servers_are_held_back() {
-        let http = json!({"mcpServers": [{"type": "http", "name": "web", "url": "https://x", "headers": []}]});
-        assert_eq!(stdio_mcp_server(&http), None);
-        let stdio = json!({"mcpServers": [{"name": "fs", "command": "npx", "args": [], "env": []}]});
-        assert_eq!(stdio_mcp_server(&stdio).as_deref(), Some("fs"));
     }
 }

@@ -32,6 +32,13 @@ impl Relay {
         let id = message.get("id").cloned();
         match (message.get("method").and_then(Value::as_str).map(str::to_owned), id) {
             (None, Some(id)) => self.gateway_answer(id, message).await,
+            (Some(method), Some(theirs)) if method.starts_with("mcp/") => {
+                let params = message.get("params").cloned().unwrap_or(Value::Null);
+                self.mcp_request(&method, theirs, params).await;
+            }
+            (Some(method), None) if method == "mcp/message" => {
+                self.mcp_notification(message.get("params").cloned().unwrap_or(Value::Null)).await;
+            }
             (Some(_), Some(theirs)) => {
                 self.next_asked += 1;
                 let ours = self.next_asked;
@@ -71,6 +78,7 @@ impl Relay {
                 }
                 self.flush().await;
             }
+            Sent::Mcp { connection, id } => self.answer_server(&connection, id, &message).await,
             Sent::Editor(r) => {
                 if ok {
                     self.remember(&r, &message);

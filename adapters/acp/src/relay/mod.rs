@@ -20,12 +20,13 @@
 //! A key the gateway refuses (401, 403) is not retried: the relay answers the editor itself,
 //! `initialize` with a terminal sign-in (`gateway login --url URL`) and the session methods
 //! with ACP's auth-required error, until `authenticate` finds a key that works. The editor's
-//! stdio MCP servers would have to run on the editor's machine, under the relay; that is not
-//! built yet, so a session that names one is refused with a clear error (http ones pass on).
+//! stdio MCP servers run here, on the editor's machine, carried over the connection ([`mcp`]);
+//! http ones pass on.
 
 mod connection;
 mod editor;
 mod gateway;
+mod mcp;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -95,7 +96,8 @@ pub async fn serve_relay_on(
     let mut editor = framing::spawn_reader(input, MAX_MESSAGE_BYTES);
     let (to_editor, lines) = mpsc::channel::<String>(256);
     let writer = tokio::spawn(write_lines(output, lines));
-    let mut relay = Relay::new(config, endpoint, to_editor);
+    let (server_output, mut servers) = mpsc::channel::<mcp::ServerOutput>(256);
+    let mut relay = Relay::new(config, endpoint, to_editor, server_output);
     info!(gateway = %relay.config.url, "relaying ACP between stdio and the gateway");
     let mut ping = tokio::time::interval(PING_EVERY);
     loop {
@@ -111,6 +113,7 @@ pub async fn serve_relay_on(
                 None => break,
             },
             frame = next_frame(&mut relay.conn) => relay.on_gateway(frame).await,
+            Some(out) = servers.recv() => relay.on_server(out).await,
             _ = tokio::time::sleep_until(retry_at), if waiting_to_connect => {}
             _ = ping.tick() => relay.keep_alive().await,
             _ = shutdown.cancelled() => break,
@@ -140,6 +143,8 @@ enum Sent {
     Editor(EditorRequest),
     /// The relay's own re-opening of the editor's state on a new connection.
     Reopen { method: &'static str, session: Option<String> },
+    /// A request of an MCP server the relay runs (its `connection`, its own `id`).
+    Mcp { connection: String, id: Value },
 }
 
 struct EditorRequest {
@@ -183,10 +188,21 @@ struct Relay {
     /// The gateway's requests to the editor: the editor's id → (connection, the gateway's id).
     asked: HashMap<u64, (u64, Value)>,
     next_asked: u64,
+    /// The editor's stdio MCP servers, by the id the gateway knows them by (`mcp`).
+    local_servers: HashMap<String, mcp::LocalServer>,
+    /// Those running, by connection; their output comes back through `server_output`.
+    running: HashMap<String, mcp::Running>,
+    next_connection: u64,
+    server_output: mpsc::Sender<mcp::ServerOutput>,
 }
 
 impl Relay {
-    fn new(config: RelayConfig, endpoint: String, to_editor: mpsc::Sender<String>) -> Self {
+    fn new(
+        config: RelayConfig,
+        endpoint: String,
+        to_editor: mpsc::Sender<String>,
+        server_output: mpsc::Sender<mcp::ServerOutput>,
+    ) -> Self {
         Self {
             config,
             endpoint,
@@ -204,6 +220,10 @@ impl Relay {
             shown: HashMap::new(),
             asked: HashMap::new(),
             next_asked: 0,
+            local_servers: HashMap::new(),
+            running: HashMap::new(),
+            next_connection: 0,
+            server_output,
         }
     }
 
@@ -304,8 +324,12 @@ impl Relay {
     }
 
     async fn send(&mut self, message: Value) {
+        self.send_text(message.to_string()).await;
+    }
+
+    async fn send_text(&mut self, text: String) {
         let Some(conn) = self.conn.as_mut() else { return };
-        if let Err(e) = conn.ws.send(Message::Text(message.to_string().into())).await {
+        if let Err(e) = conn.ws.send(Message::Text(text.into())).await {
             self.dropped(format!("sending failed: {e}")).await;
         }
     }
@@ -328,11 +352,13 @@ impl Relay {
         warn!(gateway = %self.config.url, connection = conn.generation, reason = %why, "the connection to the gateway dropped; reconnecting");
         self.last_error = why;
         self.next_attempt = Instant::now() + self.backoff;
-        // Answers to the dropped connection's requests have nowhere to go.
+        // Answers to the dropped connection's requests have nowhere to go, and the MCP servers
+        // it opened are its own (the gateway's clients of them are gone with it).
         self.asked.clear();
+        self.running.clear();
         let mut lost = Vec::new();
         self.sent.retain(|id, s| match s {
-            Sent::Reopen { .. } => false,
+            Sent::Reopen { .. } | Sent::Mcp { .. } => false,
             Sent::Editor(r) if r.sent && !SENT_AGAIN.contains(&r.method.as_str()) => {
                 lost.push((*id, r.id.clone(), r.method.clone()));
                 false

@@ -187,6 +187,7 @@ impl Rig {
             workspace_roots: roots,
             processes: Arc::clone(&self.processes),
             sign_in: None,
+            channels: Arc::default(),
         }
     }
 }
