@@ -134,7 +134,7 @@ impl rpc::Handler for Unavailable {
                 "protocolVersion": wire::PROTOCOL_VERSION,
                 "agentCapabilities": {},
                 "authMethods": [],
-                "agentInfo": {"name": "gateway", "title": "Gateway", "version": env!("CARGO_PKG_VERSION")},
+                "agentInfo": wire::implementation(),
             })),
             _ => Err(rpc::RpcError::internal(format!("the gateway could not start: {}", self.reason))
                 .with_data(serde_json::json!({"reason": "startup_failed"}))),

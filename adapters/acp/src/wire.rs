@@ -12,6 +12,12 @@ use crate::rpc::RpcError;
 
 /// The protocol version both faces speak.
 pub const PROTOCOL_VERSION: u64 = 1;
+
+/// How the gateway names itself to its ACP peers (`agentInfo` to editors, `clientInfo` to
+/// agent processes).
+pub fn implementation() -> Value {
+    json!({"name": "gateway", "title": "Gateway", "version": env!("CARGO_PKG_VERSION")})
+}
 /// Content blocks accepted in one prompt.
 pub const MAX_PROMPT_BLOCKS: usize = 256;
 

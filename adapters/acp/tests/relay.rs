@@ -14,6 +14,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
 use gateway_acp::relay::{RelayConfig, serve_relay_on};
+use gateway_acp::rpc::RpcError;
+use gateway_wire::jsonrpc::envelope;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
 use tokio_util::sync::CancellationToken;
@@ -72,7 +74,8 @@ async fn gateway(script: Script, refuse: bool) -> (SocketAddr, Gateway) {
 }
 
 fn answer(msg: &Value, result: Value) -> Out {
-    Out::Send(json!({"jsonrpc": "2.0", "id": msg["id"], "result": result}))
+    let id = serde_json::value::to_raw_value(&msg["id"]).unwrap();
+    Out::Send(serde_json::from_str(&envelope::response::<RpcError>(&id, Ok(&result))).unwrap())
 }
 
 /// The editor's ends of the relay's stdio.
@@ -135,10 +138,13 @@ fn drops_mid_request(n: usize, msg: &Value) -> Vec<Out> {
         (_, "session/new") => vec![answer(msg, json!({"sessionId": SESSION}))],
         (_, "session/resume") => vec![answer(msg, json!({}))],
         (1, "session/prompt") => vec![
-            Out::Send(json!({"jsonrpc": "2.0", "method": "session/update", "params": {
-                "sessionId": SESSION, "_meta": {"gateway.seq": 7},
-                "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "before"}},
-            }})),
+            Out::Send(envelope::notification(
+                "session/update",
+                json!({
+                    "sessionId": SESSION, "_meta": {"gateway.seq": 7},
+                    "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "before"}},
+                }),
+            )),
             Out::Close,
         ],
         (_, "session/prompt") => vec![answer(msg, json!({"stopReason": "end_turn"}))],
@@ -153,13 +159,12 @@ fn drops_mid_request(n: usize, msg: &Value) -> Vec<Out> {
 async fn a_dropped_connection_resends_the_prompt_once_and_answers_the_rest_connection_lost() {
     let (addr, g) = gateway(drops_mid_request, false).await;
     let mut ed = Editor::start(format!("http://{addr}"));
-    ed.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}})).await;
+    ed.send(envelope::request(1, "initialize", json!({"protocolVersion": 1}))).await;
     ed.until_answer(1).await;
-    ed.send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": "/p", "mcpServers": []}}))
-        .await;
+    ed.send(envelope::request(2, "session/new", json!({"cwd": "/p", "mcpServers": []}))).await;
     ed.until_answer(2).await;
     let prompt = json!({"sessionId": SESSION, "prompt": [{"type": "text", "text": "hi"}]});
-    ed.send(json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt})).await;
+    ed.send(envelope::request(3, "session/prompt", prompt)).await;
     let got = ed.until_answer(3).await;
     assert_eq!(got.last().unwrap()["result"], json!({"stopReason": "end_turn"}), "{got:?}");
     let answers = got.iter().filter(|m| m["id"] == json!(3)).count();
@@ -197,11 +202,10 @@ fn drops_on_set_mode(n: usize, msg: &Value) -> Vec<Out> {
 async fn a_change_in_flight_when_the_connection_drops_is_answered_connection_lost_not_sent_twice() {
     let (addr, g) = gateway(drops_on_set_mode, false).await;
     let mut ed = Editor::start(format!("http://{addr}"));
-    ed.send(json!({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/p", "mcpServers": []}}))
-        .await;
+    ed.send(envelope::request(1, "session/new", json!({"cwd": "/p", "mcpServers": []}))).await;
     ed.until_answer(1).await;
     let mode = json!({"sessionId": SESSION, "modeId": "plan"});
-    ed.send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/set_mode", "params": mode})).await;
+    ed.send(envelope::request(2, "session/set_mode", mode)).await;
     let got = ed.until_answer(2).await;
     let error = &got.last().unwrap()["error"];
     assert_eq!(error["code"], -32603, "{got:?}");
@@ -227,14 +231,13 @@ async fn a_refused_key_is_answered_with_the_sign_in_for_this_gateway() {
     let url = format!("http://{addr}");
     let mut ed = Editor::start(url.clone());
     let init = json!({"protocolVersion": 1, "clientCapabilities": {"auth": {"terminal": true}}});
-    ed.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})).await;
+    ed.send(envelope::request(1, "initialize", init)).await;
     let got = ed.until_answer(1).await;
     let methods = &got.last().unwrap()["result"]["authMethods"];
     let login = methods.as_array().unwrap().iter().find(|m| m["id"] == "gateway-login").expect("terminal sign-in");
     assert_eq!(login["type"], "terminal");
     assert_eq!(login["args"], json!(["login", "--url", url]));
-    ed.send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": "/p", "mcpServers": []}}))
-        .await;
+    ed.send(envelope::request(2, "session/new", json!({"cwd": "/p", "mcpServers": []}))).await;
     let got = ed.until_answer(2).await;
     let error = &got.last().unwrap()["error"];
     assert_eq!(error["code"], -32000, "{got:?}");
@@ -252,8 +255,8 @@ async fn a_prompt_cancelled_before_it_was_ever_sent_is_answered_cancelled() {
     };
     let mut ed = Editor::start(format!("http://{addr}"));
     let prompt = json!({"sessionId": SESSION, "prompt": [{"type": "text", "text": "hi"}]});
-    ed.send(json!({"jsonrpc": "2.0", "id": 1, "method": "session/prompt", "params": prompt})).await;
-    ed.send(json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": SESSION}})).await;
+    ed.send(envelope::request(1, "session/prompt", prompt)).await;
+    ed.send(envelope::notification("session/cancel", json!({"sessionId": SESSION}))).await;
     let got = ed.until_answer(1).await;
     assert_eq!(got.last().unwrap()["result"], json!({"stopReason": "cancelled"}), "{got:?}");
 }
@@ -265,9 +268,7 @@ fn asks_for_an_unknown_server(_: usize, msg: &Value) -> Vec<Out> {
     match msg["method"].as_str() {
         Some("session/new") => vec![
             answer(msg, json!({"sessionId": SESSION})),
-            Out::Send(
-                json!({"jsonrpc": "2.0", "id": 900, "method": "mcp/connect", "params": {"serverId": "stdio-0000000000000000"}}),
-            ),
+            Out::Send(envelope::request(900, "mcp/connect", json!({"serverId": "stdio-0000000000000000"}))),
         ],
         _ => vec![],
     }
@@ -280,7 +281,7 @@ async fn stdio_servers_reach_the_gateway_as_ids_and_only_declared_ones_are_start
     let server =
         json!({"name": "fs", "command": "/bin/echo", "args": ["never"], "env": [{"name": "TOKEN", "value": "s3cret"}]});
     let params = json!({"cwd": "/tmp", "mcpServers": [server, {"type": "http", "name": "web", "url": "https://x/mcp", "headers": []}]});
-    ed.send(json!({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": params})).await;
+    ed.send(envelope::request(1, "session/new", params)).await;
     ed.until_answer(1).await;
     for _ in 0..100 {
         if g.seen.lock().unwrap().iter().any(|(_, m)| m["id"] == 900) {

@@ -547,24 +547,25 @@ impl<'a> Turn<'a> {
         let system = self.ctx.session.snapshot.agent.spec.system.clone();
         let Some(hand) = self.lease.as_ref().map(|l| &l.acquired.hand) else { return system };
         let in_view = hand.inner_path(std::path::Path::new("")) == std::path::Path::new(mounts::WORKSPACE_VIEW);
-        let lines: Vec<String> = self
-            .ctx
-            .session
-            .snapshot
-            .resources
-            .iter()
-            .filter_map(|r| match &r.kind {
+        // Mounted files, and a client's additional directories (at their own paths in every
+        // sandbox), in one walk of the session's resources.
+        let (mut lines, mut extra) = (Vec::new(), Vec::new());
+        for r in &self.ctx.session.snapshot.resources {
+            match &r.kind {
                 ResourceKind::File { mount_path, .. } => {
-                    let rel = mounts::workspace_relative(mount_path).ok()?;
-                    Some(if in_view {
+                    let Ok(rel) = mounts::workspace_relative(mount_path) else { continue };
+                    lines.push(if in_view {
                         format!("- {mount_path}")
                     } else {
                         format!("- {mount_path}: at {}", hand.inner_path(&rel).display())
-                    })
+                    });
                 }
-                _ => None,
-            })
-            .collect();
+                ResourceKind::Workspace { additional, .. } => {
+                    extra.extend(additional.iter().map(|e| format!("- {}", e.path)));
+                }
+                ResourceKind::Repository { .. } => {}
+            }
+        }
         let skills: Vec<String> = self
             .ctx
             .session
@@ -578,19 +579,6 @@ impl<'a> Turn<'a> {
                 let dir = hand.inner_path(&mounts::skill_relative(&k.name));
                 format!("- {}: {} (read {}/SKILL.md before using it)", k.name, k.description, dir.display())
             })
-            .collect();
-        // A client's additional directories, at their own paths in every sandbox.
-        let extra: Vec<String> = self
-            .ctx
-            .session
-            .snapshot
-            .resources
-            .iter()
-            .filter_map(|r| match &r.kind {
-                ResourceKind::Workspace { additional, .. } => Some(additional.iter().map(|e| format!("- {}", e.path))),
-                _ => None,
-            })
-            .flatten()
             .collect();
         let mut notes = Vec::new();
         if !lines.is_empty() {

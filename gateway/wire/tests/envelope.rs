@@ -38,6 +38,9 @@ fn responses_read_back_as_result_error_or_not_a_response() {
     assert_eq!(envelope::read_response(&json!({"error": null})), Err(envelope::Answer::NotAResponse));
     let e = envelope::read_response(&json!({"error": {"code": -32001, "message": "gone"}}));
     assert_eq!(e, Err(envelope::Answer::Error(RpcError::new(-32001, "gone"))));
+    // Passed on by a bridge: the error as it was, or an internal error for no answer.
+    assert_eq!(RpcError::from(envelope::Answer::Error(RpcError::new(-32001, "gone"))), RpcError::new(-32001, "gone"));
+    assert_eq!(RpcError::from(envelope::Answer::NotAResponse).code, -32603);
 }
 
 proptest! {

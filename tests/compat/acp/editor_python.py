@@ -16,40 +16,10 @@ from pathlib import Path
 
 import acp
 from acp import schema
+from recording import RecordingEditor as Editor
 from tap import check, run
 
 GATEWAY, CONFIG, WORK = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-
-
-class Editor:
-    def __init__(self):
-        self.updates = {}  # session id -> [update]
-        self.permissions = []  # (session id, tool call title, options)
-        self.answer_kind = "allow_once"
-        self.in_progress = asyncio.Event()
-
-    def on_connect(self, conn):
-        self.conn = conn
-
-    async def session_update(self, session_id, update, **kwargs):
-        self.updates.setdefault(session_id, []).append(update)
-        if getattr(update, "session_update", None) == "tool_call_update" and update.status == "in_progress":
-            self.in_progress.set()
-
-    async def request_permission(self, session_id, tool_call, options, **kwargs):
-        self.permissions.append((session_id, tool_call.title, options))
-        chosen = next(o for o in options if o.kind == self.answer_kind)
-        return schema.RequestPermissionResponse(
-            outcome=schema.AllowedOutcome(outcome="selected", option_id=chosen.option_id)
-        )
-
-    def text(self, sid, kind="agent_message_chunk"):
-        return "".join(
-            u.content.text for u in self.updates.get(sid, []) if u.session_update == kind and hasattr(u.content, "text")
-        )
-
-    def kinds(self, sid):
-        return [u.session_update for u in self.updates.get(sid, [])]
 
 
 def option(o):

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import acp
 from acp import schema
+from recording import RecordingEditor as Editor
 from tap import check, run
 
 GATEWAY, CONFIG, WORK = sys.argv[1], sys.argv[2], Path(sys.argv[3])
@@ -75,44 +76,6 @@ class Server:
         if self.proc and self.proc.returncode is None:
             self.proc.terminate()
             await self.proc.wait()
-
-
-class Editor:
-    def __init__(self):
-        self.updates = {}
-        self.permissions = 0
-        self.in_progress = asyncio.Event()
-
-    def on_connect(self, conn):
-        self.conn = conn
-
-    async def session_update(self, session_id, update, **kwargs):
-        self.updates.setdefault(session_id, []).append(update)
-        if getattr(update, "session_update", None) == "tool_call_update" and update.status == "in_progress":
-            self.in_progress.set()
-
-    async def request_permission(self, session_id, tool_call, options, **kwargs):
-        self.permissions += 1
-        chosen = next(o for o in options if o.kind == "allow_once")
-        return schema.RequestPermissionResponse(outcome=schema.AllowedOutcome(outcome="selected", option_id=chosen.option_id))
-
-    def results(self):
-        """The status and text of every finished tool call, in order."""
-        out = []
-        for updates in self.updates.values():
-            for u in updates:
-                if getattr(u, "session_update", None) == "tool_call_update" and u.status in ("completed", "failed"):
-                    texts = [getattr(getattr(c, "content", None), "text", "") for c in (u.content or [])]
-                    out.append((u.status, "".join(texts)))
-        return out
-
-    def kinds(self, sid):
-        return [u.session_update for u in self.updates.get(sid, [])]
-
-    def text(self, sid, kind="agent_message_chunk"):
-        return "".join(
-            u.content.text for u in self.updates.get(sid, []) if u.session_update == kind and hasattr(u.content, "text")
-        )
 
 
 def text(t):
@@ -186,7 +149,7 @@ async def scenario(server, key, ws, home):
               f"a prompt through the relay streams its answer once ({editor.text(sid)!r})")
 
         r = await conn.prompt(session_id=sid, prompt=[text('tool:write {"file_path": "relayed.txt", "content": "yes"}')])
-        check(r.stop_reason == "end_turn" and editor.permissions == 1 and (ws / "relayed.txt").read_text() == "yes",
+        check(r.stop_reason == "end_turn" and len(editor.permissions) == 1 and (ws / "relayed.txt").read_text() == "yes",
               "a permission request crosses the relay and its answer comes back")
 
         editor.in_progress.clear()

@@ -305,7 +305,7 @@ pub async fn start(ctx: &RunContext, launch: Launch<'_>) -> Result<Arc<AgentProc
     let init = json!({
         "protocolVersion": PROTOCOL_VERSION,
         "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": true},
-        "clientInfo": {"name": "gateway", "title": "Gateway", "version": env!("CARGO_PKG_VERSION")},
+        "clientInfo": crate::wire::implementation(),
     });
     let answer = |process: &AgentProcess, what: &str, e: RpcError| {
         let status = process.exit_status().map(|s| format!(" (the process exited: {s})")).unwrap_or_default();

@@ -210,10 +210,7 @@ async fn bridge(
             }
             (None, Some(id)) => {
                 if let Some(reply) = id.as_u64().and_then(|n| asked.remove(&n)) {
-                    let _ = reply.send(envelope::read_response(&message).map_err(|e| match e {
-                        envelope::Answer::Error(e) => e,
-                        envelope::Answer::NotAResponse => RpcError::internal("the MCP client answered nothing"),
-                    }));
+                    let _ = reply.send(envelope::read_response(&message).map_err(RpcError::from));
                 }
             }
             (None, None) => {}

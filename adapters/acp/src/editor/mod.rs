@@ -159,7 +159,7 @@ impl Editor {
             "protocolVersion": PROTOCOL_VERSION,
             "agentCapabilities": capabilities,
             "authMethods": auth_methods(self.ctx.sign_in.is_some(), offers_terminal_auth(&params)),
-            "agentInfo": {"name": "gateway", "title": "Gateway", "version": env!("CARGO_PKG_VERSION")},
+            "agentInfo": crate::wire::implementation(),
         }))
     }
 
@@ -206,22 +206,28 @@ const TERMINAL_METHOD: &str = "gateway-login";
 /// connection presented a key) the agent method still stands, so every editor and the ACP
 /// registry's check see one they can drive.
 fn auth_methods(needs_credential: bool, terminal: bool) -> Value {
-    let mut methods = vec![json!({
-        "id": AGENT_METHOD,
-        "name": "Gateway",
-        "description": if needs_credential {
-            "Use the model credential this gateway has: ANTHROPIC_API_KEY in its environment, or the key `gateway login` stored"
-        } else {
-            "This connection is signed in with its gateway API key"
-        },
-    })];
-    if needs_credential && terminal {
+    let agent = if needs_credential {
+        "Use the model credential this gateway has: ANTHROPIC_API_KEY in its environment, or the key `gateway login` stored"
+    } else {
+        "This connection is signed in with its gateway API key"
+    };
+    let login = (needs_credential && terminal)
+        .then_some(("Stores an Anthropic API key for this user (gateway login)".to_owned(), vec!["login".to_owned()]));
+    auth_method_list(agent.to_owned(), login)
+}
+
+/// The methods, by their one set of ids: the agent method with its description, and the
+/// terminal sign-in (its description and the arguments the editor runs this binary with) when
+/// offered. The relay offers the same methods for its gateway's key.
+pub(crate) fn auth_method_list(agent: String, terminal: Option<(String, Vec<String>)>) -> Value {
+    let mut methods = vec![json!({"id": AGENT_METHOD, "name": "Gateway", "description": agent})];
+    if let Some((description, args)) = terminal {
         methods.push(json!({
             "id": TERMINAL_METHOD,
             "name": "Sign in from a terminal",
-            "description": "Stores an Anthropic API key for this user (gateway login)",
+            "description": description,
             "type": "terminal",
-            "args": ["login"],
+            "args": args,
         }));
     }
     Value::Array(methods)

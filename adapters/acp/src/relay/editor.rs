@@ -222,28 +222,19 @@ impl Relay {
     /// The gateway's `initialize` answer as the relay's: its sign-in is the relay's (a key
     /// for this gateway, stored by `gateway login --url`), and it can sign out.
     pub(super) fn initialize_answer(&self, mut answer: Value) -> Value {
-        let terminal = self.init.as_ref().is_some_and(crate::editor::offers_terminal_auth);
-        let mut methods = vec![json!({
-            "id": "gateway",
-            "name": "Gateway",
-            "description": format!("Use the API key for {}: GATEWAY_API_KEY, or the one `gateway login --url` stored", self.config.url),
-        })];
-        if terminal {
-            methods.push(json!({
-                "id": "gateway-login",
-                "name": "Sign in from a terminal",
-                "description": format!("Stores an API key for {} (gateway login --url)", self.config.url),
-                "type": "terminal",
-                "args": ["login", "--url", self.config.url],
-            }));
-        }
-        answer["authMethods"] = Value::Array(methods);
+        let url = &self.config.url;
+        let terminal = self.init.as_ref().is_some_and(crate::editor::offers_terminal_auth).then(|| {
+            let args = ["login", "--url", url].map(str::to_owned).to_vec();
+            (format!("Stores an API key for {url} (gateway login --url)"), args)
+        });
+        let agent = format!("Use the API key for {url}: GATEWAY_API_KEY, or the one `gateway login --url` stored");
+        answer["authMethods"] = crate::editor::auth_method_list(agent, terminal);
         if !answer["agentCapabilities"].is_object() {
             answer["agentCapabilities"] = json!({});
         }
         answer["agentCapabilities"]["auth"] = json!({"logout": {}});
         if !answer["agentInfo"].is_object() {
-            answer["agentInfo"] = json!({"name": "gateway", "title": "Gateway", "version": env!("CARGO_PKG_VERSION")});
+            answer["agentInfo"] = crate::wire::implementation();
         }
         answer
     }

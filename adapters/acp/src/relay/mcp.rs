@@ -15,8 +15,8 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use super::{Relay, Sent};
+use crate::rpc::RpcError;
 use crate::rpc::framing::{Inbound, MAX_MESSAGE_BYTES, next_line};
-use crate::rpc::{RpcError, code};
 
 /// Most servers the relay runs at once.
 const MAX_RUNNING: usize = 32;
@@ -216,10 +216,7 @@ impl Relay {
                 let gateway_id =
                     id.as_u64().and_then(|n| self.running.get_mut(&connection).and_then(|s| s.waiting.remove(&n)));
                 if let Some(gateway_id) = gateway_id {
-                    let answer = envelope::read_response(&message).map_err(|e| match e {
-                        envelope::Answer::Error(e) => e,
-                        envelope::Answer::NotAResponse => RpcError::internal("the MCP server answered nothing"),
-                    });
+                    let answer = envelope::read_response(&message).map_err(RpcError::from);
                     self.answer_gateway(gateway_id, answer).await;
                 }
             }
@@ -241,10 +238,7 @@ impl Relay {
     pub(super) async fn answer_server(&mut self, connection: &str, id: Value, message: &Value) {
         let Some(server) = self.running.get(connection) else { return };
         let Ok(id) = serde_json::value::to_raw_value(&id) else { return };
-        let answer = envelope::read_response(message).map_err(|e| match e {
-            envelope::Answer::Error(e) => e,
-            envelope::Answer::NotAResponse => RpcError::new(code::INTERNAL_ERROR, "no answer"),
-        });
+        let answer = envelope::read_response(message).map_err(RpcError::from);
         let _ = server.stdin.send(envelope::response(&id, answer.as_ref())).await;
     }
 

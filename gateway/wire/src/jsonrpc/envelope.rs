@@ -218,6 +218,17 @@ pub enum Answer {
     NotAResponse,
 }
 
+/// A response read for a peer that passes it on: its error as it was, or an internal error
+/// saying there was none (the relay's and the editor face's MCP bridges answer so).
+impl From<Answer> for RpcError {
+    fn from(a: Answer) -> Self {
+        match a {
+            Answer::Error(e) => e,
+            Answer::NotAResponse => RpcError::internal(a.to_string()),
+        }
+    }
+}
+
 /// The result of a received response, or its error.
 pub fn read_response(envelope: &Value) -> Result<Value, Answer> {
     match envelope.get("error") {
