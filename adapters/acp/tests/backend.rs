@@ -151,7 +151,7 @@ async fn stopping_the_gateway_stops_its_agent_processes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_process_resumes_the_agents_session_when_offered() {
-    let r = rig(Options { caps: Caps { load: true, resume: true }, ..Default::default() }).await;
+    let r = rig(Options { caps: Caps { load: true, resume: true, ..Default::default() }, ..Default::default() }).await;
     let s = r.session("fake").await;
     let stream = r.stream(&s, 0).await;
     r.say(&s, "echo one").await;
@@ -170,7 +170,7 @@ async fn a_new_process_resumes_the_agents_session_when_offered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_load_replay_is_discarded_without_blocking_the_agent() {
-    let r = rig(Options { caps: Caps { load: true, resume: false }, ..Default::default() }).await;
+    let r = rig(Options { caps: Caps { load: true, ..Default::default() }, ..Default::default() }).await;
     let s = r.session("fake").await;
     let stream = r.stream(&s, 0).await;
     r.say(&s, "echo one").await;

@@ -127,13 +127,17 @@ async fn a_session_without_an_editor_workspace_is_not_opened_on_any_transport() 
 /// agent there: both turns fail closed, naming the workspace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workspace_swapped_after_session_new_fails_closed_on_every_face() {
-    let r = rig(Options::default()).await;
+    let r = rig(Options { environment_idle: Duration::ZERO, ..Default::default() }).await;
     let root = std::fs::canonicalize(r.projects.path()).unwrap().join("allowed");
     let project = root.join("project");
     std::fs::create_dir_all(&project).unwrap();
     let ws = connect(r.context(Some(vec![root.clone()])));
     ws.initialize().await;
     let sid = ws.new_session(&project.display().to_string()).await.unwrap();
+    // The agent process started with the session (ADR 0033) works in the directory it was
+    // given; once it and its environment are gone, the next realization finds the swap.
+    assert_eq!(*r.fake.seen.connections.lock().unwrap(), 1, "the agent started with its session");
+    r.put_to_sleep(&sid).await;
     std::fs::rename(&project, root.join("project.orig")).unwrap();
     std::os::unix::fs::symlink("/", &project).unwrap();
 
@@ -145,13 +149,13 @@ async fn a_workspace_swapped_after_session_new_fails_closed_on_every_face() {
     let errors = common::errors(&events);
     assert!(errors.iter().any(|m| m.contains(&project.display().to_string())), "{errors:?}");
     assert!(matches!(&events.last().unwrap().payload, EventPayload::TurnEnded { stop: StopReason::Failed }));
-    assert_eq!(*r.fake.seen.connections.lock().unwrap(), 0, "no agent process was started in the swapped workspace");
+    assert_eq!(*r.fake.seen.connections.lock().unwrap(), 1, "no agent process was started in the swapped workspace");
 
     // Through the editor's own connection.
     let answer = ws.prompt(&sid, "hello").await.unwrap();
     let e = answer.expect_err("the prompt fails");
     assert!(e.message.contains(&project.display().to_string()), "{e:?}");
-    assert_eq!(*r.fake.seen.connections.lock().unwrap(), 0);
+    assert_eq!(*r.fake.seen.connections.lock().unwrap(), 1);
 }
 
 /// `additionalDirectories`: each is checked like the `cwd` (under the roots over the network),
@@ -160,7 +164,7 @@ async fn a_workspace_swapped_after_session_new_fails_closed_on_every_face() {
 /// swapped workspace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn additional_directories_are_checked_kept_and_fail_closed_when_swapped() {
-    let r = rig(Options::default()).await;
+    let r = rig(Options { environment_idle: Duration::ZERO, ..Default::default() }).await;
     let root = std::fs::canonicalize(r.projects.path()).unwrap().join("allowed");
     let (project, lib) = (root.join("project"), root.join("lib"));
     std::fs::create_dir_all(project.join("sub")).unwrap();
@@ -199,7 +203,10 @@ async fn additional_directories_are_checked_kept_and_fail_closed_when_swapped() 
     let e = ws.call("session/resume", load(vec![s(&other)])).await.unwrap_err();
     assert!(e.code == -32602 && e.message.contains("fixed"), "{e:?}");
 
-    // Swapped for a symlink to `/` after session/new: the turn fails closed, naming it.
+    // Swapped for a symlink to `/` after session/new (and after the agent process the
+    // session started with is gone): the turn fails closed, naming it.
+    let started = *r.fake.seen.connections.lock().unwrap();
+    r.put_to_sleep(&sid).await;
     std::fs::rename(&lib, root.join("lib.orig")).unwrap();
     std::os::unix::fs::symlink("/", &lib).unwrap();
     let session = r.coordinator.get_session(&SessionId::parse(&sid).unwrap()).await.unwrap();
@@ -209,7 +216,7 @@ async fn additional_directories_are_checked_kept_and_fail_closed_when_swapped() 
     let errors = common::errors(&events);
     assert!(errors.iter().any(|m| m.contains(&s(&lib))), "{errors:?}");
     assert!(matches!(&events.last().unwrap().payload, EventPayload::TurnEnded { stop: StopReason::Failed }));
-    assert_eq!(*r.fake.seen.connections.lock().unwrap(), 0, "no agent process was started");
+    assert_eq!(*r.fake.seen.connections.lock().unwrap(), started, "no agent process was started");
 }
 
 /// A relay's prompt (ADR 0030) names the event id its message gets: sent again on a new
@@ -361,7 +368,7 @@ async fn closing_a_session_mid_turn_interrupts_it_cleanly() {
             _ => None,
         })
         .collect();
-    assert_eq!(ended, vec![StopReason::Interrupted], "the turn was interrupted, not failed");
+    assert_eq!(ended, vec![StopReason::EndTurn, StopReason::Interrupted], "opened, then interrupted, not failed");
     assert!(common::errors(&events).is_empty(), "{:?}", common::errors(&events));
     // Closed here: closing again, or prompting, needs it opened again.
     let e = ed.call("session/close", json!({"sessionId": sid})).await.unwrap_err();
@@ -446,4 +453,70 @@ async fn a_prompt_past_the_queued_runs_bound_gets_an_error_naming_the_cause() {
     let session = r.coordinator.get_session(&SessionId::parse(&sid).unwrap()).await.unwrap();
     assert!(r.events(&session).await.is_empty(), "nothing of the refused prompt is stored");
     r.coordinator.interrupt(&busy.id).await.unwrap();
+}
+
+/// An ACP agent's process starts with its session (ADR 0033): `session/new` answers with the
+/// agent's modes and settings as the agent gave them, its commands follow the answer, and the
+/// first prompt goes to the same process. An agent that cannot open a session fails
+/// `session/new` with its reason and leaves no session behind; switching agents stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_agent_opens_with_its_session_and_its_modes_settings_and_commands_reach_the_editor() {
+    let mut r = rig(Options::default()).await;
+    let mut other = gateway_store::conformance::agent_spec("other");
+    other.backend = gateway_core::agent::BackendRef::Acp { executor: "fake".into() };
+    let other = r.coordinator.create_agent(other).await.unwrap();
+    r.agents.agents.push(("other".into(), other.id));
+    let ed = connect(r.context(None));
+    ed.initialize().await;
+    let project = r.project("p");
+    let created = ed.call("session/new", json!({"cwd": project, "mcpServers": []})).await.unwrap();
+    let sid = created["sessionId"].as_str().unwrap().to_owned();
+    assert_eq!(created["modes"], common::fake_agent::modes(), "{created}");
+    let options = created["configOptions"].as_array().unwrap();
+    let ids: Vec<&str> = options.iter().filter_map(|o| o["id"].as_str()).collect();
+    assert_eq!(ids, ["agent", "depth"], "the gateway's agent choice, then the agent's own: {created}");
+    assert_eq!(options[1], common::fake_agent::settings()[0]);
+    assert_eq!(*r.fake.seen.connections.lock().unwrap(), 1);
+    eventually(10, || {
+        ed.updates.lock().unwrap().iter().any(|u| {
+            u["sessionUpdate"] == "available_commands_update"
+                && u["availableCommands"] == common::fake_agent::commands()
+        })
+    })
+    .await;
+
+    let answer = ed.prompt(&sid, "echo hello").await.unwrap().unwrap();
+    assert_eq!(answer["stopReason"], "end_turn");
+    assert!(ed.text().contains("hello"), "{}", ed.text());
+    assert_eq!(*r.fake.seen.connections.lock().unwrap(), 1, "the first prompt went to the process the session opened");
+    assert_eq!(r.fake.seen.count("session/new"), 1);
+
+    // Before a prompt, another agent may be chosen: the opened process goes, the new agent's
+    // starts, and the answer has its settings.
+    let second = ed.call("session/new", json!({"cwd": project, "mcpServers": []})).await.unwrap();
+    let second_id = SessionId::parse(second["sessionId"].as_str().unwrap()).unwrap();
+    let first_process = r.processes.get(&second_id).await.expect("opened");
+    let started = *r.fake.seen.connections.lock().unwrap();
+    let switched = ed
+        .call(
+            "session/set_config_option",
+            json!({"sessionId": second_id.to_string(), "configId": "agent", "value": "other"}),
+        )
+        .await
+        .unwrap();
+    let options = switched["configOptions"].as_array().unwrap();
+    assert_eq!(options.last(), Some(&common::fake_agent::settings()[0]), "{switched}");
+    assert!(!first_process.alive(), "the first agent's process was stopped");
+    assert_eq!(*r.fake.seen.connections.lock().unwrap(), started + 1, "the new agent's started");
+    r.stop().await;
+
+    // An agent that cannot open a session.
+    let r = rig(Options { caps: common::Caps { refuse_new: true, ..Default::default() }, ..Default::default() }).await;
+    let ed = connect(r.context(None));
+    ed.initialize().await;
+    let e = ed.call("session/new", json!({"cwd": r.project("p"), "mcpServers": []})).await.unwrap_err();
+    assert!(e.message.contains("could not be started") && e.message.contains("no credentials"), "{e:?}");
+    let listed = ed.call("session/list", json!({})).await.unwrap();
+    assert_eq!(listed["sessions"], json!([]), "no session is left behind");
+    r.stop().await;
 }

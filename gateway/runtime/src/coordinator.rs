@@ -556,6 +556,13 @@ impl Coordinator {
         }
     }
 
+    /// Starts the backend of an idle session before its first input (`Sessions::open_session`):
+    /// an editor opening a session on an ACP agent shows the agent's modes and settings from
+    /// its first answer, as connected directly. False if the session was not idle or had a run.
+    pub async fn open_session(&self, session: &SessionId) -> Result<bool> {
+        Ok(self.store.open_session(session).await?)
+    }
+
     /// Interrupts whatever the session is doing.
     pub async fn interrupt(&self, session: &SessionId) -> Result<Vec<Event>> {
         self.submit(session, vec![NewEvent::new(EventPayload::UserInterrupt {})]).await

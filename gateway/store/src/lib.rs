@@ -95,6 +95,12 @@ pub trait Sessions: Send + Sync {
     async fn get_session(&self, id: &SessionId) -> Result<Session>;
     async fn update_session(&self, id: &SessionId, patch: SessionPatch) -> Result<Session>;
     async fn list_sessions(&self, filter: &SessionFilter, page: &PageRequest) -> Result<Page<Session>>;
+    /// Starts the backend of an idle session before its first input: queues a run with no
+    /// inputs (an ACP agent's process then starts and says what it offers, and the turn
+    /// ends), the session `running` until it settles. An input admitted while the run is
+    /// queued joins it, as it would any queued run. Returns false, writing nothing, if the
+    /// session is not idle, has a run, waits for answers, or is archived.
+    async fn open_session(&self, id: &SessionId) -> Result<bool>;
     /// Refused while running.
     async fn archive_session(&self, id: &SessionId) -> Result<Session>;
     /// Refused while running. Appends `session_deleted` (the last event open streams see),
@@ -114,8 +120,9 @@ pub trait Sessions: Send + Sync {
     /// The session's bindings: facts backends committed with `Commit::bindings`.
     async fn bindings(&self, id: &SessionId) -> Result<std::collections::BTreeMap<String, String>>;
 
-    /// Replaces the frozen snapshot of a session that has no events yet (an editor choosing
-    /// another agent before its first prompt). `Guard::SessionStarted` once it has history.
+    /// Replaces the frozen snapshot of a session no client has sent anything to and no run
+    /// works on (an editor choosing another agent before its first prompt, the session perhaps
+    /// opened: `open_session`). `Guard::SessionStarted` once it has an input or a run.
     async fn replace_snapshot(
         &self,
         id: &SessionId,

@@ -25,6 +25,16 @@ impl Handler for Test {
                 Ok(json!({"they_said": answer}))
             }),
             "fail" => Box::pin(async { Err(RpcError::invalid_params("bad")) }),
+            // Asks for a notification behind its answer, after a pause that a notification
+            // sent at once would have overtaken.
+            "then" => Box::pin(async move {
+                assert!(gateway_wire::jsonrpc::notify_after_answer("made", json!({"of": params["n"]})));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if params["fail"] == true {
+                    return Err(RpcError::invalid_params("refused"));
+                }
+                Ok(json!({"n": params["n"]}))
+            }),
             "hang" => Box::pin(std::future::pending()),
             other => {
                 let e = RpcError::method_not_found(other);
@@ -214,4 +224,20 @@ async fn the_outgoing_queue_is_bounded_and_try_notify_never_waits() {
     // Room again once a frame is written.
     assert_eq!(w.recv().await["params"]["i"], 0);
     assert!(w.peer.try_notify("n", json!({})));
+}
+
+#[tokio::test]
+async fn notifications_asked_by_an_answer_follow_it_and_only_a_result() {
+    let mut w = Wire::new(PeerOptions::default());
+    assert!(!gateway_wire::jsonrpc::notify_after_answer("x", json!({})), "outside an answer nothing is queued");
+    w.send(r#"{"jsonrpc":"2.0","id":1,"method":"then","params":{"n":1}}"#).await;
+    let answer = w.recv().await;
+    assert_eq!((answer["id"].clone(), answer["result"]["n"].clone()), (json!(1), json!(1)), "{answer}");
+    let note = w.recv().await;
+    assert_eq!((note["method"].as_str(), note["params"]["of"].clone(), note.get("id")), (Some("made"), json!(1), None));
+    // An error answer takes its notifications with it.
+    w.send(r#"{"jsonrpc":"2.0","id":2,"method":"then","params":{"n":2,"fail":true}}"#).await;
+    assert_eq!(w.recv().await["error"]["code"], -32602);
+    w.send(r#"{"jsonrpc":"2.0","id":3,"method":"echo","params":{"k":3}}"#).await;
+    assert_eq!(w.recv().await["id"], 3, "nothing was sent between the error and the next answer");
 }

@@ -6,8 +6,8 @@ Usage: claude_diff.py GATEWAY_BIN CONFIG WORKDIR AGENT_JS STUB_URL HOME
 
 Both editors run the same script in the same directory: a prompt that makes the model call
 TodoWrite (claude-agent-acp reports a plan), then a mode and a model set by the editor, then a
-plain prompt. Compared, ids and timestamps aside: the modes and settings (the direct session's
-`session/new` answer; through the gateway, `session/load` after the first prompt, and again
+plain prompt. Compared, ids and timestamps aside: the modes and settings (the `session/new`
+answers; through the gateway also `session/resume` after the first prompt, and `session/load`
 after a gateway restart, before the agent runs again), the last plan and command list, the
 kinds of update seen during a turn, the agent's usage, the settings the agent answers a change with; and the model the
 second prompt ran on (the agent's usage names it), so the editor's choices reached the agent.
@@ -105,7 +105,10 @@ async def main():
     async with acp.spawn_agent_process(through, GATEWAY, "acp", "--config", CONFIG, "--agent", "claude",
                                        cwd=str(WORK)) as (conn, _p):
         await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
-        sid = (await conn.new_session(cwd=str(ws), mcp_servers=[])).session_id
+        new = await conn.new_session(cwd=str(ws), mcp_servers=[])
+        sid = new.session_id
+        check(dump(new.modes) == d_modes, f"session/new answers with the direct session's modes ({dump(new.modes)})")
+        check(options(new) == d_options, "session/new answers with the direct session's settings")
         r = await conn.prompt(session_id=sid, prompt=text(TODO))
         await asyncio.sleep(0.5)
         g_first = list(through.updates)

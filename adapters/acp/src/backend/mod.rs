@@ -329,7 +329,8 @@ impl AcpBackend {
             // Kept settings are read only when there may be some: a process's first turn, or
             // an editor here kept one since (no store read per turn).
             let kept = self.processes.take_settings_kept(&ctx.session.id);
-            if p.first_turn() || kept {
+            let first = p.first_turn();
+            if first || kept {
                 apply_pending_settings(ctx, &p, &bindings).await;
             }
             match self.next_prompt(ctx, &view, &p, &mut sent) {
@@ -337,6 +338,12 @@ impl AcpBackend {
                 None if ctx.claim.run.started && view.inputs_through() > answered => {
                     warn!(sent, answered, "this run's prompt is gone with its agent process");
                     return Err(failed(LOST_MID_TURN));
+                }
+                None if first => {
+                    // A session opened before its first prompt (`Coordinator::open_session`).
+                    listen_after_opening(ctx, turn).await?;
+                    info!("the agent process started; nothing to send yet, the turn ends");
+                    return Ok(TurnOutcome::EndTurn);
                 }
                 None => {
                     info!("nothing new to send to the agent; the turn ends");
@@ -431,6 +438,34 @@ async fn apply_pending_settings(
     if last > sent {
         ctx.stage_with_bindings(reports, [(SETTINGS_SENT_BINDING.to_owned(), last.to_string())]);
     }
+}
+
+/// How long an opening run listens for what the agent says just after its session opened,
+/// once quiet (claude-agent-acp sends its commands right after its answer), and at most.
+const OPENING_QUIET: Duration = Duration::from_millis(250);
+const OPENING_LISTEN: Duration = Duration::from_secs(2);
+
+/// Keeps what the agent reports right after opening its session (its commands) with the
+/// opening run, so the editor has them with `session/new`'s answer rather than at the first
+/// prompt. Anything later waits in the queue for the next turn, as between turns.
+async fn listen_after_opening(ctx: &RunContext, turn: &mut Turn) -> Result<(), BackendError> {
+    let mut mapper = Mapper::default();
+    let until = Instant::now() + OPENING_LISTEN;
+    loop {
+        let quiet = (Instant::now() + OPENING_QUIET).min(until);
+        tokio::select! {
+            ev = turn.events.recv() => match ev {
+                Some(AgentEvent::Update(u)) => mapper.update(ctx, &mut turn.tools, &u).await?,
+                // No prompt runs: nothing may be done on the session's behalf.
+                Some(AgentEvent::Permission { reply, .. }) => { let _ = reply.send(cancelled_outcome()); }
+                None => break,
+            },
+            _ = tokio::time::sleep_until(quiet) => break,
+        }
+    }
+    mapper.stage_with(ctx, vec![]);
+    turn.tools.clear();
+    Ok(())
 }
 
 /// Sends a prompt; its answer is awaited by whichever run consumes the turn.

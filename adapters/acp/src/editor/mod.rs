@@ -7,6 +7,7 @@
 //! editor passed to an ACP-backed agent (`acp.mcp_servers`), as adapter documents.
 
 mod channels;
+mod opening;
 mod project;
 mod prompt;
 mod sessions;

@@ -12,9 +12,9 @@ use gateway_runtime::{AgentSelection, CreateSession, RuntimeError};
 use gateway_store::{EventFilter, Keyset, Order, PageCursor, PageRequest, SessionFilter, SessionPatch};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tracing::info;
+use tracing::{info, warn};
 
-use super::{Editor, Open, Projector, agent_name, runtime_error, workspace_of};
+use super::{Editor, Open, Projector, agent_name, opening, runtime_error, workspace_of};
 use crate::names::{PENDING_SETTINGS_NS, PERMISSIONS_NS, SETTINGS_SENT_BINDING, seq_of};
 use crate::rpc::{Peer, RpcError, params};
 
@@ -147,12 +147,42 @@ pub(super) async fn new_session(ed: &Editor, peer: &Peer, raw: Value) -> Result<
     };
     let (session, _) = ed.ctx.coordinator.create_session(request).await.map_err(runtime_error)?;
     info!(session = %session.id, agent = %name, cwd = %p.cwd, "ACP session created");
-    carry_servers(ed, peer, &session);
-    ed.remember(session.id.clone(), p.cwd);
-    let mut result = json!({"sessionId": session.id.to_string()});
-    if let Some(options) = config_options(ed, &session).await {
-        result["configOptions"] = options;
+    // An ACP agent's process starts now, so the answer has its modes and settings. One that
+    // cannot start fails the request, and the session goes: the editor never learnt its id.
+    if let Err(e) = opening::start_agent(ed, &session).await {
+        if let Err(d) = ed.ctx.coordinator.delete_session(&session.id).await {
+            warn!(session = %session.id, error = %d, "could not delete the session its agent could not open");
+        }
+        return Err(e);
     }
+    carry_servers(ed, peer, &session);
+    let mut projector = Projector::new(&p.cwd, true).with_inner_root(ed.ctx.coordinator.inner_root(&session));
+    ed.remember(session.id.clone(), p.cwd);
+    let mut result = opening_answer(ed, &session, &mut projector, false).await?;
+    result["sessionId"] = json!(session.id.to_string());
+    Ok(result)
+}
+
+/// The answer that opens a session on the editor (`new`, `load`, `resume`): the agent's modes
+/// and the session's config options (the gateway's, then an ACP agent's own), its commands
+/// following the answer.
+async fn opening_answer(
+    ed: &Editor,
+    session: &Session,
+    projector: &mut Projector,
+    replayed: bool,
+) -> Result<Value, RpcError> {
+    let agent = opening::agent_state(ed, session, projector, replayed).await?;
+    let mut result = json!({});
+    if let Some(modes) = agent.modes {
+        result["modes"] = modes;
+    }
+    let mut options = config_options(ed, session).await.and_then(|o| o.as_array().cloned()).unwrap_or_default();
+    options.extend(agent.settings);
+    if !options.is_empty() {
+        result["configOptions"] = Value::Array(options);
+    }
+    opening::send_commands_after(session, agent.commands);
     Ok(result)
 }
 
@@ -295,8 +325,7 @@ pub(super) async fn load(ed: &Editor, peer: &Peer, raw: Value, replay: bool) -> 
     let cwd = loadable_workspace(ed, &session, p.cwd.as_deref())?;
     same_additional(ed, &session, &p.additional_directories)?;
     // A load replays the history; a resume only reads it for what an ACP agent last said
-    // about its modes and settings (both answer with them, as the agent would).
-    let acp_backed = matches!(session.snapshot.agent.spec.backend, BackendRef::Acp { .. });
+    // about its modes, settings and commands (both answer with them, as the agent would).
     let mut projector = Projector::new(&cwd, true).with_inner_root(ed.ctx.coordinator.inner_root(&session));
     if replay {
         let sid = id.to_string();
@@ -304,8 +333,6 @@ pub(super) async fn load(ed: &Editor, peer: &Peer, raw: Value, replay: bool) -> 
             peer.notify("session/update", json!({"sessionId": sid, "update": update}))
         })
         .await?;
-    } else if acp_backed {
-        project_history(ed, &id, true, &mut projector, |_| async {}).await?;
     }
     if session.title.is_some() {
         peer.notify("session/update", json!({"sessionId": id.to_string(), "update": super::session_info(&session)}))
@@ -313,22 +340,12 @@ pub(super) async fn load(ed: &Editor, peer: &Peer, raw: Value, replay: bool) -> 
     }
     carry_servers(ed, peer, &session);
     ed.remember(id, cwd);
-    let mut result = json!({});
-    let agent = projector.agent_state();
-    if let Some(modes) = &agent.modes {
-        result["modes"] = modes.clone();
-    }
-    let mut options = config_options(ed, &session).await.and_then(|o| o.as_array().cloned()).unwrap_or_default();
-    options.extend(agent.settings.as_ref().and_then(Value::as_array).into_iter().flatten().cloned());
-    if !options.is_empty() {
-        result["configOptions"] = Value::Array(options);
-    }
-    Ok(result)
+    opening_answer(ed, &session, &mut projector, replay).await
 }
 
 /// Projects a session's committed history in order, handing each update to `send`; with
 /// `reports_only`, only the agent's reports (what its modes and settings are now).
-async fn project_history<F, Fut>(
+pub(super) async fn project_history<F, Fut>(
     ed: &Editor,
     id: &SessionId,
     reports_only: bool,
@@ -812,12 +829,19 @@ pub(super) async fn set_config_option(ed: &Editor, raw: Value) -> Result<Value, 
     let selection = AgentSelection { id: agent_id, version: None, overrides: overrides_for(&agent.spec) };
     let mut session = ed.ctx.coordinator.switch_agent(&id, selection).await.map_err(runtime_error)?;
     info!(session = %id, agent = %name, "agent switched");
+    // The agent process the session was opened with goes; the new agent's starts (its modes
+    // and settings replace the old one's: later reports win).
+    ed.ctx.processes.close(&id).await;
+    opening::start_agent(ed, &session).await?;
     // A preset chosen before the switch applies to the new agent too.
     let preset = current_preset(ed, &id).await;
     if preset != PermissionPreset::AsDefined && session.snapshot.agent.spec.backend == BackendRef::Native {
         session = set_preset(ed, &id, preset).await?;
     }
-    Ok(json!({"configOptions": config_options(ed, &session).await.unwrap_or_else(|| json!([]))}))
+    let cwd = ed.open(&p.session_id)?.cwd.clone();
+    let mut projector = Projector::new(&cwd, true).with_inner_root(ed.ctx.coordinator.inner_root(&session));
+    let answer = opening_answer(ed, &session, &mut projector, false).await?;
+    Ok(json!({"configOptions": answer.get("configOptions").cloned().unwrap_or_else(|| json!([]))}))
 }
 
 #[cfg(test)]

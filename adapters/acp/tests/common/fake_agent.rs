@@ -34,6 +34,24 @@ pub const LOAD_REPLAY: usize = 3000;
 pub struct Caps {
     pub load: bool,
     pub resume: bool,
+    /// `session/new` is refused (an agent that cannot open a session: no credentials, say).
+    pub refuse_new: bool,
+}
+
+/// The modes every fake agent's `session/new` answers with.
+pub fn modes() -> Value {
+    json!({"currentModeId": "ask", "availableModes": [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}]})
+}
+
+/// The settings every fake agent's `session/new` answers with.
+pub fn settings() -> Value {
+    json!([{"id": "depth", "name": "Depth", "type": "select", "currentValue": "shallow",
+            "options": [{"value": "shallow", "name": "Shallow"}, {"value": "deep", "name": "Deep"}]}])
+}
+
+/// The commands every fake agent announces right after answering `session/new`.
+pub fn commands() -> Value {
+    json!([{"name": "review", "description": "Reviews the change", "input": {"hint": "what to look at"}}])
 }
 
 /// What every fake agent of a connector saw and did.
@@ -158,9 +176,20 @@ impl Handler for FakeAgent {
                 }
                 Ok(json!({"protocolVersion": 1, "agentCapabilities": agent, "authMethods": []}))
             }),
+            "session/new" if caps.refuse_new => {
+                Box::pin(async move { Err(RpcError::new(-32000, "no credentials for the fake agent")) })
+            }
             "session/new" => {
                 *self.seen.cwd.lock().unwrap() = params["cwd"].as_str().map(str::to_owned);
-                Box::pin(async move { Ok(json!({"sessionId": "fake-session"})) })
+                // As claude-agent-acp does: the commands follow the answer.
+                tokio::spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    let update = json!({"sessionUpdate": "available_commands_update", "availableCommands": commands()});
+                    peer.notify("session/update", json!({"sessionId": "fake-session", "update": update})).await;
+                });
+                Box::pin(async move {
+                    Ok(json!({"sessionId": "fake-session", "modes": modes(), "configOptions": settings()}))
+                })
             }
             "session/resume" => Box::pin(async move { Ok(json!({})) }),
             "session/load" => Box::pin(async move {

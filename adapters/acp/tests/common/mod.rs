@@ -41,11 +41,18 @@ pub struct Options {
     /// Backoff base of transient retries.
     pub retry_base: Duration,
     pub admission: AdmissionLimits,
+    /// How long an unused environment stays realized.
+    pub environment_idle: Duration,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { caps: Caps::default(), retry_base: Duration::from_millis(20), admission: AdmissionLimits::default() }
+        Self {
+            caps: Caps::default(),
+            retry_base: Duration::from_millis(20),
+            admission: AdmissionLimits::default(),
+            environment_idle: Duration::from_secs(3600),
+        }
     }
 }
 
@@ -95,7 +102,7 @@ pub async fn rig(options: Options) -> Rig {
             Arc::new(AcpBackend::with_connector("fake".into(), executor, Arc::clone(envs), table, connector))
         })
         .local_sandbox()
-        .environments(EnvironmentsConfig { idle: Duration::from_secs(3600), ..Default::default() })
+        .environments(EnvironmentsConfig { idle: options.environment_idle, ..Default::default() })
         .subscription_poll(Duration::from_millis(100))
         .instance("t")
         .admission(options.admission)
@@ -131,6 +138,21 @@ impl Rig {
     /// Stops the gateway as the binary does (Workers, backends, tasks, store).
     pub async fn stop(self) {
         self.gw.stop().await;
+    }
+
+    /// Stops the session's agent process and hibernates its environment (an environment
+    /// idle: zero rig), so the next turn realizes it again, checking its directories.
+    pub async fn put_to_sleep(&self, session: &str) {
+        self.processes.close(&gateway_core::SessionId::parse(session).unwrap()).await;
+        // The process's lease goes with the last of its tasks.
+        for _ in 0..100 {
+            if self.environments.census().await.0 == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.environments.hibernate_idle(&self.store).await;
+        assert_eq!(self.environments.census().await, (0, 0), "the environment is hibernated");
     }
 
     /// A project directory for an editor.

@@ -63,6 +63,18 @@ pub async fn snapshots_change_only_before_history(h: &dyn Harness) {
     snapshot.agent.spec.system = Some("other agent".into());
     let replaced = s.replace_snapshot(&sess.id, snapshot.clone()).await.unwrap();
     assert_eq!(replaced.snapshot.agent.spec.system.as_deref(), Some("other agent"));
+    // Opened (a run with no inputs): not while its run is there, again once it ended.
+    assert!(s.open_session(&sess.id).await.unwrap());
+    let refused = s.replace_snapshot(&sess.id, snapshot.clone()).await;
+    assert!(matches!(refused, Err(StoreError::Guard(Guard::SessionStarted(_)))), "{refused:?}");
+    let claim = s.claim_run(&worker("w", "h"), terms(5_000)).await.unwrap().unwrap();
+    let ended = gateway_core::event::NewEvent::new(gateway_core::event::EventPayload::TurnEnded {
+        stop: gateway_core::event::StopReason::EndTurn,
+    });
+    s.settle(&claim.fence, Settlement { events: vec![ended], outcome: RunOutcome::Completed, bindings: vec![] })
+        .await
+        .unwrap();
+    s.replace_snapshot(&sess.id, snapshot.clone()).await.unwrap();
     s.submit_inputs(&sess.id, vec![msg("hi")], AdmissionWrites::default()).await.unwrap();
     assert!(matches!(s.replace_snapshot(&sess.id, snapshot).await, Err(StoreError::Guard(Guard::SessionStarted(_)))));
 }

@@ -303,3 +303,40 @@ pub async fn interrupt_cancels_queued_runs_and_flags_running_ones(h: &dyn Harnes
     let page = s.list_events(&running.id, &filter, &PageRequest::first(10, Order::Asc)).await.unwrap();
     assert_eq!(page.items.len(), 1);
 }
+
+pub async fn opening_queues_one_run_without_inputs_that_a_message_joins(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let sess = session_with(&s, vec![]).await;
+    assert_eq!(sess.status, SessionStatus::Idle);
+    assert!(s.open_session(&sess.id).await.unwrap(), "an idle session without a run opens");
+    assert_eq!(s.get_session(&sess.id).await.unwrap().status, SessionStatus::Running);
+    assert!(!s.open_session(&sess.id).await.unwrap(), "a session with a queued run is not opened again");
+    let runs = s.active_runs(&sess.id).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert!(s.events_after(&sess.id, 0, 10).await.unwrap().is_empty(), "opening appends nothing");
+
+    let claim = s.claim_run(&worker("w", "h"), terms(5_000)).await.unwrap().unwrap();
+    assert_eq!(claim.fence.run_id, runs[0].id);
+    assert_eq!(claim.inputs_through, 0, "the run has no inputs");
+    assert!(!s.open_session(&sess.id).await.unwrap(), "nor while its run runs");
+    let ended = NewEvent::new(EventPayload::TurnEnded { stop: StopReason::EndTurn });
+    let end = Settlement { events: vec![ended], outcome: RunOutcome::Completed, bindings: vec![] };
+    s.settle(&claim.fence, end).await.unwrap();
+    let after = s.get_session(&sess.id).await.unwrap();
+    assert_eq!(after.status, SessionStatus::Idle);
+    let kinds: Vec<EventKind> = s.events_after(&sess.id, 0, 10).await.unwrap().iter().map(|e| e.kind()).collect();
+    assert_eq!(kinds, vec![EventKind::TurnStarted, EventKind::TurnEnded]);
+
+    // A message admitted while an opening run is queued is that run's input.
+    assert!(s.open_session(&sess.id).await.unwrap());
+    s.submit_inputs(&sess.id, vec![msg("hi")], AdmissionWrites::default()).await.unwrap();
+    assert_eq!(s.active_runs(&sess.id).await.unwrap().len(), 1, "the message joins the queued run");
+    let claim = s.claim_run(&worker("w", "h"), terms(5_000)).await.unwrap().unwrap();
+    assert_eq!(claim.inputs_through, after.last_seq + 1);
+
+    // An archived session is never opened.
+    let archived = session_with(&s, vec![]).await;
+    s.archive_session(&archived.id).await.unwrap();
+    assert!(!s.open_session(&archived.id).await.unwrap());
+    assert!(s.active_runs(&archived.id).await.unwrap().is_empty());
+}

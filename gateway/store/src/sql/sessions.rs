@@ -202,25 +202,37 @@ impl<E: Engine> SqlStore<E> {
                 .await?;
         }
         if decision.enqueue_run {
-            let req = &session.snapshot.requirements;
-            query(
-                "INSERT INTO runs (id, session_id, state, backend, provider, traceparent, tracestate, available_at, \
-                 created_at, updated_at) VALUES ($1, $2, 'queued', $3, $4, $6, $7, $5, $5, $5)",
-            )
-            .bind(RunId::new().as_str())
-            .bind(session.id.as_str())
-            .bind(req.backend.to_string())
-            .bind(req.provider().map(|p| p.to_string()))
-            .bind(now)
-            .bind(trace.map(|t| t.traceparent.clone()))
-            .bind(trace.and_then(|t| t.tracestate.clone()))
-            .execute(&mut **tx)
-            .await?;
-            hints.push(Hint::RunReady);
+            Self::enqueue_run(tx, &session, trace, now, hints).await?;
         }
         let advance = Advance::Status(decision.status, &decision.pending);
         Self::advance_session(tx, &session.id, session.last_seq, &events, now, advance, hints).await?;
         Ok(events)
+    }
+
+    /// Queues a run of the locked `session` for its backend and placement.
+    async fn enqueue_run(
+        tx: &mut WriteTx<E>,
+        session: &Session,
+        trace: Option<&gateway_core::trace::TraceContext>,
+        now: i64,
+        hints: &mut Hints,
+    ) -> Result<()> {
+        let req = &session.snapshot.requirements;
+        query(
+            "INSERT INTO runs (id, session_id, state, backend, provider, traceparent, tracestate, available_at, \
+             created_at, updated_at) VALUES ($1, $2, 'queued', $3, $4, $6, $7, $5, $5, $5)",
+        )
+        .bind(RunId::new().as_str())
+        .bind(session.id.as_str())
+        .bind(req.backend.to_string())
+        .bind(req.provider().map(|p| p.to_string()))
+        .bind(now)
+        .bind(trace.map(|t| t.traceparent.clone()))
+        .bind(trace.and_then(|t| t.tracestate.clone()))
+        .execute(&mut **tx)
+        .await?;
+        hints.push(Hint::RunReady);
+        Ok(())
     }
 
     /// Appends `events` to the locked `session`'s log and advances the session with them
@@ -506,8 +518,18 @@ impl<E: Engine> Sessions for SqlStore<E> {
 
     async fn replace_snapshot(&self, id: &SessionId, snapshot: SessionSnapshot) -> Result<Session> {
         let mut tx = self.begin_write().await?;
-        let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
-        if row.last_seq > 0 {
+        let (_, now) = Self::lock_session_at_now(&mut tx, id).await?;
+        // A session opened before its first input (`open_session`) has a turn of its own in
+        // its log but has not started: no client said anything yet, and no run works on it.
+        let (running, queued, retrying) = Self::run_presence(&mut tx, id).await?;
+        let inputs = query_as::<(i64,)>(
+            "SELECT seq FROM events WHERE session_id = $1 \
+             AND kind IN ('user_message', 'user_interrupt', 'tool_confirmation', 'client_tool_result') LIMIT 1",
+        )
+        .bind(id.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        if inputs.is_some() || running || queued || retrying {
             return Err(StoreError::Guard(Guard::SessionStarted(id.to_string())));
         }
         query("UPDATE sessions SET snapshot = $2, agent_id = $3, agent_version = $4, updated_at = $5 WHERE id = $1")
@@ -553,6 +575,22 @@ impl<E: Engine> Sessions for SqlStore<E> {
         let session = Self::lock_session(&mut tx, id).await?;
         self.finish(tx, Hints::default()).await?;
         Ok(session)
+    }
+
+    async fn open_session(&self, id: &SessionId) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
+        let (session, now) = Self::lock_session_at_now(&mut tx, id).await?;
+        let (running, queued, retrying) = Self::run_presence(&mut tx, id).await?;
+        let idle = session.status == SessionStatus::Idle && session.pending_actions.is_empty();
+        if !idle || session.archived_at.is_some() || running || queued || retrying {
+            return Ok(false);
+        }
+        let mut hints = Hints::default();
+        Self::enqueue_run(&mut tx, &session, gateway_core::trace::current().as_ref(), now, &mut hints).await?;
+        let advance = Advance::Status(SessionStatus::Running, &session.pending_actions);
+        Self::advance_session(&mut tx, id, session.last_seq, &[], now, advance, &mut hints).await?;
+        self.finish(tx, hints).await?;
+        Ok(true)
     }
 
     async fn submit_inputs(

@@ -27,6 +27,7 @@ pub mod envelope;
 pub mod framing;
 mod id;
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -460,12 +461,37 @@ async fn dispatch(peer: &Peer, handler: &dyn Handler, message: envelope::Message
     let peer = peer.clone();
     peer.inner.tasks.clone().spawn(
         async move {
-            let result = reply.await;
+            let (result, then) = AFTER_ANSWER
+                .scope(RefCell::new(Vec::new()), async {
+                    let result = reply.await;
+                    (result, AFTER_ANSWER.with(RefCell::take))
+                })
+                .await;
+            let answered = result.is_ok();
             peer.respond(id, result).await;
+            if answered {
+                for frame in then {
+                    peer.send(frame).await;
+                }
+            }
             drop(permit);
         }
         .instrument(span),
     );
+}
+
+tokio::task_local! {
+    /// The notifications a request's answer asked to follow it ([`notify_after_answer`]).
+    static AFTER_ANSWER: RefCell<Vec<Value>>;
+}
+
+/// Queues a notification to go out right after the answer to the request being answered,
+/// and only if that answer is a result. Some updates are about what the answer makes known
+/// (what an agent offers in a session the answer just created): the peer must read the
+/// answer first, and a handler cannot send after returning. Called from the answer's own
+/// future (not a task it spawned); false, sending nothing, anywhere else.
+pub fn notify_after_answer(method: &str, params: Value) -> bool {
+    AFTER_ANSWER.try_with(|then| then.borrow_mut().push(envelope::notification(method, params))).is_ok()
 }
 
 /// At most `max` characters of `s`.
