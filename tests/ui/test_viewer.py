@@ -125,6 +125,9 @@ def test_a_session_and_its_turn_appear_live(spawn_gateway: Callable[..., Gateway
     assert browser.execute_script("return window.sameDocument") is True, "the page was reloaded"
     order = [li.get_attribute("data-type") for li in browser.find_elements(By.CSS_SELECTOR, "#timeline li")]
     assert order.index("user.message") < order.index("agent.tool_use") < order.index("agent.message"), order
+    # The turn's usage, just before its end.
+    assert order.index("agent.message") < order.index("session.usage") < order.index("session.status_idle"), order
+    assert "usage so far:" in text(browser, '#timeline li[data-type="session.usage"]')
 
     wait(browser, "the session idle in the list", lambda: "idle" in session_row(browser, sid), timeout=5)
     browser.save_screenshot(str(artifacts() / "viewer.png"))

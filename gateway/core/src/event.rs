@@ -124,6 +124,28 @@ pub struct Usage {
     pub cache_creation_input_tokens: u64,
 }
 
+impl Usage {
+    /// Adds `other` (saturating: counters only grow).
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_input_tokens = self.cache_read_input_tokens.saturating_add(other.cache_read_input_tokens);
+        self.cache_creation_input_tokens =
+            self.cache_creation_input_tokens.saturating_add(other.cache_creation_input_tokens);
+    }
+
+    /// The usage of the model requests `events` end.
+    pub fn of_requests<'a>(events: impl IntoIterator<Item = &'a EventPayload>) -> Usage {
+        let mut sum = Usage::default();
+        for e in events {
+            if let EventPayload::ModelRequestEnded { usage, .. } = e {
+                sum.add(usage);
+            }
+        }
+        sum
+    }
+}
+
 /// The payload of one committed event. The serde tag is the event's neutral kind.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -205,6 +227,12 @@ pub enum EventPayload {
     AgentThinking {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         text: Option<String>,
+        /// What the model needs back with this reasoning on the turn's later requests, opaque
+        /// to the gateway: its signature over `text`, or the reasoning itself when the model
+        /// returned it encrypted (`text` is then `None`). Kept so a resumed run, after a crash
+        /// or a park, asks the model exactly what the log says happened.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seal: Option<ThinkingSeal>,
     },
     ToolUse {
         name: String,
@@ -230,6 +258,11 @@ pub enum EventPayload {
     ModelRequestEnded {
         start_id: EventId,
         is_error: bool,
+        usage: Usage,
+    },
+    /// The session's model usage so far (every request of every turn), after a turn that
+    /// asked a model: committed with the turn's end, so the log says what the usage was then.
+    SessionUsage {
         usage: Usage,
     },
     /// What the agent behind a backend told its client about itself, beyond messages and tool
@@ -270,6 +303,16 @@ pub enum ReportTopic {
 }
 
 /// The kind of an event, as stored in the log's `kind` column and used in type filters.
+/// How a model's reasoning goes back to it (see `EventPayload::AgentThinking`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThinkingSeal {
+    /// The model's signature over the reasoning's text.
+    Signature(String),
+    /// Reasoning the model returned encrypted.
+    Redacted(String),
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum EventKind {
     UserMessage,
@@ -292,11 +335,12 @@ pub enum EventKind {
     ToolResult,
     ModelRequestStarted,
     ModelRequestEnded,
+    SessionUsage,
     AgentReport,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 21] = [
+    pub const ALL: [EventKind; 22] = [
         EventKind::UserMessage,
         EventKind::UserInterrupt,
         EventKind::ToolConfirmation,
@@ -317,6 +361,7 @@ impl EventKind {
         EventKind::ToolResult,
         EventKind::ModelRequestStarted,
         EventKind::ModelRequestEnded,
+        EventKind::SessionUsage,
         EventKind::AgentReport,
     ];
 
@@ -342,6 +387,7 @@ impl EventKind {
             EventKind::ToolResult => "tool_result",
             EventKind::ModelRequestStarted => "model_request_started",
             EventKind::ModelRequestEnded => "model_request_ended",
+            EventKind::SessionUsage => "session_usage",
             EventKind::AgentReport => "agent_report",
         }
     }
@@ -391,6 +437,7 @@ impl EventPayload {
             EventPayload::ToolResult { .. } => EventKind::ToolResult,
             EventPayload::ModelRequestStarted {} => EventKind::ModelRequestStarted,
             EventPayload::ModelRequestEnded { .. } => EventKind::ModelRequestEnded,
+            EventPayload::SessionUsage { .. } => EventKind::SessionUsage,
             EventPayload::AgentReport { .. } => EventKind::AgentReport,
         }
     }
@@ -482,7 +529,7 @@ mod tests {
                 vault_ids: Some(vec![crate::VaultId::new()]),
             },
             EventPayload::AgentMessage { content: vec![ContentBlock::text("x")] },
-            EventPayload::AgentThinking { text: None },
+            EventPayload::AgentThinking { text: Some("hm".into()), seal: Some(ThinkingSeal::Signature("s".into())) },
             EventPayload::ToolUse {
                 name: "bash".into(),
                 input: JsonObject::new(),
@@ -499,6 +546,7 @@ mod tests {
             EventPayload::ToolStarted { tool_use_id: EventId::new() },
             EventPayload::ModelRequestStarted {},
             EventPayload::ModelRequestEnded { start_id: EventId::new(), is_error: false, usage: Usage::default() },
+            EventPayload::SessionUsage { usage: Usage { input_tokens: 3, ..Usage::default() } },
             EventPayload::AgentReport { topic: ReportTopic::Plan, body: serde_json::json!({"entries": []}) },
         ];
         assert_eq!(samples.len(), EventKind::ALL.len());

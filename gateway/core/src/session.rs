@@ -273,6 +273,8 @@ pub struct Session {
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub archived_at: Option<Timestamp>,
+    /// The model usage of every request its turns made, summed as they committed.
+    pub usage: crate::event::Usage,
 }
 
 /// What an operator sees of a session in a list (`gateway sessions list`): a neutral digest

@@ -265,8 +265,8 @@ fn request_chars(request: &ModelRequest) -> usize {
 
 fn block_chars(block: &Block) -> usize {
     match block {
-        Block::Text { text } => text.chars().count(),
-        Block::Image { .. } => 0,
+        Block::Text { text } | Block::Thinking { thinking: text, .. } => text.chars().count(),
+        Block::Image { .. } | Block::RedactedThinking { .. } => 0,
         Block::ToolUse { name, input, .. } => {
             name.chars().count() + serde_json::to_string(input).map_or(0, |json| json.chars().count())
         }

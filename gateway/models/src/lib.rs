@@ -54,6 +54,16 @@ pub enum Block {
         #[serde(default)]
         is_error: bool,
     },
+    /// The model's reasoning. Sent back exactly as received, signature included, on the
+    /// turn's later requests: the API refuses a tool loop whose assistant turn lost it.
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
+    /// Reasoning the API returned encrypted; sent back as it came.
+    RedactedThinking {
+        data: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -91,6 +101,8 @@ pub struct ModelRequest {
     pub messages: Vec<Message>,
     pub tools: Vec<ToolDefinition>,
     pub max_tokens: u32,
+    /// Extended thinking's budget in tokens (at least 1024, below `max_tokens`); `None`: off.
+    pub thinking: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -73,7 +73,7 @@ async fn the_body_has_the_messages_api_shape() {
         json!({
             "model": "claude-test",
             "max_tokens": 1024,
-            "system": "You are a test.",
+            "system": [{"type": "text", "text": "You are a test.", "cache_control": {"type": "ephemeral"}}],
             "messages": [
                 {"role": "user", "content": [
                     {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
@@ -84,12 +84,13 @@ async fn the_body_has_the_messages_api_shape() {
                     {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"command": "ls"}}]},
                 {"role": "user", "content": [
                     {"type": "tool_result", "tool_use_id": "toolu_1", "is_error": true,
-                     "content": [{"type": "text", "text": "a.txt"}]}]}
+                     "content": [{"type": "text", "text": "a.txt"}], "cache_control": {"type": "ephemeral"}}]}
             ],
             "tools": [
                 {"name": "bash", "description": "Run a command",
                  "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}},
-                {"name": "lookup", "description": "A custom tool", "input_schema": {"type": "object"}}
+                {"name": "lookup", "description": "A custom tool", "input_schema": {"type": "object"},
+                 "cache_control": {"type": "ephemeral"}}
             ],
             "stream": stream,
         })
@@ -115,8 +116,14 @@ fn image_and_text() -> Message {
 #[tokio::test]
 async fn absent_system_and_tools_are_left_out() {
     let (client, stub) = common::stub_client().await;
-    let bare =
-        ModelRequest { model: "m".into(), system: None, messages: vec![user("x")], tools: vec![], max_tokens: 5 };
+    let bare = ModelRequest {
+        model: "m".into(),
+        system: None,
+        messages: vec![user("x")],
+        tools: vec![],
+        max_tokens: 5,
+        thinking: None,
+    };
     client.complete(&bare).await.unwrap();
     let empty_system = ModelRequest { system: Some(String::new()), ..bare };
     client.complete(&empty_system).await.unwrap();
@@ -138,4 +145,35 @@ async fn a_base_url_path_prefix_is_kept() {
     // The stub serves only /v1/messages: the prefixed path proves the URL was joined right.
     assert!(matches!(error, ModelError::InvalidRequest { status: 404, .. }), "{error:?}");
     assert_eq!(stub.requests()[0].path, "/proxy/anthropic/v1/messages");
+}
+
+/// Extended thinking: the budget goes as `thinking`, and the model's reasoning goes back in
+/// the assistant turn exactly as it came, with no cache breakpoint on it.
+#[tokio::test]
+async fn thinking_is_asked_for_and_sent_back_as_received() {
+    let (client, stub) = common::stub_client().await;
+    let thought = Block::Thinking { thinking: "Let me list.".into(), signature: "c2ln".into() };
+    let mut conversation = vec![
+        user("list"),
+        assistant(vec![
+            thought,
+            Block::RedactedThinking { data: "EmwKAhgB".into() },
+            Block::ToolUse { id: "toolu_1".into(), name: "bash".into(), input: object(json!({"command": "ls"})) },
+        ]),
+        tool_result("toolu_1", &["a.txt"]),
+    ];
+    let mut request = request(std::mem::take(&mut conversation));
+    request.thinking = Some(2048);
+    request.max_tokens = 4096;
+    let _ = client.complete(&request).await;
+    let sent = &stub.requests()[0].body;
+    assert_eq!(sent["thinking"], json!({"type": "enabled", "budget_tokens": 2048}));
+    assert_eq!(
+        sent["messages"][1]["content"],
+        json!([
+            {"type": "thinking", "thinking": "Let me list.", "signature": "c2ln"},
+            {"type": "redacted_thinking", "data": "EmwKAhgB"},
+            {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"command": "ls"}}
+        ])
+    );
 }

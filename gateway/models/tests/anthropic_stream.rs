@@ -130,6 +130,8 @@ async fn unknown_blocks_events_and_deltas_are_skipped() {
     assert_eq!(
         response.content,
         vec![
+            Block::Thinking { thinking: "hmm".into(), signature: "sig".into() },
+            Block::RedactedThinking { data: "xx".into() },
             Block::Text { text: "Hello, world".into() },
             Block::ToolUse { id: "toolu_9".into(), name: "Bash".into(), input: object(json!({"command": "ls"})) },
         ]
@@ -137,9 +139,9 @@ async fn unknown_blocks_events_and_deltas_are_skipped() {
     assert_eq!(
         events,
         vec![
-            StreamEvent::TextStart { index: 0 },
-            StreamEvent::TextDelta { index: 0, text: "Hello".into() },
-            StreamEvent::TextDelta { index: 0, text: ", world".into() },
+            StreamEvent::TextStart { index: 2 },
+            StreamEvent::TextDelta { index: 2, text: "Hello".into() },
+            StreamEvent::TextDelta { index: 2, text: ", world".into() },
         ]
     );
     assert_eq!(response.stop_reason, StopReason::ToolUse);

@@ -42,6 +42,7 @@ fn usage_counts_characters_over_four() {
         messages: vec![user("ééééééééééé€")], // 12 chars, 25 bytes
         tools: vec![],
         max_tokens: 10,
+        thinking: None,
     };
     // Reply "echo: ééééééééééé€": 18 chars.
     assert_eq!(model.respond(&request).usage, Usage { input_tokens: 5, output_tokens: 4, ..Usage::default() });

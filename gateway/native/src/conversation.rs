@@ -8,7 +8,7 @@ use std::collections::HashSet;
 
 use gateway_core::agent::{AgentSpec, ToolSpec};
 use gateway_core::content::{ContentBlock, MediaSource};
-use gateway_core::event::{Event, EventPayload, ToolOrigin};
+use gateway_core::event::{Event, EventPayload, ThinkingSeal, ToolOrigin};
 use gateway_models::{Block, ImageSource, Message, Role, ToolDefinition, ToolResultContent};
 
 fn blocks(content: &[ContentBlock]) -> Vec<Block> {
@@ -87,20 +87,31 @@ fn place_result(msgs: &mut Vec<Message>, tool_use_id: &str, result: Block) {
     }
 }
 
-/// The conversation of `view` in Messages API form.
+/// The conversation of `view` in Messages API form, without the model's reasoning.
 pub fn messages(view: &[Event]) -> Vec<Message> {
-    messages_with(view, &|_, _| None)
+    messages_with(view, &|_, _| None, false)
 }
 
 /// [`messages`], with an MCP tool's calls named as the tool was offered this run
-/// (`offered(server, tool)`; None: its own name), so the model sees the names it was given.
-pub fn messages_with(view: &[Event], offered: &dyn Fn(&str, &str) -> Option<String>) -> Vec<Message> {
+/// (`offered(server, tool)`; None: its own name), so the model sees the names it was given;
+/// with `thinking`, the model's sealed reasoning goes back where it came, first in its
+/// assistant turn, exactly as received (the API checks it; without thinking it has no use).
+pub fn messages_with(view: &[Event], offered: &dyn Fn(&str, &str) -> Option<String>, thinking: bool) -> Vec<Message> {
     let mut msgs: Vec<Message> = Vec::new();
     let mut answered: HashSet<String> = HashSet::new();
     for e in view {
         match &e.payload {
             EventPayload::UserMessage { content } => push(&mut msgs, Role::User, blocks(content)),
             EventPayload::AgentMessage { content } => push(&mut msgs, Role::Assistant, blocks(content)),
+            EventPayload::AgentThinking { text, seal: Some(seal) } if thinking => {
+                let block = match seal {
+                    ThinkingSeal::Signature(signature) => {
+                        Block::Thinking { thinking: text.clone().unwrap_or_default(), signature: signature.clone() }
+                    }
+                    ThinkingSeal::Redacted(data) => Block::RedactedThinking { data: data.clone() },
+                };
+                push(&mut msgs, Role::Assistant, vec![block]);
+            }
             EventPayload::ToolUse { name, input, origin, .. } => {
                 let name = match origin {
                     ToolOrigin::Mcp { server } => offered(server, name).unwrap_or_else(|| name.clone()),

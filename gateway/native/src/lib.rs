@@ -21,7 +21,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use gateway_core::agent::{AgentSpec, PermissionPolicy, ToolAvailability, ToolSpec};
 use gateway_core::content::ContentBlock;
-use gateway_core::event::{ErrorKind, Event, EventKind, EventPayload, NewEvent, ToolOrigin, ToolPermission, Usage};
+use gateway_core::event::{
+    ErrorKind, Event, EventKind, EventPayload, NewEvent, ThinkingSeal, ToolOrigin, ToolPermission, Usage,
+};
 use gateway_core::placement::ToolExecution;
 use gateway_core::session::{ClientToolServer, PendingAction, PendingKind, ResourceKind};
 use gateway_core::turn::RunView;
@@ -618,12 +620,16 @@ impl<'a> Turn<'a> {
         let mut tools = conversation::tool_definitions(agent);
         tools.extend(mcp.map(|m| m.definitions(agent)).unwrap_or_default());
         let offered = |server: &str, tool: &str| mcp.and_then(|m| m.offered(server, tool)).map(str::to_owned);
+        let thinking = thinking_budget(agent.model.effort.as_deref());
+        let max_tokens = self.backend.config.max_tokens;
         let request = ModelRequest {
             model: agent.model.id.clone(),
             system: self.system_prompt(),
-            messages: conversation::messages_with(self.view.events(), &offered),
+            messages: conversation::messages_with(self.view.events(), &offered, thinking.is_some()),
             tools,
-            max_tokens: self.backend.config.max_tokens,
+            // The answer's room stays what it was, beside the reasoning's.
+            max_tokens: thinking.map_or(max_tokens, |budget| budget.saturating_add(max_tokens)),
+            thinking,
         };
         // The request's start needs no commit of its own: it rides with the round's output (or
         // with the turn's end). Lost with a lost claim, the request is simply asked again.
@@ -687,7 +693,22 @@ impl<'a> Turn<'a> {
         };
 
         let execution = self.ctx.session.snapshot.requirements.tool_execution;
-        let mut events = Vec::new();
+        // The model's reasoning first, as it came: later requests of the turn send it back.
+        let mut events: Vec<NewEvent> = response
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                Block::Thinking { thinking, signature } => Some(EventPayload::AgentThinking {
+                    text: Some(thinking.clone()),
+                    seal: Some(ThinkingSeal::Signature(signature.clone())),
+                }),
+                Block::RedactedThinking { data } => {
+                    Some(EventPayload::AgentThinking { text: None, seal: Some(ThinkingSeal::Redacted(data.clone())) })
+                }
+                _ => None,
+            })
+            .map(NewEvent::new)
+            .collect();
         let texts: Vec<ContentBlock> = response
             .content
             .iter()
@@ -752,6 +773,19 @@ impl<'a> Turn<'a> {
         let committed: Vec<NewEvent> =
             self.commit(events).await?.into_iter().map(|e| NewEvent { id: e.id, payload: e.payload }).collect();
         Ok(Ok(calls(&committed)))
+    }
+}
+
+/// Extended thinking's budget for the effort an agent asks for (`model.effort`, as the
+/// Managed Agents API types it); none without one. The Messages API wants at least 1024.
+fn thinking_budget(effort: Option<&str>) -> Option<u32> {
+    match effort? {
+        "low" => Some(1024),
+        "medium" => Some(4096),
+        "high" => Some(8192),
+        "xhigh" => Some(16384),
+        "max" => Some(32000),
+        _ => None,
     }
 }
 

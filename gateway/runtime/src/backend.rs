@@ -162,6 +162,9 @@ pub struct RunContext {
     pub(crate) staged: std::sync::Mutex<Staged>,
     /// When the turn started and whether a client has seen anything of it yet.
     pub(crate) first: FirstEvent,
+    /// The usage of the model requests this run committed (its settlement reports the
+    /// session's total with it).
+    pub(crate) requested: std::sync::Mutex<gateway_core::event::Usage>,
     pub(crate) metrics: Arc<gateway_services::Metrics>,
 }
 
@@ -294,6 +297,8 @@ impl RunContext {
             commit.bindings = bindings;
         }
         let committed = self.store.commit(&self.claim.fence, commit).await?;
+        let used = gateway_core::event::Usage::of_requests(committed.iter().map(|e| &e.payload));
+        self.requested.lock().unwrap_or_else(|p| p.into_inner()).add(&used);
         if let Some(last) = committed.last() {
             self.last_seq.fetch_max(last.seq, std::sync::atomic::Ordering::SeqCst);
             self.seen();

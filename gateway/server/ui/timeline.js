@@ -128,6 +128,14 @@ export class Timeline {
       case "agent.session.requires_action":
         this.note("environment", e.type, at, "waiting for an executor to connect to the environment");
         break;
+      case "session.usage": {
+        const u = e.usage || {};
+        const written = u.cache_creation?.ephemeral_5m_input_tokens || 0;
+        this.note("status", e.type, at,
+          `usage so far: ${u.input_tokens || 0} in, ${u.output_tokens || 0} out, ` +
+          `${u.cache_read_input_tokens || 0} read from cache, ${written} written to it`);
+        break;
+      }
       case "span.model_request_start":
       case "span.model_request_end":
         break;

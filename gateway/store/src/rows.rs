@@ -6,7 +6,7 @@
 use gateway_core::Timestamp;
 use gateway_core::agent::Agent;
 use gateway_core::environment::{ConnectionStatus, Environment};
-use gateway_core::event::{Event, EventPayload};
+use gateway_core::event::{Event, EventPayload, Usage};
 use gateway_core::run::{Run, RunState};
 use gateway_core::session::{EnvironmentState, Session, SessionStatus};
 
@@ -93,6 +93,11 @@ impl<R: Row> Cols<'_, R> {
 
     fn opt_time(&self, col: &str) -> Result<Option<Timestamp>, DbError> {
         Ok(self.get::<Option<i64>>(col)?.map(ts))
+    }
+
+    /// A token counter (never negative: only ever added to).
+    fn tokens(&self, col: &str) -> Result<u64, DbError> {
+        Ok(u64::try_from(self.get::<i64>(col)?).unwrap_or(0))
     }
 
     /// A count that saturates rather than fails.
@@ -236,6 +241,12 @@ impl FromRow for Session {
             created_at: c.time("created_at")?,
             updated_at: c.time("updated_at")?,
             archived_at: c.opt_time("archived_at")?,
+            usage: Usage {
+                input_tokens: c.tokens("usage_input_tokens")?,
+                output_tokens: c.tokens("usage_output_tokens")?,
+                cache_read_input_tokens: c.tokens("usage_cache_read_tokens")?,
+                cache_creation_input_tokens: c.tokens("usage_cache_write_tokens")?,
+            },
         })
     }
 }

@@ -24,8 +24,14 @@ from tap import check, run
 
 GATEWAY, CONFIG, WORK, AGENT_JS, STUB_URL, HOME = sys.argv[1:7]
 WORK = Path(WORK)
+# The stub keeps a prompt cache per API key (the API's is per organization): each side gets
+# a key no earlier step used, so both start as cold and their usage compares like with like.
+DIFF_CONFIG = Path(CONFIG).with_name("gateway-diff.toml")
+DIFF_CONFIG.write_text(Path(CONFIG).read_text().replace('ANTHROPIC_API_KEY = "dummy-through-gateway"',
+                                                         'ANTHROPIC_API_KEY = "dummy-diff-through-gateway"'))
+CONFIG = str(DIFF_CONFIG)
 TODO = 'tool:TodoWrite {"todos": [{"content": "step one", "status": "pending", "activeForm": "doing step one"}]}'
-AGENT_ENV = {"IS_SANDBOX": "1", "HOME": HOME, "ANTHROPIC_BASE_URL": STUB_URL, "ANTHROPIC_API_KEY": "dummy",
+AGENT_ENV = {"IS_SANDBOX": "1", "HOME": HOME, "ANTHROPIC_BASE_URL": STUB_URL, "ANTHROPIC_API_KEY": "dummy-diff-direct",
              "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
 
 

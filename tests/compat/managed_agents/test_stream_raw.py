@@ -109,7 +109,7 @@ def test_raw_frames_and_reconnect_with_last_event_id(client, make_session, comma
         "user.message", "session.status_running",
         "span.model_request_start", "agent.tool_use", "span.model_request_end", "agent.tool_result",
         "span.model_request_start", "agent.message", "span.model_request_end",
-        "session.status_idle"], kinds
+        "session.usage", "session.status_idle"], kinds
     use = next(e for e in union if e["type"] == "agent.tool_use")
     result = next(e for e in union if e["type"] == "agent.tool_result")
     assert result["tool_use_id"] == use["id"] and not result.get("is_error")

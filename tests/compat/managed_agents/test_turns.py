@@ -7,6 +7,7 @@ import time
 import anthropic
 import pytest
 from anthropic.lib.sessions import accumulate_managed_agents_event
+from anthropic.types.beta import BetaManagedAgentsSessionUsage
 
 from conftest import TOOLSET, Watch, is_final_stop, run_turn, types, user_message, wait_status
 from helpers import ID, check_error, raw, raw_page, text_of
@@ -61,9 +62,23 @@ def test_streamed_turn(client, make_session):
     body = raw(client.beta.sessions.with_raw_response.retrieve(s.id), "session")
     assert body["status"] == "idle"
     assert body["environment_state"] == "none", "no tool ran: on_tool_use realizes nothing"
-    # The session spans turns.
+    # The turn ends with the session's usage so far (just before its idle), which the
+    # session object also carries, both in the SDK's strict shapes.
+    spent = end[0].model_usage
+    usage = w.of_type("session.usage")
+    assert len(usage) == 1 and kinds.index("session.usage") == len(kinds) - 2, kinds
+    assert (usage[0].usage.input_tokens, usage[0].usage.output_tokens) == (spent.input_tokens, spent.output_tokens)
+    BetaManagedAgentsSessionUsage.model_validate(body["usage"], strict=True)
+    assert (body["usage"]["input_tokens"], body["usage"]["output_tokens"]) == (spent.input_tokens, spent.output_tokens)
+    # The session spans turns, and its usage adds up.
     again = run_turn(client, s.id, "second")
     assert [text_of(m) for m in again.of_type("agent.message")] == ["echo: second"]
+    more = again.of_type("span.model_request_end")[0].model_usage
+    total = again.of_type("session.usage")[0].usage
+    assert total.input_tokens == spent.input_tokens + more.input_tokens
+    assert total.output_tokens == spent.output_tokens + more.output_tokens
+    body = raw(client.beta.sessions.with_raw_response.retrieve(s.id), "session")
+    assert body["usage"]["output_tokens"] == total.output_tokens
 
 
 def test_previews_fold_to_the_final_message(client, make_session):

@@ -168,7 +168,7 @@ impl Mapper {
     fn take_streamed(&mut self) -> Vec<NewEvent> {
         let mut events = Vec::new();
         if let Some(t) = self.thought.take() {
-            events.push(NewEvent::new(EventPayload::AgentThinking { text: Some(t) }));
+            events.push(NewEvent::new(EventPayload::AgentThinking { text: Some(t), seal: None }));
         }
         if let Some((id, text, _)) = self.message.take() {
             events

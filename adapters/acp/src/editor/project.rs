@@ -219,7 +219,7 @@ impl Projector {
                 .map(|block| json!({"sessionUpdate": "user_message_chunk", "content": block, "messageId": e.id.to_string()}))
                 .collect(),
             EventPayload::AgentMessage { content } => self.message(&e.id, content),
-            EventPayload::AgentThinking { text: Some(t) } if !t.is_empty() => vec![chunk("agent_thought_chunk", t, &e.id)],
+            EventPayload::AgentThinking { text: Some(t), .. } if !t.is_empty() => vec![chunk("agent_thought_chunk", t, &e.id)],
             EventPayload::ToolUse { name, input, origin, permission, .. } => {
                 let call = ToolCall { name: name.clone(), input: input.clone(), origin: origin.clone() };
                 let (locations, diff) = call.details(&self.cwd, self.inner_root.as_deref());

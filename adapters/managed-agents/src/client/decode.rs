@@ -135,7 +135,7 @@ fn payload(v: &Value) -> Option<EventPayload> {
         "session.deleted" => EventPayload::SessionDeleted {},
         "session.error" => session_error(v),
         "agent.message" => EventPayload::AgentMessage { content: content(v) },
-        "agent.thinking" => EventPayload::AgentThinking { text: None },
+        "agent.thinking" => EventPayload::AgentThinking { text: None, seal: None },
         "agent.tool_use" => tool_use(v, ToolOrigin::Builtin),
         "agent.custom_tool_use" => tool_use(v, ToolOrigin::Custom),
         "agent.mcp_tool_use" => {
@@ -157,6 +157,20 @@ fn payload(v: &Value) -> Option<EventPayload> {
             let action = v.get("required_action")?;
             EventPayload::ConnectionRequested {
                 environment_id: EnvironmentId::parse(str_of(action, "environment_id")?).ok()?,
+            }
+        }
+        "session.usage" => {
+            let usage = v.get("usage").unwrap_or(&Value::Null);
+            let n = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
+            let written = |k: &str| usage.pointer(&format!("/cache_creation/{k}")).and_then(Value::as_u64).unwrap_or(0);
+            EventPayload::SessionUsage {
+                usage: Usage {
+                    input_tokens: n("input_tokens"),
+                    output_tokens: n("output_tokens"),
+                    cache_read_input_tokens: n("cache_read_input_tokens"),
+                    cache_creation_input_tokens: written("ephemeral_5m_input_tokens")
+                        + written("ephemeral_1h_input_tokens"),
+                },
             }
         }
         "span.model_request_start" => EventPayload::ModelRequestStarted {},
@@ -270,7 +284,7 @@ mod tests {
             },
             EventPayload::ConnectionRequested { environment_id: EnvironmentId::new() },
             EventPayload::AgentMessage { content: vec![ContentBlock::text("done: hi\n")] },
-            EventPayload::AgentThinking { text: None },
+            EventPayload::AgentThinking { text: None, seal: None },
             EventPayload::ToolUse {
                 name: "bash".into(),
                 input,

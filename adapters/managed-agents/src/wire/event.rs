@@ -219,6 +219,12 @@ pub fn project(e: &Event) -> Option<Value> {
         EventPayload::ModelRequestStarted {} => json!({"type": "span.model_request_start"}),
         // An ACP agent's modes, plan, commands...: this API has no events for them.
         EventPayload::AgentReport { .. } => return None,
+        EventPayload::SessionUsage { usage } => json!({
+            "type": "session.usage",
+            "usage": usage_out(usage),
+            // Budgets are not enforced yet (issue 32): a session has none.
+            "budget": null,
+        }),
         EventPayload::ModelRequestEnded { start_id, is_error, usage } => json!({
             "type": "span.model_request_end",
             "model_request_start_id": start_id,
@@ -232,6 +238,18 @@ pub fn project(e: &Event) -> Option<Value> {
         }),
     };
     Some(stamp(v, e))
+}
+
+/// A session's cumulative usage, in the SDK's `BetaManagedAgentsSessionUsage` shape (the
+/// session object's `usage` and `session.usage`'s): cache writes are five-minute entries, the
+/// only kind the gateway asks for.
+pub fn usage_out(usage: &gateway_core::event::Usage) -> Value {
+    json!({
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_read_input_tokens": usage.cache_read_input_tokens,
+        "cache_creation": {"ephemeral_5m_input_tokens": usage.cache_creation_input_tokens, "ephemeral_1h_input_tokens": 0},
+    })
 }
 
 fn stamp(mut v: Value, e: &Event) -> Value {
@@ -286,7 +304,7 @@ const TYPES: &[(&str, Option<EventKind>)] = &[
     ("session.status_terminated", Some(EventKind::SessionTerminated)),
     ("session.error", Some(EventKind::SessionError)),
     ("session.updated", Some(EventKind::SessionUpdated)),
-    ("session.usage", None),
+    ("session.usage", Some(EventKind::SessionUsage)),
     ("session.thread_created", None),
     ("session.thread_status_running", None),
     ("session.thread_status_idle", None),

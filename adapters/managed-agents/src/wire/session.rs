@@ -232,7 +232,7 @@ pub fn session_out(s: &Session, remote_url: &str) -> Value {
         "vault_ids": s.snapshot.vault_ids,
         "outcome_evaluations": [],
         "stats": {},
-        "usage": {},
+        "usage": super::event::usage_out(&s.usage),
         "budget": Value::Null,
         "deployment_id": Value::Null,
         "created_at": time(s.created_at),

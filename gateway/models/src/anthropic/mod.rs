@@ -20,14 +20,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
-use serde::Serialize;
 
 pub use config::{
     AnthropicConfig, AnthropicSettings, ConfigError, Credential, DEFAULT_ANTHROPIC_VERSION, DEFAULT_BASE_URL,
 };
 
 use self::response::{Assembler, Progress};
-use crate::{Message, ModelClient, ModelError, ModelRequest, ModelResponse, StreamEvent, ToolDefinition};
+use crate::{ModelClient, ModelError, ModelRequest, ModelResponse, StreamEvent};
 use gateway_wire::backoff::Backoff;
 use gateway_wire::causes::causes;
 use gateway_wire::sse::{Decoder, Event};
@@ -226,30 +225,45 @@ impl From<ModelError> for Failure {
     }
 }
 
-/// The request body, in the Messages API's shape.
-#[derive(Serialize)]
-struct WireRequest<'a> {
-    model: &'a str,
-    max_tokens: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    system: Option<&'a str>,
-    messages: &'a [Message],
-    #[serde(skip_serializing_if = "<[ToolDefinition]>::is_empty")]
-    tools: &'a [ToolDefinition],
-    stream: bool,
-}
-
+/// The request body, in the Messages API's shape, with prompt-cache breakpoints: after the
+/// system prompt, after the tools, and after the conversation's last block (the moving end).
+/// A tool loop sends the same prefix every round; with the breakpoints the API reads it from
+/// its cache instead of paying for it again (`cache_read_input_tokens`), and each round
+/// writes its own end for the next. The API ignores breakpoints on prefixes too short to cache.
 fn request_body(request: &ModelRequest, stream: bool) -> Result<Vec<u8>, ModelError> {
-    let wire = WireRequest {
-        model: &request.model,
-        max_tokens: request.max_tokens,
-        // The API refuses an empty system prompt; no prompt means the same.
-        system: request.system.as_deref().filter(|s| !s.is_empty()),
-        messages: &request.messages,
-        tools: &request.tools,
-        stream,
-    };
-    serde_json::to_vec(&wire).map_err(|e| ModelError::Protocol(format!("cannot encode the request: {e}")))
+    let encode = |e: serde_json::Error| ModelError::Protocol(format!("cannot encode the request: {e}"));
+    let breakpoint = || serde_json::json!({"type": "ephemeral"});
+    let mut body = serde_json::json!({
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "messages": serde_json::to_value(&request.messages).map_err(encode)?,
+        "stream": stream,
+    });
+    // The API refuses an empty system prompt; no prompt means the same.
+    if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {
+        body["system"] = serde_json::json!([{"type": "text", "text": system, "cache_control": breakpoint()}]);
+    }
+    if !request.tools.is_empty() {
+        let mut tools = serde_json::to_value(&request.tools).map_err(encode)?;
+        if let Some(last) = tools.as_array_mut().and_then(|t| t.last_mut()) {
+            last["cache_control"] = breakpoint();
+        }
+        body["tools"] = tools;
+    }
+    let end = body["messages"]
+        .as_array_mut()
+        .and_then(|m| m.last_mut())
+        .and_then(|m| m["content"].as_array_mut())
+        .and_then(|c| c.last_mut())
+        // Thinking blocks take no breakpoint (the API refuses one there).
+        .filter(|b| !matches!(b["type"].as_str(), Some("thinking" | "redacted_thinking")));
+    if let Some(block) = end {
+        block["cache_control"] = breakpoint();
+    }
+    if let Some(budget) = request.thinking {
+        body["thinking"] = serde_json::json!({"type": "enabled", "budget_tokens": budget});
+    }
+    serde_json::to_vec(&body).map_err(encode)
 }
 
 fn messages_url(base_url: &str) -> Result<reqwest::Url, ConfigError> {

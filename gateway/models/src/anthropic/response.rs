@@ -1,9 +1,10 @@
 //! Building a [`ModelResponse`] from what the Messages API returns: a whole JSON message, or
 //! the events of a stream.
 //!
-//! Only the blocks the gateway understands are kept: `text` and `tool_use`. Others (`thinking`,
-//! `redacted_thinking`, `server_tool_use`, `web_search_tool_result`, ...) are skipped so that a
-//! newer API or a proxy adding them does not break the session. Text blocks holding nothing but
+//! Only the blocks the gateway understands are kept: `text`, `tool_use`, and `thinking` and
+//! `redacted_thinking` (sent back as received on the turn's later requests). Others
+//! (`server_tool_use`, `web_search_tool_result`, ...) are skipped so that a newer API or a
+//! proxy adding them does not break the session. Text blocks holding nothing but
 //! whitespace are dropped too, because the API refuses them when the conversation is sent back.
 //! Block indexes reported in [`StreamEvent`]s are positions in the returned content, so a
 //! text block is only given an index (and announced) once it has visible text.
@@ -48,6 +49,14 @@ pub(crate) fn parse_message(body: &[u8]) -> Result<ModelResponse, ModelError> {
                 };
                 content.push(Block::ToolUse { id, name, input });
             }
+            Some("thinking") => {
+                let field = |name: &str| block.get(name).and_then(Value::as_str).unwrap_or_default().to_owned();
+                content.push(Block::Thinking { thinking: field("thinking"), signature: field("signature") });
+            }
+            Some("redacted_thinking") => {
+                let data = block.get("data").and_then(Value::as_str).unwrap_or_default().to_owned();
+                content.push(Block::RedactedThinking { data });
+            }
             _ => {}
         }
     }
@@ -91,6 +100,15 @@ enum Open {
         name: String,
         start_input: JsonObject,
         json: String,
+    },
+    /// Reasoning: its text and signature arrive in deltas.
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
+    /// Encrypted reasoning, whole in its start.
+    Redacted {
+        data: String,
     },
     Skipped,
 }
@@ -204,6 +222,15 @@ impl Assembler {
                 };
                 Open::Tool { id, name, start_input, json: String::new() }
             }
+            Some("thinking") => {
+                let field = |name: &str| block.get(name).and_then(Value::as_str).unwrap_or_default().to_owned();
+                Open::Thinking { thinking: field("thinking"), signature: field("signature") }
+            }
+            Some("redacted_thinking") => {
+                let data = block.get("data").and_then(Value::as_str).unwrap_or_default().to_owned();
+                self.grow(data.len())?;
+                Open::Redacted { data }
+            }
             _ => Open::Skipped,
         };
         self.open.insert(index, open);
@@ -230,7 +257,16 @@ impl Assembler {
                 }
                 Ok(())
             }
-            // thinking_delta, signature_delta, citations_delta, ...
+            Some(kind @ ("thinking_delta" | "signature_delta")) => {
+                let field = if kind == "thinking_delta" { "thinking" } else { "signature" };
+                let part = delta.get(field).and_then(Value::as_str).unwrap_or_default();
+                self.grow(part.len())?;
+                if let Some(Open::Thinking { thinking, signature }) = self.open.get_mut(&index) {
+                    if kind == "thinking_delta" { thinking } else { signature }.push_str(part);
+                }
+                Ok(())
+            }
+            // citations_delta, ...
             _ => Ok(()),
         }
     }
@@ -277,6 +313,8 @@ impl Assembler {
                 };
                 self.content.push(Block::ToolUse { id, name, input });
             }
+            Some(Open::Thinking { thinking, signature }) => self.content.push(Block::Thinking { thinking, signature }),
+            Some(Open::Redacted { data }) => self.content.push(Block::RedactedThinking { data }),
             // Text already sits in `content` if it was kept; whitespace-only text is dropped.
             Some(Open::Text { .. } | Open::Skipped) | None => {}
         }
@@ -383,7 +421,7 @@ mod tests {
     }
 
     #[test]
-    fn skipped_and_whitespace_blocks_do_not_shift_indexes() {
+    fn thinking_is_kept_whole_and_skipped_or_blank_blocks_do_not_shift_indexes() {
         let end = end("tool_use");
         let frames = [
             START,
@@ -393,9 +431,27 @@ mod tests {
             ),
             (
                 "content_block_delta",
-                r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}"#,
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hm"}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"m"}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQB+sig=="}}"#,
             ),
             ("content_block_stop", r#"{"type":"content_block_stop","index":0}"#),
+            (
+                "content_block_start",
+                r#"{"type":"content_block_start","index":5,"content_block":{"type":"redacted_thinking","data":"EmwK"}}"#,
+            ),
+            ("content_block_stop", r#"{"type":"content_block_stop","index":5}"#),
+            (
+                "content_block_start",
+                r#"{"type":"content_block_start","index":6,"content_block":{"type":"server_tool_use","id":"s","name":"web_search"}}"#,
+            ),
+            ("content_block_stop", r#"{"type":"content_block_stop","index":6}"#),
             (
                 "content_block_start",
                 r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#,
@@ -454,6 +510,8 @@ mod tests {
         assert_eq!(
             response.content,
             vec![
+                Block::Thinking { thinking: "hmm".into(), signature: "EqQB+sig==".into() },
+                Block::RedactedThinking { data: "EmwK".into() },
                 Block::Text { text: " Hi!".into() },
                 Block::ToolUse { id: "t1".into(), name: "Bash".into(), input },
                 Block::ToolUse { id: "t2".into(), name: "noargs".into(), input: JsonObject::new() },
@@ -462,9 +520,9 @@ mod tests {
         assert_eq!(
             events,
             vec![
-                StreamEvent::TextStart { index: 0 },
-                StreamEvent::TextDelta { index: 0, text: " Hi".into() },
-                StreamEvent::TextDelta { index: 0, text: "!".into() },
+                StreamEvent::TextStart { index: 2 },
+                StreamEvent::TextDelta { index: 2, text: " Hi".into() },
+                StreamEvent::TextDelta { index: 2, text: "!".into() },
             ]
         );
         assert_eq!(response.stop_reason, StopReason::ToolUse);
@@ -533,9 +591,10 @@ mod tests {
             {"type":"tool_use","id":"t1","name":"bash","input":{"command":"ls"}}
         ],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":4}}"#;
         let response = parse_message(body).unwrap();
-        assert_eq!(response.content.len(), 2);
-        assert_eq!(response.content[0], Block::Text { text: "hello".into() });
-        assert!(matches!(&response.content[1], Block::ToolUse { name, .. } if name == "bash"));
+        assert_eq!(response.content.len(), 3);
+        assert_eq!(response.content[0], Block::Thinking { thinking: "...".into(), signature: "s".into() });
+        assert_eq!(response.content[1], Block::Text { text: "hello".into() });
+        assert!(matches!(&response.content[2], Block::ToolUse { name, .. } if name == "bash"));
         assert_eq!(response.usage.output_tokens, 4);
         assert!(matches!(parse_message(b"<html>"), Err(ModelError::Protocol(_))));
         assert!(matches!(parse_message(br#"{"content":[]}"#), Err(ModelError::Protocol(_))));

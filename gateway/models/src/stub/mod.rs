@@ -8,9 +8,13 @@
 //! third-party programs (e.g. `claude-agent-acp`), so it accepts any tool names and the request
 //! shapes real clients send. It is test support, not shipped behaviour: no TLS, no auth check.
 //!
+//! Beyond the script it checks and counts what the API does for extended thinking and prompt
+//! caching ([`rules`]).
+//!
 //! Routes: `POST /v1/messages` (any query string, e.g. `?beta=true`), and
 //! `POST /v1/messages/count_tokens`; anything else is recorded and answered 404.
 
+mod rules;
 mod wire;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -88,6 +92,8 @@ struct Shared {
     requests: Mutex<Vec<RecordedRequest>>,
     faults: Mutex<VecDeque<Fault>>,
     next_id: AtomicU64,
+    /// The prompt cache per credential (the API's is per organization).
+    caches: Mutex<BTreeMap<String, rules::PromptCache>>,
 }
 
 impl Shared {
@@ -114,7 +120,8 @@ impl Shared {
 }
 
 /// The running stub. Streamed answers are the frames `message_start`, `ping`, then for each
-/// content block `content_block_start`, two or more deltas and `content_block_stop`, then
+/// content block `content_block_start`, two or more deltas (none for `redacted_thinking`) and
+/// `content_block_stop`, then
 /// `message_delta` and `message_stop`, so [`Fault::CutAfterEvents(4)`](Fault::CutAfterEvents)
 /// cuts right after the first delta. Dropping the stub stops it.
 pub struct StubServer {
@@ -212,6 +219,8 @@ struct Recorded {
     uri: Uri,
     /// The body as JSON; `None` when it is not JSON (recorded as `null`).
     json: Option<Value>,
+    /// The API key or bearer token the request carried (whose prompt cache it uses).
+    credential: String,
 }
 
 impl FromRequest<Arc<Shared>> for Recorded {
@@ -224,11 +233,16 @@ impl FromRequest<Arc<Shared>> for Recorded {
         let body = Bytes::from_request(request, shared).await?;
         let json = serde_json::from_slice::<Value>(&body).ok();
         shared.record(&method, &uri, &headers, json.clone().unwrap_or(Value::Null));
-        Ok(Recorded { shared: Arc::clone(shared), method, uri, json })
+        let credential = ["x-api-key", "authorization"]
+            .iter()
+            .find_map(|name| headers.get(*name).and_then(|v| v.to_str().ok()))
+            .unwrap_or_default()
+            .to_owned();
+        Ok(Recorded { shared: Arc::clone(shared), method, uri, json, credential })
     }
 }
 
-async fn messages(Recorded { shared, json, .. }: Recorded) -> Response {
+async fn messages(Recorded { shared, json, credential, .. }: Recorded) -> Response {
     let fault = shared.next_fault();
     match &fault {
         Some(Fault::Delay(delay)) => tokio::time::sleep(*delay).await,
@@ -249,11 +263,23 @@ async fn messages(Recorded { shared, json, .. }: Recorded) -> Response {
     let Some(json) = json else {
         return error_response(400, "invalid_request_error", "the request body is not JSON");
     };
-    let parsed = match wire::parse_request(&json) {
+    let parsed = match wire::parse_request(&json).and_then(|parsed| rules::check_thinking(&json).map(|()| parsed)) {
         Ok(parsed) => parsed,
         Err(message) => return error_response(400, "invalid_request_error", &message),
     };
-    let response = shared.model.respond(&parsed.request);
+    let mut response = shared.model.respond(&parsed.request);
+    if rules::thinking_budget(&json).is_some() {
+        rules::add_thinking(&mut response, &rules::last_user_text(&parsed.request));
+    }
+    let cached =
+        shared.caches.lock().unwrap_or_else(PoisonError::into_inner).entry(credential).or_default().account(&json);
+    // The request's size stays the fake's count; the cache serves part of it (at least one
+    // token is always fresh: the API counts the request's framing).
+    let usage = &mut response.usage;
+    let cacheable = usage.input_tokens.saturating_sub(1);
+    usage.cache_read_input_tokens = cached.read.min(cacheable);
+    usage.cache_creation_input_tokens = cached.written.min(cacheable - usage.cache_read_input_tokens);
+    usage.input_tokens -= usage.cache_read_input_tokens + usage.cache_creation_input_tokens;
     let id = format!("msg_stub_{:04}", shared.next_id.fetch_add(1, Ordering::Relaxed) + 1);
     let model = &parsed.request.model;
     if parsed.stream {

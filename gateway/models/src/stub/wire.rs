@@ -48,6 +48,7 @@ pub(crate) fn parse_request(body: &Value) -> Result<ParsedRequest, String> {
         messages,
         tools: tools.unwrap_or_default(),
         max_tokens: u32::try_from(max_tokens).unwrap_or(u32::MAX),
+        thinking: super::rules::thinking_budget(body).map(|b| u32::try_from(b).unwrap_or(u32::MAX)),
     };
     Ok(ParsedRequest { request, stream })
 }
@@ -84,6 +85,8 @@ fn parse_block(block: &Value) -> Option<Block> {
             name: field("name")?,
             input: block.get("input").and_then(Value::as_object).cloned().unwrap_or_default(),
         }),
+        "thinking" => Some(Block::Thinking { thinking: field("thinking")?, signature: field("signature")? }),
+        "redacted_thinking" => Some(Block::RedactedThinking { data: field("data")? }),
         "tool_result" => {
             let content = match block.get("content") {
                 Some(Value::String(text)) => vec![ToolResultContent::Text { text: text.clone() }],
@@ -131,8 +134,8 @@ pub(crate) fn message_json(id: &str, model: &str, response: &ModelResponse) -> V
         "usage": {
             "input_tokens": response.usage.input_tokens,
             "output_tokens": response.usage.output_tokens,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": response.usage.cache_creation_input_tokens,
+            "cache_read_input_tokens": response.usage.cache_read_input_tokens,
         },
     })
 }
@@ -150,8 +153,8 @@ pub(crate) fn sse_frames(id: &str, model: &str, response: &ModelResponse) -> Vec
                 "usage": {
                     "input_tokens": response.usage.input_tokens,
                     "output_tokens": 1,
-                    "cache_creation_input_tokens": 0,
-                    "cache_read_input_tokens": 0,
+                    "cache_creation_input_tokens": response.usage.cache_creation_input_tokens,
+                    "cache_read_input_tokens": response.usage.cache_read_input_tokens,
                 },
             },
         })),
@@ -171,6 +174,16 @@ pub(crate) fn sse_frames(id: &str, model: &str, response: &ModelResponse) -> Vec
                     .collect();
                 (json!({"type": "tool_use", "id": id, "name": name, "input": JsonObject::new()}), deltas)
             }
+            Block::Thinking { thinking, signature } => {
+                let mut deltas: Vec<Value> = text_chunks(thinking)
+                    .into_iter()
+                    .map(|chunk| json!({"type": "thinking_delta", "thinking": chunk}))
+                    .collect();
+                deltas.push(json!({"type": "signature_delta", "signature": signature}));
+                (json!({"type": "thinking", "thinking": "", "signature": ""}), deltas)
+            }
+            // Whole in its start, as the API sends it.
+            Block::RedactedThinking { data } => (json!({"type": "redacted_thinking", "data": data}), vec![]),
             // The fake model answers with text and tool calls only.
             Block::Image { .. } | Block::ToolResult { .. } => continue,
         };
@@ -254,7 +267,8 @@ mod tests {
         assert_eq!(request.tools.len(), 2);
         assert_eq!(request.max_tokens, 32000);
         assert_eq!(request.messages[0].content, vec![Block::Text { text: "tool:Bash {\"command\":\"ls\"}".into() }]);
-        assert_eq!(request.messages[1].content.len(), 1);
+        assert_eq!(request.messages[1].content[0], Block::Thinking { thinking: "...".into(), signature: "sig".into() });
+        assert_eq!(request.thinking, Some(1024));
         let last = &request.messages[2].content;
         assert_eq!(last.len(), 3);
         assert_eq!(

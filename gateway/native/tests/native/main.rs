@@ -6,6 +6,7 @@
 mod common;
 mod git_server;
 mod harness;
+mod models;
 mod mounts;
 mod workspaces;
 
@@ -38,7 +39,7 @@ async fn a_session_that_never_calls_a_tool_never_gets_an_environment() {
     use EventKind::*;
     assert_eq!(
         kinds(&es),
-        vec![UserMessage, TurnStarted, ModelRequestStarted, AgentMessage, ModelRequestEnded, TurnEnded]
+        vec![UserMessage, TurnStarted, ModelRequestStarted, AgentMessage, ModelRequestEnded, SessionUsage, TurnEnded]
     );
     assert_eq!(texts(&es), vec!["echo: hello there"]);
     let deltas =
@@ -72,6 +73,7 @@ async fn the_first_tool_call_realizes_the_environment_and_files_survive_turns() 
             ModelRequestStarted,
             AgentMessage,
             ModelRequestEnded,
+            SessionUsage,
             TurnEnded
         ]
     );

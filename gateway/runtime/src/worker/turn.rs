@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway_core::event::{ErrorKind, EventPayload, NewEvent, RetryStatus, StopReason};
+use gateway_core::event::{ErrorKind, EventPayload, NewEvent, RetryStatus, StopReason, Usage};
 use gateway_core::run::Claim;
 use gateway_store::{RunOutcome, Settlement, StoreError};
 use tracing::{debug, info, warn};
@@ -77,6 +77,7 @@ pub(super) async fn execute(w: &Arc<Shared>, claim: Claim, held: &Held) {
         abandoned: held.abandoned.clone(),
         staged: Default::default(),
         first: FirstEvent::now(),
+        requested: Default::default(),
         metrics: Arc::clone(&w.metrics),
     };
 
@@ -147,6 +148,15 @@ pub(super) async fn execute(w: &Arc<Shared>, claim: Claim, held: &Held) {
     // the turn's end costs one commit.
     let staged = ctx.take_staged();
     let mut all = staged.events;
+    // A turn that asked a model ends with the session's usage so far: what it had when the
+    // run was claimed (a resumed run's earlier claims included) and what this run used.
+    let mut used = ctx.requested.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    used.add(&Usage::of_requests(all.iter().map(|e| &e.payload)));
+    if used != Usage::default() {
+        let mut usage = claim.session.usage.clone();
+        usage.add(&used);
+        all.push(NewEvent::new(EventPayload::SessionUsage { usage }));
+    }
     all.extend(events);
     settle(w, &claim, Settlement { events: all, outcome, bindings: staged.bindings }).await;
 }

@@ -99,7 +99,7 @@ impl Renderer {
             }
             P::ConnectionRequested { .. } => ("env", "34", "waiting for an executor to connect".into()),
             P::AgentMessage { content } => ("agent", "32", blocks(content, TEXT_CHARS)),
-            P::AgentThinking { text } => {
+            P::AgentThinking { text, .. } => {
                 ("thinking", "2", text.as_deref().map_or_else(|| "…".to_owned(), |t| one_line(t, TEXT_CHARS)))
             }
             P::ToolUse { name, input, origin, permission, .. } => {
@@ -127,7 +127,13 @@ impl Renderer {
                 let topic = serde_json::to_value(topic).ok().and_then(|v| v.as_str().map(str::to_owned));
                 ("report", "2", format!("{}: {}", topic.unwrap_or_default(), one_line(&body.to_string(), TOOL_CHARS)))
             }
-            P::ToolStarted { .. } | P::ModelRequestStarted {} | P::ModelRequestEnded { .. } => return None,
+            // The conversation, not its accounting (the session object carries the usage).
+            P::ToolStarted { .. }
+            | P::ModelRequestStarted {}
+            | P::ModelRequestEnded { .. }
+            | P::SessionUsage { .. } => {
+                return None;
+            }
         })
     }
 }

@@ -68,6 +68,7 @@ macro_rules! conformance_suite {
             sessions::partial_answers_re_emit_idle_and_the_last_resumes,
             sessions::interrupt_cancels_queued_runs_and_flags_running_ones,
             sessions::opening_queues_one_run_without_inputs_that_a_message_joins,
+            sessions::model_usage_adds_up_on_the_session_with_its_commits,
             events::seqs_increase_without_gap_under_concurrency,
             events::lists_filter_by_kind_and_time_and_page_by_seq,
             events::events_after_and_find_by_id,

@@ -340,3 +340,42 @@ pub async fn opening_queues_one_run_without_inputs_that_a_message_joins(h: &dyn 
     assert!(!s.open_session(&archived.id).await.unwrap());
     assert!(s.active_runs(&archived.id).await.unwrap().is_empty());
 }
+
+pub async fn model_usage_adds_up_on_the_session_with_its_commits(h: &dyn Harness) {
+    use gateway_core::event::Usage;
+    let s = h.fresh().await;
+    let sess = session_with(&s, vec![msg("count")]).await;
+    assert_eq!(sess.usage, Usage::default());
+    let claim = s.claim_run(&worker("w", "h"), terms(5_000)).await.unwrap().unwrap();
+    let ended = |input, output, read, write| {
+        let start = NewEvent::new(EventPayload::ModelRequestStarted {});
+        let usage = Usage {
+            input_tokens: input,
+            output_tokens: output,
+            cache_read_input_tokens: read,
+            cache_creation_input_tokens: write,
+        };
+        let end = EventPayload::ModelRequestEnded { start_id: start.id.clone(), is_error: false, usage };
+        vec![start, NewEvent::new(end)]
+    };
+    let commit = crate::Commit { events: ended(10, 5, 0, 100), environment: None, bindings: vec![] };
+    s.commit(&claim.fence, commit).await.unwrap();
+    let mut last = ended(3, 7, 100, 20);
+    last.push(NewEvent::new(EventPayload::TurnEnded { stop: StopReason::EndTurn }));
+    s.settle(&claim.fence, Settlement { events: last, outcome: RunOutcome::Completed, bindings: vec![] })
+        .await
+        .unwrap();
+    let after = s.get_session(&sess.id).await.unwrap();
+    let sum =
+        Usage { input_tokens: 13, output_tokens: 12, cache_read_input_tokens: 100, cache_creation_input_tokens: 120 };
+    assert_eq!(after.usage, sum, "both requests counted, once each");
+    // A fenced (stale) commit adds nothing.
+    assert!(
+        s.commit(&claim.fence, crate::Commit { events: ended(1, 1, 1, 1), environment: None, bindings: vec![] })
+            .await
+            .is_err()
+    );
+    assert_eq!(s.get_session(&sess.id).await.unwrap().usage, sum);
+    let listed = s.list_sessions(&SessionFilter::default(), &PageRequest::first(10, Order::Asc)).await.unwrap();
+    assert_eq!(listed.items.iter().find(|x| x.id == sess.id).unwrap().usage, sum, "lists read it too");
+}

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use gateway_core::admission::{SessionState, admit};
 use gateway_core::environment::ConnectionStatus;
-use gateway_core::event::{Event, EventPayload, NewEvent};
+use gateway_core::event::{Event, EventPayload, NewEvent, Usage};
 use gateway_core::placement::Requirements;
 use gateway_core::run::{Claim, RunState, WorkerOffer};
 use gateway_core::session::{EnvironmentState, PendingAction, Resource, Session, SessionSnapshot, SessionStatus};
@@ -270,40 +270,68 @@ impl<E: Engine> SqlStore<E> {
         if events.is_empty() && matches!(advance, Advance::Log) {
             return Ok(last_seq);
         }
-        // The same update says whether a channel subscribed to the session (`feeds.rs`): a
+        // The same update adds the usage of the model requests these events end to the
+        // session's, and says whether a channel subscribed to the session (`feeds.rs`): a
         // session nobody follows costs its commits no further statement.
-        macro_rules! returning {
-            () => {
-                " RETURNING feed_subscribed"
+        macro_rules! update {
+            ($set:literal) => {
+                concat!(
+                    "UPDATE sessions SET last_seq = $2, updated_at = $3",
+                    $set,
+                    " WHERE id = $1 RETURNING feed_subscribed"
+                )
+            };
+            ($set:literal, $i:literal, $o:literal, $r:literal, $w:literal) => {
+                concat!(
+                    "UPDATE sessions SET last_seq = $2, updated_at = $3",
+                    $set,
+                    ", usage_input_tokens = usage_input_tokens + $",
+                    $i,
+                    ", usage_output_tokens = usage_output_tokens + $",
+                    $o,
+                    ", usage_cache_read_tokens = usage_cache_read_tokens + $",
+                    $r,
+                    ", usage_cache_write_tokens = usage_cache_write_tokens + $",
+                    $w,
+                    " WHERE id = $1 RETURNING feed_subscribed"
+                )
             };
         }
-        let (sql, extra) = match advance {
-            Advance::Log => {
-                (concat!("UPDATE sessions SET last_seq = $2, updated_at = $3 WHERE id = $1", returning!()), vec![])
-            }
+        let usage = Usage::of_requests(events.iter().map(|e| &e.payload));
+        let counted = usage != Usage::default();
+        let (sql, mut extra) = match advance {
+            Advance::Log if counted => (update!("", 4, 5, 6, 7), vec![]),
+            Advance::Log => (update!(""), vec![]),
             Advance::Status(status, pending) => (
-                concat!(
-                    "UPDATE sessions SET last_seq = $2, updated_at = $3, status = $4, pending = $5 WHERE id = $1",
-                    returning!()
-                ),
+                if counted {
+                    update!(", status = $4, pending = $5", 6, 7, 8, 9)
+                } else {
+                    update!(", status = $4, pending = $5")
+                },
                 vec![Arg::from(status.as_str()), Arg::from(serde_json::to_string(pending)?)],
             ),
             Advance::Connection(status) => (
-                concat!(
-                    "UPDATE sessions SET last_seq = $2, updated_at = $3, connection = $4 WHERE id = $1",
-                    returning!()
-                ),
+                if counted { update!(", connection = $4", 5, 6, 7, 8) } else { update!(", connection = $4") },
                 vec![Arg::from(status.as_str())],
             ),
             Advance::Deleted => (
-                concat!(
-                    "UPDATE sessions SET last_seq = $2, updated_at = $3, deleted_at = $3, env_state = $4, pending = '[]' \
-                     WHERE id = $1",
-                    returning!()
-                ),
+                if counted {
+                    update!(", deleted_at = $3, env_state = $4, pending = '[]'", 5, 6, 7, 8)
+                } else {
+                    update!(", deleted_at = $3, env_state = $4, pending = '[]'")
+                },
                 vec![Arg::from(EnvironmentState::Released.as_str())],
             ),
         };
+        if counted {
+            let tokens = [
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_input_tokens,
+                usage.cache_creation_input_tokens,
+            ];
+            extra.extend(tokens.map(|n| Arg::from(i64::try_from(n).unwrap_or(i64::MAX))));
+        }
         let (subscribed,) = query_as::<(i64,)>(sql)
             .bind(session.as_str())
             .bind(last_seq as i64)
