@@ -409,3 +409,42 @@ async fn a_gateway_with_keys_is_read_with_the_key_from_the_environment() {
     drop(g);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `[agents.NAME] effort` reaches the agent as its `model.effort` (ADR 0034: a native agent
+/// then asks for extended thinking); a value the API does not know stops the start, naming
+/// the key and the values it takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_effort_is_published_and_a_bad_one_stops_the_start() {
+    let dir = workdir("effort");
+    std::fs::write(dir.join("gateway.toml"), "[agents.thinker]\neffort = \"high\"\n").unwrap();
+    let g = gateway(&dir, free_port());
+    g.ready(Duration::from_secs(30)).await;
+    let agents: Value = reqwest::get(g.url("/v1/agents")).await.unwrap().json().await.unwrap();
+    let thinker = agents["data"].as_array().unwrap().iter().find(|a| a["name"] == "thinker").unwrap().clone();
+    assert_eq!(thinker["model"]["effort"], serde_json::json!({"type": "high"}), "{thinker}");
+    drop(g);
+
+    std::fs::write(dir.join("gateway.toml"), "[agents.thinker]\neffort = \"extreme\"\n").unwrap();
+    let mut child = command(&dir, &["serve"])
+        .env("GATEWAY_LISTEN", format!("127.0.0.1:{}", free_port()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("a bad effort did not stop the start");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!status.success());
+    assert!(err.contains("[agents.thinker].effort") && err.contains("low, medium, high, xhigh, max"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

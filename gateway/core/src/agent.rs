@@ -86,10 +86,25 @@ impl From<BackendRef> for String {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModelSpec {
     pub id: String,
+    /// How hard the model works: one of [`ModelSpec::EFFORTS`]. The native loop asks for
+    /// extended thinking with a budget that grows with it; unset, for none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effort: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speed: Option<String>,
+}
+
+impl ModelSpec {
+    /// The efforts an agent may ask for, least first (the Managed Agents API's names).
+    pub const EFFORTS: [&'static str; 5] = ["low", "medium", "high", "xhigh", "max"];
+
+    /// Refuses an effort that is not one of [`ModelSpec::EFFORTS`], naming them.
+    pub fn check_effort(effort: &str) -> Result<(), String> {
+        if Self::EFFORTS.contains(&effort) {
+            return Ok(());
+        }
+        Err(format!("effort must be one of {}, not {effort:?}", Self::EFFORTS.join(", ")))
+    }
 }
 
 /// Whether a tool call runs at once or waits for a client's approval.

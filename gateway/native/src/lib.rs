@@ -776,8 +776,8 @@ impl<'a> Turn<'a> {
     }
 }
 
-/// Extended thinking's budget for the effort an agent asks for (`model.effort`, as the
-/// Managed Agents API types it); none without one. The Messages API wants at least 1024.
+/// Extended thinking's budget for the effort an agent asks for (`ModelSpec::EFFORTS`); none
+/// without one. The Messages API wants at least 1024.
 fn thinking_budget(effort: Option<&str>) -> Option<u32> {
     match effort? {
         "low" => Some(1024),

@@ -77,11 +77,14 @@ pub async fn publish(
             }
         }
         published.models.insert(name.clone(), models);
+        if let Some(effort) = &a.effort {
+            ModelSpec::check_effort(effort).map_err(|m| anyhow::anyhow!("[agents.{name}].{m}"))?;
+        }
         let spec = AgentSpec {
             name: name.clone(),
             description: a.description.clone(),
             system: a.system.clone(),
-            model: ModelSpec { id: model, effort: None, speed: None },
+            model: ModelSpec { id: model, effort: a.effort.clone(), speed: None },
             tools: vec![ToolSpec::Builtin {
                 version: "agent_toolset_20260401".into(),
                 default_config: ToolConfig { enabled: true, permission_policy: PermissionPolicy::AlwaysAsk },

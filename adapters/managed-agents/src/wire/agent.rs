@@ -148,10 +148,8 @@ fn model_in(m: ModelIn) -> Result<ModelSpec, ApiError> {
         },
     };
     check_text("model", &spec.id, 256)?;
-    if let Some(e) = &spec.effort
-        && !["low", "medium", "high", "xhigh", "max"].contains(&e.as_str())
-    {
-        return Err(ApiError::invalid(format!("model.effort must be low, medium, high, xhigh or max, not {e:?}")));
+    if let Some(e) = &spec.effort {
+        ModelSpec::check_effort(e).map_err(|m| ApiError::invalid(format!("model.{m}")))?;
     }
     if let Some(s) = &spec.speed
         && !["standard", "fast"].contains(&s.as_str())

@@ -149,6 +149,9 @@ pub struct AgentConfig {
     /// Other models an editor may switch this agent's sessions to (the ACP `model` option,
     /// between prompts); `model` is always offered first.
     pub models: Vec<String>,
+    /// How hard the model works (native agents): `low`, `medium`, `high`, `xhigh` or `max` ask
+    /// for extended thinking with a growing budget (ADR 0034). Unset: no thinking.
+    pub effort: Option<String>,
     pub system: Option<String>,
     pub description: Option<String>,
     /// Built-in tools that run without asking (default: read, glob, grep); the others
