@@ -58,6 +58,30 @@ fn preview_frame(p: &Preview, wanted: &[&str]) -> Option<Bytes> {
                 }),
             )
         }),
+        // The SDK's `agent.thinking` preview is start-only: no deltas follow it.
+        Preview::ThoughtDelta { .. } => None,
+    }
+}
+
+#[cfg(test)]
+mod thinking {
+    use gateway_core::EventId;
+    use gateway_core::event::EventKind;
+    use gateway_runtime::Preview;
+
+    /// The SDK's thinking preview: an `event_start` of `agent.thinking`, never a delta (the
+    /// reasoning's text would otherwise show as the message's).
+    #[test]
+    fn reasoning_previews_are_a_start_and_no_delta() {
+        let wanted = ["agent.message", "agent.thinking"];
+        let id = EventId::new();
+        let start =
+            super::preview_frame(&Preview::Start { event_id: id.clone(), kind: EventKind::AgentThinking }, &wanted)
+                .expect("a start frame");
+        let text = String::from_utf8(start.to_vec()).unwrap_or_default();
+        assert!(text.contains("\"type\":\"agent.thinking\"") && text.contains("event_start"), "{text}");
+        let delta = Preview::ThoughtDelta { event_id: id, text: "secret".into() };
+        assert!(super::preview_frame(&delta, &wanted).is_none());
     }
 }
 

@@ -126,6 +126,8 @@ pub fn assert_events_spell_the_text(events: &[StreamEvent], response: &ModelResp
                 whole.push_str(text);
                 *deltas += 1;
             }
+            // Reasoning is not the response's text.
+            StreamEvent::ThinkingStart { .. } | StreamEvent::ThinkingDelta { .. } => {}
         }
     }
     let expected: Vec<(usize, &str)> = response

@@ -145,6 +145,11 @@ pub enum StreamEvent {
     TextStart { index: usize },
     /// More text for the text block at `index`.
     TextDelta { index: usize, text: String },
+    /// The response's reasoning block number `nth` (counting `thinking` blocks only, from 0)
+    /// starts.
+    ThinkingStart { nth: usize },
+    /// More reasoning for thinking block number `nth`.
+    ThinkingDelta { nth: usize, text: String },
 }
 
 /// Why a model call failed. `is_transient` errors may succeed when tried again later.

@@ -139,6 +139,8 @@ async fn unknown_blocks_events_and_deltas_are_skipped() {
     assert_eq!(
         events,
         vec![
+            StreamEvent::ThinkingStart { nth: 0 },
+            StreamEvent::ThinkingDelta { nth: 0, text: "hmm".into() },
             StreamEvent::TextStart { index: 2 },
             StreamEvent::TextDelta { index: 2, text: "Hello".into() },
             StreamEvent::TextDelta { index: 2, text: ", world".into() },

@@ -640,20 +640,33 @@ impl<'a> Turn<'a> {
         let ctx = self.ctx;
         // Response block index -> index among the message's text blocks.
         let text_index: Mutex<HashMap<usize, usize>> = Mutex::new(HashMap::new());
-        let on_event = |ev: StreamEvent| {
-            let mut map = text_index.lock().unwrap_or_else(|p| p.into_inner());
-            match ev {
-                StreamEvent::TextStart { index } => {
-                    if map.is_empty() {
-                        ctx.preview(Preview::Start { event_id: message_id.clone(), kind: EventKind::AgentMessage });
-                    }
-                    let n = map.len();
-                    map.insert(index, n);
+        // The event id of each thinking block, in order: its previews and its commit share it.
+        let thought_ids: Mutex<Vec<EventId>> = Mutex::new(Vec::new());
+        let on_event = |ev: StreamEvent| match ev {
+            StreamEvent::TextStart { index } => {
+                let mut map = text_index.lock().unwrap_or_else(|p| p.into_inner());
+                if map.is_empty() {
+                    ctx.preview(Preview::Start { event_id: message_id.clone(), kind: EventKind::AgentMessage });
                 }
-                StreamEvent::TextDelta { index, text } => {
-                    if let Some(&i) = map.get(&index) {
-                        ctx.preview(Preview::TextDelta { event_id: message_id.clone(), index: i, text });
-                    }
+                let n = map.len();
+                map.insert(index, n);
+            }
+            StreamEvent::TextDelta { index, text } => {
+                if let Some(&i) = text_index.lock().unwrap_or_else(|p| p.into_inner()).get(&index) {
+                    ctx.preview(Preview::TextDelta { event_id: message_id.clone(), index: i, text });
+                }
+            }
+            StreamEvent::ThinkingStart { nth } => {
+                let mut ids = thought_ids.lock().unwrap_or_else(|p| p.into_inner());
+                if ids.len() == nth {
+                    let id = EventId::new();
+                    ctx.preview(Preview::Start { event_id: id.clone(), kind: EventKind::AgentThinking });
+                    ids.push(id);
+                }
+            }
+            StreamEvent::ThinkingDelta { nth, text } => {
+                if let Some(id) = thought_ids.lock().unwrap_or_else(|p| p.into_inner()).get(nth) {
+                    ctx.preview(Preview::ThoughtDelta { event_id: id.clone(), text });
                 }
             }
         };
@@ -694,20 +707,25 @@ impl<'a> Turn<'a> {
 
         let execution = self.ctx.session.snapshot.requirements.tool_execution;
         // The model's reasoning first, as it came: later requests of the turn send it back.
+        // A thinking block commits under the id its previews had.
+        let mut streamed = thought_ids.into_inner().unwrap_or_else(|p| p.into_inner()).into_iter();
         let mut events: Vec<NewEvent> = response
             .content
             .iter()
             .filter_map(|b| match b {
-                Block::Thinking { thinking, signature } => Some(EventPayload::AgentThinking {
-                    text: Some(thinking.clone()),
-                    seal: Some(ThinkingSeal::Signature(signature.clone())),
+                Block::Thinking { thinking, signature } => Some(NewEvent {
+                    id: streamed.next().unwrap_or_else(EventId::new),
+                    payload: EventPayload::AgentThinking {
+                        text: Some(thinking.clone()),
+                        seal: Some(ThinkingSeal::Signature(signature.clone())),
+                    },
                 }),
-                Block::RedactedThinking { data } => {
-                    Some(EventPayload::AgentThinking { text: None, seal: Some(ThinkingSeal::Redacted(data.clone())) })
-                }
+                Block::RedactedThinking { data } => Some(NewEvent::new(EventPayload::AgentThinking {
+                    text: None,
+                    seal: Some(ThinkingSeal::Redacted(data.clone())),
+                })),
                 _ => None,
             })
-            .map(NewEvent::new)
             .collect();
         let texts: Vec<ContentBlock> = response
             .content

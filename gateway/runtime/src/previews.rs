@@ -21,12 +21,17 @@ pub enum Preview {
     Start { event_id: EventId, kind: EventKind },
     /// More text for content block `index` of the event.
     TextDelta { event_id: EventId, index: usize, text: String },
+    /// More of the agent's reasoning (an `agent_thinking` event's text). A face that shows
+    /// reasoning only as a progress signal has a `Start` and no use for these.
+    ThoughtDelta { event_id: EventId, text: String },
 }
 
 impl Preview {
     pub fn event_id(&self) -> &EventId {
         match self {
-            Preview::Start { event_id, .. } | Preview::TextDelta { event_id, .. } => event_id,
+            Preview::Start { event_id, .. }
+            | Preview::TextDelta { event_id, .. }
+            | Preview::ThoughtDelta { event_id, .. } => event_id,
         }
     }
 }

@@ -97,7 +97,7 @@ impl State {
                     return None;
                 }
             }
-            Preview::TextDelta { event_id, .. } => {
+            Preview::TextDelta { event_id, .. } | Preview::ThoughtDelta { event_id, .. } => {
                 if !self.open.contains(event_id) {
                     // Started before this subscription attached, or already closed.
                     return None;

@@ -115,6 +115,8 @@ pub struct Projector {
     tools: HashMap<EventId, ToolCall>,
     /// Text streamed so far per message id, per content block index.
     streamed: HashMap<EventId, Vec<String>>,
+    /// Reasoning streamed so far per thinking event id.
+    thoughts: HashMap<EventId, String>,
     /// Whether user messages are shown (a replay shows them; a live prompt's own text is not
     /// echoed back).
     show_user: bool,
@@ -143,6 +145,7 @@ impl Projector {
             inner_root: None,
             tools: HashMap::new(),
             streamed: HashMap::new(),
+            thoughts: HashMap::new(),
             show_user,
             usage: Usage::default(),
             agent: AgentState::default(),
@@ -199,7 +202,16 @@ impl Projector {
                 self.streamed.entry(event_id.clone()).or_default();
                 vec![]
             }
+            Preview::Start { event_id, kind } if *kind == EventKind::AgentThinking => {
+                self.thoughts.entry(event_id.clone()).or_default();
+                vec![]
+            }
             Preview::Start { .. } => vec![],
+            Preview::ThoughtDelta { event_id, text } => {
+                let Some(shown) = self.thoughts.get_mut(event_id) else { return vec![] };
+                shown.push_str(text);
+                vec![chunk("agent_thought_chunk", text, event_id)]
+            }
             Preview::TextDelta { event_id, index, text } => {
                 let Some(parts) = self.streamed.get_mut(event_id) else { return vec![] };
                 if parts.len() <= *index {
@@ -219,7 +231,12 @@ impl Projector {
                 .map(|block| json!({"sessionUpdate": "user_message_chunk", "content": block, "messageId": e.id.to_string()}))
                 .collect(),
             EventPayload::AgentMessage { content } => self.message(&e.id, content),
-            EventPayload::AgentThinking { text: Some(t), .. } if !t.is_empty() => vec![chunk("agent_thought_chunk", t, &e.id)],
+            EventPayload::AgentThinking { text: Some(t), .. } if !t.is_empty() => {
+                // Only what its previews did not already show.
+                let shown = self.thoughts.remove(&e.id).unwrap_or_default();
+                let rest = unsent(&e.id, t, &shown);
+                if rest.is_empty() { vec![] } else { vec![chunk("agent_thought_chunk", rest, &e.id)] }
+            }
             EventPayload::ToolUse { name, input, origin, permission, .. } => {
                 let call = ToolCall { name: name.clone(), input: input.clone(), origin: origin.clone() };
                 let (locations, diff) = call.details(&self.cwd, self.inner_root.as_deref());
@@ -332,24 +349,25 @@ impl Projector {
             _ => None,
         });
         for (i, text) in texts.enumerate() {
-            let sent = streamed.get(i).map(String::as_str).unwrap_or("");
-            let rest = match text.strip_prefix(sent) {
-                Some(rest) => rest,
-                None => {
-                    // Previews were lost on the way (a slow editor): chunks cannot be taken
-                    // back, so send everything after what both agree on; nothing is lost.
-                    let agreed: usize =
-                        text.chars().zip(sent.chars()).take_while(|(a, b)| a == b).map(|(a, _)| a.len_utf8()).sum();
-                    tracing::warn!(message = %id, "committed text differs from its previews; sending it from where they diverged");
-                    &text[agreed..]
-                }
-            };
+            let rest = unsent(id, text, streamed.get(i).map(String::as_str).unwrap_or(""));
             if !rest.is_empty() {
                 out.push(chunk("agent_message_chunk", rest, id));
             }
         }
         out
     }
+}
+
+/// What of a committed `text` its previews (`sent`) did not show. Previews lost on the way
+/// (a slow editor) leave them disagreeing: chunks cannot be taken back, so everything after
+/// what both agree on is sent, and nothing is lost.
+fn unsent<'t>(id: &EventId, text: &'t str, sent: &str) -> &'t str {
+    if let Some(rest) = text.strip_prefix(sent) {
+        return rest;
+    }
+    let agreed: usize = text.chars().zip(sent.chars()).take_while(|(a, b)| a == b).map(|(a, _)| a.len_utf8()).sum();
+    tracing::warn!(event = %id, "committed text differs from its previews; sending it from where they diverged");
+    &text[agreed..]
 }
 
 fn full() -> wire::PromptSupport {
@@ -417,6 +435,23 @@ mod tests {
         assert_eq!(p.event(&e)[0]["content"]["text"], "hello world");
         // A delta for a message whose start was not seen is not shown (the commit will be).
         assert!(p.preview(&Preview::TextDelta { event_id: EventId::new(), index: 0, text: "x".into() }).is_empty());
+    }
+
+    #[test]
+    fn reasoning_streams_as_thought_chunks_and_its_commit_sends_only_the_rest() {
+        let mut p = Projector::new("/w", false);
+        let e = ev(EventPayload::AgentThinking { text: Some("first, then".into()), seal: None });
+        let id = e.id.clone();
+        assert!(p.preview(&Preview::Start { event_id: id.clone(), kind: EventKind::AgentThinking }).is_empty());
+        let u = p.preview(&Preview::ThoughtDelta { event_id: id.clone(), text: "first, ".into() });
+        assert_eq!(
+            (u[0]["sessionUpdate"].as_str(), u[0]["content"]["text"].as_str()),
+            (Some("agent_thought_chunk"), Some("first, "))
+        );
+        let u = p.event(&e);
+        assert_eq!((u.len(), u[0]["content"]["text"].as_str()), (1, Some("then")));
+        // A thought whose start was not seen is shown at its commit, whole.
+        assert!(p.preview(&Preview::ThoughtDelta { event_id: EventId::new(), text: "x".into() }).is_empty());
     }
 
     #[test]

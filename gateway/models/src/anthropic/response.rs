@@ -101,8 +101,9 @@ enum Open {
         start_input: JsonObject,
         json: String,
     },
-    /// Reasoning: its text and signature arrive in deltas.
+    /// Reasoning (the response's `nth`): its text and signature arrive in deltas.
     Thinking {
+        nth: usize,
         thinking: String,
         signature: String,
     },
@@ -118,6 +119,8 @@ enum Open {
 pub(crate) struct Assembler {
     content: Vec<Block>,
     open: BTreeMap<u64, Open>,
+    /// Thinking blocks started so far.
+    thoughts: usize,
     stop_reason: Option<StopReason>,
     usage: Usage,
     done: bool,
@@ -132,6 +135,7 @@ impl Assembler {
         Self {
             content: Vec::new(),
             open: BTreeMap::new(),
+            thoughts: 0,
             stop_reason: None,
             usage: Usage::default(),
             done: false,
@@ -224,7 +228,15 @@ impl Assembler {
             }
             Some("thinking") => {
                 let field = |name: &str| block.get(name).and_then(Value::as_str).unwrap_or_default().to_owned();
-                Open::Thinking { thinking: field("thinking"), signature: field("signature") }
+                let nth = self.thoughts;
+                self.thoughts += 1;
+                on_event(StreamEvent::ThinkingStart { nth });
+                let thinking = field("thinking");
+                self.grow(thinking.len())?;
+                if !thinking.is_empty() {
+                    on_event(StreamEvent::ThinkingDelta { nth, text: thinking.clone() });
+                }
+                Open::Thinking { nth, thinking, signature: field("signature") }
             }
             Some("redacted_thinking") => {
                 let data = block.get("data").and_then(Value::as_str).unwrap_or_default().to_owned();
@@ -261,8 +273,13 @@ impl Assembler {
                 let field = if kind == "thinking_delta" { "thinking" } else { "signature" };
                 let part = delta.get(field).and_then(Value::as_str).unwrap_or_default();
                 self.grow(part.len())?;
-                if let Some(Open::Thinking { thinking, signature }) = self.open.get_mut(&index) {
-                    if kind == "thinking_delta" { thinking } else { signature }.push_str(part);
+                if let Some(Open::Thinking { nth, thinking, signature }) = self.open.get_mut(&index) {
+                    if kind == "thinking_delta" {
+                        thinking.push_str(part);
+                        on_event(StreamEvent::ThinkingDelta { nth: *nth, text: part.to_owned() });
+                    } else {
+                        signature.push_str(part);
+                    }
                 }
                 Ok(())
             }
@@ -313,7 +330,9 @@ impl Assembler {
                 };
                 self.content.push(Block::ToolUse { id, name, input });
             }
-            Some(Open::Thinking { thinking, signature }) => self.content.push(Block::Thinking { thinking, signature }),
+            Some(Open::Thinking { thinking, signature, .. }) => {
+                self.content.push(Block::Thinking { thinking, signature })
+            }
             Some(Open::Redacted { data }) => self.content.push(Block::RedactedThinking { data }),
             // Text already sits in `content` if it was kept; whitespace-only text is dropped.
             Some(Open::Text { .. } | Open::Skipped) | None => {}
@@ -520,6 +539,9 @@ mod tests {
         assert_eq!(
             events,
             vec![
+                StreamEvent::ThinkingStart { nth: 0 },
+                StreamEvent::ThinkingDelta { nth: 0, text: "hm".into() },
+                StreamEvent::ThinkingDelta { nth: 0, text: "m".into() },
                 StreamEvent::TextStart { index: 2 },
                 StreamEvent::TextDelta { index: 2, text: " Hi".into() },
                 StreamEvent::TextDelta { index: 2, text: "!".into() },

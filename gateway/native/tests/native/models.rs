@@ -3,7 +3,8 @@
 
 use gateway_core::agent::PermissionPolicy;
 use gateway_core::environment::Provisioning;
-use gateway_core::event::{EventPayload, StopReason, ThinkingSeal};
+use gateway_core::event::{EventKind, EventPayload, StopReason, ThinkingSeal};
+use gateway_runtime::{Delivery, Preview};
 use serde_json::Value;
 
 use crate::common::stop_of;
@@ -81,6 +82,35 @@ async fn a_thinking_agent_completes_a_tool_loop_sending_its_reasoning_back_as_re
     assert_eq!(reads.len(), 4);
     assert_eq!(reads[0], 0, "nothing was cached before the first request");
     assert!(reads[1..].iter().all(|r| *r > 0), "later requests read the cache: {reads:?}");
+
+    // The reasoning streams as it comes (previews: start, then deltas), under the id its
+    // event commits with.
+    let stream = n.stream(&s, true).await;
+    n.coordinator.submit(&s.id, vec![crate::common::say("think aloud")]).await.unwrap();
+    let got = crate::common::until(stream, 30, crate::common::turn_ended).await;
+    let committed = crate::common::events(&got)
+        .into_iter()
+        .find_map(|e| match e.payload {
+            EventPayload::AgentThinking { text: Some(t), .. } => Some((e.id, t)),
+            _ => None,
+        })
+        .expect("the reasoning committed");
+    let mut started = false;
+    let mut streamed = String::new();
+    for d in &got {
+        match d {
+            Delivery::Preview(Preview::Start { event_id, kind: EventKind::AgentThinking }) => {
+                assert_eq!(event_id, &committed.0);
+                started = true;
+            }
+            Delivery::Preview(Preview::ThoughtDelta { event_id, text }) => {
+                assert!(started && event_id == &committed.0);
+                streamed.push_str(text);
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(streamed, committed.1, "the deltas spell the committed reasoning");
 
     // Reasoning the model returns encrypted goes back the same way.
     let turn = n.turn(&s, "tool:bash {\"command\":\"echo redacted\"}").await;

@@ -476,6 +476,7 @@ pub async fn previews_reach_only_subscribers_that_asked(h: &dyn Harness) {
                 assert_eq!(event_id, &msg.id);
                 text.push_str(t);
             }
+            Delivery::Preview(Preview::ThoughtDelta { .. }) => panic!("the fake model does not think"),
             Delivery::Event(e) if e.id == msg.id => after_commit = true,
             Delivery::Event(_) => {}
         }
@@ -645,6 +646,7 @@ pub async fn previews_are_delivered_before_their_committed_event(h: &dyn Harness
             Delivery::Event(e) => format!("{:?}", e.kind()),
             Delivery::Preview(Preview::Start { .. }) => "start".into(),
             Delivery::Preview(Preview::TextDelta { text, .. }) => format!("delta {text}"),
+            Delivery::Preview(Preview::ThoughtDelta { text, .. }) => format!("thought {text}"),
         })
         .collect();
     assert_eq!(order, vec!["UserMessage", "TurnStarted", "start", "delta hel", "delta lo", "AgentMessage"]);
