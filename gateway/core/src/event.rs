@@ -134,6 +134,11 @@ impl Usage {
             self.cache_creation_input_tokens.saturating_add(other.cache_creation_input_tokens);
     }
 
+    /// The request's whole input, fresh or from the prompt cache.
+    pub fn prompt_tokens(&self) -> u64 {
+        self.input_tokens.saturating_add(self.cache_read_input_tokens).saturating_add(self.cache_creation_input_tokens)
+    }
+
     /// The usage of the model requests `events` end.
     pub fn of_requests<'a>(events: impl IntoIterator<Item = &'a EventPayload>) -> Usage {
         let mut sum = Usage::default();

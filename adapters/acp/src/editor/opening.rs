@@ -16,6 +16,7 @@ use gateway_runtime::{Delivery, SubscribeOptions};
 use serde_json::{Value, json};
 use tracing::warn;
 
+use super::project::AgentState;
 use super::{Editor, Projector, runtime_error};
 use crate::rpc::RpcError;
 
@@ -68,19 +69,10 @@ pub(super) async fn start_agent(ed: &Editor, session: &Session) -> Result<(), Rp
     }
 }
 
-/// The agent's side of an opening answer: its modes and settings as the projection of the
-/// session's reports left them (an ACP agent's own; `None` for a native session), and the
-/// commands to send right after the answer.
-pub(super) struct AgentState {
-    pub modes: Option<Value>,
-    pub settings: Vec<Value>,
-    pub commands: Option<Value>,
-}
-
-/// What an ACP agent last said about itself, read from its reports (unless `replayed`: a
-/// `session/load` projected the whole history already, commands included). A native agent
-/// has none: its modes are the gateway's options, and its skills cannot be placed in an
-/// editor's directory (`Coordinator::resolve_skills`).
+/// What an ACP agent last said about itself, read from its reports unless `replayed` (a
+/// `session/load` projected the whole history already). A native agent has none: its modes
+/// are the gateway's options, and its skills cannot be placed in an editor's directory
+/// (`Coordinator::resolve_skills`).
 pub(super) async fn agent_state(
     ed: &Editor,
     session: &Session,
@@ -88,24 +80,12 @@ pub(super) async fn agent_state(
     replayed: bool,
 ) -> Result<AgentState, RpcError> {
     if !matches!(session.snapshot.agent.spec.backend, BackendRef::Acp { .. }) {
-        return Ok(AgentState { modes: None, settings: Vec::new(), commands: None });
+        return Ok(AgentState::default());
     }
-    let commands = std::sync::Mutex::new(None);
     if !replayed {
-        super::sessions::project_history(ed, &session.id, true, projector, |update| {
-            if update.get("sessionUpdate").and_then(Value::as_str) == Some("available_commands_update") {
-                *commands.lock().unwrap_or_else(|p| p.into_inner()) = Some(update);
-            }
-            async {}
-        })
-        .await?;
+        super::sessions::project_history(ed, &session.id, true, projector, |_| async {}).await?;
     }
-    let state = projector.agent_state();
-    Ok(AgentState {
-        modes: state.modes.clone(),
-        settings: state.settings.as_ref().and_then(Value::as_array).cloned().unwrap_or_default(),
-        commands: commands.into_inner().unwrap_or_else(|p| p.into_inner()),
-    })
+    Ok(projector.agent_state().clone())
 }
 
 /// Sends the commands right after the answer being made (`gateway_wire`'s follow-ups): the

@@ -128,14 +128,16 @@ pub struct Projector {
     agent_turn_usage: Option<Value>,
 }
 
-/// An ACP agent's modes and settings as its reports left them: what `session/load` and
-/// `session/resume` answer with, before the agent process runs again.
+/// An ACP agent's modes, settings and commands as its reports left them: what opening a
+/// session answers with (and sends after the answer), before the agent process runs again.
 #[derive(Debug, Clone, Default)]
 pub struct AgentState {
     /// `SessionModeState`: the modes and the current one.
     pub modes: Option<Value>,
     /// The settings (`configOptions`).
     pub settings: Option<Value>,
+    /// The last `available_commands_update`, whole.
+    pub commands: Option<Value>,
 }
 
 impl Projector {
@@ -183,7 +185,7 @@ impl Projector {
             return Some(agent.clone());
         }
         let u = &self.usage;
-        let input = u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens;
+        let input = u.prompt_tokens();
         (input + u.output_tokens > 0).then(|| {
             json!({
                 "totalTokens": input + u.output_tokens,
@@ -284,14 +286,8 @@ impl Projector {
             // What the context holds after a model request: its input (cached or not) and the
             // output it added.
             EventPayload::ModelRequestEnded { is_error: false, usage, .. } => {
-                self.usage.input_tokens += usage.input_tokens;
-                self.usage.output_tokens += usage.output_tokens;
-                self.usage.cache_read_input_tokens += usage.cache_read_input_tokens;
-                self.usage.cache_creation_input_tokens += usage.cache_creation_input_tokens;
-                let used = usage.input_tokens
-                    + usage.cache_read_input_tokens
-                    + usage.cache_creation_input_tokens
-                    + usage.output_tokens;
+                self.usage.add(usage);
+                let used = usage.prompt_tokens() + usage.output_tokens;
                 vec![json!({"sessionUpdate": "usage_update", "used": used, "size": CONTEXT_WINDOW.max(used)})]
             }
             _ => vec![],
@@ -335,6 +331,7 @@ impl Projector {
                 }
             }
             ReportTopic::Settings => self.agent.settings = body.get("configOptions").cloned(),
+            ReportTopic::Commands => self.agent.commands = Some(body.clone()),
             _ => {}
         }
         vec![body.clone()]
@@ -396,7 +393,7 @@ mod tests {
     }
 
     #[test]
-    fn agent_reports_pass_through_and_leave_the_modes_and_settings_for_a_load() {
+    fn agent_reports_pass_through_and_leave_the_modes_settings_and_commands_for_a_load() {
         let mut p = Projector::new("/w", true);
         let report = |topic, body: Value| ev(EventPayload::AgentReport { topic, body });
         let modes = json!({"currentModeId": "default", "availableModes": [{"id": "default", "name": "D"}, {"id": "plan", "name": "P"}]});
@@ -412,10 +409,13 @@ mod tests {
         let settings = json!({"sessionUpdate": "config_option_update", "configOptions": [{"id": "model"}]});
         p.event(&report(ReportTopic::Settings, settings));
         // A body that is not its topic's update is not shown.
+        let commands = json!({"sessionUpdate": "available_commands_update", "availableCommands": [{"name": "r", "description": "d"}]});
+        assert_eq!(p.event(&report(ReportTopic::Commands, commands.clone())), vec![commands.clone()]);
         assert!(p.event(&report(ReportTopic::Commands, json!({"sessionUpdate": "plan"}))).is_empty());
         let state = p.agent_state();
         assert_eq!(state.modes.as_ref().map(|m| m["currentModeId"].clone()), Some(json!("plan")));
         assert_eq!(state.settings, Some(json!([{"id": "model"}])));
+        assert_eq!(state.commands, Some(commands), "the last valid command list, not the refused one");
     }
 
     #[test]

@@ -178,11 +178,14 @@ async fn opening_answer(
         result["modes"] = modes;
     }
     let mut options = config_options(ed, session).await.and_then(|o| o.as_array().cloned()).unwrap_or_default();
-    options.extend(agent.settings);
+    options.extend(agent.settings.as_ref().and_then(Value::as_array).into_iter().flatten().cloned());
     if !options.is_empty() {
         result["configOptions"] = Value::Array(options);
     }
-    opening::send_commands_after(session, agent.commands);
+    // A load's replay showed the commands in their place already.
+    if !replayed {
+        opening::send_commands_after(session, agent.commands);
+    }
     Ok(result)
 }
 
