@@ -361,7 +361,7 @@ fn check_fails_naming_bubblewrap_when_it_is_missing_and_passes_on_defaults() {
         .env("GATEWAY_MODEL", "anthropic")
         .env("GATEWAY_SANDBOX", "namespace")
         .env("ANTHROPIC_API_KEY", secret));
-    assert!(out.contains("ok   model       anthropic: credentials from ANTHROPIC_API_KEY"), "{out}");
+    assert!(out.contains("ok   model       default: anthropic, credentials from ANTHROPIC_API_KEY"), "{out}");
     assert!(!out.contains(secret), "{out}");
     assert_eq!(code, 0, "{out}");
     let (code, out, _) = run(command(&dir, &["check"])
@@ -371,6 +371,35 @@ fn check_fails_naming_bubblewrap_when_it_is_missing_and_passes_on_defaults() {
         .env_remove("ANTHROPIC_AUTH_TOKEN"));
     assert_ne!(code, 0);
     assert!(out.lines().any(|l| l.starts_with("FAIL model") && l.contains("ANTHROPIC_API_KEY")), "{out}");
+
+    // Each [models] table gets a line saying what serves it; one whose credential variable is
+    // unset fails, naming the variable and never a value.
+    std::fs::write(
+        dir.join("gateway.toml"),
+        "[models.local]\nprovider = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"qwen3:8b\"\n\
+         context_window = 32768\n\
+         [models.priced]\nprovider = \"fake\"\nprices = { input = 3.0, output = 15.0 }\n\
+         [models.keyed]\nprovider = \"openai\"\napi_key_env = \"GATEWAY_TEST_UNSET_KEY\"\n",
+    )
+    .unwrap();
+    let check = || {
+        let mut c = command(&dir, &["check"]);
+        c.env("GATEWAY_SANDBOX", "namespace");
+        c
+    };
+    let (code, out, _) = run(check().env_remove("GATEWAY_TEST_UNSET_KEY"));
+    assert_ne!(code, 0, "{out}");
+    let line = |name: &str| out.lines().find(|l| l.contains(&format!("models.{name}:"))).unwrap_or_default().to_owned();
+    assert!(
+        line("local").starts_with("ok") && line("local").contains("openai model qwen3:8b at http://127.0.0.1:9/v1"),
+        "{out}"
+    );
+    assert!(line("local").contains("context window 32768") && line("local").contains("no prices"), "{out}");
+    assert!(line("priced").contains("input 3 output 15"), "{out}");
+    assert!(line("keyed").starts_with("FAIL") && line("keyed").contains("GATEWAY_TEST_UNSET_KEY"), "{out}");
+    let (code, out, _) = run(check().env("GATEWAY_TEST_UNSET_KEY", "sk-never-shown"));
+    assert!(!out.contains("sk-never-shown") && out.contains("credential from GATEWAY_TEST_UNSET_KEY"), "{out}");
+    assert_eq!(code, 0, "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

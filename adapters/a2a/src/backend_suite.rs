@@ -26,6 +26,7 @@ async fn session_of(gw: &TestGateway, backend: BackendRef) -> Session {
     let agent = gw.coordinator.create_agent(agent).await.unwrap();
     let env = gw.coordinator.create_environment(env_spec("a2a")).await.unwrap();
     let req = CreateSession {
+        budget: None,
         agent: AgentSelection { id: agent.id, version: None, overrides: None },
         environment_id: env.id,
         title: None,

@@ -74,6 +74,7 @@ impl Kit {
     /// A new idle session of the published agent `name`, on the default environment.
     pub async fn session(&self, name: &str) -> SessionId {
         let req = gateway_runtime::CreateSession {
+            budget: None,
             agent: gateway_runtime::AgentSelection { id: self.agent(name), version: None, overrides: None },
             environment_id: self.ctx.agents.environment.clone().unwrap(),
             title: None,

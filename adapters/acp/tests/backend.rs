@@ -202,6 +202,7 @@ async fn an_acp_agent_finds_the_sessions_mounted_files_in_its_cwd() {
     let id = r.agents.get("fake").unwrap().clone();
     let agent = r.coordinator.get_agent(&id, None).await.unwrap();
     let req = gateway_runtime::CreateSession {
+        budget: None,
         agent: gateway_runtime::AgentSelection { id, version: None, overrides: None },
         environment_id: r.agents.environment_for(&agent.spec.backend).unwrap().clone(),
         title: None,

@@ -61,6 +61,7 @@ impl BackendUnderTest for Acp {
         }
         let env = gw.coordinator.create_environment(env).await.unwrap();
         let req = CreateSession {
+            budget: None,
             agent: AgentSelection { id: agent.id, version: None, overrides: None },
             environment_id: env.id,
             title: None,

@@ -72,6 +72,7 @@ async fn network_editors_open_workspaces_only_under_the_configured_roots() {
 async fn a_session_without_an_editor_workspace_is_not_opened_on_any_transport() {
     let r = rig(Options::default()).await;
     let request = CreateSession {
+        budget: None,
         agent: AgentSelection { id: r.agents.get("scripted").unwrap().clone(), version: None, overrides: None },
         environment_id: r.agents.environment.clone().unwrap(),
         title: None,

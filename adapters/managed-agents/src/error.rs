@@ -179,6 +179,8 @@ impl From<RuntimeError> for ApiError {
                 Guard::SkillNameChanged { .. } => ApiError::invalid(message).code("skill_name_mismatch"),
                 Guard::LastSkillVersion { .. } => ApiError::conflict(message, "last_skill_version"),
                 Guard::VaultArchived(_) => ApiError::invalid(message).code("vault_archived"),
+                Guard::BudgetCreateOnly(_) => ApiError::invalid(message).code("budget_create_only"),
+                Guard::BudgetNotRaised { .. } => ApiError::invalid(message).code("budget_not_raised"),
                 Guard::CredentialArchived(_) => ApiError::invalid(message).code("credential_archived"),
                 Guard::VaultFull { .. } => ApiError::invalid(message).code("vault_credential_limit"),
                 Guard::CredentialExists { .. } => ApiError::conflict(message, "credential_exists"),

@@ -1980,6 +1980,7 @@ fn the_schemas_reject_misspelled_missing_and_unknown_fields() {
         "model": {"id": "claude-opus-4-7"}, "tools": [], "mcp_servers": [], "skills": [], "metadata": {},
         "multiagent": null, "execution_identity": {"type": "service_account"}, "version": 1,
         "created_at": t, "updated_at": t, "archived_at": null, "backend": "native",
+        "serving_model": {"name": "default", "provider": "fake", "model": "claude-opus-4-7"},
     });
     let changed = |key: &str, value: Option<Value>| {
         let mut v = agent.clone();

@@ -51,6 +51,8 @@ pub enum StopReason {
     RoundLimit,
     /// The turn failed (see the preceding `session_error`).
     Failed,
+    /// The session's budget is used up: no further model request was made.
+    BudgetReached,
 }
 
 /// Neutral error categories carried by `session_error`.
@@ -62,6 +64,8 @@ pub enum ErrorKind {
     ModelRateLimited,
     ModelRequestFailed,
     RoundLimitReached,
+    /// The context was compacted as often in a row as allowed, and still did not fit.
+    CompactionLimitReached,
     /// The host holding the session's environment is gone; the environment is not recreated
     /// elsewhere.
     EnvironmentLost,
@@ -93,6 +97,7 @@ impl ErrorKind {
             ErrorKind::ModelRateLimited => "model_rate_limited",
             ErrorKind::ModelRequestFailed => "model_request_failed",
             ErrorKind::RoundLimitReached => "round_limit_reached",
+            ErrorKind::CompactionLimitReached => "compaction_limit_reached",
             ErrorKind::EnvironmentLost => "environment_lost",
             ErrorKind::PlacementFailed => "placement_failed",
             ErrorKind::Indeterminate => "indeterminate",
@@ -122,6 +127,18 @@ pub struct Usage {
     pub cache_read_input_tokens: u64,
     #[serde(default)]
     pub cache_creation_input_tokens: u64,
+    /// The list cost of the requests whose model has list prices, in millionths of a US
+    /// dollar ([`crate::models::Prices::cost_micros`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub list_cost_micros: u64,
+    /// Requests served by a model without list prices: while any is counted, the cost is
+    /// unknown (and a budget cannot measure it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unpriced_requests: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {
@@ -132,6 +149,14 @@ impl Usage {
         self.cache_read_input_tokens = self.cache_read_input_tokens.saturating_add(other.cache_read_input_tokens);
         self.cache_creation_input_tokens =
             self.cache_creation_input_tokens.saturating_add(other.cache_creation_input_tokens);
+        self.list_cost_micros = self.list_cost_micros.saturating_add(other.list_cost_micros);
+        self.unpriced_requests = self.unpriced_requests.saturating_add(other.unpriced_requests);
+    }
+
+    /// The list cost in millionths of a US dollar, or `None` while a request of an unpriced
+    /// model is counted.
+    pub fn list_cost(&self) -> Option<u64> {
+        (self.unpriced_requests == 0).then_some(self.list_cost_micros)
     }
 
     /// The request's whole input, fresh or from the prompt cache.
@@ -208,6 +233,8 @@ pub enum EventPayload {
         agent: Option<Box<crate::agent::Agent>>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         vault_ids: Option<Vec<crate::VaultId>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget: Option<crate::session::BudgetChange>,
     },
 
     // -- self-hosted environments --
@@ -267,8 +294,18 @@ pub enum EventPayload {
     },
     /// The session's model usage so far (every request of every turn), after a turn that
     /// asked a model: committed with the turn's end, so the log says what the usage was then.
+    /// The conversation's older part, summarised by the model so the next request fits its
+    /// context window: the model is shown `summary` in place of every event up to seq
+    /// `through` (the events themselves stay in the log).
+    ContextCompacted {
+        summary: String,
+        through: u64,
+    },
     SessionUsage {
         usage: Usage,
+        /// The session's budget then, if it had one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget: Option<crate::session::Budget>,
     },
     /// What the agent behind a backend told its client about itself, beyond messages and tool
     /// calls: the modes it works in, its settings, its commands, its plan, a title, its usage,
@@ -341,11 +378,12 @@ pub enum EventKind {
     ModelRequestStarted,
     ModelRequestEnded,
     SessionUsage,
+    ContextCompacted,
     AgentReport,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 22] = [
+    pub const ALL: [EventKind; 23] = [
         EventKind::UserMessage,
         EventKind::UserInterrupt,
         EventKind::ToolConfirmation,
@@ -367,6 +405,7 @@ impl EventKind {
         EventKind::ModelRequestStarted,
         EventKind::ModelRequestEnded,
         EventKind::SessionUsage,
+        EventKind::ContextCompacted,
         EventKind::AgentReport,
     ];
 
@@ -393,6 +432,7 @@ impl EventKind {
             EventKind::ModelRequestStarted => "model_request_started",
             EventKind::ModelRequestEnded => "model_request_ended",
             EventKind::SessionUsage => "session_usage",
+            EventKind::ContextCompacted => "context_compacted",
             EventKind::AgentReport => "agent_report",
         }
     }
@@ -443,6 +483,7 @@ impl EventPayload {
             EventPayload::ModelRequestStarted {} => EventKind::ModelRequestStarted,
             EventPayload::ModelRequestEnded { .. } => EventKind::ModelRequestEnded,
             EventPayload::SessionUsage { .. } => EventKind::SessionUsage,
+            EventPayload::ContextCompacted { .. } => EventKind::ContextCompacted,
             EventPayload::AgentReport { .. } => EventKind::AgentReport,
         }
     }
@@ -532,6 +573,7 @@ mod tests {
                 metadata: None,
                 agent: None,
                 vault_ids: Some(vec![crate::VaultId::new()]),
+                budget: Some(crate::session::BudgetChange::Removed),
             },
             EventPayload::AgentMessage { content: vec![ContentBlock::text("x")] },
             EventPayload::AgentThinking { text: Some("hm".into()), seal: Some(ThinkingSeal::Signature("s".into())) },
@@ -551,7 +593,8 @@ mod tests {
             EventPayload::ToolStarted { tool_use_id: EventId::new() },
             EventPayload::ModelRequestStarted {},
             EventPayload::ModelRequestEnded { start_id: EventId::new(), is_error: false, usage: Usage::default() },
-            EventPayload::SessionUsage { usage: Usage { input_tokens: 3, ..Usage::default() } },
+            EventPayload::SessionUsage { usage: Usage { input_tokens: 3, ..Usage::default() }, budget: None },
+            EventPayload::ContextCompacted { summary: "s".into(), through: 3 },
             EventPayload::AgentReport { topic: ReportTopic::Plan, body: serde_json::json!({"entries": []}) },
         ];
         assert_eq!(samples.len(), EventKind::ALL.len());

@@ -10,6 +10,7 @@ pub mod durations;
 pub mod environment;
 pub mod event;
 pub mod ids;
+pub mod models;
 pub mod mounts;
 pub mod placement;
 pub mod run;

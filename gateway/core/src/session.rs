@@ -275,6 +275,32 @@ pub struct Session {
     pub archived_at: Option<Timestamp>,
     /// The model usage of every request its turns made, summed as they committed.
     pub usage: crate::event::Usage,
+    /// The spend ceiling its model requests stop at; `None`: uncapped.
+    pub budget: Option<Budget>,
+}
+
+/// A session's hard spend ceiling: no model request starts once its usage's list cost has
+/// reached it, or once a request of a model without list prices was counted (whose cost it
+/// cannot measure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Budget {
+    /// In millionths of a US dollar, the unit [`Usage::list_cost_micros`](crate::event::Usage) counts in.
+    pub max_list_cost_micros: u64,
+}
+
+impl Budget {
+    /// Whether `usage` has used this budget up.
+    pub fn reached_by(&self, usage: &crate::event::Usage) -> bool {
+        usage.list_cost().is_none_or(|cost| cost >= self.max_list_cost_micros)
+    }
+}
+
+/// How an update changed a session's budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum BudgetChange {
+    Set { budget: Budget },
+    Removed,
 }
 
 /// What an operator sees of a session in a list (`gateway sessions list`): a neutral digest

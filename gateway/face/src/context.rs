@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use gateway_core::models::ModelCatalog;
 use gateway_runtime::{Coordinator, Runtime};
 use gateway_services::auth::Authenticator;
 use tokio_util::sync::CancellationToken;
@@ -28,6 +29,9 @@ pub struct FaceContext {
     /// The runtime's tracker: a face spawns its connections and background work here, so the
     /// process waits for them before it closes the store.
     pub tasks: TaskTracker,
+    /// Which configured model serves an agent's model id: what faces show on agents and
+    /// sessions, so nobody mistakes the offline fake for the model the agent names.
+    pub models: Arc<ModelCatalog>,
 }
 
 impl FaceContext {
@@ -39,6 +43,13 @@ impl FaceContext {
             public_url: public_url.into(),
             shutdown: runtime.shutdown.clone(),
             tasks: runtime.tasks.clone(),
+            models: Arc::new(ModelCatalog::single("fake")),
         }
+    }
+
+    /// This context, saying `models` serve the agents (the default: the fake alone).
+    pub fn with_models(mut self, models: Arc<ModelCatalog>) -> Self {
+        self.models = models;
+        self
     }
 }

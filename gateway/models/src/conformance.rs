@@ -4,9 +4,10 @@
 //!
 //! Each scenario takes a client; [`model_conformance_suite!`](crate::model_conformance_suite)
 //! instantiates all of them as tests for a setup function. This crate runs the suite on
-//! [`FakeModel`](crate::fake::FakeModel) directly and on
-//! [`AnthropicClient`](crate::anthropic::AnthropicClient) talking to the
-//! [`StubServer`](crate::stub::StubServer), which proves the client and the stub carry every
+//! [`FakeModel`](crate::fake::FakeModel) directly, and on
+//! [`AnthropicClient`](crate::anthropic::AnthropicClient) and
+//! [`OpenAiClient`](crate::openai::OpenAiClient) talking to the
+//! [`StubServer`](crate::stub::StubServer), which proves each client and the stub carry every
 //! behaviour over the real wire format unchanged.
 
 use std::sync::Mutex;

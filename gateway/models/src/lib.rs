@@ -5,17 +5,23 @@
 //! deltas as they arrive. Clients keep no conversation state: the native loop rebuilds the
 //! request from the session's committed event log every round.
 //!
-//! Implementations: [`fake::FakeModel`] (offline, deterministic; the default) and
-//! [`anthropic::AnthropicClient`] (the Messages API over HTTPS with SSE streaming).
+//! Implementations: [`fake::FakeModel`] (offline, deterministic; the default),
+//! [`anthropic::AnthropicClient`] (the Anthropic Messages API) and [`openai::OpenAiClient`]
+//! (the OpenAI Chat Completions API, which OpenAI serves and local servers such as vLLM and
+//! Ollama imitate), both over HTTP(S) with SSE streaming. The two HTTP clients share one
+//! home for retries, backoff, bounded reads and stream reading (`http`, crate-private); each
+//! owns only its API's wire format.
 //!
-//! Test support behind the `stub` feature: `stub::StubServer`, a loopback stand-in for the
-//! Messages API that answers with the fake model's script, and `conformance`, the behaviours
-//! every [`ModelClient`] must show, run on both implementations.
+//! Test support behind the `stub` feature: `stub::StubServer`, a loopback stand-in for both
+//! APIs that answers with the fake model's script, and `conformance`, the behaviours every
+//! [`ModelClient`] must show, run on every implementation.
 
 pub mod anthropic;
 #[cfg(feature = "stub")]
 pub mod conformance;
 pub mod fake;
+mod http;
+pub mod openai;
 #[cfg(feature = "stub")]
 pub mod stub;
 
@@ -163,7 +169,8 @@ pub enum ModelError {
     Server { status: u16, message: String, retry_after: Option<Duration> },
     #[error("network error talking to the model API: {0}")]
     Network(String),
-    /// The response stream ended or broke before `message_stop`.
+    /// The response stream ended or broke before the API marked its end (`message_stop`,
+    /// `data: [DONE]`).
     #[error("the model's response stream was cut: {0}")]
     StreamCut(String),
     #[error("the model API refused the credentials (HTTP {status}): {message}")]
@@ -210,6 +217,20 @@ impl ModelError {
             _ => None,
         }
     }
+}
+
+/// Why an HTTP model client could not be built from its config.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("invalid model API base URL {url:?}: {reason}")]
+    BaseUrl { url: String, reason: String },
+    /// The secret itself is deliberately not part of the message.
+    #[error("the model API credential contains characters an HTTP header cannot carry")]
+    Credential,
+    #[error("invalid value for the {0} header")]
+    Header(&'static str),
+    #[error("cannot build the HTTP client: {0}")]
+    Http(String),
 }
 
 /// A stateless model client.

@@ -1,4 +1,4 @@
-//! The ModelClient conformance suite on both implementations.
+//! The ModelClient conformance suite on every implementation.
 
 mod common;
 
@@ -18,6 +18,17 @@ mod anthropic_over_stub {
 
     async fn setup() -> (AnthropicClient, StubServer) {
         super::common::stub_client().await
+    }
+
+    gateway_models::model_conformance_suite!(setup);
+}
+
+mod openai_over_stub {
+    use gateway_models::openai::OpenAiClient;
+    use gateway_models::stub::StubServer;
+
+    async fn setup() -> (OpenAiClient, StubServer) {
+        super::common::openai_client().await
     }
 
     gateway_models::model_conformance_suite!(setup);

@@ -87,6 +87,11 @@ fn place_result(msgs: &mut Vec<Message>, tool_use_id: &str, result: Block) {
     }
 }
 
+/// How the model is shown a compaction's summary.
+fn summary_text(summary: &str) -> String {
+    format!("[The earlier part of this conversation was compacted. Its summary:]\n\n{summary}")
+}
+
 /// The conversation of `view` in Messages API form, without the model's reasoning.
 pub fn messages(view: &[Event]) -> Vec<Message> {
     messages_with(view, &|_, _| None, false)
@@ -96,10 +101,21 @@ pub fn messages(view: &[Event]) -> Vec<Message> {
 /// (`offered(server, tool)`; None: its own name), so the model sees the names it was given;
 /// with `thinking`, the model's sealed reasoning goes back where it came, first in its
 /// assistant turn, exactly as received (the API checks it; without thinking it has no use).
+///
+/// After a compaction, the model sees its summary first, in place of every event it covers.
 pub fn messages_with(view: &[Event], offered: &dyn Fn(&str, &str) -> Option<String>, thinking: bool) -> Vec<Message> {
     let mut msgs: Vec<Message> = Vec::new();
     let mut answered: HashSet<String> = HashSet::new();
-    for e in view {
+    let compacted = view.iter().rev().find_map(|e| match &e.payload {
+        EventPayload::ContextCompacted { summary, through } => Some((summary, *through)),
+        _ => None,
+    });
+    let mut summarised = 0;
+    if let Some((summary, through)) = compacted {
+        push(&mut msgs, Role::User, vec![Block::Text { text: summary_text(summary) }]);
+        summarised = through;
+    }
+    for e in view.iter().filter(|e| e.seq > summarised) {
         match &e.payload {
             EventPayload::UserMessage { content } => push(&mut msgs, Role::User, blocks(content)),
             EventPayload::AgentMessage { content } => push(&mut msgs, Role::Assistant, blocks(content)),

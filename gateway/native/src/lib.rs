@@ -12,8 +12,10 @@
 //! is the one user of the model clients (`gateway-models`), so the dispatch engine no longer
 //! depends on them (docs/adr/0023).
 
+pub mod compaction;
 pub mod conversation;
 pub mod mcp;
+pub mod models;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -24,12 +26,14 @@ use gateway_core::content::ContentBlock;
 use gateway_core::event::{
     ErrorKind, Event, EventKind, EventPayload, NewEvent, ThinkingSeal, ToolOrigin, ToolPermission, Usage,
 };
+use gateway_core::models::ServedModel;
 use gateway_core::placement::ToolExecution;
 use gateway_core::session::{ClientToolServer, PendingAction, PendingKind, ResourceKind};
 use gateway_core::turn::RunView;
 use gateway_core::{EventId, JsonObject, mounts};
-use gateway_models::{Block, ModelClient, ModelError, ModelRequest, StopReason as ModelStop, StreamEvent};
+use gateway_models::{Block, ModelError, ModelRequest, StopReason as ModelStop, StreamEvent};
 use gateway_sandbox::ToolOutput;
+pub use models::Models;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -51,16 +55,20 @@ pub struct NativeConfig {
     pub max_rounds: u32,
     /// `max_tokens` of each model request.
     pub max_tokens: u32,
+    /// Compactions in a row (without the model answering in between) before the turn ends
+    /// with a compaction-limit error: a conversation that still does not fit after this
+    /// many summaries will not.
+    pub max_compactions: u32,
 }
 
 impl Default for NativeConfig {
     fn default() -> Self {
-        Self { max_rounds: 20, max_tokens: 8192 }
+        Self { max_rounds: 20, max_tokens: 8192, max_compactions: 3 }
     }
 }
 
 pub struct NativeBackend {
-    model: Arc<dyn ModelClient>,
+    models: Models,
     environments: Option<Arc<Environments>>,
     config: NativeConfig,
     /// How agents' MCP servers are reached; without it, an agent's MCP servers are reported
@@ -71,8 +79,9 @@ pub struct NativeBackend {
 }
 
 impl NativeBackend {
-    pub fn new(model: Arc<dyn ModelClient>, environments: Option<Arc<Environments>>, config: NativeConfig) -> Self {
-        Self { model, environments, config, mcp: None, web: None }
+    /// A backend asking `models` (one client for every id, or the configured routes).
+    pub fn new(models: impl Into<Models>, environments: Option<Arc<Environments>>, config: NativeConfig) -> Self {
+        Self { models: models.into(), environments, config, mcp: None, web: None }
     }
 
     /// Lets this backend run the web tools.
@@ -186,6 +195,17 @@ fn text_result(tool_use_id: &EventId, origin: ToolOrigin, text: impl Into<String
         content: vec![ContentBlock::text(text)],
         is_error,
     })
+}
+
+/// A model response's usage, in the log's terms (priced separately).
+fn model_usage(u: &gateway_models::Usage) -> Usage {
+    Usage {
+        input_tokens: u.input_tokens,
+        output_tokens: u.output_tokens,
+        cache_read_input_tokens: u.cache_read_input_tokens,
+        cache_creation_input_tokens: u.cache_creation_input_tokens,
+        ..Usage::default()
+    }
 }
 
 fn model_error(e: ModelError) -> BackendError {
@@ -608,13 +628,15 @@ impl<'a> Turn<'a> {
         })
     }
 
-    /// One model request; commits its output. Returns the tool calls to handle, or the
-    /// outcome if the model ended the turn.
-    async fn model_round(&mut self) -> Result<Result<Vec<(NewEvent, Route)>, TurnOutcome>, BackendError> {
-        self.ensure_mcp().await?;
-        if let Some(mcp) = self.mcp.as_mut() {
-            mcp.refresh_changed().await;
-        }
+    /// The turn's end if the session's budget is used up (or cannot measure what was used):
+    /// checked before every model request.
+    fn budget_reached(&self) -> Option<TurnOutcome> {
+        let budget = self.ctx.session.budget?;
+        budget.reached_by(&self.ctx.usage()).then_some(TurnOutcome::BudgetReached)
+    }
+
+    /// The next model request, as the log now stands.
+    fn request(&self, served: &ServedModel) -> ModelRequest {
         let agent = &self.ctx.session.snapshot.agent.spec;
         let mcp = self.mcp.as_ref();
         let mut tools = conversation::tool_definitions(agent);
@@ -622,15 +644,109 @@ impl<'a> Turn<'a> {
         let offered = |server: &str, tool: &str| mcp.and_then(|m| m.offered(server, tool)).map(str::to_owned);
         let thinking = thinking_budget(agent.model.effort.as_deref());
         let max_tokens = self.backend.config.max_tokens;
-        let request = ModelRequest {
-            model: agent.model.id.clone(),
+        ModelRequest {
+            model: served.model.clone(),
             system: self.system_prompt(),
             messages: conversation::messages_with(self.view.events(), &offered, thinking.is_some()),
             tools,
             // The answer's room stays what it was, beside the reasoning's.
             max_tokens: thinking.map_or(max_tokens, |budget| budget.saturating_add(max_tokens)),
             thinking,
+        }
+    }
+
+    /// Summarises the conversation through seq `through` with the model and commits the
+    /// summary (with the request's span): the next request shows it in their place. Returns
+    /// the turn's end if the budget or an interrupt stops it first.
+    async fn compact(
+        &mut self,
+        served: &ServedModel,
+        client: &Arc<dyn gateway_models::ModelClient>,
+        next: &ModelRequest,
+        through: u64,
+    ) -> Result<Option<TurnOutcome>, BackendError> {
+        if let Some(outcome) = self.budget_reached() {
+            return Ok(Some(outcome));
+        }
+        let covered: Vec<Event> = self.view.events().iter().filter(|e| e.seq <= through).cloned().collect();
+        let request = {
+            let mcp = self.mcp.as_ref();
+            let offered = |server: &str, tool: &str| mcp.and_then(|m| m.offered(server, tool)).map(str::to_owned);
+            compaction::summary_request(next, conversation::messages_with(&covered, &offered, false))
         };
+        let start = NewEvent::new(EventPayload::ModelRequestStarted {});
+        let start_id = start.id.clone();
+        let close = |is_error: bool, usage: Usage| {
+            NewEvent::new(EventPayload::ModelRequestEnded { start_id: start_id.clone(), is_error, usage })
+        };
+        let asked = std::time::Instant::now();
+        let answered = tokio::select! {
+            r = client.complete(&request) => Some(r),
+            _ = self.ctx.interrupted() => None,
+        };
+        self.ctx.metrics().model_request(
+            answered.as_ref().map_or("interrupted", |r| r.as_ref().map_or_else(ModelError::kind, |_| "ok")),
+            asked.elapsed(),
+        );
+        let response = match answered {
+            None => {
+                self.ctx.stage([start, close(true, Usage::default())]);
+                return Ok(Some(TurnOutcome::Interrupted));
+            }
+            Some(Err(e)) => {
+                self.ctx.stage([start, close(true, Usage::default())]);
+                return Err(model_error(e));
+            }
+            Some(Ok(r)) => r,
+        };
+        let summary = compaction::summary_of(&response.content);
+        let usage = models::priced(served, model_usage(&response.usage));
+        self.ctx.metrics().model_usage(&self.ctx.session.snapshot.agent.spec.name, &served.name, &usage);
+        if summary.trim().is_empty() {
+            self.ctx.stage([start, close(true, usage)]);
+            return Err(BackendError::Failed {
+                kind: ErrorKind::ModelRequestFailed,
+                message: "the model returned no summary when asked to compact the conversation".into(),
+            });
+        }
+        let compacted = NewEvent::new(EventPayload::ContextCompacted { summary, through });
+        self.commit(vec![start, close(false, usage), compacted]).await?;
+        Ok(None)
+    }
+
+    /// One model request; commits its output. Returns the tool calls to handle, or the
+    /// outcome if the model ended the turn.
+    async fn model_round(&mut self) -> Result<Result<Vec<(NewEvent, Route)>, TurnOutcome>, BackendError> {
+        self.ensure_mcp().await?;
+        if let Some(mcp) = self.mcp.as_mut() {
+            mcp.refresh_changed().await;
+        }
+        if let Some(outcome) = self.budget_reached() {
+            return Ok(Err(outcome));
+        }
+        let backend = self.backend;
+        let (served, client) = backend.models.route(&self.ctx.session.snapshot.agent.spec.model.id);
+        let mut request = self.request(&served);
+        if let Some(window) = served.context_window {
+            let mut compactions = 0;
+            while compaction::too_long(&request, window) {
+                let cut = compaction::cut(self.view.events()).filter(|_| compactions < backend.config.max_compactions);
+                let Some(through) = cut else {
+                    return Ok(Err(TurnOutcome::CompactionLimit {
+                        message: format!(
+                            "the conversation does not fit the model's context window of {window} tokens, even after \
+                             {compactions} compaction(s) in a row"
+                        ),
+                    }));
+                };
+                if let Some(outcome) = self.compact(&served, client, &request, through).await? {
+                    return Ok(Err(outcome));
+                }
+                compactions += 1;
+                request = self.request(&served);
+            }
+        }
+        let agent = &self.ctx.session.snapshot.agent.spec;
         // The request's start needs no commit of its own: it rides with the round's output (or
         // with the turn's end). Lost with a lost claim, the request is simply asked again.
         let start = NewEvent::new(EventPayload::ModelRequestStarted {});
@@ -680,7 +796,7 @@ impl<'a> Turn<'a> {
         );
         let asked = std::time::Instant::now();
         let streamed = tokio::select! {
-            r = self.backend.model.stream(&request, &on_event).instrument(span) => Some(r),
+            r = client.stream(&request, &on_event).instrument(span) => Some(r),
             _ = self.ctx.interrupted() => None,
         };
         let outcome = match &streamed {
@@ -755,16 +871,9 @@ impl<'a> Turn<'a> {
                 events.push(event);
             }
         }
-        let u = &response.usage;
-        events.push(close(
-            false,
-            Usage {
-                input_tokens: u.input_tokens,
-                output_tokens: u.output_tokens,
-                cache_read_input_tokens: u.cache_read_input_tokens,
-                cache_creation_input_tokens: u.cache_creation_input_tokens,
-            },
-        ));
+        let usage = models::priced(&served, model_usage(&response.usage));
+        self.ctx.metrics().model_usage(&agent.name, &served.name, &usage);
+        events.push(close(false, usage));
         if routes.is_empty() {
             // The model's last word and the turn's end commit together, in the settlement.
             self.ctx.stage(events);

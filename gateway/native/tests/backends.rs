@@ -22,6 +22,7 @@ async fn session_of(gw: &TestGateway, agent: gateway_core::agent::AgentSpec) -> 
     let agent = gw.coordinator.create_agent(agent).await.unwrap();
     let env = gw.coordinator.create_environment(env_spec("env")).await.unwrap();
     let req = CreateSession {
+        budget: None,
         agent: AgentSelection { id: agent.id, version: None, overrides: None },
         environment_id: env.id,
         title: None,

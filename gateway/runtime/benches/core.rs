@@ -50,6 +50,7 @@ async fn session(c: &Coordinator) -> gateway_core::session::Session {
     let agent = c.create_agent(agent_spec("bench")).await.unwrap();
     let env = c.create_environment(env_spec("bench")).await.unwrap();
     let req = CreateSession {
+        budget: None,
         agent: AgentSelection { id: agent.id, version: None, overrides: None },
         environment_id: env.id,
         title: None,

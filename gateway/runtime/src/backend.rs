@@ -33,6 +33,10 @@ pub enum TurnOutcome {
     Interrupted,
     /// The model declined.
     Refusal,
+    /// The session's budget is used up: the next model request was not made.
+    BudgetReached,
+    /// The context was compacted as often in a row as allowed and still did not fit.
+    CompactionLimit { message: String },
     /// The turn hit the model/tool round limit; the message says which.
     RoundLimit { message: String },
 }
@@ -322,6 +326,16 @@ impl RunContext {
 
     /// This process's metrics, for backends timing their calls out (model requests, remote
     /// agents).
+    /// The session's model usage up to now: what it had when the run was claimed, what this
+    /// run committed, and what it staged (a budget is checked against all of it).
+    pub fn usage(&self) -> gateway_core::event::Usage {
+        let mut usage = self.session.usage.clone();
+        usage.add(&self.requested.lock().unwrap_or_else(|p| p.into_inner()));
+        let staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+        usage.add(&gateway_core::event::Usage::of_requests(staged.events.iter().map(|e| &e.payload)));
+        usage
+    }
+
     pub fn metrics(&self) -> &gateway_services::Metrics {
         &self.metrics
     }

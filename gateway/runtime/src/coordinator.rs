@@ -57,6 +57,8 @@ pub struct CreateSession {
     /// Tool servers the client brings (an editor's MCP servers), secrets in clear: they are
     /// sealed before the session is stored.
     pub client_tool_servers: Vec<ClientToolServer>,
+    /// Its spend ceiling, if it has one (only now can it get one).
+    pub budget: Option<gateway_core::session::Budget>,
 }
 
 /// A request that will start a turn, admitted by [`Coordinator::check_new_turn`]: handed to
@@ -354,6 +356,7 @@ impl Coordinator {
             },
             title: req.title,
             metadata: req.metadata,
+            budget: req.budget,
             initial_inputs: req.initial_inputs,
             writes,
         };

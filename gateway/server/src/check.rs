@@ -96,7 +96,7 @@ pub async fn check(file: Option<&Path>) -> Vec<Item> {
     let mut items = vec![Item::ok("config", format!("loaded ({source}), every key known"))];
     let keys = database(&config, &mut items).await;
     items.extend(sandbox(&config));
-    items.push(model(&config));
+    items.extend(models(&config));
     items.push(web_search(&config));
     items.extend(state(&config));
     items.extend(exposure(&config, keys));
@@ -216,12 +216,55 @@ fn web_search(config: &Config) -> Item {
     }
 }
 
-fn model(config: &Config) -> Item {
-    match compose::model_client(config) {
-        Ok(_) if config.model == "fake" => {
-            Item::ok("model", "fake: the offline scripted model (set model = \"anthropic\" for a real one)")
+/// The default model, then each `[models]` table: what serves it, and whether its client
+/// builds with the credential it names (only the variable's name is shown).
+fn models(config: &Config) -> Vec<Item> {
+    let mut items = vec![default_model(config)];
+    let catalog = compose::model_catalog(config);
+    for (name, entry) in catalog.named() {
+        let mut text = format!("{} model {}", entry.provider, entry.model.as_deref().unwrap_or(name));
+        if let Some(table) = config.models.get(name) {
+            if let Some(url) = &table.base_url {
+                text.push_str(&format!(" at {url}"));
+            }
+            if let Some(var) = &table.api_key_env {
+                text.push_str(&format!(", credential from {var}"));
+            }
         }
-        Ok(_) => {
+        match entry.context_window {
+            Some(w) => text.push_str(&format!(", context window {w} tokens")),
+            None => text.push_str(", no context window (never compacted)"),
+        }
+        match entry.prices {
+            Some(p) => text.push_str(&format!(
+                ", list USD/Mtok input {} output {} cache write {} cache read {}",
+                p.input, p.output, p.cache_write, p.cache_read
+            )),
+            None => text.push_str(", no prices (no list cost, no budgets)"),
+        }
+        if config.model == name {
+            text.push_str(" (the default)");
+        }
+        let result = config.models.get(name).map(|t| compose::table_client(config, name, t));
+        items.push(match result {
+            Some(Err(e)) => Item::fail(
+                "model",
+                format!("models.{name}: {e:#}"),
+                "export the credential in the gateway's environment (never in the config file)",
+            ),
+            _ => Item::ok("model", format!("models.{name}: {text}")),
+        });
+    }
+    items
+}
+
+fn default_model(config: &Config) -> Item {
+    match compose::model_client(config) {
+        Ok(_) if config.model == "fake" => Item::ok(
+            "model",
+            "default: fake, the offline scripted model (set model = \"anthropic\" or name a [models] table for a real one)",
+        ),
+        Ok(_) if config.model == "anthropic" => {
             let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty());
             let from = if set("ANTHROPIC_API_KEY") {
                 "ANTHROPIC_API_KEY"
@@ -230,8 +273,9 @@ fn model(config: &Config) -> Item {
             } else {
                 "the key `gateway login` stored"
             };
-            Item::ok("model", format!("{}: credentials from {from}", config.model))
+            Item::ok("model", format!("default: anthropic, credentials from {from}"))
         }
+        Ok(_) => Item::ok("model", format!("default: the [models.{}] table", config.model)),
         Err(e) => Item::fail(
             "model",
             format!("{e:#}"),

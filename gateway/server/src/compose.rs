@@ -4,15 +4,18 @@
 //! means, and where credentials come from (the environment, else the key `gateway login`
 //! stored for the user; never the configuration file).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use gateway_acp::backend::ProcessTable;
 use gateway_core::agent::BackendRef;
+use gateway_core::models::{ModelCatalog, ModelEntry};
 use gateway_models::anthropic::{AnthropicClient, Credential};
 use gateway_models::fake::FakeModel;
+use gateway_models::openai::{DEFAULT_OPENAI_BASE_URL, OpenAiClient, OpenAiConfig};
 use gateway_models::{ModelClient, ModelError, ModelRequest, ModelResponse, StreamEvent};
-use gateway_native::{McpAccess, NativeBackend, WebTools};
+use gateway_native::{McpAccess, Models, NativeBackend, WebTools};
 use gateway_runtime::{BackendRegistry, Environments};
 use gateway_sandbox::providers::host_providers;
 use gateway_sandbox::{ProviderKind, SandboxProvider};
@@ -20,11 +23,12 @@ use gateway_services::secrets::{KeyOrigin, SecretBox};
 use gateway_store::Store;
 use tracing::{info, warn};
 
-use crate::config::Config;
+use crate::config::{Config, ModelTable};
 use crate::serve::Extensions;
 
-/// The model client `config.model` names. Credentials come from the environment, else from
-/// the key `gateway login` stored (`crate::login`).
+/// The default model's client: `fake`, `anthropic` (credentials from the environment, else
+/// from the key `gateway login` stored, `crate::login`), or the `[models]` table
+/// `config.model` names.
 pub fn model_client(config: &Config) -> anyhow::Result<Arc<dyn ModelClient>> {
     match config.model.as_str() {
         "fake" => Ok(Arc::new(FakeModel::new())),
@@ -47,8 +51,81 @@ pub fn model_client(config: &Config) -> anyhow::Result<Arc<dyn ModelClient>> {
             let client = AnthropicClient::new(settings.config(credential)).context("building the Anthropic client")?;
             Ok(Arc::new(client))
         }
-        other => bail!("unknown model {other:?}"),
+        name => match config.models.get(name) {
+            Some(table) => table_client(config, name, table),
+            None => bail!("unknown model {name:?}"),
+        },
     }
+}
+
+/// The client of the `[models.NAME]` table `table`, its credential read from the variable
+/// the table names (only the variable's name ever appears in an error).
+pub fn table_client(config: &Config, name: &str, table: &ModelTable) -> anyhow::Result<Arc<dyn ModelClient>> {
+    let credential = |default: Option<&str>| -> anyhow::Result<Option<String>> {
+        let Some(var) = table.api_key_env.as_deref().or(default) else { return Ok(None) };
+        match std::env::var(var) {
+            Ok(value) if !value.is_empty() => Ok(Some(value)),
+            _ => bail!("[models.{name}] needs its credential in the environment variable {var}, which is not set"),
+        }
+    };
+    Ok(match table.provider.as_str() {
+        "fake" => Arc::new(FakeModel::new()),
+        "anthropic" => {
+            let key = credential(Some("ANTHROPIC_API_KEY"))?.unwrap_or_default();
+            let mut settings = config.anthropic.clone();
+            if let Some(base_url) = &table.base_url {
+                settings.base_url.clone_from(base_url);
+            }
+            let client = AnthropicClient::new(settings.config(Credential::ApiKey(key)))
+                .with_context(|| format!("[models.{name}]"))?;
+            Arc::new(client)
+        }
+        "openai" => {
+            let base_url = table.base_url.clone().unwrap_or_else(|| DEFAULT_OPENAI_BASE_URL.to_owned());
+            let client = OpenAiClient::new(OpenAiConfig::new(base_url, credential(None)?))
+                .with_context(|| format!("[models.{name}]"))?;
+            Arc::new(client)
+        }
+        other => bail!("[models.{name}]: unknown provider {other:?}"),
+    })
+}
+
+/// Which configured model serves each agent model id ([`ModelCatalog`]): the `[models]`
+/// tables by name, and the default (`config.model`) for every other id.
+pub fn model_catalog(config: &Config) -> ModelCatalog {
+    let entry = |table: &ModelTable, name: &str| ModelEntry {
+        provider: table.provider.clone(),
+        model: Some(table.model.clone().unwrap_or_else(|| name.to_owned())),
+        context_window: table.context_window,
+        prices: table.prices,
+    };
+    let named = config.models.iter().map(|(name, table)| (name.clone(), entry(table, name))).collect();
+    let default = match config.model.as_str() {
+        // The built-in defaults send each agent's own id.
+        builtin @ ("fake" | "anthropic") => {
+            Err(ModelEntry { provider: builtin.to_owned(), model: None, context_window: None, prices: None })
+        }
+        table => Ok(table.to_owned()),
+    };
+    // Validation refused a default that names no table.
+    ModelCatalog::new(named, default).unwrap_or_else(|_| ModelCatalog::single(&config.model))
+}
+
+/// The native loop's models: a client per `[models]` table, and `default` for the rest.
+pub fn native_models(config: &Config, default: Arc<dyn ModelClient>) -> anyhow::Result<Models> {
+    let mut clients = HashMap::new();
+    for (name, table) in &config.models {
+        // The default table's client is `default` (deferred in `gateway acp`).
+        let client = if *name == config.model { Arc::clone(&default) } else { table_client(config, name, table)? };
+        clients.insert(name.clone(), client);
+    }
+    Ok(Models::new(Arc::new(model_catalog(config)), clients, default))
+}
+
+/// Whether any configured model is a real one (not the offline fake).
+pub fn real_model(config: &Config) -> bool {
+    let catalog = model_catalog(config);
+    catalog.default_model().1.provider != "fake" || catalog.named().any(|(_, m)| m.provider != "fake")
 }
 
 /// The model of `gateway acp`, which must answer its editor before a credential exists (ADR
@@ -144,9 +221,10 @@ pub fn backends(
 ) -> anyhow::Result<BackendRegistry> {
     let mut backends = BackendRegistry::new();
     let web = WebTools::new(&config.web).context("[web]")?;
-    let native = NativeBackend::new(model, Some(Arc::clone(environments)), config.native.clone())
-        .with_mcp(mcp)
-        .with_web(Arc::new(web));
+    let native =
+        NativeBackend::new(native_models(config, model)?, Some(Arc::clone(environments)), config.native.clone())
+            .with_mcp(mcp)
+            .with_web(Arc::new(web));
     backends.register(BackendRef::Native, Arc::new(native));
     for (r, b) in gateway_acp::backends(&acp_executors(config), environments, processes) {
         backends.register(r, b);
@@ -169,8 +247,9 @@ pub fn backends(
 /// not [isolate](SandboxProvider::isolates) is refused (the provider says so; its name is not
 /// compared here).
 pub fn startup_guard(config: &Config, offered: &[Arc<dyn SandboxProvider>]) -> anyhow::Result<()> {
-    let real_model = config.model != "fake";
-    if real_model && let Some(unsafe_one) = offered.iter().find(|p| !p.isolates()) {
+    if real_model(config)
+        && let Some(unsafe_one) = offered.iter().find(|p| !p.isolates())
+    {
         let tier = unsafe_one.tier();
         if config.allow_unsafe_local_sandbox {
             warn!(

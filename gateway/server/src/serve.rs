@@ -328,7 +328,7 @@ pub async fn acp(config: Config, ext: Extensions, agent: Option<String>) -> anyh
 fn face_context(rt: &Runtime, config: &Config) -> FaceContext {
     let names = OwnNames::with_public_url(&config.public_url());
     let auth = Arc::new(Authenticator::new(Arc::clone(&rt.store)).with_names(names));
-    FaceContext::of(rt, auth, config.public_url())
+    FaceContext::of(rt, auth, config.public_url()).with_models(Arc::new(compose::model_catalog(config)))
 }
 
 /// The ACP editor face's context, for stdio and for `/acp` alike: `workspace_roots` `None` on

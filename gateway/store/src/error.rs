@@ -105,6 +105,14 @@ pub enum Guard {
     CredentialExists { vault: String, existing: String, server_url: String },
     #[error("credential {0} is archived")]
     CredentialArchived(String),
+    /// A session created without a budget (or whose budget was removed) cannot get one.
+    #[error("session {0} has no budget; a budget can only be set when the session is created")]
+    BudgetCreateOnly(String),
+    /// A new budget must stay above what the session has already spent.
+    #[error(
+        "session {session} has already spent {spent_micros} micro-USD; a budget of {asked_micros} would not be above it"
+    )]
+    BudgetNotRaised { session: String, spent_micros: u64, asked_micros: u64 },
     #[error("document {namespace}/{key} was changed concurrently (expected version {expected:?})")]
     DocumentConflict { namespace: String, key: String, expected: Option<u64> },
 }

@@ -97,6 +97,8 @@ pub struct NewSession {
     pub snapshot: SessionSnapshot,
     pub title: Option<String>,
     pub metadata: Metadata,
+    /// Its spend ceiling, if it has one (it can only get one now).
+    pub budget: Option<gateway_core::session::Budget>,
     pub initial_inputs: Vec<NewEvent>,
     pub writes: AdmissionWrites,
 }
@@ -152,6 +154,9 @@ pub struct SessionPatch {
     /// A new frozen definition (the agent's tools and MCP servers, the vaults): only while
     /// the session is idle (`Guard::SessionRunning` otherwise).
     pub snapshot: Option<gateway_core::session::SessionSnapshot>,
+    /// `Some(Some(b))` replaces the budget (`Guard::BudgetCreateOnly` on a session without
+    /// one, `Guard::BudgetNotRaised` at or below what it spent), `Some(None)` removes it.
+    pub budget: Option<Option<gateway_core::session::Budget>>,
 }
 
 /// A change to the session's environment lifecycle, recorded with the events that explain it.

@@ -8,7 +8,7 @@ use gateway_core::agent::Agent;
 use gateway_core::environment::{ConnectionStatus, Environment};
 use gateway_core::event::{Event, EventPayload, Usage};
 use gateway_core::run::{Run, RunState};
-use gateway_core::session::{EnvironmentState, Session, SessionStatus};
+use gateway_core::session::{Budget, EnvironmentState, Session, SessionStatus};
 
 use crate::error::{Result, StoreError};
 use crate::model::{Keyset, Order, Page, PageCursor, PageRequest};
@@ -246,7 +246,12 @@ impl FromRow for Session {
                 output_tokens: c.tokens("usage_output_tokens")?,
                 cache_read_input_tokens: c.tokens("usage_cache_read_tokens")?,
                 cache_creation_input_tokens: c.tokens("usage_cache_write_tokens")?,
+                list_cost_micros: c.tokens("usage_list_cost_micros")?,
+                unpriced_requests: c.tokens("usage_unpriced_requests")?,
             },
+            budget: c
+                .get::<Option<i64>>("budget_max_micros")?
+                .map(|m| Budget { max_list_cost_micros: u64::try_from(m).unwrap_or(0) }),
         })
     }
 }

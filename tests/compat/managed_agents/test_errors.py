@@ -106,14 +106,16 @@ def test_unsupported_features_are_400_not_supported(client, make_agent, make_env
         lambda: client.beta.sessions.create(
             agent=agent.id, environment_id=env.id,
             resources=[{"type": "memory_store", "memory_store_id": "memstore_x"}]),
-        lambda: client.beta.sessions.create(
-            agent=agent.id, environment_id=env.id,
-            budget={"type": "limit", "max_list_cost": {"amount": "2500", "currency": "USD"}}),
     ]
     for call in cases:
         with pytest.raises(anthropic.BadRequestError) as e:
             call()
         check_error(e.value, 400, "invalid_request_error", "not_supported")
+    # Budgets are supported (test_budgets.py); the default fake model has no list price.
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.beta.sessions.create(agent=agent.id, environment_id=env.id,
+                                    budget={"type": "limit", "max_list_cost": {"amount": "2500", "currency": "USD"}})
+    check_error(e.value, 400, "invalid_request_error", "model_not_budgetable")
     # Vaults exist (test_vaults.py): one that does not is not found, whatever its spelling.
     with pytest.raises(anthropic.NotFoundError) as e:
         client.beta.sessions.create(agent=agent.id, environment_id=env.id, vault_ids=["vlt_x"])

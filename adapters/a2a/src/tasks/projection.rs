@@ -27,7 +27,7 @@ use gateway_core::content::ContentBlock;
 use gateway_core::event::{Event, EventPayload, StopReason, ToolOrigin, ToolPermission};
 use gateway_core::turn::{Relation, TurnFollower};
 use gateway_core::{EventId, JsonObject, Timestamp};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::content::parts_from_blocks;
 use crate::wire::{Artifact, ArtifactUpdate, Message, Part, StatusUpdate, StreamResponse, Task, TaskState, TaskStatus};
@@ -70,6 +70,8 @@ pub struct Projector {
     direct: Option<Message>,
     seen_output: bool,
     last_seq: u64,
+    /// The session's model usage as its turn's end reported it (task metadata `usage`).
+    usage: Option<Map<String, Value>>,
 }
 
 /// Most artifacts and history messages one task keeps (older ones are dropped first).
@@ -97,6 +99,7 @@ impl Projector {
             direct: None,
             seen_output: false,
             last_seq: 0,
+            usage: None,
         }
     }
 
@@ -178,8 +181,15 @@ impl Projector {
             task_id: self.task_id.clone(),
             context_id: self.context_id.clone(),
             status: self.status(),
-            metadata: None,
+            metadata: self.metadata(),
         })]
+    }
+
+    /// The task's metadata: the session's model usage once its turn reported it (tokens and,
+    /// for models with list prices, the list cost in US dollars). A2A defines no usage
+    /// field; the key is ours.
+    fn metadata(&self) -> Option<Map<String, Value>> {
+        self.usage.as_ref().map(|u| Map::from_iter([("usage".to_owned(), Value::Object(u.clone()))]))
     }
 
     fn finish(&mut self, state: TaskState, e: &Event) -> Vec<StreamResponse> {
@@ -230,9 +240,10 @@ impl Projector {
                 StopReason::RequiresAction { .. } | StopReason::EndTurn => self.finish(TaskState::Completed, e),
                 StopReason::Refusal => self.finish(TaskState::Rejected, e),
                 StopReason::Interrupted => self.finish(TaskState::Canceled, e),
-                StopReason::RetriesExhausted | StopReason::RoundLimit | StopReason::Failed => {
-                    self.finish(TaskState::Failed, e)
-                }
+                StopReason::RetriesExhausted
+                | StopReason::RoundLimit
+                | StopReason::Failed
+                | StopReason::BudgetReached => self.finish(TaskState::Failed, e),
             },
             Relation::Closed => self.finish(TaskState::Failed, e),
         }
@@ -241,6 +252,18 @@ impl Projector {
     /// Our turn's own output.
     fn output(&mut self, e: &Event) -> Vec<StreamResponse> {
         match &e.payload {
+            EventPayload::SessionUsage { usage, .. } => {
+                let mut u = Map::new();
+                u.insert("inputTokens".into(), json!(usage.input_tokens));
+                u.insert("outputTokens".into(), json!(usage.output_tokens));
+                u.insert("cacheReadInputTokens".into(), json!(usage.cache_read_input_tokens));
+                u.insert("cacheCreationInputTokens".into(), json!(usage.cache_creation_input_tokens));
+                if let Some(micros) = usage.list_cost() {
+                    u.insert("listCostUsd".into(), json!(micros as f64 / 1e6));
+                }
+                self.usage = Some(u);
+                vec![]
+            }
             EventPayload::AgentMessage { content } => {
                 self.seen_output = true;
                 self.agent_output(e, content)
@@ -385,7 +408,7 @@ impl Projector {
             status: self.status(),
             artifacts: if include_artifacts { self.artifacts.clone() } else { vec![] },
             history,
-            metadata: None,
+            metadata: self.metadata(),
         }
     }
 }

@@ -288,3 +288,37 @@ fn a_retried_earlier_turn_after_a_newer_message_is_not_the_newer_tasks() {
     assert_eq!(arts.len(), 1);
     assert_eq!(arts[0].parts[0].text.as_deref(), Some("answer to second"));
 }
+
+#[test]
+fn a_finished_task_carries_the_sessions_model_usage_in_its_metadata() {
+    use gateway_core::event::Usage;
+    let mut log = Log::new();
+    let run = RunId::new();
+    let start = log.user("hi");
+    log.started(&run);
+    log.say(&run, "echo: hi");
+    let usage = Usage { input_tokens: 12, output_tokens: 3, list_cost_micros: 2_500, ..Usage::default() };
+    log.push(Some(&run), EventPayload::SessionUsage { usage, budget: None });
+    log.ended(Some(&run), StopReason::EndTurn);
+    let (p, updates) = fold(&log, &start);
+    let want = json!({"usage": {"inputTokens": 12, "outputTokens": 3, "cacheReadInputTokens": 0,
+                                "cacheCreationInputTokens": 0, "listCostUsd": 0.0025}});
+    let last = updates.iter().rev().find_map(|u| match u {
+        StreamResponse::StatusUpdate(s) => Some(s.metadata.clone()),
+        _ => None,
+    });
+    assert_eq!(last.flatten().map(serde_json::Value::Object), Some(want.clone()), "the final status says it");
+    assert_eq!(p.task(None, false).metadata.map(serde_json::Value::Object), Some(want), "and so does the task");
+    // An unpriced model's usage has tokens, not a cost.
+    let mut log = Log::new();
+    let start = log.user("hi");
+    log.started(&run);
+    log.push(
+        Some(&run),
+        EventPayload::SessionUsage { usage: Usage { unpriced_requests: 1, ..Usage::default() }, budget: None },
+    );
+    log.ended(Some(&run), StopReason::EndTurn);
+    let (p, _) = fold(&log, &start);
+    let meta = p.task(None, false).metadata.unwrap();
+    assert!(meta["usage"].get("listCostUsd").is_none() && meta["usage"]["inputTokens"] == 0, "{meta:?}");
+}

@@ -122,6 +122,7 @@ async fn session_request(
         .cloned()
         .ok_or_else(|| A2aError::Internal("no default environment is published for A2A sessions".into()))?;
     Ok(CreateSession {
+        budget: None,
         agent: AgentSelection { id: agent_id.clone(), version: None, overrides: None },
         environment_id,
         title: Some(format!("A2A: {agent_name}")),

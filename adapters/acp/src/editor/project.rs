@@ -23,9 +23,9 @@ use crate::wire::{self, tool_kind};
 /// Largest tool output text shown in one update.
 const MAX_TOOL_TEXT: usize = 64 * 1024;
 
-/// The context window `usage_update` reports: the Claude models' 200k tokens. (Configured
-/// models with their own windows are issue 32's; until then every model is shown this one.)
-const CONTEXT_WINDOW: u64 = 200_000;
+/// The context window `usage_update` reports when the serving model's is not configured: the
+/// Claude models' 200k tokens.
+const DEFAULT_CONTEXT_WINDOW: u64 = 200_000;
 
 /// A tool call as the editor was shown it.
 #[derive(Debug, Clone)]
@@ -122,6 +122,9 @@ pub struct Projector {
     show_user: bool,
     /// The tokens of the model requests projected so far (a prompt's: its turn's).
     usage: Usage,
+    /// The serving model's context window, and how much of it the last request filled.
+    context_window: u64,
+    context_used: u64,
     /// What an ACP agent last said about its modes and settings (`agent_report`s).
     agent: AgentState,
     /// The tokens an ACP agent counted for the last turn projected (its prompt answer's).
@@ -150,9 +153,18 @@ impl Projector {
             thoughts: HashMap::new(),
             show_user,
             usage: Usage::default(),
+            context_window: DEFAULT_CONTEXT_WINDOW,
+            context_used: 0,
             agent: AgentState::default(),
             agent_turn_usage: None,
         }
+    }
+
+    /// Reports `window` (the serving model's context window, when configured) as the
+    /// context's size.
+    pub fn with_context_window(mut self, window: Option<u64>) -> Self {
+        self.context_window = window.unwrap_or(DEFAULT_CONTEXT_WINDOW);
+        self
     }
 
     /// Maps paths under the sandbox's view of the workspace back under `cwd`.
@@ -239,6 +251,12 @@ impl Projector {
                 let rest = unsent(&e.id, t, &shown);
                 if rest.is_empty() { vec![] } else { vec![chunk("agent_thought_chunk", rest, &e.id)] }
             }
+            // ACP's compaction updates are unstable and capability-gated; every editor shows a
+            // thought, so the summary the model now works from is shown as one (ADR 0035).
+            EventPayload::ContextCompacted { summary, .. } => {
+                let text = format!("Context compacted. The model now sees this summary of the earlier conversation:\n\n{summary}");
+                vec![chunk("agent_thought_chunk", &text, &e.id)]
+            }
             EventPayload::ToolUse { name, input, origin, permission, .. } => {
                 let call = ToolCall { name: name.clone(), input: input.clone(), origin: origin.clone() };
                 let (locations, diff) = call.details(&self.cwd, self.inner_root.as_deref());
@@ -287,11 +305,27 @@ impl Projector {
             // output it added.
             EventPayload::ModelRequestEnded { is_error: false, usage, .. } => {
                 self.usage.add(usage);
-                let used = usage.prompt_tokens() + usage.output_tokens;
-                vec![json!({"sessionUpdate": "usage_update", "used": used, "size": CONTEXT_WINDOW.max(used)})]
+                self.context_used = usage.prompt_tokens() + usage.output_tokens;
+                vec![self.usage_update(None)]
             }
+            // The session's totals after a turn: what it has cost so far, when the models it
+            // ran on have list prices.
+            EventPayload::SessionUsage { usage, .. } => match usage.list_cost() {
+                Some(micros) => vec![self.usage_update(Some(micros))],
+                None => vec![],
+            },
             _ => vec![],
         }
+    }
+
+    /// A `usage_update`: the context's fill, and the session's cumulative cost if known.
+    fn usage_update(&self, cost_micros: Option<u64>) -> Value {
+        let used = self.context_used;
+        let mut update = json!({"sessionUpdate": "usage_update", "used": used, "size": self.context_window.max(used)});
+        if let Some(micros) = cost_micros {
+            update["cost"] = json!({"amount": micros as f64 / 1e6, "currency": "USD"});
+        }
+        update
     }
 
     /// An ACP agent's report, shown as the agent sent it (ADR 0028); its modes and settings
@@ -416,6 +450,40 @@ mod tests {
         assert_eq!(state.modes.as_ref().map(|m| m["currentModeId"].clone()), Some(json!("plan")));
         assert_eq!(state.settings, Some(json!([{"id": "model"}])));
         assert_eq!(state.commands, Some(commands), "the last valid command list, not the refused one");
+    }
+
+    #[test]
+    fn usage_updates_fill_the_serving_models_window_and_carry_the_sessions_cost() {
+        use gateway_core::event::Usage;
+        let mut p = Projector::new("/w", false).with_context_window(Some(32_000));
+        let used = Usage { input_tokens: 100, cache_read_input_tokens: 900, output_tokens: 50, ..Usage::default() };
+        let end =
+            ev(EventPayload::ModelRequestEnded { start_id: EventId::new(), is_error: false, usage: used.clone() });
+        assert_eq!(p.event(&end), vec![json!({"sessionUpdate": "usage_update", "used": 1050, "size": 32_000})]);
+        // The turn's end reports the session's totals: its cost when every request was priced.
+        let total = Usage { list_cost_micros: 12_500, ..used.clone() };
+        let reported = p.event(&ev(EventPayload::SessionUsage { usage: total, budget: None }));
+        assert_eq!(
+            reported,
+            vec![
+                json!({"sessionUpdate": "usage_update", "used": 1050, "size": 32_000, "cost": {"amount": 0.0125, "currency": "USD"}})
+            ]
+        );
+        let unpriced = Usage { unpriced_requests: 1, ..used };
+        assert!(p.event(&ev(EventPayload::SessionUsage { usage: unpriced, budget: None })).is_empty(), "no cost known");
+        // Without a configured window, the Claude models' is shown.
+        let mut p = Projector::new("/w", false);
+        assert_eq!(p.event(&end)[0]["size"], 200_000);
+    }
+
+    #[test]
+    fn a_compaction_is_shown_as_a_thought_holding_its_summary() {
+        let mut p = Projector::new("/w", true);
+        let e = ev(EventPayload::ContextCompacted { summary: "we fixed the bug".into(), through: 7 });
+        let shown = p.event(&e);
+        assert_eq!(shown.len(), 1);
+        assert_eq!(shown[0]["sessionUpdate"], "agent_thought_chunk");
+        assert!(shown[0]["content"]["text"].as_str().unwrap().ends_with("we fixed the bug"));
     }
 
     #[test]

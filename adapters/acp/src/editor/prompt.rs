@@ -177,7 +177,7 @@ async fn drive(
     };
     debug!(session = %id, seq = message_seq, "prompt admitted");
 
-    let projector = Projector::new(&open.cwd, false).with_inner_root(coordinator.inner_root(&session));
+    let projector = super::sessions::projector(ed, &open.cwd, &session, false);
     let numbered = resend.prompt_id.is_some();
     let mut turn = Turn { ed, peer, id: &id, projector, cancel, numbered };
     let mut follower = TurnFollower::new(message_seq);
@@ -234,7 +234,8 @@ async fn drive(
                     _ if cancel.is_cancelled() => "cancelled",
                     StopReason::EndTurn => "end_turn",
                     StopReason::Interrupted | StopReason::RequiresAction { .. } => "cancelled",
-                    StopReason::RoundLimit => "max_turn_requests",
+                    // ACP's closed set has no budget: the nearest is "no more requests this turn".
+                    StopReason::RoundLimit | StopReason::BudgetReached => "max_turn_requests",
                     StopReason::Refusal => "refusal",
                     StopReason::Failed | StopReason::RetriesExhausted => return Err(turn_failed(last_error)),
                 };

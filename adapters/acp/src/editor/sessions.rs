@@ -64,6 +64,13 @@ struct SetOptionParams {
     value: Value,
 }
 
+/// The projector of `session`'s events for an editor at `cwd`: paths mapped back from the
+/// sandbox, and the context window of the model that serves its agent.
+pub(super) fn projector(ed: &Editor, cwd: impl Into<PathBuf>, session: &Session, show_user: bool) -> Projector {
+    let window = ed.ctx.models.serving(&session.snapshot.agent.spec.model.id).context_window;
+    Projector::new(cwd, show_user).with_inner_root(ed.ctx.coordinator.inner_root(session)).with_context_window(window)
+}
+
 fn session_id(raw: &str) -> Result<SessionId, RpcError> {
     SessionId::parse(raw).map_err(|_| crate::rpc::not_found(format!("session {} not found", crate::rpc::clip(raw, 80))))
 }
@@ -132,6 +139,7 @@ pub(super) async fn new_session(ed: &Editor, peer: &Peer, raw: Value) -> Result<
         .cloned()
         .ok_or_else(|| RpcError::internal("no default environment is published for editors"))?;
     let request = CreateSession {
+        budget: None,
         agent: AgentSelection { id: agent_id, version: None, overrides: overrides_for(&agent.spec) },
         environment_id,
         title: None,
@@ -156,7 +164,7 @@ pub(super) async fn new_session(ed: &Editor, peer: &Peer, raw: Value) -> Result<
         return Err(e);
     }
     carry_servers(ed, peer, &session);
-    let mut projector = Projector::new(&p.cwd, true).with_inner_root(ed.ctx.coordinator.inner_root(&session));
+    let mut projector = projector(ed, &p.cwd, &session, true);
     ed.remember(session.id.clone(), p.cwd);
     let mut result = opening_answer(ed, &session, &mut projector, false).await?;
     result["sessionId"] = json!(session.id.to_string());
@@ -329,7 +337,7 @@ pub(super) async fn load(ed: &Editor, peer: &Peer, raw: Value, replay: bool) -> 
     same_additional(ed, &session, &p.additional_directories)?;
     // A load replays the history; a resume only reads it for what an ACP agent last said
     // about its modes, settings and commands (both answer with them, as the agent would).
-    let mut projector = Projector::new(&cwd, true).with_inner_root(ed.ctx.coordinator.inner_root(&session));
+    let mut projector = projector(ed, &cwd, &session, true);
     if replay {
         let sid = id.to_string();
         project_history(ed, &id, false, &mut projector, |update| {
@@ -842,7 +850,7 @@ pub(super) async fn set_config_option(ed: &Editor, raw: Value) -> Result<Value, 
         session = set_preset(ed, &id, preset).await?;
     }
     let cwd = ed.open(&p.session_id)?.cwd.clone();
-    let mut projector = Projector::new(&cwd, true).with_inner_root(ed.ctx.coordinator.inner_root(&session));
+    let mut projector = projector(ed, &cwd, &session, true);
     let answer = opening_answer(ed, &session, &mut projector, false).await?;
     Ok(json!({"configOptions": answer.get("configOptions").cloned().unwrap_or_else(|| json!([]))}))
 }

@@ -168,6 +168,7 @@ impl Rig {
         let a = self.coordinator.get_agent(&id, None).await.unwrap();
         let environment_id = self.agents.environment_for(&a.spec.backend).unwrap().clone();
         let req = CreateSession {
+            budget: None,
             agent: AgentSelection { id, version: None, overrides: None },
             environment_id,
             title: None,
@@ -204,6 +205,7 @@ impl Rig {
                 // Its own signal (a test may stop one editor face), which stopping the gateway sends too.
                 shutdown: self.gw.shutdown.child_token(),
                 tasks: self.gw.tasks.clone(),
+                models: Arc::new(gateway_core::models::ModelCatalog::single("fake")),
             },
             agents: self.agents.clone(),
             workspace_roots: roots,

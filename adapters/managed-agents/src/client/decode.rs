@@ -16,6 +16,7 @@ use gateway_core::{EnvironmentId, EventId, SessionId, Timestamp};
 use serde_json::Value;
 
 use crate::wire::content::{BlockIn, blocks_in};
+use crate::wire::event::budget_in;
 
 /// A committed event as a gateway's API shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,6 +62,7 @@ fn stop_reason(v: &Value) -> StopReason {
         },
         Some("retries_exhausted") => StopReason::RetriesExhausted,
         Some("refusal") => StopReason::Refusal,
+        Some("budget_reached") => StopReason::BudgetReached,
         _ => StopReason::EndTurn,
     }
 }
@@ -72,6 +74,7 @@ fn session_error(v: &Value) -> EventPayload {
         Some("model_rate_limited_error") => ErrorKind::ModelRateLimited,
         Some("model_request_failed_error") => ErrorKind::ModelRequestFailed,
         Some("tool_use_limit_reached_error") => ErrorKind::RoundLimitReached,
+        Some("compaction_limit_reached_error") => ErrorKind::CompactionLimitReached,
         Some("mcp_connection_failed_error") => ErrorKind::McpConnectionFailed,
         Some("mcp_authentication_failed_error") => ErrorKind::McpAuthenticationFailed,
         _ => ErrorKind::Unknown,
@@ -170,7 +173,9 @@ fn payload(v: &Value) -> Option<EventPayload> {
                     cache_read_input_tokens: n("cache_read_input_tokens"),
                     cache_creation_input_tokens: written("ephemeral_5m_input_tokens")
                         + written("ephemeral_1h_input_tokens"),
+                    ..crate::wire::event::usage_cost_in(usage)
                 },
+                budget: v.get("budget").filter(|b| !b.is_null()).and_then(|b| budget_in(b.clone()).ok()),
             }
         }
         "span.model_request_start" => EventPayload::ModelRequestStarted {},
@@ -185,6 +190,7 @@ fn payload(v: &Value) -> Option<EventPayload> {
                     output_tokens: n("output_tokens"),
                     cache_read_input_tokens: n("cache_read_input_tokens"),
                     cache_creation_input_tokens: n("cache_creation_input_tokens"),
+                    ..Usage::default()
                 },
             }
         }

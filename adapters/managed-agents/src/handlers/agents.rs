@@ -14,7 +14,7 @@ use crate::wire::agent::{AgentCreate, AgentUpdate, agent_out};
 
 pub async fn create(State(api): State<ManagedAgents>, ApiJson(body): ApiJson<AgentCreate>) -> Reply {
     let agent = api.coordinator.create_agent(body.into_spec()?).await?;
-    Ok(Json(agent_out(&agent)))
+    Ok(Json(agent_out(&agent, &api.models)))
 }
 
 pub async fn retrieve(State(api): State<ManagedAgents>, PathId(id): PathId<AgentId>, q: QueryParams) -> Reply {
@@ -26,7 +26,7 @@ pub async fn retrieve(State(api): State<ManagedAgents>, PathId(id): PathId<Agent
         ),
     };
     let agent = api.coordinator.get_agent(&id, version).await?;
-    Ok(Json(agent_out(&agent)))
+    Ok(Json(agent_out(&agent, &api.models)))
 }
 
 /// Omitted fields are kept, arrays replaced, metadata merged; a stale `version` is a 409 and
@@ -50,25 +50,25 @@ pub async fn update(
     }
     let spec = body.apply(&current.spec)?;
     if spec == current.spec {
-        return Ok(Json(agent_out(&current)));
+        return Ok(Json(agent_out(&current, &api.models)));
     }
     let agent = api.coordinator.update_agent(&id, current.version, spec).await?;
-    Ok(Json(agent_out(&agent)))
+    Ok(Json(agent_out(&agent, &api.models)))
 }
 
 pub async fn archive(State(api): State<ManagedAgents>, PathId(id): PathId<AgentId>) -> Reply {
-    Ok(Json(agent_out(&api.coordinator.archive_agent(&id).await?)))
+    Ok(Json(agent_out(&api.coordinator.archive_agent(&id).await?, &api.models)))
 }
 
 pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Reply {
     let page = pagination::request(&q, Order::Desc, 20, 100)?;
     let filter = AgentFilter { include_archived: q.bool("include_archived")?, created: q.created()? };
     let result = api.coordinator.list_agents(&filter, &page).await?;
-    Ok(Json(pagination::list(&result, page.order, agent_out)))
+    Ok(Json(pagination::list(&result, page.order, |a| agent_out(a, &api.models))))
 }
 
 pub async fn versions(State(api): State<ManagedAgents>, PathId(id): PathId<AgentId>, q: QueryParams) -> Reply {
     let page = pagination::request(&q, Order::Desc, 20, 100)?;
     let result = api.coordinator.list_agent_versions(&id, &page).await?;
-    Ok(Json(pagination::list(&result, page.order, agent_out)))
+    Ok(Json(pagination::list(&result, page.order, |a| agent_out(a, &api.models))))
 }

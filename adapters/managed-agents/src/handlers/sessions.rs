@@ -2,6 +2,7 @@
 
 use axum::Json;
 use axum::extract::State;
+use gateway_core::agent::{AgentSpec, BackendRef};
 use gateway_core::event::EventKind;
 use gateway_core::session::{Resource, ResourceKind, Session, SessionStatus};
 use gateway_core::{AgentId, EnvironmentId, ResourceId, SessionId, VaultId};
@@ -16,6 +17,7 @@ use crate::extract::{ApiJson, PathId, PathIds, QueryParams};
 use crate::pagination;
 use crate::wire::Patch;
 use crate::wire::agent::SessionAgentUpdate;
+use crate::wire::event::budget_in;
 use crate::wire::merge_metadata;
 use crate::wire::session::{ResourceUpdate, SessionCreate, SessionUpdate, resource_in, resource_out, session_out};
 
@@ -40,7 +42,16 @@ pub async fn create(State(api): State<ManagedAgents>, ApiJson(mut body): ApiJson
         }
         initial_inputs.push(event);
     }
+    let budget = body.budget.take().filter(|b| !b.is_null()).map(budget_in).transpose()?;
+    if budget.is_some() {
+        let mut agent = api.coordinator.get_agent(&choice.id, choice.version).await?.spec;
+        if let Some(o) = &overrides {
+            o.apply(&mut agent);
+        }
+        check_budgetable(&api, &agent)?;
+    }
     let req = CreateSession {
+        budget,
         agent: AgentSelection { id: choice.id, version: choice.version, overrides },
         environment_id,
         title: body.title,
@@ -51,7 +62,7 @@ pub async fn create(State(api): State<ManagedAgents>, ApiJson(mut body): ApiJson
         client_tool_servers: Vec::new(),
     };
     let (session, _) = api.coordinator.create_session(req).await?;
-    Ok(Json(session_out(&session, &api.public_url)))
+    Ok(Json(session_out(&session, &api.public_url, &api.models)))
 }
 
 /// The session's vaults as named: an id that cannot be one is a vault that does not exist.
@@ -64,8 +75,22 @@ fn vault_ids(raw: Vec<String>) -> Result<Vec<VaultId>, ApiError> {
         .collect()
 }
 
+/// A budget needs list prices to count against: every model the session can run must have
+/// one (here, the one its native agent's model id is served by; another backend's spend is
+/// not the gateway's to measure).
+fn check_budgetable(api: &ManagedAgents, agent: &AgentSpec) -> Result<(), ApiError> {
+    if agent.backend == BackendRef::Native && api.models.serving(&agent.model.id).prices.is_some() {
+        return Ok(());
+    }
+    Err(ApiError::invalid(format!(
+        "model {:?} has no list price, so no budget can measure its cost (configure prices in its [models] table, or omit the budget)",
+        agent.model.id
+    ))
+    .code("model_not_budgetable"))
+}
+
 pub async fn retrieve(State(api): State<ManagedAgents>, PathId(id): PathId<SessionId>) -> Reply {
-    Ok(Json(session_out(&api.coordinator.get_session(&id).await?, &api.public_url)))
+    Ok(Json(session_out(&api.coordinator.get_session(&id).await?, &api.public_url, &api.models)))
 }
 
 pub async fn update(
@@ -73,10 +98,16 @@ pub async fn update(
     PathId(id): PathId<SessionId>,
     ApiJson(body): ApiJson<SessionUpdate>,
 ) -> Reply {
-    if body.budget.is_some() {
-        return Err(ApiError::not_supported("budget"));
-    }
     let current = api.coordinator.get_session(&id).await?;
+    let budget = match body.budget {
+        Patch::Keep => None,
+        Patch::Clear => Some(None),
+        Patch::Set(v) => {
+            let budget = budget_in(v)?;
+            check_budgetable(&api, &current.snapshot.agent.spec)?;
+            Some(Some(budget))
+        }
+    };
     let agent = match body.agent {
         None => None,
         Some(v) => {
@@ -105,12 +136,12 @@ pub async fn update(
         (None, None) => None,
         (agent, vaults) => Some(api.coordinator.redefine_session(&current, agent, vaults).await?),
     };
-    let session = api.coordinator.update_session(&id, SessionPatch { title, metadata, snapshot }).await?;
-    Ok(Json(session_out(&session, &api.public_url)))
+    let session = api.coordinator.update_session(&id, SessionPatch { title, metadata, snapshot, budget }).await?;
+    Ok(Json(session_out(&session, &api.public_url, &api.models)))
 }
 
 pub async fn archive(State(api): State<ManagedAgents>, PathId(id): PathId<SessionId>) -> Reply {
-    Ok(Json(session_out(&api.coordinator.archive_session(&id).await?, &api.public_url)))
+    Ok(Json(session_out(&api.coordinator.archive_session(&id).await?, &api.public_url, &api.models)))
 }
 
 pub async fn delete(State(api): State<ManagedAgents>, PathId(id): PathId<SessionId>) -> Reply {
@@ -155,7 +186,7 @@ pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Reply {
         include_archived: q.bool("include_archived")?,
     };
     let result = api.coordinator.list_sessions(&filter, &page).await?;
-    let data = result.items.iter().map(|s| session_out(s, &api.public_url)).collect();
+    let data = result.items.iter().map(|s| session_out(s, &api.public_url, &api.models)).collect();
     Ok(Json(pagination::body(&result, page.order, data, true)))
 }
 

@@ -6,6 +6,7 @@ use gateway_core::agent::{
     Agent, AgentOverrides, AgentSpec, BUILTIN_TOOLS, BackendRef, McpServerSpec, ModelSpec, NamedToolConfig,
     PermissionPolicy, SkillRef, ToolConfig, ToolSpec,
 };
+use gateway_core::models::ModelCatalog;
 use gateway_core::{JsonObject, Metadata};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -558,8 +559,19 @@ pub fn definition(id: &str, version: u32, s: &AgentSpec) -> Value {
     })
 }
 
-pub fn agent_out(a: &Agent) -> Value {
+/// The extension field that says which configured model serves a native agent's model id
+/// (`null` for agents another backend runs: their model is not the gateway's to choose).
+pub fn serving_model(spec: &AgentSpec, models: &ModelCatalog) -> Value {
+    if spec.backend != BackendRef::Native {
+        return Value::Null;
+    }
+    let served = models.serving(&spec.model.id);
+    json!({"name": served.name, "provider": served.provider, "model": served.model})
+}
+
+pub fn agent_out(a: &Agent, models: &ModelCatalog) -> Value {
     let mut v = definition(a.id.as_str(), a.version, &a.spec);
+    v["serving_model"] = serving_model(&a.spec, models);
     v["metadata"] = json!(a.spec.metadata);
     v["created_at"] = time(a.created_at);
     v["updated_at"] = time(a.updated_at);

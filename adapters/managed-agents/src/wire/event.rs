@@ -6,6 +6,7 @@ use gateway_core::agent::PermissionPolicy;
 use gateway_core::event::{
     ErrorKind, Event, EventKind, EventPayload, NewEvent, RetryStatus, StopReason, ToolOrigin, ToolPermission,
 };
+use gateway_core::session::{Budget, BudgetChange};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -89,6 +90,7 @@ fn error_type(kind: ErrorKind) -> &'static str {
         ErrorKind::ModelRateLimited => "model_rate_limited_error",
         ErrorKind::ModelRequestFailed => "model_request_failed_error",
         ErrorKind::RoundLimitReached => "tool_use_limit_reached_error",
+        ErrorKind::CompactionLimitReached => "compaction_limit_reached_error",
         ErrorKind::McpConnectionFailed => "mcp_connection_failed_error",
         ErrorKind::McpAuthenticationFailed => "mcp_authentication_failed_error",
         ErrorKind::Unknown
@@ -108,6 +110,7 @@ fn stop_reason(stop: &StopReason) -> Value {
         // The SDK documents `tool_use_limit_reached_error` as followed by `retries_exhausted`.
         StopReason::RetriesExhausted | StopReason::RoundLimit => json!({"type": "retries_exhausted"}),
         StopReason::Refusal => json!({"type": "refusal"}),
+        StopReason::BudgetReached => json!({"type": "budget_reached"}),
     }
 }
 
@@ -160,8 +163,13 @@ pub fn project(e: &Event) -> Option<Value> {
         EventPayload::SessionDeleted {} => json!({"type": "session.deleted"}),
         // The vaults a session names are not in the SDK's event: an update of only those shows
         // no field but its type.
-        EventPayload::SessionUpdated { title, metadata, agent, .. } => {
+        EventPayload::SessionUpdated { title, metadata, agent, budget, .. } => {
             let mut v = json!({"type": "session.updated"});
+            match budget {
+                Some(BudgetChange::Set { budget }) => v["budget"] = budget_out(budget),
+                Some(BudgetChange::Removed) => v["budget"] = Value::Null,
+                None => {}
+            }
             if let Some(t) = title {
                 v["title"] = json!(t);
             }
@@ -219,11 +227,12 @@ pub fn project(e: &Event) -> Option<Value> {
         EventPayload::ModelRequestStarted {} => json!({"type": "span.model_request_start"}),
         // An ACP agent's modes, plan, commands...: this API has no events for them.
         EventPayload::AgentReport { .. } => return None,
-        EventPayload::SessionUsage { usage } => json!({
+        // The SDK's event says that compaction happened; the summary stays the model's.
+        EventPayload::ContextCompacted { .. } => json!({"type": "agent.thread_context_compacted"}),
+        EventPayload::SessionUsage { usage, budget } => json!({
             "type": "session.usage",
             "usage": usage_out(usage),
-            // Budgets are not enforced yet (issue 32): a session has none.
-            "budget": null,
+            "budget": budget.as_ref().map(budget_out),
         }),
         EventPayload::ModelRequestEnded { start_id, is_error, usage } => json!({
             "type": "span.model_request_end",
@@ -244,12 +253,82 @@ pub fn project(e: &Event) -> Option<Value> {
 /// session object's `usage` and `session.usage`'s): cache writes are five-minute entries, the
 /// only kind the gateway asks for.
 pub fn usage_out(usage: &gateway_core::event::Usage) -> Value {
-    json!({
+    let mut v = json!({
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
         "cache_read_input_tokens": usage.cache_read_input_tokens,
         "cache_creation": {"ephemeral_5m_input_tokens": usage.cache_creation_input_tokens, "ephemeral_1h_input_tokens": 0},
-    })
+    });
+    // Absent while a request of a model without list prices is counted, as the SDK reads it.
+    // Whole cents spent, rounded down: a budget at or below the amount shown is one the
+    // session has reached, which is what raising it is checked against.
+    if let Some(micros) = usage.list_cost() {
+        v["list_cost"] = usd(micros / MICROS_PER_CENT);
+    }
+    v
+}
+
+/// Millionths of a dollar in one cent, the minor unit amounts are written in.
+const MICROS_PER_CENT: u64 = 10_000;
+
+/// An amount in US cents, as the API writes money: an integer decimal string.
+fn usd(cents: u64) -> Value {
+    json!({"amount": cents.to_string(), "currency": "USD"})
+}
+
+/// The cost fields of a usage [`usage_out`] wrote: its `list_cost`, or unpriced without one.
+pub fn usage_cost_in(usage: &Value) -> gateway_core::event::Usage {
+    let cents = usage.pointer("/list_cost/amount").and_then(Value::as_str).and_then(|a| a.parse::<u64>().ok());
+    match cents {
+        Some(c) => {
+            gateway_core::event::Usage { list_cost_micros: c.saturating_mul(MICROS_PER_CENT), ..Default::default() }
+        }
+        None => gateway_core::event::Usage { unpriced_requests: 1, ..Default::default() },
+    }
+}
+
+pub fn budget_out(b: &Budget) -> Value {
+    json!({"type": "limit", "max_list_cost": usd(b.max_list_cost_micros / MICROS_PER_CENT)})
+}
+
+/// A `{type: "limit", max_list_cost: {amount, currency}}` budget: a whole number of US cents
+/// written as the API writes it (digits, no leading zero).
+pub fn budget_in(v: Value) -> Result<Budget, ApiError> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Amount {
+        amount: String,
+        currency: String,
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Limit {
+        #[serde(rename = "type")]
+        kind: String,
+        max_list_cost: Amount,
+    }
+    let limit: Limit = serde_json::from_value(v).map_err(|e| ApiError::invalid(format!("budget: {e}")))?;
+    if limit.kind != "limit" {
+        return Err(ApiError::invalid(format!("budget.type must be \"limit\", not {:?}", limit.kind)));
+    }
+    if limit.max_list_cost.currency != "USD" {
+        return Err(ApiError::invalid(format!(
+            "budget.max_list_cost.currency must be \"USD\", not {:?}",
+            limit.max_list_cost.currency
+        )));
+    }
+    let amount = &limit.max_list_cost.amount;
+    let canonical = !amount.is_empty()
+        && amount.len() <= 15
+        && amount.bytes().all(|b| b.is_ascii_digit())
+        && (amount == "0" || !amount.starts_with('0'));
+    let cents: Option<u64> = canonical.then(|| amount.parse().ok()).flatten();
+    let Some(micros) = cents.and_then(|c| c.checked_mul(MICROS_PER_CENT)) else {
+        return Err(ApiError::invalid(format!(
+            "budget.max_list_cost.amount must be a whole number of cents written as digits with no leading zero, not {amount:?}"
+        )));
+    };
+    Ok(Budget { max_list_cost_micros: micros })
 }
 
 fn stamp(mut v: Value, e: &Event) -> Value {
@@ -295,7 +374,7 @@ const TYPES: &[(&str, Option<EventKind>)] = &[
     ("agent.mcp_tool_use", Some(EventKind::ToolUse)),
     ("agent.tool_result", Some(EventKind::ToolResult)),
     ("agent.mcp_tool_result", Some(EventKind::ToolResult)),
-    ("agent.thread_context_compacted", None),
+    ("agent.thread_context_compacted", Some(EventKind::ContextCompacted)),
     ("agent.thread_message_sent", None),
     ("agent.thread_message_received", None),
     ("session.status_running", Some(EventKind::TurnStarted)),

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use gateway_core::environment::ConnectionStatus;
+use gateway_core::models::ModelCatalog;
 use gateway_core::placement::ToolExecution;
 use gateway_core::session::{Checkout, MAX_RESOURCES, Resource, ResourceKind, Secret, Session};
 use gateway_core::{AgentId, Metadata};
@@ -171,9 +172,6 @@ impl SessionCreate {
 
     /// Checks what this gateway does not support, and the agent form.
     pub fn validate(&self) -> Result<AgentChoice, ApiError> {
-        if self.budget.as_ref().is_some_and(|b| !b.is_null()) {
-            return Err(ApiError::not_supported("budget"));
-        }
         if let Some(m) = &self.metadata {
             check_metadata(m)?;
         }
@@ -211,14 +209,15 @@ pub struct SessionUpdate {
     pub title: Patch<String>,
     pub metadata: Patch<BTreeMap<String, Option<String>>>,
     pub agent: Option<Value>,
-    pub budget: Option<Value>,
+    /// Absent: keep; `null`: remove; an object: replace.
+    pub budget: Patch<Value>,
     pub vault_ids: Option<Vec<String>>,
 }
 
 /// A session. A self-hosted one (its tools run on an executor) also shows its executor
 /// connection as the extension `environment` (docs/adr/0013); cloud sessions keep the SDK's
 /// exact shape.
-pub fn session_out(s: &Session, remote_url: &str) -> Value {
+pub fn session_out(s: &Session, remote_url: &str, models: &ModelCatalog) -> Value {
     let a = &s.snapshot.agent;
     let mut out = json!({
         "id": s.id,
@@ -233,12 +232,13 @@ pub fn session_out(s: &Session, remote_url: &str) -> Value {
         "outcome_evaluations": [],
         "stats": {},
         "usage": super::event::usage_out(&s.usage),
-        "budget": Value::Null,
+        "budget": s.budget.as_ref().map(super::event::budget_out),
         "deployment_id": Value::Null,
         "created_at": time(s.created_at),
         "updated_at": time(s.updated_at),
         "archived_at": opt_time(s.archived_at),
         "environment_state": s.environment_state.as_str(),
+        "serving_model": super::agent::serving_model(&a.spec, models),
     });
     if s.snapshot.requirements.tool_execution == ToolExecution::External {
         let status = s.connection.unwrap_or(ConnectionStatus::Disconnected);

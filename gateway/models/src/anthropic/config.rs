@@ -5,14 +5,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::http::{DEFAULT_MAX_RETRIES, DEFAULT_REQUEST_TIMEOUT, Patience};
+
 /// The public endpoint; `ANTHROPIC_BASE_URL` overrides it when the server passes that on.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 /// The `anthropic-version` this client's request and response shapes are written for.
 pub const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
-/// Extra attempts after a transient failure, unless configured.
-const DEFAULT_MAX_RETRIES: u32 = 2;
-/// Limit of a whole call (or a stream's headers), unless configured.
-const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// `[anthropic]`: what an operator may set about the client, in the gateway's file or its
 /// `GATEWAY_ANTHROPIC__*` variables; missing keys keep the client's defaults. The credential is
@@ -102,27 +100,25 @@ impl AnthropicConfig {
             credential,
             anthropic_version: DEFAULT_ANTHROPIC_VERSION.to_owned(),
             betas: Vec::new(),
-            max_retries: DEFAULT_MAX_RETRIES,
-            retry_base: Duration::from_millis(500),
-            retry_max: Duration::from_secs(8),
-            max_retry_after: Duration::from_secs(60),
-            connect_timeout: Duration::from_secs(10),
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-            stream_idle_timeout: Duration::from_secs(300),
+            max_retries: Patience::DEFAULT.max_retries,
+            retry_base: Patience::DEFAULT.retry_base,
+            retry_max: Patience::DEFAULT.retry_max,
+            max_retry_after: Patience::DEFAULT.max_retry_after,
+            connect_timeout: Patience::DEFAULT.connect_timeout,
+            request_timeout: Patience::DEFAULT.request_timeout,
+            stream_idle_timeout: Patience::DEFAULT.stream_idle_timeout,
         }
     }
-}
 
-/// Why a client could not be built from its config.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
-    #[error("invalid model API base URL {url:?}: {reason}")]
-    BaseUrl { url: String, reason: String },
-    /// The secret itself is deliberately not part of the message.
-    #[error("the model API credential contains characters an HTTP header cannot carry")]
-    Credential,
-    #[error("invalid value for the {0} header")]
-    Header(&'static str),
-    #[error("cannot build the HTTP client: {0}")]
-    Http(String),
+    pub(crate) fn patience(&self) -> Patience {
+        Patience {
+            max_retries: self.max_retries,
+            retry_base: self.retry_base,
+            retry_max: self.retry_max,
+            max_retry_after: self.max_retry_after,
+            connect_timeout: self.connect_timeout,
+            request_timeout: self.request_timeout,
+            stream_idle_timeout: self.stream_idle_timeout,
+        }
+    }
 }

@@ -2,19 +2,15 @@
 //!
 //! The API reports errors twice over: an HTTP status and a body
 //! `{"type":"error","error":{"type":"overloaded_error","message":"..."}}`; mid-stream, only the
-//! body arrives, as an `error` event. The status decides the kind (it is what proxies and load
-//! balancers also speak), the error type refines it where the status alone is ambiguous.
-
-use std::time::Duration;
+//! body arrives, as an `error` event. The status decides the kind (the shared rule,
+//! [`http::status_error`]), the error type refines it where the status alone is ambiguous.
 
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 use serde::Deserialize;
 
 use crate::ModelError;
-
-/// How much of an unparseable error body is quoted in the error message.
-const QUOTED_BODY_CHARS: usize = 300;
+use crate::http::{self, Hint};
 
 /// The Messages API's error envelope.
 #[derive(Debug, Deserialize)]
@@ -34,19 +30,10 @@ pub(crate) struct ErrorObject {
 pub(crate) fn from_status(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> ModelError {
     let (kind, message) = match serde_json::from_slice::<Envelope>(body) {
         Ok(Envelope { error }) => (error.kind, error.message),
-        Err(_) => (String::new(), quote_body(status, body)),
+        Err(_) => (String::new(), http::quote_body(status, body)),
     };
-    let retry_after = retry_after(headers);
-    let code = status.as_u16();
-    match code {
-        429 => ModelError::RateLimited { message, retry_after },
-        529 => ModelError::Overloaded { status: code, message, retry_after },
-        _ if kind == "overloaded_error" => ModelError::Overloaded { status: code, message, retry_after },
-        500..=599 => ModelError::Server { status: code, message, retry_after },
-        401 | 403 => ModelError::Authentication { status: code, message },
-        400..=499 => ModelError::InvalidRequest { status: code, message },
-        _ => ModelError::Protocol(format!("unexpected HTTP status {status}: {message}")),
-    }
+    let hint = if kind == "overloaded_error" { Hint::Overloaded } else { Hint::None };
+    http::status_error(status, message, http::retry_after(headers), hint)
 }
 
 /// The error for an `error` event received inside a stream, whose HTTP status was 200: the
@@ -73,51 +60,9 @@ pub(crate) fn from_error_event(error: ErrorObject) -> ModelError {
     }
 }
 
-/// The wait the server asked for: `retry-after-ms` (milliseconds) wins over `retry-after`
-/// (seconds; the HTTP-date form is ignored).
-pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let number = |name: &str| -> Option<f64> {
-        let value = headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok()?;
-        (value.is_finite() && value >= 0.0).then_some(value)
-    };
-    let seconds = number("retry-after-ms").map(|ms| ms / 1000.0).or_else(|| number("retry-after"))?;
-    // Anything beyond a day is nonsense; keep the conversion in range.
-    Some(Duration::from_secs_f64(seconds.min(86_400.0)))
-}
-
-/// The server's explicit opinion on retrying (`x-should-retry`), if it gave one.
-pub(crate) fn should_retry(headers: &HeaderMap) -> Option<bool> {
-    match headers.get("x-should-retry")?.to_str().ok()?.trim() {
-        "true" => Some(true),
-        "false" => Some(false),
-        _ => None,
-    }
-}
-
-fn quote_body(status: StatusCode, body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
-    if text.is_empty() {
-        return status.canonical_reason().unwrap_or("no error message").to_owned();
-    }
-    let mut quoted: String = text.chars().take(QUOTED_BODY_CHARS).collect();
-    if quoted.len() < text.len() {
-        quoted.push('…');
-    }
-    quoted
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.insert(*name, value.parse().unwrap());
-        }
-        map
-    }
 
     fn body(kind: &str) -> Vec<u8> {
         format!(r#"{{"type":"error","error":{{"type":"{kind}","message":"m"}}}}"#).into_bytes()
@@ -148,23 +93,9 @@ mod tests {
         let long = "<html>".repeat(200);
         let error = from_status(StatusCode::BAD_GATEWAY, &HeaderMap::new(), long.as_bytes());
         let ModelError::Server { status: 502, message, .. } = error else { panic!("{error:?}") };
-        assert!(message.starts_with("<html>") && message.chars().count() == QUOTED_BODY_CHARS + 1);
+        assert!(message.starts_with("<html>") && message.chars().count() == 301);
         let error = from_status(StatusCode::BAD_GATEWAY, &HeaderMap::new(), b"");
         assert_eq!(error, ModelError::Server { status: 502, message: "Bad Gateway".into(), retry_after: None });
-    }
-
-    #[test]
-    fn retry_after_headers() {
-        assert_eq!(retry_after(&headers(&[("retry-after-ms", "1500")])), Some(Duration::from_millis(1500)));
-        assert_eq!(retry_after(&headers(&[("retry-after", "3")])), Some(Duration::from_secs(3)));
-        assert_eq!(
-            retry_after(&headers(&[("retry-after", "3"), ("retry-after-ms", "250.5")])),
-            Some(Duration::from_micros(250_500))
-        );
-        assert_eq!(retry_after(&headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")])), None);
-        assert_eq!(retry_after(&headers(&[("retry-after", "-1")])), None);
-        assert_eq!(retry_after(&headers(&[("retry-after", "1e300")])), Some(Duration::from_secs(86_400)));
-        assert_eq!(retry_after(&HeaderMap::new()), None);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::errors::{self, ErrorObject};
+use crate::http::Progress;
 use crate::{Block, JsonObject, ModelError, ModelResponse, StopReason, StreamEvent, Usage};
 
 /// Parses a non-streaming response body.
@@ -76,14 +77,6 @@ fn tool_identity(block: &Value) -> Result<(String, String), ModelError> {
         (Some(id), Some(name)) => Ok((id, name)),
         _ => Err(ModelError::Protocol("a tool_use block lacks its id or name".into())),
     }
-}
-
-/// What the stream is doing after an event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Progress {
-    Continue,
-    /// `message_stop` arrived: the response is complete.
-    Done,
 }
 
 /// A content block the stream has opened and not yet closed.

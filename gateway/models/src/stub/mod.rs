@@ -1,19 +1,28 @@
-//! A loopback stub of the Anthropic Messages API, for tests only (feature `stub`).
+//! A loopback stub of the Anthropic Messages API and the OpenAI Chat Completions API, for
+//! tests only (feature `stub`).
 //!
-//! [`StubServer`] speaks the real wire format (JSON, and server-sent events in the API's
+//! [`StubServer`] speaks both real wire formats (JSON, and server-sent events in each API's
 //! frame order) and answers with [`FakeModel`]'s script, so the same conversations give the
-//! same answers through [`AnthropicClient`](crate::anthropic::AnthropicClient) as from the fake
-//! directly. It records every request and can be told to misbehave: each [`Fault`] pushed is
-//! consumed by the next request, in order. It is also meant to stand in for the API behind
-//! third-party programs (e.g. `claude-agent-acp`), so it accepts any tool names and the request
-//! shapes real clients send. It is test support, not shipped behaviour: no TLS, no auth check.
+//! same answers through [`AnthropicClient`](crate::anthropic::AnthropicClient) and
+//! [`OpenAiClient`](crate::openai::OpenAiClient) as from the fake directly. To make the fake
+//! call a tool, the last user text starts with `tool:<name> <json input>` (see
+//! [`fake`](crate::fake) for the whole script). It records every request and can be told to
+//! misbehave: each [`Fault`] pushed is consumed by the next request, in order. It is also
+//! meant to stand in for the API behind third-party programs (e.g. `claude-agent-acp`, the
+//! official `openai` SDK), so it accepts any tool names and the request shapes real clients
+//! send. It is test support, not shipped behaviour: no TLS, no auth check.
 //!
-//! Beyond the script it checks and counts what the API does for extended thinking and prompt
-//! caching ([`rules`]).
+//! Beyond the script it checks and counts what the Messages API does for extended thinking and
+//! prompt caching (`rules`), and what Chat Completions checks about tool calls and counts
+//! for its automatic prompt cache (`chat`).
 //!
-//! Routes: `POST /v1/messages` (any query string, e.g. `?beta=true`), and
-//! `POST /v1/messages/count_tokens`; anything else is recorded and answered 404.
+//! Routes: `POST /v1/messages` (any query string, e.g. `?beta=true`),
+//! `POST /v1/messages/count_tokens`, and `POST /v1/chat/completions` (a client's base URL is
+//! then `<base_url>/v1`, as OpenAI's SDKs take it); anything else is recorded and answered 404.
+//! Every [`Fault`] applies to every answering route; each route writes errors in its own API's
+//! shape.
 
+mod chat;
 mod rules;
 mod wire;
 
@@ -22,7 +31,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -46,13 +55,16 @@ const CUT_FLUSH_DELAY: Duration = Duration::from_millis(50);
 /// A deviation from the scripted answer, consumed by the next request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fault {
-    /// Answer with this HTTP status and the API's error body, plus the retry headers given.
+    /// Answer with this HTTP status and the API's error body (`error_type` as its type), plus
+    /// the retry headers given.
     Status { status: u16, error_type: String, retry_after_secs: Option<u64>, retry_after_ms: Option<u64> },
     /// Stream this many frames of the scripted answer (see [`StubServer`] for their order),
-    /// then drop the connection without `message_stop`. A non-streaming answer is cut halfway.
+    /// then drop the connection without the end (`message_stop`, `data: [DONE]`). A
+    /// non-streaming answer is cut halfway.
     CutAfterEvents(usize),
-    /// Stream this many frames, then an `error` event of this type, then end the response. A
-    /// non-streaming request gets the error's usual HTTP status instead.
+    /// Stream this many frames, then an error event of this type (Chat Completions: a chunk
+    /// holding `error`), then end the response. A non-streaming request gets the error's usual
+    /// HTTP status instead.
     ErrorEvent { error_type: String, after_events: usize },
     /// Wait this long, then answer normally.
     Delay(Duration),
@@ -94,6 +106,8 @@ struct Shared {
     next_id: AtomicU64,
     /// The prompt cache per credential (the API's is per organization).
     caches: Mutex<BTreeMap<String, rules::PromptCache>>,
+    /// Chat Completions' automatic prompt cache, per credential.
+    chat_caches: Mutex<BTreeMap<String, chat::PrefixCache>>,
 }
 
 impl Shared {
@@ -119,11 +133,14 @@ impl Shared {
     }
 }
 
-/// The running stub. Streamed answers are the frames `message_start`, `ping`, then for each
-/// content block `content_block_start`, two or more deltas (none for `redacted_thinking`) and
-/// `content_block_stop`, then
-/// `message_delta` and `message_stop`, so [`Fault::CutAfterEvents(4)`](Fault::CutAfterEvents)
-/// cuts right after the first delta. Dropping the stub stops it.
+/// The running stub. Streamed Messages answers are the frames `message_start`, `ping`, then for
+/// each content block `content_block_start`, two or more deltas (none for `redacted_thinking`)
+/// and `content_block_stop`, then `message_delta` and `message_stop`, so
+/// [`Fault::CutAfterEvents(4)`](Fault::CutAfterEvents) cuts right after the first delta.
+/// Streamed Chat Completions answers are a chunk opening the message, two or more text chunks,
+/// per tool call a chunk naming it and two or more argument chunks, a chunk with the
+/// `finish_reason`, a usage chunk (if asked for) and `data: [DONE]`, so `CutAfterEvents(2)` cuts
+/// right after the first text delta. Dropping the stub stops it.
 pub struct StubServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
@@ -153,6 +170,7 @@ impl StubServer {
         let app = Router::new()
             .route("/v1/messages", post(messages))
             .route("/v1/messages/count_tokens", post(count_tokens))
+            .route("/v1/chat/completions", post(chat_completions))
             .fallback(not_found)
             .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
             .with_state(Arc::clone(&shared));
@@ -242,12 +260,14 @@ impl FromRequest<Arc<Shared>> for Recorded {
     }
 }
 
-async fn messages(Recorded { shared, json, credential, .. }: Recorded) -> Response {
-    let fault = shared.next_fault();
-    match &fault {
+/// Applies the faults that replace or delay the answer, whatever the route: a wait, a status
+/// (its body from the route's `error_body`), a raw answer. `Some` is the response to send
+/// instead of the answer.
+async fn before_answer(fault: &Option<Fault>, error_body: fn(&str, &str) -> Value) -> Option<Response> {
+    match fault {
         Some(Fault::Delay(delay)) => tokio::time::sleep(*delay).await,
         Some(Fault::Status { status, error_type, retry_after_secs, retry_after_ms }) => {
-            let mut response = error_response(*status, error_type, &format!("stub fault: {error_type}"));
+            let mut response = json_error(*status, &error_body(error_type, &format!("stub fault: {error_type}")));
             let headers = response.headers_mut();
             if let Some(secs) = retry_after_secs {
                 headers.insert(header::RETRY_AFTER, header::HeaderValue::from(*secs));
@@ -255,10 +275,18 @@ async fn messages(Recorded { shared, json, credential, .. }: Recorded) -> Respon
             if let Some(ms) = retry_after_ms {
                 headers.insert("retry-after-ms", header::HeaderValue::from(*ms));
             }
-            return response;
+            return Some(response);
         }
-        Some(Fault::Raw { status, headers, body }) => return raw_response(*status, headers, body.clone()),
+        Some(Fault::Raw { status, headers, body }) => return Some(raw_response(*status, headers, body.clone())),
         _ => {}
+    }
+    None
+}
+
+async fn messages(Recorded { shared, json, credential, .. }: Recorded) -> Response {
+    let fault = shared.next_fault();
+    if let Some(response) = before_answer(&fault, wire::error_body).await {
+        return response;
     }
     let Some(json) = json else {
         return error_response(400, "invalid_request_error", "the request body is not JSON");
@@ -283,23 +311,45 @@ async fn messages(Recorded { shared, json, credential, .. }: Recorded) -> Respon
     let id = format!("msg_stub_{:04}", shared.next_id.fetch_add(1, Ordering::Relaxed) + 1);
     let model = &parsed.request.model;
     if parsed.stream {
-        return event_stream(wire::sse_frames(&id, model, &response), fault);
+        return event_stream(wire::sse_frames(&id, model, &response), fault, wire::error_frame);
     }
     let body = wire::message_json(&id, model, &response).to_string();
-    match fault {
-        Some(Fault::CutAfterEvents(_)) => {
-            let half = body.as_bytes()[..body.len() / 2].to_vec();
-            cut_body(vec![Bytes::from(half)], [(header::CONTENT_TYPE, "application/json")])
-        }
-        Some(Fault::ErrorEvent { error_type, .. }) => {
-            error_response(wire::status_for(&error_type), &error_type, "stub fault")
-        }
-        _ => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
-    }
+    json_answer(body, fault, wire::status_for, wire::error_body)
 }
 
-/// A streamed answer, possibly cut or ended by an error event.
-fn event_stream(mut frames: Vec<String>, fault: Option<Fault>) -> Response {
+/// `POST /v1/chat/completions`: the fake's answer in the Chat Completions format.
+async fn chat_completions(Recorded { shared, json, credential, .. }: Recorded) -> Response {
+    let fault = shared.next_fault();
+    if let Some(response) = before_answer(&fault, chat::error_body).await {
+        return response;
+    }
+    let invalid = |message: &str| json_error(400, &chat::error_body("invalid_request_error", message));
+    let Some(json) = json else {
+        return invalid("We could not parse the JSON body of your request.");
+    };
+    let parsed = match chat::parse_request(&json) {
+        Ok(parsed) => parsed,
+        Err(message) => return invalid(&message),
+    };
+    let mut response = shared.model.respond(&parsed.request);
+    let cached =
+        shared.chat_caches.lock().unwrap_or_else(PoisonError::into_inner).entry(credential).or_default().account(&json);
+    // The request's size stays the fake's count; the cache serves part of it, never all (as
+    // with the Messages route, one token is always fresh).
+    let usage = &mut response.usage;
+    usage.cache_read_input_tokens = cached.min(usage.input_tokens.saturating_sub(1));
+    usage.input_tokens -= usage.cache_read_input_tokens;
+    let id = format!("chatcmpl-stub{:04}", shared.next_id.fetch_add(1, Ordering::Relaxed) + 1);
+    let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let answer = chat::Answer { id: &id, created, model: &parsed.request.model, response: &response };
+    if parsed.stream {
+        return event_stream(answer.frames(parsed.include_usage), fault, chat::error_frame);
+    }
+    json_answer(answer.completion().to_string(), fault, chat::status_for, chat::error_body)
+}
+
+/// A streamed answer, possibly cut or ended by an error event (written by `error_frame`).
+fn event_stream(mut frames: Vec<String>, fault: Option<Fault>, error_frame: fn(&str) -> String) -> Response {
     let headers = [(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")];
     match fault {
         Some(Fault::CutAfterEvents(count)) => {
@@ -308,7 +358,7 @@ fn event_stream(mut frames: Vec<String>, fault: Option<Fault>) -> Response {
         }
         Some(Fault::ErrorEvent { error_type, after_events }) => {
             frames.truncate(after_events);
-            frames.push(wire::error_frame(&error_type));
+            frames.push(error_frame(&error_type));
             let chunks = futures::stream::iter(frames.into_iter().map(Ok::<_, io::Error>));
             (headers, Body::from_stream(chunks)).into_response()
         }
@@ -316,6 +366,26 @@ fn event_stream(mut frames: Vec<String>, fault: Option<Fault>) -> Response {
             let chunks = futures::stream::iter(frames.into_iter().map(Ok::<_, io::Error>));
             (headers, Body::from_stream(chunks)).into_response()
         }
+    }
+}
+
+/// A non-streamed answer, possibly cut halfway or replaced by the error of an error event
+/// (its status from `status_for`, its body from `error_body`).
+fn json_answer(
+    body: String,
+    fault: Option<Fault>,
+    status_for: fn(&str) -> u16,
+    error_body: fn(&str, &str) -> Value,
+) -> Response {
+    match fault {
+        Some(Fault::CutAfterEvents(_)) => {
+            let half = body.as_bytes()[..body.len() / 2].to_vec();
+            cut_body(vec![Bytes::from(half)], [(header::CONTENT_TYPE, "application/json")])
+        }
+        Some(Fault::ErrorEvent { error_type, .. }) => {
+            json_error(status_for(&error_type), &error_body(&error_type, "stub fault"))
+        }
+        _ => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
     }
 }
 
@@ -344,10 +414,14 @@ fn raw_response(status: u16, headers: &[(String, String)], body: String) -> Resp
     response
 }
 
+/// A Messages API error.
 fn error_response(status: u16, error_type: &str, message: &str) -> Response {
+    json_error(status, &wire::error_body(error_type, message))
+}
+
+fn json_error(status: u16, body: &Value) -> Response {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let body = wire::error_body(error_type, message).to_string();
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
 async fn count_tokens(Recorded { shared, json, .. }: Recorded) -> Response {

@@ -15,7 +15,7 @@ use gateway_core::placement::{NetworkControl, Offer, ProviderOffer};
 use gateway_core::session::{EnvironmentState, ResourceKind, Session};
 use gateway_models::ModelClient;
 use gateway_models::fake::FakeModel;
-use gateway_native::{NativeBackend, NativeConfig};
+use gateway_native::{Models, NativeBackend, NativeConfig};
 use gateway_runtime::testing::TestGateway;
 use gateway_runtime::{
     AgentSelection, CreateSession, Delivery, EnvironmentsConfig, RuntimeError, SubscribeOptions, WorkerPool,
@@ -53,19 +53,20 @@ pub fn offer(extra: &[&str]) -> Offer {
     Offer { providers, ..Default::default() }
 }
 
-pub async fn native_with(model: Arc<dyn ModelClient>, offered: Offer, idle: Duration) -> Native {
+pub async fn native_with(model: impl Into<Models>, offered: Offer, idle: Duration) -> Native {
     native_on(model, offered, idle, vec![Arc::new(LocalProvider::new())]).await
 }
 
 pub async fn native_on(
-    model: Arc<dyn ModelClient>,
+    model: impl Into<Models>,
     offered: Offer,
     idle: Duration,
     providers: Vec<Arc<dyn SandboxProvider>>,
 ) -> Native {
+    let model: Models = model.into();
     let builder = TestGateway::builder()
         .backend_with(BackendRef::Native, move |envs| {
-            Arc::new(NativeBackend::new(model, Some(Arc::clone(envs)), NativeConfig::default()))
+            Arc::new(NativeBackend::new(model.clone(), Some(Arc::clone(envs)), NativeConfig::default()))
         })
         .offer(offered)
         .environments(EnvironmentsConfig { idle, limits: Limits::default(), ..Default::default() })
@@ -118,11 +119,23 @@ impl Native {
         env: EnvironmentConfig,
         resources: Vec<ResourceKind>,
     ) -> Result<Session, RuntimeError> {
+        self.session_capped(agent, env, resources, None).await
+    }
+
+    /// [`Self::session`] with a budget.
+    pub async fn session_capped(
+        &self,
+        agent: AgentSpec,
+        env: EnvironmentConfig,
+        resources: Vec<ResourceKind>,
+        budget: Option<gateway_core::session::Budget>,
+    ) -> Result<Session, RuntimeError> {
         let agent = self.coordinator.create_agent(agent).await.unwrap();
         let mut e = env_spec("env");
         e.config = env;
         let env = self.coordinator.create_environment(e).await.unwrap();
         let req = CreateSession {
+            budget,
             agent: AgentSelection { id: agent.id, version: None, overrides: None },
             environment_id: env.id,
             title: None,

@@ -101,11 +101,20 @@ pub(super) async fn execute(w: &Arc<Shared>, claim: Claim, held: &Held) {
     let (events, outcome) = match result {
         Ok(TurnOutcome::EndTurn) => (vec![ended(StopReason::EndTurn)], RunOutcome::Completed),
         Ok(TurnOutcome::Refusal) => (vec![ended(StopReason::Refusal)], RunOutcome::Completed),
+        Ok(TurnOutcome::BudgetReached) => (vec![ended(StopReason::BudgetReached)], RunOutcome::Completed),
         Ok(TurnOutcome::Interrupted) => (vec![ended(StopReason::Interrupted)], RunOutcome::Cancelled),
         Ok(TurnOutcome::Parked { pending }) => {
             let event_ids = pending.iter().map(|p| p.event_id.clone()).collect();
             (vec![ended(StopReason::RequiresAction { event_ids })], RunOutcome::Parked { pending })
         }
+        // As the Managed Agents API has it: an error, then idle with retries exhausted.
+        Ok(TurnOutcome::CompactionLimit { message }) => (
+            vec![
+                error_event(ErrorKind::CompactionLimitReached, message, RetryStatus::Exhausted),
+                ended(StopReason::RetriesExhausted),
+            ],
+            RunOutcome::Failed,
+        ),
         Ok(TurnOutcome::RoundLimit { message }) => (
             vec![
                 error_event(ErrorKind::RoundLimitReached, message, RetryStatus::Exhausted),
@@ -155,7 +164,7 @@ pub(super) async fn execute(w: &Arc<Shared>, claim: Claim, held: &Held) {
     if used != Usage::default() {
         let mut usage = claim.session.usage.clone();
         usage.add(&used);
-        all.push(NewEvent::new(EventPayload::SessionUsage { usage }));
+        all.push(NewEvent::new(EventPayload::SessionUsage { usage, budget: claim.session.budget }));
     }
     all.extend(events);
     settle(w, &claim, Settlement { events: all, outcome, bindings: staged.bindings }).await;

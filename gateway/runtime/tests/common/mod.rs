@@ -113,6 +113,7 @@ pub async fn new_session(r: &Rig) -> Session {
     let agent = r.coordinator.create_agent(agent_spec("scripted")).await.unwrap();
     let env = r.coordinator.create_environment(env_spec("env")).await.unwrap();
     let req = CreateSession {
+        budget: None,
         agent: AgentSelection { id: agent.id, version: None, overrides: None },
         environment_id: env.id,
         title: None,
@@ -565,6 +566,7 @@ pub async fn placement_refusals_name_their_rule(h: &dyn Harness) {
     let agent = r.coordinator.create_agent(spec.clone()).await.unwrap();
     let env = r.coordinator.create_environment(env_spec("deferred")).await.unwrap();
     let req = CreateSession {
+        budget: None,
         agent: AgentSelection { id: agent.id.clone(), version: None, overrides: None },
         environment_id: env.id.clone(),
         title: None,
@@ -583,13 +585,14 @@ pub async fn placement_refusals_name_their_rule(h: &dyn Harness) {
         c.provisioning = Provisioning::Eager;
     }
     let eager = r.coordinator.create_environment(eager).await.unwrap();
-    let ok = CreateSession { environment_id: eager.id, ..req };
+    let ok = CreateSession { budget: None, environment_id: eager.id, ..req };
     r.coordinator.create_session(ok).await.expect("ACP with eager provisioning is placed");
 
     // A remote A2A agent with a mounted workspace: refused, never silently run locally.
     spec.backend = BackendRef::A2a { remote: "remote".into() };
     let remote = r.coordinator.create_agent(spec.clone()).await.unwrap();
     let with_mount = CreateSession {
+        budget: None,
         agent: AgentSelection { id: remote.id, version: None, overrides: None },
         environment_id: env.id.clone(),
         title: None,

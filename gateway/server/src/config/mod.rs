@@ -26,8 +26,13 @@ pub struct Config {
     pub listen: String,
     /// `sqlite:PATH` (embedded default) or `postgres://...`.
     pub database_url: String,
-    /// Model client of the native backend: `fake` (offline, deterministic) or `anthropic`.
+    /// The default model of the native backend, serving every agent model id no `[models]`
+    /// table names: `fake` (offline, deterministic), `anthropic` (the agent's id sent to the
+    /// Messages API), or the name of a `[models.NAME]` table.
     pub model: String,
+    /// `[models.NAME]`: the models agents select by NAME (their `model`), each with its
+    /// provider, upstream id, credential variable, context window and list prices.
+    pub models: BTreeMap<String, ModelTable>,
     /// Default sandbox provider tier offered to environments: a name
     /// [`ProviderKind::parse`] knows (`local` or `namespace`).
     pub sandbox: String,
@@ -91,6 +96,7 @@ impl Default for Config {
             listen: "127.0.0.1:8080".into(),
             database_url: "sqlite://data/gateway.db".into(),
             model: "fake".into(),
+            models: BTreeMap::new(),
             sandbox: ProviderKind::Local.as_str().into(),
             public_url: None,
             allow_unsafe_local_sandbox: false,
@@ -135,6 +141,61 @@ pub struct LogConfig {
 impl Default for LogConfig {
     fn default() -> Self {
         Self { format: "auto".into(), level: "info".into() }
+    }
+}
+
+/// `[models.NAME]`: a model agents select by NAME.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+#[serde(default)]
+pub struct ModelTable {
+    /// `anthropic` (the Messages API), `openai` (Chat Completions: OpenAI, vLLM, Ollama,
+    /// LiteLLM, OpenRouter...) or `fake`.
+    pub provider: String,
+    /// The provider's endpoint; default its public one (`https://api.anthropic.com`,
+    /// `https://api.openai.com/v1`).
+    pub base_url: Option<String>,
+    /// The name of the environment variable holding the credential (never the credential:
+    /// credentials come from the environment only). Default `ANTHROPIC_API_KEY` for
+    /// `anthropic`; none for `openai` (a local server needs none).
+    pub api_key_env: Option<String>,
+    /// The id sent upstream; default NAME.
+    pub model: Option<String>,
+    /// Tokens the model reads at most; conversations are compacted to stay under it.
+    pub context_window: Option<u64>,
+    /// List USD per million `input`, `output`, `cache_write` and `cache_read` tokens: what
+    /// `list_cost` and budgets count. Without prices a session's cost is unknown.
+    pub prices: Option<gateway_core::models::Prices>,
+}
+
+impl ModelTable {
+    pub const PROVIDERS: [&'static str; 3] = ["anthropic", "openai", "fake"];
+
+    /// What can be checked without building the client (which checks `base_url`).
+    fn check(&self, name: &str) -> Result<(), String> {
+        if name == gateway_core::models::DEFAULT_NAME {
+            return Err(format!("a model table cannot be named {name:?}: it names the default model"));
+        }
+        if !Self::PROVIDERS.contains(&self.provider.as_str()) {
+            return Err(format!("provider must be one of {}, not {:?}", Self::PROVIDERS.join(", "), self.provider));
+        }
+        if let Some(var) = &self.api_key_env {
+            let valid = !var.is_empty()
+                && !var.starts_with(|c: char| c.is_ascii_digit())
+                && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                return Err(format!("api_key_env must name an environment variable (letters, digits, _), not {var:?}"));
+            }
+        }
+        if self.model.as_deref() == Some("") {
+            return Err("model must not be empty".into());
+        }
+        if self.context_window == Some(0) {
+            return Err("context_window must be positive".into());
+        }
+        if let Some(p) = &self.prices {
+            p.check()?;
+        }
+        Ok(())
     }
 }
 
@@ -311,8 +372,14 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        if !matches!(self.model.as_str(), "fake" | "anthropic") {
-            return Err(ConfigError::Invalid(format!("model must be \"fake\" or \"anthropic\", not {:?}", self.model)));
+        for (name, table) in &self.models {
+            table.check(name).map_err(|e| ConfigError::Invalid(format!("models.{name}: {e}")))?;
+        }
+        if !matches!(self.model.as_str(), "fake" | "anthropic") && !self.models.contains_key(&self.model) {
+            return Err(ConfigError::Invalid(format!(
+                "model must be \"fake\", \"anthropic\" or the name of a [models] table, not {:?}",
+                self.model
+            )));
         }
         if let Err(e) = ProviderKind::parse(&self.sandbox) {
             return Err(ConfigError::Invalid(format!("sandbox {e}")));

@@ -22,7 +22,7 @@ use figment::providers::{Env, Format, Toml};
 use figment::value::Value;
 use serde_json::{Map, Value as Json};
 
-use super::{AgentConfig, Config};
+use super::{AgentConfig, Config, ModelTable};
 use gateway_managed_agents::webhooks::WebhookConfig;
 
 /// Which entry of a table keyed by the operator's names stands for all of them.
@@ -93,6 +93,9 @@ fn schema() -> Json {
     let mut root = json(Config::default());
     if let Json::Object(top) = &mut root {
         top.insert("agents".into(), any_name(json(AgentConfig::default())));
+        // Its prices are a table of known keys, though unset by default.
+        let model = ModelTable { prices: Some(Default::default()), ..ModelTable::default() };
+        top.insert("models".into(), any_name(json(model)));
         let webhook = WebhookConfig { url: String::new(), secret: String::new(), event_types: Vec::new() };
         top.insert("webhooks".into(), Json::Array(vec![json(webhook)]));
         if let Some(Json::Object(executors)) = top.get_mut("executors") {

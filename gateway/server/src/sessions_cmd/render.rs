@@ -77,12 +77,13 @@ impl Renderer {
             }
             P::SessionTerminated {} => ("status", "2", "terminated".into()),
             P::SessionDeleted {} => ("status", "2", "deleted".into()),
-            P::SessionUpdated { title, metadata, agent, vault_ids } => {
+            P::SessionUpdated { title, metadata, agent, vault_ids, budget } => {
                 let changed: Vec<&str> = [
                     (title.is_some(), "title"),
                     (metadata.is_some(), "metadata"),
                     (agent.is_some(), "agent"),
                     (vault_ids.is_some(), "vaults"),
+                    (budget.is_some(), "budget"),
                 ]
                 .into_iter()
                 .filter_map(|(c, what)| c.then_some(what))
@@ -126,6 +127,9 @@ impl Renderer {
             P::AgentReport { topic, body } => {
                 let topic = serde_json::to_value(topic).ok().and_then(|v| v.as_str().map(str::to_owned));
                 ("report", "2", format!("{}: {}", topic.unwrap_or_default(), one_line(&body.to_string(), TOOL_CHARS)))
+            }
+            P::ContextCompacted { summary, .. } => {
+                ("status", "2", format!("context compacted: {}", one_line(summary, TOOL_CHARS)))
             }
             // The conversation, not its accounting (the session object carries the usage).
             P::ToolStarted { .. }
@@ -173,6 +177,7 @@ fn stop_text(stop: &StopReason) -> String {
         StopReason::Refusal => "the model refused".into(),
         StopReason::RoundLimit => "tool round limit reached".into(),
         StopReason::Failed => "failed".into(),
+        StopReason::BudgetReached => "budget reached".into(),
     }
 }
 

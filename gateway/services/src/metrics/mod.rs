@@ -49,6 +49,20 @@ struct OutcomeLabel {
     outcome: &'static str,
 }
 
+/// An agent (by name) and the configured model that served it.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AgentModel {
+    agent: String,
+    model: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AgentModelKind {
+    agent: String,
+    model: String,
+    kind: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CauseLabel {
     cause: &'static str,
@@ -147,6 +161,8 @@ pub struct Metrics {
     turns: Histograms<BackendOutcome>,
     first_event: Histograms<BackendLabel>,
     model_requests: Histograms<OutcomeLabel>,
+    model_tokens: Family<AgentModelKind, Counter>,
+    model_cost: Family<AgentModel, Counter<f64, std::sync::atomic::AtomicU64>>,
     remote_calls: Histograms<BackendOutcome>,
     deliveries: Histograms<ChannelOutcome>,
     /// The store's own series (commits), registered here.
@@ -192,6 +208,8 @@ impl Metrics {
             turns: Family::new_with_constructor(slow),
             first_event: Family::new_with_constructor(fast),
             model_requests: Family::new_with_constructor(slow),
+            model_tokens: Family::default(),
+            model_cost: Family::default(),
             remote_calls: Family::new_with_constructor(slow),
             deliveries: Family::new_with_constructor(fast),
             store,
@@ -300,6 +318,16 @@ impl Metrics {
             self.model_requests.clone(),
         );
         r.add(
+            "gateway_model_tokens",
+            "Tokens of the model requests native agents made, by agent, configured model and kind (input, output, cache_read, cache_write)",
+            self.model_tokens.clone(),
+        );
+        r.add(
+            "gateway_model_list_cost_usd",
+            "List cost in US dollars of the model requests native agents made, by agent and configured model (models with list prices only)",
+            self.model_cost.clone(),
+        );
+        r.add(
             "gateway_remote_call_duration_seconds",
             "Time one call to a remote agent took (an ACP agent's prompt, an outbound A2A message until its answer), by backend kind and outcome: ok or the error kind",
             self.remote_calls.clone(),
@@ -368,6 +396,24 @@ impl Metrics {
     /// One model request (`outcome`: `ok` or the error's kind).
     pub fn model_request(&self, outcome: &'static str, took: Duration) {
         self.model_requests.get_or_create(&OutcomeLabel { outcome }).observe(took.as_secs_f64());
+    }
+
+    /// What one model request of `agent` served by the configured model `model` used.
+    pub fn model_usage(&self, agent: &str, model: &str, usage: &gateway_core::event::Usage) {
+        let kinds = [
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cache_read", usage.cache_read_input_tokens),
+            ("cache_write", usage.cache_creation_input_tokens),
+        ];
+        for (kind, n) in kinds {
+            let label = AgentModelKind { agent: agent.to_owned(), model: model.to_owned(), kind };
+            self.model_tokens.get_or_create(&label).inc_by(n);
+        }
+        if usage.unpriced_requests == 0 {
+            let label = AgentModel { agent: agent.to_owned(), model: model.to_owned() };
+            self.model_cost.get_or_create(&label).inc_by(usage.list_cost_micros as f64 / 1e6);
+        }
     }
 
     /// One call to a remote agent by a backend of kind `backend` (`outcome`: `ok` or the

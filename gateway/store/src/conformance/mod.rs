@@ -69,6 +69,7 @@ macro_rules! conformance_suite {
             sessions::interrupt_cancels_queued_runs_and_flags_running_ones,
             sessions::opening_queues_one_run_without_inputs_that_a_message_joins,
             sessions::model_usage_adds_up_on_the_session_with_its_commits,
+            sessions::a_budget_is_set_at_creation_raised_or_removed_never_added,
             events::seqs_increase_without_gap_under_concurrency,
             events::lists_filter_by_kind_and_time_and_page_by_seq,
             events::events_after_and_find_by_id,
@@ -207,6 +208,7 @@ pub fn new_session(environment_id: EnvironmentId, snapshot: SessionSnapshot, ini
         snapshot,
         title: None,
         metadata: Metadata::new(),
+        budget: None,
         initial_inputs: initial,
         writes: AdmissionWrites::default(),
     }

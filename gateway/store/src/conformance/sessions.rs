@@ -121,6 +121,7 @@ pub async fn lists_filter_and_paginate_both_ways(h: &dyn Harness) {
                 title: Some(None),
                 metadata: Some(Metadata::from([("k".into(), "v".into())])),
                 snapshot: None,
+                budget: None,
             },
         )
         .await
@@ -138,6 +139,7 @@ pub async fn updates_record_what_changed_and_redefining_waits_for_idle(h: &dyn H
         title: title.map(|t| Some(t.to_owned())),
         metadata: None,
         snapshot,
+        budget: None,
     };
     let mut next = sess.snapshot.clone();
     next.vault_ids = vec![gateway_core::VaultId::new()];
@@ -174,9 +176,16 @@ pub async fn updates_record_what_changed_and_redefining_waits_for_idle(h: &dyn H
                 title: Some("renamed".into()),
                 metadata: None,
                 agent: None,
-                vault_ids: None
+                vault_ids: None,
+                budget: None,
             },
-            EventPayload::SessionUpdated { title: None, metadata: None, agent: None, vault_ids: Some(next.vault_ids) },
+            EventPayload::SessionUpdated {
+                title: None,
+                metadata: None,
+                agent: None,
+                vault_ids: Some(next.vault_ids),
+                budget: None
+            },
         ]
     );
 }
@@ -347,35 +356,103 @@ pub async fn model_usage_adds_up_on_the_session_with_its_commits(h: &dyn Harness
     let sess = session_with(&s, vec![msg("count")]).await;
     assert_eq!(sess.usage, Usage::default());
     let claim = s.claim_run(&worker("w", "h"), terms(5_000)).await.unwrap().unwrap();
-    let ended = |input, output, read, write| {
+    let ended = |input, output, read, write, cost, unpriced| {
         let start = NewEvent::new(EventPayload::ModelRequestStarted {});
         let usage = Usage {
             input_tokens: input,
             output_tokens: output,
             cache_read_input_tokens: read,
             cache_creation_input_tokens: write,
+            list_cost_micros: cost,
+            unpriced_requests: unpriced,
         };
         let end = EventPayload::ModelRequestEnded { start_id: start.id.clone(), is_error: false, usage };
         vec![start, NewEvent::new(end)]
     };
-    let commit = crate::Commit { events: ended(10, 5, 0, 100), environment: None, bindings: vec![] };
+    let commit = crate::Commit { events: ended(10, 5, 0, 100, 1500, 0), environment: None, bindings: vec![] };
     s.commit(&claim.fence, commit).await.unwrap();
-    let mut last = ended(3, 7, 100, 20);
+    let mut last = ended(3, 7, 100, 20, 0, 1);
     last.push(NewEvent::new(EventPayload::TurnEnded { stop: StopReason::EndTurn }));
     s.settle(&claim.fence, Settlement { events: last, outcome: RunOutcome::Completed, bindings: vec![] })
         .await
         .unwrap();
     let after = s.get_session(&sess.id).await.unwrap();
-    let sum =
-        Usage { input_tokens: 13, output_tokens: 12, cache_read_input_tokens: 100, cache_creation_input_tokens: 120 };
+    let sum = Usage {
+        input_tokens: 13,
+        output_tokens: 12,
+        cache_read_input_tokens: 100,
+        cache_creation_input_tokens: 120,
+        list_cost_micros: 1500,
+        unpriced_requests: 1,
+    };
     assert_eq!(after.usage, sum, "both requests counted, once each");
     // A fenced (stale) commit adds nothing.
     assert!(
-        s.commit(&claim.fence, crate::Commit { events: ended(1, 1, 1, 1), environment: None, bindings: vec![] })
+        s.commit(&claim.fence, crate::Commit { events: ended(1, 1, 1, 1, 0, 0), environment: None, bindings: vec![] })
             .await
             .is_err()
     );
     assert_eq!(s.get_session(&sess.id).await.unwrap().usage, sum);
     let listed = s.list_sessions(&SessionFilter::default(), &PageRequest::first(10, Order::Asc)).await.unwrap();
     assert_eq!(listed.items.iter().find(|x| x.id == sess.id).unwrap().usage, sum, "lists read it too");
+}
+
+fn guard(e: StoreError) -> Guard {
+    match e {
+        StoreError::Guard(g) => g,
+        other => panic!("expected a guard, got {other:?}"),
+    }
+}
+
+pub async fn a_budget_is_set_at_creation_raised_or_removed_never_added(h: &dyn Harness) {
+    use gateway_core::event::Usage;
+    use gateway_core::session::{Budget, BudgetChange};
+    let s = h.fresh().await;
+    let plain = session_with(&s, vec![]).await;
+    assert_eq!(plain.budget, None);
+    let add = SessionPatch { budget: Some(Some(Budget { max_list_cost_micros: 5 })), ..SessionPatch::default() };
+    let refused = s.update_session(&plain.id, add.clone()).await.unwrap_err();
+    assert!(matches!(guard(refused), Guard::BudgetCreateOnly(_)), "a session created without one cannot get one");
+
+    let capped = {
+        let mut new = new_session(plain.environment_id.clone(), plain.snapshot.clone(), vec![msg("spend")]);
+        new.budget = Some(Budget { max_list_cost_micros: 2_000 });
+        s.create_session(new).await.unwrap().0
+    };
+    assert_eq!(capped.budget, Some(Budget { max_list_cost_micros: 2_000 }));
+    // It spends 1500 micro-dollars.
+    let claim = s.claim_run(&worker("w", "h"), terms(5_000)).await.unwrap().unwrap();
+    let start = NewEvent::new(EventPayload::ModelRequestStarted {});
+    let usage = Usage { input_tokens: 1, list_cost_micros: 1_500, ..Usage::default() };
+    let end = NewEvent::new(EventPayload::ModelRequestEnded { start_id: start.id.clone(), is_error: false, usage });
+    let mut events = vec![start, end];
+    events.push(NewEvent::new(EventPayload::TurnEnded { stop: StopReason::EndTurn }));
+    s.settle(&claim.fence, Settlement { events, outcome: RunOutcome::Completed, bindings: vec![] }).await.unwrap();
+
+    let lower = SessionPatch { budget: Some(Some(Budget { max_list_cost_micros: 1_500 })), ..SessionPatch::default() };
+    let refused = s.update_session(&capped.id, lower).await.unwrap_err();
+    assert!(matches!(guard(refused), Guard::BudgetNotRaised { spent_micros: 1_500, .. }), "at what it spent");
+    let raise = SessionPatch { budget: Some(Some(Budget { max_list_cost_micros: 9_000 })), ..SessionPatch::default() };
+    let raised = s.update_session(&capped.id, raise).await.unwrap();
+    assert_eq!(raised.budget, Some(Budget { max_list_cost_micros: 9_000 }));
+    let removed = s.update_session(&capped.id, SessionPatch { budget: Some(None), ..SessionPatch::default() }).await;
+    assert_eq!(removed.unwrap().budget, None);
+    let refused = s.update_session(&capped.id, add).await.unwrap_err();
+    assert!(matches!(guard(refused), Guard::BudgetCreateOnly(_)), "a removed budget cannot come back");
+
+    let changes: Vec<_> = s
+        .events_after(&capped.id, 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.payload {
+            EventPayload::SessionUpdated { budget, .. } => budget,
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        vec![BudgetChange::Set { budget: Budget { max_list_cost_micros: 9_000 } }, BudgetChange::Removed],
+        "each change is recorded"
+    );
 }

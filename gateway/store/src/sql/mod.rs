@@ -192,7 +192,7 @@ pub(crate) use queue_stats_sql;
 /// Columns of a session row, as `Session` reads them (`rows.rs`).
 macro_rules! session_cols {
     () => {
-        "id, environment_id, snapshot, title, metadata, status, pending, env_state, env_host, connection, last_seq, created_at, updated_at, archived_at, usage_input_tokens, usage_output_tokens, usage_cache_read_tokens, usage_cache_write_tokens"
+        "id, environment_id, snapshot, title, metadata, status, pending, env_state, env_host, connection, last_seq, created_at, updated_at, archived_at, usage_input_tokens, usage_output_tokens, usage_cache_read_tokens, usage_cache_write_tokens, usage_list_cost_micros, usage_unpriced_requests, budget_max_micros"
     };
 }
 pub(crate) use session_cols;

@@ -6,7 +6,9 @@ use gateway_core::environment::ConnectionStatus;
 use gateway_core::event::{Event, EventPayload, NewEvent, Usage};
 use gateway_core::placement::Requirements;
 use gateway_core::run::{Claim, RunState, WorkerOffer};
-use gateway_core::session::{EnvironmentState, PendingAction, Resource, Session, SessionSnapshot, SessionStatus};
+use gateway_core::session::{
+    BudgetChange, EnvironmentState, PendingAction, Resource, Session, SessionSnapshot, SessionStatus,
+};
 use gateway_core::{ResourceId, RunId, SessionId, Timestamp};
 
 use super::WriteTx;
@@ -103,8 +105,8 @@ impl<E: Engine> SqlStore<E> {
         }
         query(
             "INSERT INTO sessions (id, environment_id, agent_id, agent_version, snapshot, title, metadata, status, pending, \
-             env_state, env_host, last_seq, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 'idle', '[]', 'none', NULL, 0, $8, $8)",
+             env_state, env_host, last_seq, created_at, updated_at, budget_max_micros) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'idle', '[]', 'none', NULL, 0, $8, $8, $9)",
         )
         .bind(id.as_str())
         .bind(new.environment_id.as_str())
@@ -114,6 +116,7 @@ impl<E: Engine> SqlStore<E> {
         .bind(new.title.clone())
         .bind(serde_json::to_string(&new.metadata)?)
         .bind(now)
+        .bind(new.budget.map(|b| saturating_i64(b.max_list_cost_micros)))
         .execute(&mut *tx)
         .await
         .map_err(|e| {
@@ -281,7 +284,7 @@ impl<E: Engine> SqlStore<E> {
                     " WHERE id = $1 RETURNING feed_subscribed"
                 )
             };
-            ($set:literal, $i:literal, $o:literal, $r:literal, $w:literal) => {
+            ($set:literal, $i:literal, $o:literal, $r:literal, $w:literal, $c:literal, $u:literal) => {
                 concat!(
                     "UPDATE sessions SET last_seq = $2, updated_at = $3",
                     $set,
@@ -293,6 +296,10 @@ impl<E: Engine> SqlStore<E> {
                     $r,
                     ", usage_cache_write_tokens = usage_cache_write_tokens + $",
                     $w,
+                    ", usage_list_cost_micros = usage_list_cost_micros + $",
+                    $c,
+                    ", usage_unpriced_requests = usage_unpriced_requests + $",
+                    $u,
                     " WHERE id = $1 RETURNING feed_subscribed"
                 )
             };
@@ -300,23 +307,23 @@ impl<E: Engine> SqlStore<E> {
         let usage = Usage::of_requests(events.iter().map(|e| &e.payload));
         let counted = usage != Usage::default();
         let (sql, mut extra) = match advance {
-            Advance::Log if counted => (update!("", 4, 5, 6, 7), vec![]),
+            Advance::Log if counted => (update!("", 4, 5, 6, 7, 8, 9), vec![]),
             Advance::Log => (update!(""), vec![]),
             Advance::Status(status, pending) => (
                 if counted {
-                    update!(", status = $4, pending = $5", 6, 7, 8, 9)
+                    update!(", status = $4, pending = $5", 6, 7, 8, 9, 10, 11)
                 } else {
                     update!(", status = $4, pending = $5")
                 },
                 vec![Arg::from(status.as_str()), Arg::from(serde_json::to_string(pending)?)],
             ),
             Advance::Connection(status) => (
-                if counted { update!(", connection = $4", 5, 6, 7, 8) } else { update!(", connection = $4") },
+                if counted { update!(", connection = $4", 5, 6, 7, 8, 9, 10) } else { update!(", connection = $4") },
                 vec![Arg::from(status.as_str())],
             ),
             Advance::Deleted => (
                 if counted {
-                    update!(", deleted_at = $3, env_state = $4, pending = '[]'", 5, 6, 7, 8)
+                    update!(", deleted_at = $3, env_state = $4, pending = '[]'", 5, 6, 7, 8, 9, 10)
                 } else {
                     update!(", deleted_at = $3, env_state = $4, pending = '[]'")
                 },
@@ -329,8 +336,10 @@ impl<E: Engine> SqlStore<E> {
                 usage.output_tokens,
                 usage.cache_read_input_tokens,
                 usage.cache_creation_input_tokens,
+                usage.list_cost_micros,
+                usage.unpriced_requests,
             ];
-            extra.extend(tokens.map(|n| Arg::from(i64::try_from(n).unwrap_or(i64::MAX))));
+            extra.extend(tokens.map(|n| Arg::from(saturating_i64(n))));
         }
         let (subscribed,) = query_as::<(i64,)>(sql)
             .bind(session.as_str())
@@ -383,6 +392,11 @@ pub(crate) enum Advance<'a> {
     Deleted,
 }
 
+/// A counter as the database's BIGINT holds it.
+fn saturating_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 fn refuse_if_running(s: &Session) -> Result<()> {
     if matches!(s.status, SessionStatus::Running | SessionStatus::Rescheduling) {
         return Err(StoreError::Guard(Guard::SessionRunning(s.id.to_string())));
@@ -423,15 +437,28 @@ impl<E: Engine> Sessions for SqlStore<E> {
         if snapshot.is_some() {
             refuse_if_running(&s)?;
         }
-        if title.is_none() && metadata.is_none() && snapshot.is_none() {
+        let budget = patch.budget.filter(|b| *b != s.budget);
+        if let Some(Some(new)) = budget {
+            let Some(_) = s.budget else { return Err(StoreError::Guard(Guard::BudgetCreateOnly(id.to_string()))) };
+            let spent = s.usage.list_cost_micros;
+            if new.max_list_cost_micros <= spent {
+                return Err(StoreError::Guard(Guard::BudgetNotRaised {
+                    session: id.to_string(),
+                    spent_micros: spent,
+                    asked_micros: new.max_list_cost_micros,
+                }));
+            }
+        }
+        if title.is_none() && metadata.is_none() && snapshot.is_none() && budget.is_none() {
             return Ok(s);
         }
+        let new_budget = budget.unwrap_or(s.budget);
         let (new_title, new_metadata) =
             (title.clone().unwrap_or(s.title.clone()), metadata.clone().unwrap_or(s.metadata.clone()));
         let new_snapshot = snapshot.as_ref().unwrap_or(&s.snapshot);
         query(
             "UPDATE sessions SET title = $2, metadata = $3, snapshot = $4, agent_id = $5, agent_version = $6, \
-             updated_at = $7 WHERE id = $1",
+             updated_at = $7, budget_max_micros = $8 WHERE id = $1",
         )
         .bind(id.as_str())
         .bind(new_title.clone())
@@ -440,6 +467,7 @@ impl<E: Engine> Sessions for SqlStore<E> {
         .bind(new_snapshot.agent.id.as_str())
         .bind(i64::from(new_snapshot.agent.version))
         .bind(now)
+        .bind(new_budget.map(|b| saturating_i64(b.max_list_cost_micros)))
         .execute(&mut *tx)
         .await?;
         let event = EventPayload::SessionUpdated {
@@ -447,6 +475,10 @@ impl<E: Engine> Sessions for SqlStore<E> {
             metadata: metadata.filter(|m| !m.is_empty()),
             agent: snapshot.as_ref().filter(|n| n.agent != s.snapshot.agent).map(|n| Box::new(n.agent.clone())),
             vault_ids: snapshot.as_ref().filter(|n| n.vault_ids != s.snapshot.vault_ids).map(|n| n.vault_ids.clone()),
+            budget: budget.map(|b| match b {
+                Some(budget) => BudgetChange::Set { budget },
+                None => BudgetChange::Removed,
+            }),
         };
         let mut hints = Hints::default();
         Self::append_and_advance(&mut tx, &s, vec![NewEvent::new(event)], now, None, Advance::Log, &mut hints).await?;
