@@ -44,16 +44,32 @@ pub(crate) const DEFAULT_MAX_RETRIES: u32 = 2;
 pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// How patient a client is: the retry and timeout settings every provider's config carries
-/// (each config documents them field by field).
+/// (`AnthropicConfig::patience`, `OpenAiConfig::patience`), with one set of defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Patience {
+pub struct Patience {
+    /// Extra attempts after a transient failure (429, 529, 5xx, network errors, a stream cut
+    /// before anything was reported). The caller sees the last error once they run out.
     pub max_retries: u32,
+    /// The first retry waits about this long; each later one twice as long as the previous.
     pub retry_base: Duration,
+    /// Ceiling of the exponential backoff (the server's `retry-after` may ask for longer).
     pub retry_max: Duration,
+    /// A server asking to wait longer than this is not retried inside the client: the error
+    /// (with its `retry_after`) goes to the caller, which can schedule the retry durably.
     pub max_retry_after: Duration,
     pub connect_timeout: Duration,
+    /// Limit for a whole non-streaming call, and for a streaming call's response headers.
     pub request_timeout: Duration,
+    /// Longest silence tolerated inside a stream. The Messages API sends `ping`s while it
+    /// works; Chat Completions streams send none, so there this also bounds how long a model
+    /// may think before its first token.
     pub stream_idle_timeout: Duration,
+}
+
+impl Default for Patience {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
 }
 
 impl Patience {

@@ -21,6 +21,8 @@ pub mod anthropic;
 pub mod conformance;
 pub mod fake;
 mod http;
+
+pub use http::Patience;
 pub mod openai;
 #[cfg(feature = "stub")]
 pub mod stub;

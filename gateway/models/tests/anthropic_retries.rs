@@ -99,7 +99,7 @@ async fn client_errors_are_not_retried() {
 #[tokio::test]
 async fn retry_after_seconds_reach_the_caller() {
     let stub = StubServer::start().await;
-    let client = client(&stub, |c| c.max_retries = 0);
+    let client = client(&stub, |c| c.patience.max_retries = 0);
     stub.push_fault(Fault::Status {
         status: 529,
         error_type: "overloaded_error".into(),
@@ -114,7 +114,7 @@ async fn retry_after_seconds_reach_the_caller() {
 #[tokio::test]
 async fn a_wait_longer_than_the_limit_is_left_to_the_caller() {
     let stub = StubServer::start().await;
-    let client = client(&stub, |c| c.max_retry_after = Duration::from_secs(1));
+    let client = client(&stub, |c| c.patience.max_retry_after = Duration::from_secs(1));
     stub.push_fault(Fault::Status {
         status: 429,
         error_type: "rate_limit_error".into(),
@@ -175,8 +175,8 @@ async fn a_refused_connection_is_a_network_error() {
 async fn a_slow_answer_times_out_and_is_retried() {
     let stub = StubServer::start().await;
     let client = client(&stub, |c| {
-        c.request_timeout = Duration::from_millis(300);
-        c.max_retries = 1;
+        c.patience.request_timeout = Duration::from_millis(300);
+        c.patience.max_retries = 1;
     });
     stub.push_fault(Fault::Delay(Duration::from_secs(3)));
     let started = Instant::now();

@@ -183,7 +183,7 @@ async fn a_stub_fault_queue_applies_in_order_across_calls() {
     let stub = StubServer::start().await;
     let client = gateway_models::anthropic::AnthropicClient::new({
         let mut config = common::config(&stub, gateway_models::anthropic::Credential::ApiKey(common::API_KEY.into()));
-        config.max_retries = 0;
+        config.patience.max_retries = 0;
         config
     })
     .unwrap();

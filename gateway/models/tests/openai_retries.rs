@@ -28,7 +28,7 @@ fn gap(stub: &StubServer, from: usize) -> Duration {
 #[tokio::test]
 async fn a_429_waits_retry_after_then_succeeds() {
     let stub = StubServer::start().await;
-    let client = client(&stub, |c| c.max_retry_after = Duration::from_secs(2));
+    let client = client(&stub, |c| c.patience.max_retry_after = Duration::from_secs(2));
     stub.push_fault(rate_limited(Some(1), None));
     let response = client.complete(&request(vec![user("patience")])).await.unwrap();
     assert_eq!(response.content, vec![Block::Text { text: "echo: patience".into() }]);
@@ -98,7 +98,7 @@ async fn client_errors_and_an_exhausted_quota_are_not_retried() {
 #[tokio::test]
 async fn a_wait_longer_than_the_limit_is_left_to_the_caller() {
     let stub = StubServer::start().await;
-    let client = client(&stub, |c| c.max_retry_after = Duration::from_secs(1));
+    let client = client(&stub, |c| c.patience.max_retry_after = Duration::from_secs(1));
     stub.push_fault(rate_limited(Some(30), None));
     let started = Instant::now();
     let error = client.complete(&request(vec![user("x")])).await.unwrap_err();
@@ -145,8 +145,8 @@ async fn a_refused_connection_is_a_network_error() {
 async fn a_slow_answer_times_out_and_is_retried_and_a_cut_body_too() {
     let stub = StubServer::start().await;
     let client = client(&stub, |c| {
-        c.request_timeout = Duration::from_millis(300);
-        c.max_retries = 1;
+        c.patience.request_timeout = Duration::from_millis(300);
+        c.patience.max_retries = 1;
     });
     stub.push_fault(Fault::Delay(Duration::from_secs(3)));
     let started = Instant::now();

@@ -40,8 +40,8 @@ impl AnthropicSettings {
     /// The client's settings: these, the defaults for the rest, and `credential`.
     pub fn config(&self, credential: Credential) -> AnthropicConfig {
         let mut config = AnthropicConfig::new(self.base_url.clone(), credential);
-        config.max_retries = self.max_retries;
-        config.request_timeout = Duration::from_secs(self.request_timeout_secs);
+        config.patience.max_retries = self.max_retries;
+        config.patience.request_timeout = Duration::from_secs(self.request_timeout_secs);
         config
     }
 }
@@ -75,21 +75,8 @@ pub struct AnthropicConfig {
     pub anthropic_version: String,
     /// Values of the `anthropic-beta` header (none by default).
     pub betas: Vec<String>,
-    /// Extra attempts after a transient failure (429, 529, 5xx, network errors, a stream cut
-    /// before anything was reported). The caller sees the last error once they run out.
-    pub max_retries: u32,
-    /// The first retry waits about this long; each later one twice as long as the previous.
-    pub retry_base: Duration,
-    /// Ceiling of the exponential backoff (the server's `retry-after` may ask for longer).
-    pub retry_max: Duration,
-    /// A server asking to wait longer than this is not retried inside the client: the error
-    /// (with its `retry_after`) goes to the caller, which can schedule the retry durably.
-    pub max_retry_after: Duration,
-    pub connect_timeout: Duration,
-    /// Limit for a whole non-streaming call, and for a streaming call's response headers.
-    pub request_timeout: Duration,
-    /// Longest silence tolerated inside a stream (the API sends `ping`s while it works).
-    pub stream_idle_timeout: Duration,
+    /// Retries and timeouts.
+    pub patience: Patience,
 }
 
 impl AnthropicConfig {
@@ -100,25 +87,7 @@ impl AnthropicConfig {
             credential,
             anthropic_version: DEFAULT_ANTHROPIC_VERSION.to_owned(),
             betas: Vec::new(),
-            max_retries: Patience::DEFAULT.max_retries,
-            retry_base: Patience::DEFAULT.retry_base,
-            retry_max: Patience::DEFAULT.retry_max,
-            max_retry_after: Patience::DEFAULT.max_retry_after,
-            connect_timeout: Patience::DEFAULT.connect_timeout,
-            request_timeout: Patience::DEFAULT.request_timeout,
-            stream_idle_timeout: Patience::DEFAULT.stream_idle_timeout,
-        }
-    }
-
-    pub(crate) fn patience(&self) -> Patience {
-        Patience {
-            max_retries: self.max_retries,
-            retry_base: self.retry_base,
-            retry_max: self.retry_max,
-            max_retry_after: self.max_retry_after,
-            connect_timeout: self.connect_timeout,
-            request_timeout: self.request_timeout,
-            stream_idle_timeout: self.stream_idle_timeout,
+            patience: Patience::DEFAULT,
         }
     }
 }

@@ -42,7 +42,7 @@ impl AnthropicClient {
     pub fn new(config: AnthropicConfig) -> Result<Self, ConfigError> {
         let url = messages_url(&config.base_url)?;
         let headers = fixed_headers(&config)?;
-        let endpoint = Endpoint::new(url, headers, config.patience(), errors::from_status)?;
+        let endpoint = Endpoint::new(url, headers, config.patience, errors::from_status)?;
         Ok(Self { config, endpoint })
     }
 

@@ -25,7 +25,7 @@ use async_trait::async_trait;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 
 pub use crate::ConfigError;
-pub use config::{DEFAULT_OPENAI_BASE_URL, OpenAiConfig, OpenAiSettings};
+pub use config::{DEFAULT_OPENAI_BASE_URL, OpenAiConfig};
 #[cfg(feature = "stub")]
 pub(crate) use request::TOOL_ERROR_PREFIX;
 
@@ -54,7 +54,7 @@ impl OpenAiClient {
     pub fn new(config: OpenAiConfig) -> Result<Self, ConfigError> {
         let url = http::endpoint_url(&config.base_url, "/chat/completions")?;
         let headers = fixed_headers(&config)?;
-        let endpoint = Endpoint::new(url, headers, config.patience(), errors::from_status)?;
+        let endpoint = Endpoint::new(url, headers, config.patience, errors::from_status)?;
         Ok(Self { config, endpoint })
     }
 
@@ -114,13 +114,5 @@ mod tests {
         let ollama = OpenAiClient::new(OpenAiConfig::new("http://localhost:11434/v1/", None)).unwrap();
         assert_eq!(ollama.endpoint.url().as_str(), "http://localhost:11434/v1/chat/completions");
         assert!(OpenAiClient::new(OpenAiConfig::new("localhost:11434", None)).is_err());
-    }
-
-    #[test]
-    fn settings_fill_the_config() {
-        let settings: OpenAiSettings = serde_json::from_str(r#"{"max_retries": 5}"#).unwrap();
-        let config = settings.config(None);
-        assert_eq!((config.base_url.as_str(), config.max_retries), (DEFAULT_OPENAI_BASE_URL, 5));
-        assert_eq!(config.request_timeout, http::DEFAULT_REQUEST_TIMEOUT);
     }
 }

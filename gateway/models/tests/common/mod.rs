@@ -14,10 +14,10 @@ pub const API_KEY: &str = "sk-ant-test-0123456789-secret";
 /// A config for `stub` with short backoffs, so retry tests stay fast.
 pub fn config(stub: &StubServer, credential: Credential) -> AnthropicConfig {
     let mut config = AnthropicConfig::new(stub.base_url(), credential);
-    config.retry_base = Duration::from_millis(10);
-    config.retry_max = Duration::from_millis(40);
-    config.request_timeout = Duration::from_secs(10);
-    config.stream_idle_timeout = Duration::from_secs(10);
+    config.patience.retry_base = Duration::from_millis(10);
+    config.patience.retry_max = Duration::from_millis(40);
+    config.patience.request_timeout = Duration::from_secs(10);
+    config.patience.stream_idle_timeout = Duration::from_secs(10);
     config
 }
 
@@ -34,10 +34,10 @@ pub const OPENAI_KEY: &str = "sk-proj-test-0123456789-secret";
 /// backoffs, so retry tests stay fast.
 pub fn openai_config(stub: &StubServer, api_key: Option<&str>) -> OpenAiConfig {
     let mut config = OpenAiConfig::new(format!("{}/v1", stub.base_url()), api_key.map(str::to_owned));
-    config.retry_base = Duration::from_millis(10);
-    config.retry_max = Duration::from_millis(40);
-    config.request_timeout = Duration::from_secs(10);
-    config.stream_idle_timeout = Duration::from_secs(10);
+    config.patience.retry_base = Duration::from_millis(10);
+    config.patience.retry_max = Duration::from_millis(40);
+    config.patience.request_timeout = Duration::from_secs(10);
+    config.patience.stream_idle_timeout = Duration::from_secs(10);
     config
 }
 

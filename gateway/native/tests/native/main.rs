@@ -389,14 +389,12 @@ async fn a_burst_of_first_tool_calls_waits_for_a_place_instead_of_running_out_of
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn model_failures_are_rescheduled_then_end_with_a_typed_error() {
     let stub = gateway_models::stub::StubServer::start().await;
-    let client = gateway_models::anthropic::AnthropicClient::new(gateway_models::anthropic::AnthropicConfig {
-        max_retries: 0,
-        ..gateway_models::anthropic::AnthropicConfig::new(
-            stub.base_url(),
-            gateway_models::anthropic::Credential::ApiKey("k".into()),
-        )
-    })
-    .unwrap();
+    let mut config = gateway_models::anthropic::AnthropicConfig::new(
+        stub.base_url(),
+        gateway_models::anthropic::Credential::ApiKey("k".into()),
+    );
+    config.patience.max_retries = 0;
+    let client = gateway_models::anthropic::AnthropicClient::new(config).unwrap();
     let n = native_with(Arc::new(client), offer(&[]), Duration::from_secs(300)).await;
     for _ in 0..3 {
         stub.push_fault(gateway_models::stub::Fault::Status {
