@@ -417,3 +417,36 @@ async fn every_network_face_requires_a_key_once_one_exists() {
     drop(g);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Two processes on one host and one database, each with its own data directory, would run
+/// each other's turns on workspaces they do not have (both default to the hostname as host
+/// id): the second refuses to start, naming the clash and the ways out; with a host id of its
+/// own it starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_process_with_its_own_data_dir_needs_its_own_host_id() {
+    let (url, _store) = schema_store().await;
+    let a = gateway("a", &url, 60).spawn();
+    a.ready(Duration::from_secs(30)).await;
+    let shared = std::env::temp_dir().join(format!("gateway-processes-{}", std::process::id()));
+    let own = std::env::temp_dir().join(format!("gateway-processes-own-{}", std::process::id()));
+    let second = |name: &str| {
+        GatewayBuilder::new(TESTBED, name)
+            .env("GATEWAY_DATA_DIR", own.display())
+            .env("GATEWAY_DATABASE_URL", &url)
+            // Processes sharing a database share the key that seals its secrets.
+            .env("GATEWAY_SECRET_KEY_FILE", shared.join("secret.key").display())
+    };
+    let mut refused = second("b").spawn();
+    assert_eq!(refused.exit_code(Duration::from_secs(30)).await, Some(1), "log:\n{}", refused.log());
+    let log = refused.log();
+    let workspaces = std::fs::canonicalize(shared.join("workspaces")).unwrap();
+    assert!(log.contains("refusing to start: host id"), "{log}");
+    assert!(log.contains(&workspaces.display().to_string()), "it names where the holder's workspaces are: {log}");
+    assert!(log.contains("GATEWAY_HOST_ID"), "and the way out: {log}");
+
+    let started = second("b2").env("GATEWAY_HOST_ID", "second-host").spawn();
+    started.ready(Duration::from_secs(30)).await;
+    drop(started);
+    drop(a);
+    let _ = std::fs::remove_dir_all(&own);
+}

@@ -172,6 +172,8 @@ impl From<RuntimeError> for ApiError {
                 Guard::AgentArchived(_) => ApiError::invalid(message).code("agent_archived"),
                 Guard::SessionArchived(_) => ApiError::invalid(message).code("session_archived"),
                 Guard::EnvironmentTransition { .. } | Guard::SessionStarted(_) => ApiError::invalid(message),
+                // A start-up refusal; no request meets it.
+                Guard::HostInUse { .. } => ApiError::conflict(message, "conflict"),
                 Guard::DocumentConflict { .. } | Guard::SessionExists(_) => ApiError::conflict(message, "conflict"),
                 Guard::WorkState { .. } => ApiError::conflict(message, "work_state_conflict"),
                 Guard::FileInUse { .. } => ApiError::conflict(message, "file_in_use"),

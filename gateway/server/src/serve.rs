@@ -94,6 +94,10 @@ pub async fn start_runtime(config: &Config, ext: Extensions, model: Arc<dyn Mode
     let provider_offers = offers_of(&offered);
     let store_metrics = StoreMetrics::default();
     let store = open_measured_store(config, store_metrics.clone()).await?;
+    if let Err(e) = claim_host(config, store.as_ref()).await {
+        store.close().await;
+        return Err(e);
+    }
     let secrets = match compose::secret_box(config, store.as_ref()).await {
         Ok(s) => s,
         Err(e) => {
@@ -320,6 +324,26 @@ pub async fn acp(config: Config, ext: Extensions, agent: Option<String>) -> anyh
     rt.stop().await;
     channels.stop().await;
     result
+}
+
+/// Claims this process's host id with the directory its session workspaces live in: a live
+/// process holding the same id (the hostname, by default) with its workspaces elsewhere would
+/// run turns on workspaces this one does not have, and the other way round, so the start is
+/// refused, naming the clash and the two ways out.
+async fn claim_host(config: &Config, store: &dyn gateway_store::Store) -> anyhow::Result<()> {
+    let root = crate::state::workspaces_root(config);
+    let mine = std::fs::canonicalize(&root).or_else(|_| std::path::absolute(&root)).unwrap_or(root);
+    let host = config.host_id();
+    match store.claim_host(&host, &mine.display().to_string(), config.workers.host_ttl).await {
+        Ok(()) => Ok(()),
+        Err(gateway_store::StoreError::Guard(gateway_store::Guard::HostInUse { workspaces, .. })) => anyhow::bail!(
+            "refusing to start: host id {host:?} is in use by another live gateway process on this database whose \
+             session workspaces are in {workspaces}, not {}; give this process a host_id of its own \
+             (GATEWAY_HOST_ID), or the same data_dir as the other",
+            mine.display()
+        ),
+        Err(e) => Err(anyhow::Error::new(e).context("claiming the host id")),
+    }
 }
 
 /// What every face of this process shares, made once per process: its coordinator, its one

@@ -105,6 +105,9 @@ pub enum Guard {
     CredentialExists { vault: String, existing: String, server_url: String },
     #[error("credential {0} is archived")]
     CredentialArchived(String),
+    /// Another live process holds this host id with its workspaces in another directory.
+    #[error("host id {host} is in use by a live process whose session workspaces are in {workspaces}")]
+    HostInUse { host: String, workspaces: String },
     /// A session created without a budget (or whose budget was removed) cannot get one.
     #[error("session {0} has no budget; a budget can only be set when the session is created")]
     BudgetCreateOnly(String),

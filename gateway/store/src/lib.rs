@@ -227,6 +227,11 @@ pub trait RunQueue: Send + Sync {
     }
     /// Records that this host is alive (environments realized on it stay claimable here).
     async fn heartbeat_host(&self, host: &str) -> Result<()>;
+    /// Claims host id `host` for a process keeping its session workspaces in `workspaces`
+    /// (and records it alive): refused with `Guard::HostInUse` while a process that keeps them
+    /// elsewhere was seen under that id within `ttl`, since each would run turns on the
+    /// other's workspaces.
+    async fn claim_host(&self, host: &str, workspaces: &str, ttl: std::time::Duration) -> Result<()>;
 }
 
 /// A stored API key (never the secret: only its hash is kept).

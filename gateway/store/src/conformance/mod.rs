@@ -95,6 +95,7 @@ macro_rules! conformance_suite {
             runs::an_admission_claims_its_own_run_with_its_turn_start,
             runs::batched_claims_take_one_run_per_session_and_start_their_turns,
             runs::leases_renew_together_and_lost_ones_are_reported,
+            runs::a_host_id_is_refused_to_a_process_keeping_workspaces_elsewhere_while_its_holder_lives,
             adapters::bindings_commit_with_their_events_under_the_fence,
             adapters::snapshots_change_only_before_history,
             adapters::documents_are_versioned_and_listed_by_prefix,

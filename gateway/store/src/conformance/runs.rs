@@ -609,3 +609,26 @@ pub async fn leases_renew_together_and_lost_ones_are_reported(h: &dyn Harness) {
     assert!(renewed[0].is_none(), "the stale fence is lost even though its run was renewed");
     assert!(renewed[1].is_some());
 }
+
+/// Two processes sharing a host id must share its workspaces: another directory is refused
+/// while the id's holder is seen within the TTL, and allowed once it is gone.
+pub async fn a_host_id_is_refused_to_a_process_keeping_workspaces_elsewhere_while_its_holder_lives(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let ttl = Duration::from_secs(60);
+    s.claim_host("h", "/srv/a/workspaces", ttl).await.unwrap();
+    s.claim_host("h", "/srv/a/workspaces", ttl).await.expect("a restart, or a second process, with the same directory");
+    s.claim_host("other", "/srv/b/workspaces", ttl).await.expect("another host id is another host");
+    s.heartbeat_host("h").await.unwrap();
+    match s.claim_host("h", "/srv/b/workspaces", ttl).await {
+        Err(StoreError::Guard(Guard::HostInUse { host, workspaces })) => {
+            assert_eq!((host.as_str(), workspaces.as_str()), ("h", "/srv/a/workspaces"), "it names the holder's");
+        }
+        other => panic!("expected HostInUse, got {other:?}"),
+    }
+    // A holder not seen within the TTL is gone: the id passes to the new directory.
+    s.claim_host("h", "/srv/b/workspaces", Duration::ZERO).await.expect("the holder is gone");
+    assert!(matches!(
+        s.claim_host("h", "/srv/a/workspaces", ttl).await,
+        Err(StoreError::Guard(Guard::HostInUse { .. }))
+    ));
+}

@@ -473,6 +473,33 @@ impl<E: Engine> RunQueue for SqlStore<E> {
         self.finish(tx, Hints::default()).await?;
         Ok(())
     }
+
+    async fn claim_host(&self, host: &str, workspaces: &str, ttl: std::time::Duration) -> Result<()> {
+        let mut tx = self.begin_write().await?;
+        let now = Self::now(&mut tx).await?;
+        let held: Option<(Option<String>, i64)> = query_as("SELECT workspaces, last_seen_at FROM hosts WHERE id = $1")
+            .bind(host)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        if let Some((Some(theirs), seen)) = held
+            && theirs != workspaces
+            && now.saturating_sub(seen) < ttl_ms
+        {
+            return Err(StoreError::Guard(Guard::HostInUse { host: host.to_owned(), workspaces: theirs }));
+        }
+        query(
+            "INSERT INTO hosts (id, last_seen_at, workspaces) VALUES ($1, $2, $3) ON CONFLICT (id) DO UPDATE \
+             SET last_seen_at = excluded.last_seen_at, workspaces = excluded.workspaces",
+        )
+        .bind(host)
+        .bind(now)
+        .bind(workspaces)
+        .execute(&mut *tx)
+        .await?;
+        self.finish(tx, Hints::default()).await?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
