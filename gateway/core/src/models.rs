@@ -56,7 +56,7 @@ impl Prices {
 }
 
 /// The model that answers an agent's model id.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServedModel {
     /// The configured model's name (its table's), or [`DEFAULT_NAME`] for the default.
     pub name: String,

@@ -24,7 +24,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
 
-use crate::{ConfigError, ModelError, ModelResponse, StreamEvent};
+use crate::{Block, ConfigError, ModelError, ModelResponse, StreamEvent};
 use gateway_wire::backoff::Backoff;
 use gateway_wire::causes::causes;
 use gateway_wire::sse::{Decoder, Event};
@@ -116,6 +116,70 @@ pub(crate) enum Progress {
     Continue,
     /// The API marked the end: the response is complete.
     Done,
+}
+
+/// Whether text shows anything: a text block that is only whitespace is dropped, and a
+/// streamed one is not announced before it has something to show.
+pub(crate) fn has_visible_text(text: &str) -> bool {
+    !text.trim().is_empty()
+}
+
+/// A streamed text block. Its text waits until it has something visible; then the block takes
+/// its place at the end of the response's content, announced with [`StreamEvent::TextStart`]
+/// under that index, and every piece goes there as a [`StreamEvent::TextDelta`].
+#[derive(Debug, Default)]
+pub(crate) struct StreamedText {
+    at: Option<usize>,
+    pending: String,
+}
+
+impl StreamedText {
+    /// Adds `text` to the block, in `content`, reporting it through `on_event`.
+    pub(crate) fn push(
+        &mut self,
+        text: &str,
+        content: &mut Vec<Block>,
+        on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+    ) {
+        if let Some(position) = self.at {
+            if let Some(Block::Text { text: whole }) = content.get_mut(position) {
+                whole.push_str(text);
+            }
+            on_event(StreamEvent::TextDelta { index: position, text: text.to_owned() });
+            return;
+        }
+        self.pending.push_str(text);
+        if has_visible_text(&self.pending) {
+            let first = std::mem::take(&mut self.pending);
+            let position = content.len();
+            self.at = Some(position);
+            content.push(Block::Text { text: first.clone() });
+            on_event(StreamEvent::TextStart { index: position });
+            on_event(StreamEvent::TextDelta { index: position, text: first });
+        }
+    }
+}
+
+/// The bytes of text, reasoning and tool input one response may accumulate.
+#[derive(Debug)]
+pub(crate) struct ByteBudget {
+    used: usize,
+    limit: usize,
+}
+
+impl ByteBudget {
+    pub(crate) fn new(limit: usize) -> Self {
+        Self { used: 0, limit }
+    }
+
+    /// Counts `bytes` more, refusing a response past the limit.
+    pub(crate) fn take(&mut self, bytes: usize) -> Result<(), ModelError> {
+        self.used = self.used.saturating_add(bytes);
+        if self.used > self.limit {
+            return Err(ModelError::Protocol(format!("the response exceeds {} bytes", self.limit)));
+        }
+        Ok(())
+    }
 }
 
 /// A provider's assembly of one streamed response from its SSE events.

@@ -664,9 +664,9 @@ impl<'a> Turn<'a> {
         client: &Arc<dyn gateway_models::ModelClient>,
         next: &ModelRequest,
         through: u64,
-    ) -> Result<Option<TurnOutcome>, BackendError> {
+    ) -> Result<Result<(), TurnOutcome>, BackendError> {
         if let Some(outcome) = self.budget_reached() {
-            return Ok(Some(outcome));
+            return Ok(Err(outcome));
         }
         let covered: Vec<Event> = self.view.events().iter().filter(|e| e.seq <= through).cloned().collect();
         let request = {
@@ -679,29 +679,12 @@ impl<'a> Turn<'a> {
         let close = |is_error: bool, usage: Usage| {
             NewEvent::new(EventPayload::ModelRequestEnded { start_id: start_id.clone(), is_error, usage })
         };
-        let asked = std::time::Instant::now();
-        let answered = tokio::select! {
-            r = client.complete(&request) => Some(r),
-            _ = self.ctx.interrupted() => None,
-        };
-        self.ctx.metrics().model_request(
-            answered.as_ref().map_or("interrupted", |r| r.as_ref().map_or_else(ModelError::kind, |_| "ok")),
-            asked.elapsed(),
-        );
-        let response = match answered {
-            None => {
-                self.ctx.stage([start, close(true, Usage::default())]);
-                return Ok(Some(TurnOutcome::Interrupted));
-            }
-            Some(Err(e)) => {
-                self.ctx.stage([start, close(true, Usage::default())]);
-                return Err(model_error(e));
-            }
-            Some(Ok(r)) => r,
+        let response = match self.ask(client, &request, None).await {
+            Ok(r) => r,
+            Err(error) => return self.unanswered(vec![start, close(true, Usage::default())], error),
         };
         let summary = compaction::summary_of(&response.content);
-        let usage = models::priced(served, model_usage(&response.usage));
-        self.ctx.metrics().model_usage(&self.ctx.session.snapshot.agent.spec.name, &served.name, &usage);
+        let usage = self.used(served, &response.usage);
         if summary.trim().is_empty() {
             self.ctx.stage([start, close(true, usage)]);
             return Err(BackendError::Failed {
@@ -711,7 +694,70 @@ impl<'a> Turn<'a> {
         }
         let compacted = NewEvent::new(EventPayload::ContextCompacted { summary, through });
         self.commit(vec![start, close(false, usage), compacted]).await?;
-        Ok(None)
+        Ok(Ok(()))
+    }
+
+    /// Asks the model (streaming progress to `on_event`, or for the whole answer at once)
+    /// under the request's trace span, unless the client interrupts first (`Err(None)`), and
+    /// times it for the metrics.
+    async fn ask(
+        &self,
+        client: &Arc<dyn gateway_models::ModelClient>,
+        request: &ModelRequest,
+        on_event: Option<&(dyn Fn(StreamEvent) + Send + Sync)>,
+    ) -> Result<gateway_models::ModelResponse, Option<ModelError>> {
+        let span = tracing::info_span!(
+            "model_request",
+            otel.name = format!("chat {}", request.model),
+            otel.kind = "client",
+            gen_ai.operation.name = "chat",
+            gen_ai.request.model = %request.model,
+            gen_ai.request.max_tokens = request.max_tokens,
+        );
+        let asking = async {
+            match on_event {
+                Some(on_event) => client.stream(request, on_event).await,
+                None => client.complete(request).await,
+            }
+        };
+        let asked = std::time::Instant::now();
+        let answered = tokio::select! {
+            r = asking.instrument(span) => Some(r),
+            _ = self.ctx.interrupted() => None,
+        };
+        let outcome = match &answered {
+            None => "interrupted",
+            Some(Ok(_)) => "ok",
+            Some(Err(e)) => e.kind(),
+        };
+        self.ctx.metrics().model_request(outcome, asked.elapsed());
+        match answered {
+            Some(Ok(response)) => Ok(response),
+            Some(Err(e)) => Err(Some(e)),
+            None => Err(None),
+        }
+    }
+
+    /// A request that got no answer: `ended` (its span, closed as failed) rides with the
+    /// settlement, and the turn ends interrupted (`None`) or fails with the model's error.
+    fn unanswered<T>(
+        &self,
+        ended: Vec<NewEvent>,
+        error: Option<ModelError>,
+    ) -> Result<Result<T, TurnOutcome>, BackendError> {
+        self.ctx.stage(ended);
+        match error {
+            None => Ok(Err(TurnOutcome::Interrupted)),
+            Some(e) => Err(model_error(e)),
+        }
+    }
+
+    /// A response's usage as the log keeps it, priced at `served`'s list prices, and counted
+    /// in the agent's metrics.
+    fn used(&self, served: &ServedModel, usage: &gateway_models::Usage) -> Usage {
+        let usage = models::priced(served, model_usage(usage));
+        self.ctx.metrics().model_usage(&self.ctx.session.snapshot.agent.spec.name, &served.name, &usage);
+        usage
     }
 
     /// One model request; commits its output. Returns the tool calls to handle, or the
@@ -739,7 +785,7 @@ impl<'a> Turn<'a> {
                         ),
                     }));
                 };
-                if let Some(outcome) = self.compact(&served, client, &request, through).await? {
+                if let Err(outcome) = self.compact(&served, client, &request, through).await? {
                     return Ok(Err(outcome));
                 }
                 compactions += 1;
@@ -786,39 +832,12 @@ impl<'a> Turn<'a> {
                 }
             }
         };
-        let span = tracing::info_span!(
-            "model_request",
-            otel.name = format!("chat {}", request.model),
-            otel.kind = "client",
-            gen_ai.operation.name = "chat",
-            gen_ai.request.model = %request.model,
-            gen_ai.request.max_tokens = request.max_tokens,
-        );
-        let asked = std::time::Instant::now();
-        let streamed = tokio::select! {
-            r = client.stream(&request, &on_event).instrument(span) => Some(r),
-            _ = self.ctx.interrupted() => None,
-        };
-        let outcome = match &streamed {
-            None => "interrupted",
-            Some(Ok(_)) => "ok",
-            Some(Err(e)) => e.kind(),
-        };
-        self.ctx.metrics().model_request(outcome, asked.elapsed());
         let close = |is_error: bool, usage: Usage| {
             NewEvent::new(EventPayload::ModelRequestEnded { start_id: start_id.clone(), is_error, usage })
         };
-        let response = match streamed {
-            // Both end the turn (or its run): the span closes in the settlement's commit.
-            None => {
-                self.ctx.stage([close(true, Usage::default())]);
-                return Ok(Err(TurnOutcome::Interrupted));
-            }
-            Some(Err(e)) => {
-                self.ctx.stage([close(true, Usage::default())]);
-                return Err(model_error(e));
-            }
-            Some(Ok(r)) => r,
+        let response = match self.ask(client, &request, Some(&on_event)).await {
+            Ok(r) => r,
+            Err(error) => return self.unanswered(vec![close(true, Usage::default())], error),
         };
 
         let execution = self.ctx.session.snapshot.requirements.tool_execution;
@@ -871,9 +890,7 @@ impl<'a> Turn<'a> {
                 events.push(event);
             }
         }
-        let usage = models::priced(&served, model_usage(&response.usage));
-        self.ctx.metrics().model_usage(&agent.name, &served.name, &usage);
-        events.push(close(false, usage));
+        events.push(close(false, self.used(&served, &response.usage)));
         if routes.is_empty() {
             // The model's last word and the turn's end commit together, in the settlement.
             self.ctx.stage(events);

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::errors::{self, ErrorObject};
-use crate::http::Progress;
+use crate::http::{ByteBudget, Progress, StreamedText, has_visible_text};
 use crate::{Block, JsonObject, ModelError, ModelResponse, StopReason, StreamEvent, Usage};
 
 /// Parses a non-streaming response body.
@@ -67,10 +67,6 @@ pub(crate) fn parse_message(body: &[u8]) -> Result<ModelResponse, ModelError> {
     Ok(ModelResponse { content, stop_reason, usage })
 }
 
-fn has_visible_text(text: &str) -> bool {
-    !text.trim().is_empty()
-}
-
 fn tool_identity(block: &Value) -> Result<(String, String), ModelError> {
     let field = |name: &str| block.get(name).and_then(Value::as_str).map(str::to_owned);
     match (field("id"), field("name")) {
@@ -82,12 +78,8 @@ fn tool_identity(block: &Value) -> Result<(String, String), ModelError> {
 /// A content block the stream has opened and not yet closed.
 #[derive(Debug)]
 enum Open {
-    /// Text; `at` is its position in the content once it has visible text, before which the
-    /// text received so far waits in `pending`.
-    Text {
-        at: Option<usize>,
-        pending: String,
-    },
+    /// Text, announced once it has visible text.
+    Text(StreamedText),
     Tool {
         id: String,
         name: String,
@@ -117,9 +109,7 @@ pub(crate) struct Assembler {
     stop_reason: Option<StopReason>,
     usage: Usage,
     done: bool,
-    /// Bytes of text and tool input accumulated, against `limit`.
-    size: usize,
-    limit: usize,
+    budget: ByteBudget,
 }
 
 impl Assembler {
@@ -132,8 +122,7 @@ impl Assembler {
             stop_reason: None,
             usage: Usage::default(),
             done: false,
-            size: 0,
-            limit,
+            budget: ByteBudget::new(limit),
         }
     }
 
@@ -210,7 +199,7 @@ impl Assembler {
         let index = block_index(value)?;
         let block = value.get("content_block").unwrap_or(&Value::Null);
         let open = match block.get("type").and_then(Value::as_str) {
-            Some("text") => Open::Text { at: None, pending: String::new() },
+            Some("text") => Open::Text(StreamedText::default()),
             Some("tool_use") => {
                 let (id, name) = tool_identity(block)?;
                 let start_input = match block.get("input") {
@@ -225,7 +214,7 @@ impl Assembler {
                 self.thoughts += 1;
                 on_event(StreamEvent::ThinkingStart { nth });
                 let thinking = field("thinking");
-                self.grow(thinking.len())?;
+                self.budget.take(thinking.len())?;
                 if !thinking.is_empty() {
                     on_event(StreamEvent::ThinkingDelta { nth, text: thinking.clone() });
                 }
@@ -233,7 +222,7 @@ impl Assembler {
             }
             Some("redacted_thinking") => {
                 let data = block.get("data").and_then(Value::as_str).unwrap_or_default().to_owned();
-                self.grow(data.len())?;
+                self.budget.take(data.len())?;
                 Open::Redacted { data }
             }
             _ => Open::Skipped,
@@ -256,7 +245,7 @@ impl Assembler {
             }
             Some("input_json_delta") => {
                 let partial = delta.get("partial_json").and_then(Value::as_str).unwrap_or_default();
-                self.grow(partial.len())?;
+                self.budget.take(partial.len())?;
                 if let Some(Open::Tool { json, .. }) = self.open.get_mut(&index) {
                     json.push_str(partial);
                 }
@@ -265,7 +254,7 @@ impl Assembler {
             Some(kind @ ("thinking_delta" | "signature_delta")) => {
                 let field = if kind == "thinking_delta" { "thinking" } else { "signature" };
                 let part = delta.get(field).and_then(Value::as_str).unwrap_or_default();
-                self.grow(part.len())?;
+                self.budget.take(part.len())?;
                 if let Some(Open::Thinking { nth, thinking, signature }) = self.open.get_mut(&index) {
                     if kind == "thinking_delta" {
                         thinking.push_str(part);
@@ -287,26 +276,9 @@ impl Assembler {
         text: &str,
         on_event: &(dyn Fn(StreamEvent) + Send + Sync),
     ) -> Result<(), ModelError> {
-        self.grow(text.len())?;
-        let Some(Open::Text { at, pending }) = self.open.get_mut(&index) else { return Ok(()) };
-        match *at {
-            Some(position) => {
-                if let Some(Block::Text { text: whole }) = self.content.get_mut(position) {
-                    whole.push_str(text);
-                }
-                on_event(StreamEvent::TextDelta { index: position, text: text.to_owned() });
-            }
-            None => {
-                pending.push_str(text);
-                if has_visible_text(pending) {
-                    let first = std::mem::take(pending);
-                    let position = self.content.len();
-                    *at = Some(position);
-                    self.content.push(Block::Text { text: first.clone() });
-                    on_event(StreamEvent::TextStart { index: position });
-                    on_event(StreamEvent::TextDelta { index: position, text: first });
-                }
-            }
+        self.budget.take(text.len())?;
+        if let Some(Open::Text(streamed)) = self.open.get_mut(&index) {
+            streamed.push(text, &mut self.content, on_event);
         }
         Ok(())
     }
@@ -328,7 +300,7 @@ impl Assembler {
             }
             Some(Open::Redacted { data }) => self.content.push(Block::RedactedThinking { data }),
             // Text already sits in `content` if it was kept; whitespace-only text is dropped.
-            Some(Open::Text { .. } | Open::Skipped) | None => {}
+            Some(Open::Text(_) | Open::Skipped) | None => {}
         }
         Ok(())
     }
@@ -347,14 +319,6 @@ impl Assembler {
         if let Some(n) = field("cache_creation_input_tokens") {
             self.usage.cache_creation_input_tokens = n;
         }
-    }
-
-    fn grow(&mut self, bytes: usize) -> Result<(), ModelError> {
-        self.size = self.size.saturating_add(bytes);
-        if self.size > self.limit {
-            return Err(ModelError::Protocol(format!("the response exceeds {} bytes", self.limit)));
-        }
-        Ok(())
     }
 }
 

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::errors::{self, ErrorObject};
-use crate::http::{Assemble, Progress};
+use crate::http::{Assemble, ByteBudget, Progress, StreamedText, has_visible_text};
 use crate::{Block, JsonObject, ModelError, ModelResponse, StopReason, StreamEvent, Usage};
 use gateway_wire::sse::Event;
 
@@ -70,10 +70,6 @@ fn content_text(content: Option<&Value>) -> Option<String> {
         }
         _ => None,
     }
-}
-
-fn has_visible_text(text: &str) -> bool {
-    !text.trim().is_empty()
 }
 
 /// A finished tool call; `arguments` must be a JSON object (empty means no arguments).
@@ -129,18 +125,15 @@ struct Call {
 /// Assembles a response from a stream's chunks, reporting text as it arrives.
 #[derive(Debug)]
 pub(crate) struct Assembler {
-    /// The text block, once it has visible text; its text before that waits in `pending`.
     content: Vec<Block>,
-    text_at: Option<usize>,
-    pending: String,
+    /// The answer's text block, announced once it has visible text.
+    text: StreamedText,
     refused: bool,
     calls: BTreeMap<u64, Call>,
     finish_reason: Option<Value>,
     usage: Usage,
     done: bool,
-    /// Bytes of text and arguments accumulated, against `limit`.
-    size: usize,
-    limit: usize,
+    budget: ByteBudget,
 }
 
 impl Assembler {
@@ -148,15 +141,13 @@ impl Assembler {
     pub fn new(limit: usize) -> Self {
         Self {
             content: Vec::new(),
-            text_at: None,
-            pending: String::new(),
+            text: StreamedText::default(),
             refused: false,
             calls: BTreeMap::new(),
             finish_reason: None,
             usage: Usage::default(),
             done: false,
-            size: 0,
-            limit,
+            budget: ByteBudget::new(limit),
         }
     }
 
@@ -214,26 +205,8 @@ impl Assembler {
         if text.is_empty() {
             return Ok(());
         }
-        self.grow(text.len())?;
-        match self.text_at {
-            Some(position) => {
-                if let Some(Block::Text { text: whole }) = self.content.get_mut(position) {
-                    whole.push_str(text);
-                }
-                on_event(StreamEvent::TextDelta { index: position, text: text.to_owned() });
-            }
-            None => {
-                self.pending.push_str(text);
-                if has_visible_text(&self.pending) {
-                    let first = std::mem::take(&mut self.pending);
-                    let position = self.content.len();
-                    self.text_at = Some(position);
-                    self.content.push(Block::Text { text: first.clone() });
-                    on_event(StreamEvent::TextStart { index: position });
-                    on_event(StreamEvent::TextDelta { index: position, text: first });
-                }
-            }
-        }
+        self.budget.take(text.len())?;
+        self.text.push(text, &mut self.content, on_event);
         Ok(())
     }
 
@@ -253,7 +226,7 @@ impl Assembler {
             Some(object @ Value::Object(_)) => object.to_string(),
             _ => String::new(),
         };
-        self.grow(arguments.len())?;
+        self.budget.take(arguments.len())?;
         let call = self.calls.entry(index).or_default();
         if let Some(id) = text("/id").filter(|_| call.id.is_empty()) {
             call.id = id.to_owned();
@@ -262,14 +235,6 @@ impl Assembler {
             call.name = name.to_owned();
         }
         call.arguments.push_str(&arguments);
-        Ok(())
-    }
-
-    fn grow(&mut self, bytes: usize) -> Result<(), ModelError> {
-        self.size = self.size.saturating_add(bytes);
-        if self.size > self.limit {
-            return Err(ModelError::Protocol(format!("the response exceeds {} bytes", self.limit)));
-        }
         Ok(())
     }
 }

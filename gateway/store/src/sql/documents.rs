@@ -28,10 +28,6 @@ fn prefix_end(prefix: &str) -> String {
     format!("{prefix}\u{10FFFF}")
 }
 
-fn version_param(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
 impl<E: Engine> SqlStore<E> {
     /// Creates (`expected` None) or compare-and-set updates one document at `now`, inside
     /// `tx`. A conflict is `Guard::DocumentConflict` and writes nothing; the caller's
@@ -62,7 +58,7 @@ impl<E: Engine> SqlStore<E> {
                 .bind(w.key.as_str())
                 .bind(&text)
                 .bind(now)
-                .bind(version_param(v))
+                .bind(super::bigint(v))
                 .fetch_optional(&mut **tx)
                 .await?
             }

@@ -28,10 +28,6 @@ const FEED_SUBSCRIBED: &str = "INSERT INTO event_feed (channel, session_id, even
      CROSS JOIN (SELECT DISTINCT channel FROM feed_subscriptions WHERE session_id = $1) s \
      WHERE e.session_id = $1 AND e.seq >= $2 AND e.seq <= $3 ORDER BY e.seq, s.channel";
 
-fn seq_param(seq: u64) -> i64 {
-    i64::try_from(seq).unwrap_or(i64::MAX)
-}
-
 impl<E: Engine> SqlStore<E> {
     /// Feeds the events of a transaction's batches (in the transaction): the lifecycle kinds
     /// while that feed is on, and everything of a subscribed session to its channels.
@@ -51,8 +47,8 @@ impl<E: Engine> SqlStore<E> {
             if let (true, Some(first), Some(last)) = (hints.is_subscribed(session), events.first(), events.last()) {
                 query(FEED_SUBSCRIBED)
                     .bind(session.as_str())
-                    .bind(seq_param(first.seq))
-                    .bind(seq_param(last.seq))
+                    .bind(super::bigint(first.seq))
+                    .bind(super::bigint(last.seq))
                     .execute(&mut **tx)
                     .await?;
             }
@@ -142,7 +138,7 @@ impl<E: Engine> Feeds for SqlStore<E> {
             )
             .bind(channel)
             .bind(key.as_str())
-            .bind(seq_param(*after_seq))
+            .bind(super::bigint(*after_seq))
             .execute(&mut *tx)
             .await?;
         }

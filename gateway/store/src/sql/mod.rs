@@ -412,6 +412,12 @@ pub(crate) fn upsert_bindings_sql(n: usize) -> &'static str {
     multi_row_sql(&SQL, head, 4, tail, n)
 }
 
+/// A counter (a seq, a version, a token count, a cost) as a BIGINT holds it: saturating,
+/// never wrapping negative.
+pub(crate) fn bigint(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 /// The clock of an engine whose clock is this process's ([`Engine::IN_PROCESS_CLOCK`]).
 fn in_process_now() -> i64 {
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();

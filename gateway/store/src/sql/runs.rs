@@ -481,10 +481,9 @@ impl<E: Engine> RunQueue for SqlStore<E> {
             .bind(host)
             .fetch_optional(&mut *tx)
             .await?;
-        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         if let Some((Some(theirs), seen)) = held
             && theirs != workspaces
-            && now.saturating_sub(seen) < ttl_ms
+            && now.saturating_sub(seen) < crate::model::millis(ttl)
         {
             return Err(StoreError::Guard(Guard::HostInUse { host: host.to_owned(), workspaces: theirs }));
         }

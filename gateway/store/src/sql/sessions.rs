@@ -116,7 +116,7 @@ impl<E: Engine> SqlStore<E> {
         .bind(new.title.clone())
         .bind(serde_json::to_string(&new.metadata)?)
         .bind(now)
-        .bind(new.budget.map(|b| saturating_i64(b.max_list_cost_micros)))
+        .bind(new.budget.map(|b| super::bigint(b.max_list_cost_micros)))
         .execute(&mut *tx)
         .await
         .map_err(|e| {
@@ -339,7 +339,7 @@ impl<E: Engine> SqlStore<E> {
                 usage.list_cost_micros,
                 usage.unpriced_requests,
             ];
-            extra.extend(tokens.map(|n| Arg::from(saturating_i64(n))));
+            extra.extend(tokens.map(|n| Arg::from(super::bigint(n))));
         }
         let (subscribed,) = query_as::<(i64,)>(sql)
             .bind(session.as_str())
@@ -392,11 +392,6 @@ pub(crate) enum Advance<'a> {
     Deleted,
 }
 
-/// A counter as the database's BIGINT holds it.
-fn saturating_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
 fn refuse_if_running(s: &Session) -> Result<()> {
     if matches!(s.status, SessionStatus::Running | SessionStatus::Rescheduling) {
         return Err(StoreError::Guard(Guard::SessionRunning(s.id.to_string())));
@@ -439,7 +434,9 @@ impl<E: Engine> Sessions for SqlStore<E> {
         }
         let budget = patch.budget.filter(|b| *b != s.budget);
         if let Some(Some(new)) = budget {
-            let Some(_) = s.budget else { return Err(StoreError::Guard(Guard::BudgetCreateOnly(id.to_string()))) };
+            if s.budget.is_none() {
+                return Err(StoreError::Guard(Guard::BudgetCreateOnly(id.to_string())));
+            }
             let spent = s.usage.list_cost_micros;
             if new.max_list_cost_micros <= spent {
                 return Err(StoreError::Guard(Guard::BudgetNotRaised {
@@ -467,7 +464,7 @@ impl<E: Engine> Sessions for SqlStore<E> {
         .bind(new_snapshot.agent.id.as_str())
         .bind(i64::from(new_snapshot.agent.version))
         .bind(now)
-        .bind(new_budget.map(|b| saturating_i64(b.max_list_cost_micros)))
+        .bind(new_budget.map(|b| super::bigint(b.max_list_cost_micros)))
         .execute(&mut *tx)
         .await?;
         let event = EventPayload::SessionUpdated {

@@ -124,7 +124,7 @@ impl<E: Engine> SqlStore<E> {
         .bind(environment.as_str())
         .bind(worker)
         .bind(now)
-        .bind(i64::try_from(pollers.max_per_environment).unwrap_or(i64::MAX))
+        .bind(super::bigint(pollers.max_per_environment))
         .execute(&mut **tx)
         .await?;
         Ok(())
