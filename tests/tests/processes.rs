@@ -450,3 +450,220 @@ async fn a_second_process_with_its_own_data_dir_needs_its_own_host_id() {
     drop(a);
     let _ = std::fs::remove_dir_all(&own);
 }
+
+async fn post_json(http: &reqwest::Client, g: &Gateway, path: &str, body: serde_json::Value) -> serde_json::Value {
+    let r = http.post(g.url(path)).json(&body).send().await.unwrap();
+    let status = r.status().as_u16();
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(status, 200, "{path}: {v}");
+    v
+}
+
+/// A client streaming a session from one process sees the previews of a turn another process
+/// runs (PostgreSQL relays them, docs/adr/0004): each delta in order, the first long before the
+/// committed message, whose text they add up to; the committed event is the last word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stream_on_one_process_shows_the_previews_of_a_turn_another_runs() {
+    use futures::StreamExt;
+    use serde_json::json;
+    let (url, store) = schema_store().await;
+    let (a, b) = (gateway("a", &url, 60).spawn(), gateway("b", &url, 60).spawn());
+    a.ready(Duration::from_secs(30)).await;
+    b.ready(Duration::from_secs(30)).await;
+    let http = reqwest::Client::new();
+    let agent = post_json(&http, &a, "/v1/agents", json!({"name": "drip", "model": "claude-sonnet-4-6"})).await;
+    let env = post_json(&http, &a, "/v1/environments", json!({"name": "e", "config": {"type": "cloud"}})).await;
+    let session =
+        post_json(&http, &a, "/v1/sessions", json!({"agent": agent["id"], "environment_id": env["id"]})).await;
+    let sid = session["id"].as_str().unwrap();
+
+    let stream = http
+        .get(a.url(&format!("/v1/sessions/{sid}/events/stream?event_deltas[]=agent.message")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status().as_u16(), 200);
+    let started = std::time::Instant::now();
+    // B receives the message, so B's admission runs the turn (docs/adr/0016).
+    let words = ["one", "two", "three", "four", "five", "six"];
+    let body = json!({"events": [{"type": "user.message",
+        "content": [{"type": "text", "text": format!("drip 150 {}", words.join(" "))}]}]});
+    post_json(&http, &b, &format!("/v1/sessions/{sid}/events"), body).await;
+    let owner: String = eventually(10, "the turn running", || async {
+        sqlx::query_scalar("SELECT lease_owner FROM runs WHERE session_id = $1 AND state = 'running'")
+            .bind(sid)
+            .fetch_optional(store.pool())
+            .await
+            .unwrap()
+    })
+    .await;
+    // The test gateways are named by their instance (`GatewayBuilder`).
+    assert_eq!(owner, "b", "B runs the turn, A streams it");
+
+    let mut frames: Vec<(Duration, String, serde_json::Value)> = Vec::new();
+    let mut body = stream.bytes_stream();
+    let mut buf = String::new();
+    let read = async {
+        while let Some(chunk) = body.next().await {
+            buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+            while let Some(end) = buf.find("\n\n") {
+                let frame: String = buf.drain(..end + 2).collect();
+                let kind = frame.lines().find_map(|l| l.strip_prefix("event: ")).unwrap_or_default().to_owned();
+                let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data: ")) else { continue };
+                let data: serde_json::Value = serde_json::from_str(data).unwrap();
+                let committed_message = kind == "agent.message";
+                frames.push((started.elapsed(), kind, data));
+                if committed_message {
+                    return;
+                }
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), read).await.expect("the committed message within 30 s");
+
+    let kinds: Vec<&str> = frames.iter().map(|(_, k, _)| k.as_str()).collect();
+    let message = frames.last().unwrap();
+    let start = frames.iter().position(|(_, k, _)| k == "event_start").unwrap_or_else(|| panic!("{kinds:?}"));
+    assert_eq!(frames[start].2["event"]["id"], message.2["id"], "the preview has the committed event's id");
+    let deltas: Vec<&(Duration, String, serde_json::Value)> =
+        frames.iter().filter(|(_, k, _)| k == "event_delta").collect();
+    assert_eq!(deltas.len(), words.len(), "every delta, once: {kinds:?}");
+    assert!(frames.iter().position(|(_, k, _)| k == "event_delta").unwrap() > start, "start before deltas: {kinds:?}");
+    let text: String = deltas.iter().map(|(_, _, d)| d["delta"]["content"]["text"].as_str().unwrap()).collect();
+    assert_eq!(text, words.join(" "), "the deltas in order add up to the message");
+    assert_eq!(message.2["content"][0]["text"], words.join(" "));
+    let early = message.0 - deltas[0].0;
+    assert!(early >= Duration::from_millis(400), "the first delta came {early:?} before the committed message");
+    drop((a, b));
+}
+
+/// The Managed Agents events of a session, as `(type, text)` of each: an error's message, a
+/// message's text, a tool result's output.
+async fn shown_events(http: &reqwest::Client, g: &Gateway, sid: &str) -> Vec<(String, String)> {
+    let v: serde_json::Value =
+        http.get(g.url(&format!("/v1/sessions/{sid}/events?limit=1000"))).send().await.unwrap().json().await.unwrap();
+    v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let text = e["error"]["message"]
+                .as_str()
+                .map(str::to_owned)
+                .or_else(|| e["content"].as_array().map(|c| c.iter().filter_map(|b| b["text"].as_str()).collect()))
+                .unwrap_or_default();
+            (e["type"].as_str().unwrap_or_default().to_owned(), text)
+        })
+        .collect()
+}
+
+async fn idle_after(http: &reqwest::Client, g: &Gateway, sid: &str, events_at_least: usize) -> Vec<(String, String)> {
+    eventually(60, "the session idle after its turn", || async {
+        let s: serde_json::Value =
+            http.get(g.url(&format!("/v1/sessions/{sid}"))).send().await.ok()?.json().await.ok()?;
+        let shown = shown_events(http, g, sid).await;
+        (s["status"] == "idle"
+            && shown.len() >= events_at_least
+            && shown.iter().any(|(t, _)| t == "session.status_idle"))
+        .then_some(shown)
+    })
+    .await
+}
+
+/// A session whose environment's host is gone fails every turn, closed, until it is released
+/// by request (`gateway sessions release-environment`, or the API extension); the release is
+/// recorded in its log, refused once done, and the next turn runs in a fresh environment on the
+/// process that has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_session_whose_host_is_gone_recovers_through_an_explicit_release() {
+    use serde_json::json;
+    let (url, store) = schema_store().await;
+    let root = std::env::temp_dir().join(format!("gateway-lost-host-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let host = |name: &str| {
+        GatewayBuilder::new(TESTBED, name)
+            .env("GATEWAY_TESTBED_NATIVE", "model")
+            .env("GATEWAY_DATA_DIR", root.join(name).display())
+            .env("GATEWAY_SECRET_KEY_FILE", root.join("secret.key").display())
+            .env("GATEWAY_DATABASE_URL", &url)
+            .env("GATEWAY_HOST_ID", format!("host-{name}"))
+            .env("GATEWAY_WORKERS__HOST_TTL_SECS", 2)
+            .env("GATEWAY_WORKERS__POLL_MS", 200)
+    };
+    let a = host("a").spawn();
+    a.ready(Duration::from_secs(30)).await;
+    let http = reqwest::Client::new();
+    let tools = json!([{"type": "agent_toolset_20260401",
+        "default_config": {"enabled": true, "permission_policy": {"type": "always_allow"}}}]);
+    let agent =
+        post_json(&http, &a, "/v1/agents", json!({"name": "w", "model": "claude-sonnet-4-6", "tools": tools})).await;
+    let env = post_json(&http, &a, "/v1/environments", json!({"name": "e", "config": {"type": "cloud"}})).await;
+    let session =
+        post_json(&http, &a, "/v1/sessions", json!({"agent": agent["id"], "environment_id": env["id"]})).await;
+    let sid = session["id"].as_str().unwrap().to_owned();
+    let say = |text: &str| json!({"events": [{"type": "user.message", "content": [{"type": "text", "text": text}]}]});
+    let bash = |command: &str| say(&format!("tool:bash {}", json!({"command": command})));
+
+    post_json(&http, &a, &format!("/v1/sessions/{sid}/events"), bash("echo kept > note.txt && echo wrote")).await;
+    let before = idle_after(&http, &a, &sid, 1).await;
+    let env_host = || async {
+        sqlx::query_scalar::<_, Option<String>>("SELECT env_host FROM sessions WHERE id = $1")
+            .bind(&sid)
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+    };
+    assert_eq!(env_host().await.as_deref(), Some("host-a"), "realized on a: {before:?}");
+
+    // Host a is gone for good; b (another host) takes the session's next message.
+    a.signal(Signal::SIGKILL);
+    let b = host("b").spawn();
+    b.ready(Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    post_json(&http, &b, &format!("/v1/sessions/{sid}/events"), say("hello")).await;
+    let failed = idle_after(&http, &b, &sid, before.len() + 1).await;
+    let new = &failed[before.len()..];
+    assert!(
+        new.iter().any(|(t, m)| t == "session.error" && m.contains("host that is gone")),
+        "the turn fails closed: {new:?}"
+    );
+    assert!(!new.iter().any(|(t, _)| t == "agent.message"), "nothing ran elsewhere: {new:?}");
+    assert_eq!(env_host().await.as_deref(), Some("host-a"), "not re-homed silently");
+
+    // The operator releases it from the command line (on the database).
+    let out = std::process::Command::new(TESTBED)
+        .args(["sessions", "release-environment", &sid])
+        .env_remove("GATEWAY_CONFIG")
+        .env_remove("GATEWAY_URL")
+        .env("GATEWAY_DATA_DIR", root.join("cli"))
+        .env("GATEWAY_DATABASE_URL", &url)
+        .env("GATEWAY_WORKERS__HOST_TTL_SECS", "2")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("released the environment of") && stdout.contains("is none"), "{stdout}");
+    assert_eq!(env_host().await, None);
+
+    // Released once: the API extension now answers 409 in the API's error shape.
+    let again = http.post(b.url(&format!("/v1/sessions/{sid}/environment/release"))).send().await.unwrap();
+    assert_eq!(again.status().as_u16(), 409);
+    let body: serde_json::Value = again.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "conflict_error", "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("only an environment whose host is gone"), "{body}");
+
+    let released = shown_events(&http, &b, &sid).await;
+    assert!(
+        released[failed.len()..].iter().any(|(t, m)| t == "session.error" && m.contains("released on request")),
+        "the loss is recorded: {:?}",
+        &released[failed.len()..]
+    );
+    post_json(&http, &b, &format!("/v1/sessions/{sid}/events"), bash("cat note.txt 2>/dev/null || echo fresh")).await;
+    let after = idle_after(&http, &b, &sid, released.len() + 1).await;
+    let new = &after[released.len()..];
+    assert!(new.iter().any(|(t, m)| t == "agent.tool_result" && m.contains("fresh")), "a fresh workspace: {new:?}");
+    assert!(!new.iter().any(|(t, _)| t == "session.error"), "{new:?}");
+    assert_eq!(env_host().await.as_deref(), Some("host-b"));
+    drop(b);
+    let _ = std::fs::remove_dir_all(&root);
+}

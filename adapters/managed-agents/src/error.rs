@@ -168,6 +168,7 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::Guard(g) => match g {
                 Guard::SessionRunning(_) => ApiError::conflict(message, "session_running"),
                 Guard::EnvironmentInUse(_) => ApiError::conflict(message, "environment_in_use"),
+                Guard::EnvironmentNotLost { .. } => ApiError::conflict(message, "environment_not_lost"),
                 Guard::EnvironmentArchived(_) => ApiError::invalid(message).code("environment_archived"),
                 Guard::AgentArchived(_) => ApiError::invalid(message).code("agent_archived"),
                 Guard::SessionArchived(_) => ApiError::invalid(message).code("session_archived"),

@@ -103,6 +103,7 @@ pub(crate) fn routes() -> Vec<Route> {
         Route::new(Post, "/v1/sessions/{id}", sessions::update),
         Route::new(Delete, "/v1/sessions/{id}", sessions::delete),
         Route::new(Post, "/v1/sessions/{id}/archive", sessions::archive),
+        Route::new(Post, "/v1/sessions/{id}/environment/release", sessions::release_environment),
         Route::new(Get, "/v1/sessions/{id}/resources", sessions::resources),
         Route::new(Post, "/v1/sessions/{id}/resources", sessions::add_resource),
         Route::new(Get, "/v1/sessions/{id}/resources/{resource_id}", sessions::retrieve_resource),

@@ -895,6 +895,7 @@ const ENV_ARCHIVE: &str = "/v1/environments/{environment_id}/archive";
 const SESSIONS: &str = "/v1/sessions";
 const SESSION: &str = "/v1/sessions/{session_id}";
 const SESSION_ARCHIVE: &str = "/v1/sessions/{session_id}/archive";
+const SESSION_RELEASE: &str = "/v1/sessions/{session_id}/environment/release";
 const RESOURCES: &str = "/v1/sessions/{session_id}/resources";
 const RESOURCE: &str = "/v1/sessions/{session_id}/resources/{resource_id}";
 const FILES: &str = "/v1/files";
@@ -928,6 +929,58 @@ const CREDENTIALS: &str = "/v1/vaults/{vault_id}/credentials";
 const CREDENTIAL: &str = "/v1/vaults/{vault_id}/credentials/{credential_id}";
 const CREDENTIAL_ARCHIVE: &str = "/v1/vaults/{vault_id}/credentials/{credential_id}/archive";
 const CREDENTIAL_VALIDATE: &str = "/v1/vaults/{vault_id}/credentials/{credential_id}/mcp_oauth_validate";
+
+/// The release of an environment whose host is gone (the gateway's extension): refused for a
+/// session without one, granted for one realized on a host that never heartbeats here. The
+/// gateway's own Workers are stopped first, so the test's claim on the gone host is the only one.
+async fn lost_environment(c: &Client, gw: &mut Gateway) {
+    use gateway_core::run::WorkerOffer;
+    use gateway_core::session::EnvironmentState;
+    use gateway_store::{Commit, EnvironmentChange, LeaseTerms, RunOutcome, Settlement};
+    gw.gw.stop_workers().await;
+    let agent = c
+        .call(Method::POST, AGENTS, AGENTS, Some(json!({"name": "lost", "model": "claude-sonnet-4-6"})))
+        .await
+        .ok()
+        .clone();
+    let env =
+        c.call(Method::POST, ENVS, ENVS, Some(json!({"name": "lost", "config": {"type": "cloud"}}))).await.ok().clone();
+    let session = c
+        .call(Method::POST, SESSIONS, SESSIONS, Some(json!({"agent": agent["id"], "environment_id": env["id"]})))
+        .await
+        .ok()
+        .clone();
+    let sid = session["id"].as_str().unwrap().to_owned();
+    let release = format!("/v1/sessions/{sid}/environment/release");
+    c.call(Method::POST, SESSION_RELEASE, &release, None).await.expect(409, Some("environment_not_lost"));
+
+    c.call(Method::POST, EVENTS, &format!("/v1/sessions/{sid}/events"), Some(say("hello"))).await.ok();
+    let gone = WorkerOffer {
+        worker: "gone#0".into(),
+        host: "gone-host".into(),
+        backends: vec![BackendRef::Native],
+        providers: vec![ProviderTier::new("local")],
+    };
+    let terms = LeaseTerms { lease: Duration::from_secs(10), host_ttl: Duration::from_secs(90) };
+    let claim = gw.gw.store.claim_run(&gone, terms).await.unwrap().expect("the queued run");
+    let realized = EnvironmentChange { state: EnvironmentState::Realized, host: Some("gone-host".into()) };
+    gw.gw
+        .store
+        .commit(&claim.fence, Commit { events: vec![], environment: Some(realized), bindings: vec![] })
+        .await
+        .unwrap();
+    let done = Settlement { events: vec![], outcome: RunOutcome::Completed, bindings: vec![] };
+    gw.gw.store.settle(&claim.fence, done).await.unwrap();
+
+    let released = c.call(Method::POST, SESSION_RELEASE, &release, None).await.ok().clone();
+    assert_eq!(released["id"], sid.as_str(), "the session comes back");
+    let events =
+        c.call(Method::GET, EVENTS, &format!("/v1/sessions/{sid}/events?order=desc&limit=1"), None).await.ok().clone();
+    let last = &events["data"][0];
+    assert_eq!(last["type"], "session.error", "{}", pretty(last));
+    assert!(last["error"]["message"].as_str().unwrap().contains("gone-host"), "{}", pretty(last));
+    c.call(Method::POST, SESSION_RELEASE, &release, None).await.expect(409, Some("environment_not_lost"));
+}
 
 /// A self-hosted session driven through its work queue as an executor would: a tool call asks
 /// for compute, the item is polled, acknowledged, beaten and stopped, and the call answered.
@@ -1452,9 +1505,10 @@ async fn wait_status(c: &Client, session: &str, status: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_response_of_a_realistic_scenario_matches_the_document() {
-    let gw = start().await;
+    let mut gw = start().await;
     let c = Client::new(&gw);
     scenario(&c).await;
+    lost_environment(&c, &mut gw).await;
     gw.stop().await;
 
     // Coverage: every route answered 200 at least once (a route the document gives no 200,

@@ -104,7 +104,7 @@ impl Runtime {
     ) -> Self {
         let RuntimeConfig { instance, workers, coordinator: options, offer, metrics } = config;
         let subscription_poll = options.subscription_poll;
-        let previews = PreviewBus::default();
+        let previews = PreviewBus::with_peers(store.peers());
         let executors = Arc::new(Executors::new(Arc::clone(&store), environments.config().executors()));
         let handoff = Arc::new(Handoff::default());
         let coordinator = Coordinator::new(Arc::clone(&store), previews.clone(), offer, options, Arc::clone(&metrics))
@@ -114,6 +114,7 @@ impl Runtime {
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         tasks.spawn(Arc::clone(&executors).sweep(shutdown.child_token()));
+        tasks.spawn(previews.clone().relay(shutdown.child_token()));
         tasks.spawn(crate::subscription::poll_session_tips(
             Arc::clone(&store),
             subscription_poll,

@@ -75,6 +75,9 @@ pub struct CoordinatorOptions {
     pub admission: AdmissionLimits,
     /// What uploads may be.
     pub files: FilesConfig,
+    /// A host not seen for this long is gone (`workers.host_ttl_secs`, the Workers' rule):
+    /// only then may a session's environment there be released by request.
+    pub host_ttl: Duration,
 }
 
 impl Default for CoordinatorOptions {
@@ -83,6 +86,7 @@ impl Default for CoordinatorOptions {
             subscription_poll: Duration::from_millis(500),
             admission: AdmissionLimits::default(),
             files: FilesConfig::default(),
+            host_ttl: crate::worker::WorkerConfig::default().host_ttl,
         }
     }
 }
@@ -438,6 +442,14 @@ impl Coordinator {
             envs.release(&session).await;
         }
         Ok(())
+    }
+
+    /// Gives up the environment of an idle session whose host is gone, by request (a client
+    /// or an operator): its turns fail with `environment_lost` until then, since a session is
+    /// never re-homed silently ([`crate::environment::release_lost`]). Refused while the host
+    /// lives or the session runs (`Guard::EnvironmentNotLost`, `Guard::SessionRunning`).
+    pub async fn release_lost_environment(&self, id: &SessionId) -> Result<Event> {
+        Ok(crate::environment::release_lost(self.store.as_ref(), id, self.options.host_ttl).await?)
     }
 
     /// Replaces the agent of a session that has no history yet (an editor picking another

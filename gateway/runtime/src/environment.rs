@@ -29,12 +29,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gateway_core::environment::ProviderTier;
-use gateway_core::event::ErrorKind;
+use gateway_core::event::{ErrorKind, Event, EventPayload, NewEvent, RetryStatus};
 use gateway_core::placement::{EnvironmentPlan, NetworkControl, ProviderOffer};
 use gateway_core::session::{EnvironmentState, ResourceKind, Secret, Session};
 use gateway_core::{FileId, SessionId, SkillVersionId, mounts};
 use gateway_sandbox::{DirError, Hand, Limits, ProviderSettings, SandboxPolicy, SandboxProvider, WorkspaceDir};
-use gateway_store::{EnvironmentChange, Store};
+use gateway_store::{EnvironmentChange, Store, StoreError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
@@ -102,6 +102,26 @@ impl From<EnvironmentError> for crate::backend::BackendError {
 /// A client workspace as it will be frozen into a new session: opened now without following
 /// symlinks (beneath its root, if it has one), and its identity recorded so that every
 /// later realization can tell it is still the same directory. Other resources pass as given.
+/// Gives up the environment of an idle session whose host is gone (not seen within
+/// `host_ttl`), by request: what `Coordinator::release_lost_environment` and
+/// `gateway sessions release-environment` do. Appends a `session_error`
+/// (`environment_lost`) saying the old workspace is lost; the next turn realizes a fresh
+/// environment. A session is never re-homed without this (docs/adr/0036).
+pub async fn release_lost(store: &dyn Store, id: &SessionId, host_ttl: Duration) -> Result<Event, StoreError> {
+    let session = store.get_session(id).await?;
+    let host = session.environment_host.as_deref().unwrap_or("-");
+    let lost = NewEvent::new(EventPayload::SessionError {
+        kind: ErrorKind::EnvironmentLost,
+        message: format!(
+            "the environment realized on host {host}, which is gone, was released on request: its workspace and \
+             everything in it are lost; the next turn starts in a fresh environment"
+        ),
+        retry: RetryStatus::Exhausted,
+        server: None,
+    });
+    store.release_lost_environment(id, host_ttl, lost).await
+}
+
 pub fn check_resource(kind: ResourceKind) -> Result<ResourceKind, DirError> {
     match kind {
         ResourceKind::Workspace { path, root, additional, .. } => {

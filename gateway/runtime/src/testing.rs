@@ -7,6 +7,8 @@
 //!   a crash it continues after the last step committed in this turn.
 //! - `sleep MS`: waits (interruptibly), then says `slept`.
 //! - `preview TEXT`: streams TEXT as previews in two halves, then commits it with the same id.
+//! - `drip MS TEXT`: streams TEXT word by word as previews, MS apart (a slow model), then
+//!   commits it with the same id.
 //! - `ask`: emits a tool use needing approval and parks; on resume says `approved` or `denied`.
 //! - `fail`: a transient failure (retried by the Worker).
 //! - `fatal` / `terminal`: a failed turn / a terminated session.
@@ -80,6 +82,21 @@ impl Backend for ScriptedBackend {
                 for part in [a, b] {
                     ctx.preview(Preview::TextDelta { event_id: event.id.clone(), index: 0, text: part.to_owned() });
                     tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                ctx.commit(vec![event]).await?;
+                Ok(TurnOutcome::EndTurn)
+            }
+            "drip" => {
+                let ms: u64 = words.next().and_then(|w| w.parse().ok()).unwrap_or(100);
+                let text = words.collect::<Vec<_>>().join(" ");
+                let event = say(text.clone());
+                ctx.preview(Preview::Start { event_id: event.id.clone(), kind: EventKind::AgentMessage });
+                for (i, word) in text.split(' ').enumerate() {
+                    if !pause(ctx, ms).await {
+                        return Ok(TurnOutcome::Interrupted);
+                    }
+                    let piece = if i == 0 { word.to_owned() } else { format!(" {word}") };
+                    ctx.preview(Preview::TextDelta { event_id: event.id.clone(), index: 0, text: piece });
                 }
                 ctx.commit(vec![event]).await?;
                 Ok(TurnOutcome::EndTurn)

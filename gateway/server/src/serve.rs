@@ -133,6 +133,7 @@ pub async fn start_runtime(config: &Config, ext: Extensions, model: Arc<dyn Mode
         coordinator: CoordinatorOptions {
             admission: config.admission.clone(),
             files: config.files.clone(),
+            host_ttl: config.workers.host_ttl,
             ..CoordinatorOptions::default()
         },
         offer: offer_of(provider_offers, environments.checks_out_repositories(), &backends),

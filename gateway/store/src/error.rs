@@ -108,6 +108,13 @@ pub enum Guard {
     /// Another live process holds this host id with its workspaces in another directory.
     #[error("host id {host} is in use by a live process whose session workspaces are in {workspaces}")]
     HostInUse { host: String, workspaces: String },
+    /// Only an environment whose host is gone may be released by hand
+    /// ([`crate::Sessions::release_lost_environment`]).
+    #[error(
+        "the environment of session {session} is {state}{}; only an environment whose host is gone can be released",
+        host.as_deref().map(|h| format!(" on host {h}, which is alive")).unwrap_or_default()
+    )]
+    EnvironmentNotLost { session: String, state: &'static str, host: Option<String> },
     /// A session created without a budget (or whose budget was removed) cannot get one.
     #[error("session {0} has no budget; a budget can only be set when the session is created")]
     BudgetCreateOnly(String),

@@ -13,6 +13,7 @@ mod files;
 mod metrics;
 mod model;
 #[doc(hidden)]
+pub mod peers;
 pub mod rows;
 mod skills;
 mod vaults;
@@ -45,6 +46,7 @@ pub use feeds::{Fed, FeedBatch, FeedKey, FeedSettlement, Feeds, LIFECYCLE_FEED, 
 pub use files::{CHUNK_BYTES, Files, NewFile, StoredFile, UploadQuota};
 pub use metrics::StoreMetrics;
 pub use model::*;
+pub use peers::Peers;
 pub use skills::{NewSkillVersion, SkillFile, Skills, StoredSkill, StoredSkillVersion};
 pub use vaults::{NewCredential, SealedCredential, Vaults};
 pub use wake::{Hint, Tip, Wakeups};
@@ -116,6 +118,15 @@ pub trait Sessions: Send + Sync {
         from: &[EnvironmentState],
         to: EnvironmentState,
     ) -> Result<bool>;
+
+    /// Gives up the environment of an idle session whose host is gone (not seen within
+    /// `host_ttl`): the session's environment goes back to `none` with no host, and `lost`
+    /// (the event that tells the session's clients the old workspace is lost) is appended, so
+    /// the next run realizes a fresh environment wherever it is claimed. This is the only way
+    /// back from a realized or hibernated environment, and only by explicit request: a run is
+    /// never re-homed silently. `Guard::EnvironmentNotLost` while the host lives (or there is
+    /// no environment), `Guard::SessionRunning` while a turn runs.
+    async fn release_lost_environment(&self, id: &SessionId, host_ttl: Duration, lost: NewEvent) -> Result<Event>;
 
     /// The session's bindings: facts backends committed with `Commit::bindings`.
     async fn bindings(&self, id: &SessionId) -> Result<std::collections::BTreeMap<String, String>>;
@@ -352,6 +363,11 @@ pub trait Store:
     async fn sync(&self) -> Result<()>;
     /// The wake-up hub fed by this store's commits (and, on PostgreSQL, other processes').
     fn wakeups(&self) -> Arc<Wakeups>;
+    /// Messages to and from the other processes sharing this database, where the engine
+    /// has them (PostgreSQL): best effort, never stored (`peers.rs`).
+    fn peers(&self) -> Option<Arc<Peers>> {
+        None
+    }
     /// Applies pending migrations.
     async fn migrate(&self) -> Result<()>;
     /// Compares the database's applied migrations with this build's, changing nothing.

@@ -24,6 +24,10 @@ pub struct StoreMetrics {
     pub(crate) commit_seconds: Histogram,
     /// How many logical writes one commit carried.
     pub(crate) batch_writes: Histogram,
+    /// Messages sent to the other processes sharing the database (`peers.rs`).
+    pub(crate) peer_sent: Counter,
+    /// Messages to the other processes that were dropped: a full queue, a failed send.
+    pub(crate) peer_dropped: Counter,
 }
 
 impl Default for StoreMetrics {
@@ -32,16 +36,20 @@ impl Default for StoreMetrics {
             writes: Counter::default(),
             commit_seconds: Histogram::new(COMMIT_BUCKETS),
             batch_writes: Histogram::new(BATCH_BUCKETS),
+            peer_sent: Counter::default(),
+            peer_dropped: Counter::default(),
         }
     }
 }
 
 impl StoreMetrics {
     /// The families [`StoreMetrics::register`] adds.
-    pub const NAMES: [&'static str; 3] = [
+    pub const NAMES: [&'static str; 5] = [
         "gateway_store_writes_committed",
         "gateway_store_commit_duration_seconds",
         "gateway_store_commit_batch_writes",
+        "gateway_store_peer_messages_sent",
+        "gateway_store_peer_messages_dropped",
     ];
 
     /// Adds these series to `registry`.
@@ -60,6 +68,16 @@ impl StoreMetrics {
             Self::NAMES[2],
             "Logical writes that shared one commit (SQLite group commit; 1 on PostgreSQL)",
             self.batch_writes.clone(),
+        );
+        registry.register(
+            Self::NAMES[3],
+            "Messages (live previews) sent to the other processes sharing a PostgreSQL database",
+            self.peer_sent.clone(),
+        );
+        registry.register(
+            Self::NAMES[4],
+            "Messages to the other processes that were dropped (queue full, send failed); best effort by design",
+            self.peer_dropped.clone(),
         );
     }
 

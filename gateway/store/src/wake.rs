@@ -95,6 +95,11 @@ impl Wakeups {
         }
     }
 
+    /// The tag that names this process in what it sends to others.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
     pub fn enabled(&self) -> bool {
         self.enabled
     }

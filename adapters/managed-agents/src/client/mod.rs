@@ -81,7 +81,14 @@ impl Client {
     }
 
     fn get(&self, path: &str) -> reqwest::RequestBuilder {
-        let req = self.http.get(format!("{}{path}", self.base));
+        self.keyed(self.http.get(format!("{}{path}", self.base)))
+    }
+
+    fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.keyed(self.http.post(format!("{}{path}", self.base)))
+    }
+
+    fn keyed(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         match &self.key {
             Some(k) => req.header("x-api-key", k),
             None => req,
@@ -147,6 +154,13 @@ impl Client {
 
     pub async fn session(&self, id: &SessionId) -> Result<SessionSummary, ClientError> {
         let v = self.json(self.get(&format!("/v1/sessions/{id}"))).await?;
+        decode::session(&v).ok_or_else(|| invalid("a session", &v))
+    }
+
+    /// Releases the environment of a session whose host is gone (the gateway's extension
+    /// `POST /v1/sessions/{id}/environment/release`); the session as it is then.
+    pub async fn release_environment(&self, id: &SessionId) -> Result<SessionSummary, ClientError> {
+        let v = self.json(self.post(&format!("/v1/sessions/{id}/environment/release"))).await?;
         decode::session(&v).ok_or_else(|| invalid("a session", &v))
     }
 

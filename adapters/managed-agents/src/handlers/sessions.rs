@@ -144,6 +144,13 @@ pub async fn archive(State(api): State<ManagedAgents>, PathId(id): PathId<Sessio
     Ok(Json(session_out(&api.coordinator.archive_session(&id).await?, &api.public_url, &api.models)))
 }
 
+/// `POST /v1/sessions/{id}/environment/release` (extension): gives up an environment whose
+/// host is gone, so the next turn starts a fresh one (docs/adr/0036).
+pub async fn release_environment(State(api): State<ManagedAgents>, PathId(id): PathId<SessionId>) -> Reply {
+    api.coordinator.release_lost_environment(&id).await?;
+    Ok(Json(session_out(&api.coordinator.get_session(&id).await?, &api.public_url, &api.models)))
+}
+
 pub async fn delete(State(api): State<ManagedAgents>, PathId(id): PathId<SessionId>) -> Reply {
     api.coordinator.delete_session(&id).await?;
     Ok(Json(json!({"id": id, "type": "session_deleted"})))

@@ -66,6 +66,10 @@ pub enum SessionsCommand {
         #[arg(short = 'n', long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=1000))]
         lines: u32,
     },
+    /// Give up the environment of a session whose host is gone (its turns fail with
+    /// `environment_lost` until then): the old workspace is lost, recorded in the session's
+    /// log, and the next turn starts in a fresh environment. Refused while the host is alive.
+    ReleaseEnvironment { id: String },
 }
 
 fn status(s: &str) -> Result<SessionStatus, String> {
@@ -77,14 +81,14 @@ pub async fn run(config: &Config, args: SessionsArgs) -> anyhow::Result<()> {
         None => Source::Store(crate::db::open_migrated(config).await?),
         Some(url) => Source::Remote(Client::new(url, crate::login::gateway_key(url))?),
     };
-    let mut result = execute(&source, &args.command).await;
+    let mut result = execute(&source, &args.command, config).await;
     if let (Some(url), Err(e)) = (&args.url, &result)
         && std::env::var_os(crate::login::GATEWAY_KEY_ENV).is_none()
         && matches!(e.downcast_ref::<ClientError>(), Some(ClientError::Refused { status: 401, .. }))
         && let Some(k) = prompt_key(url)?
     {
         source = Source::Remote(Client::new(url, Some(k))?);
-        result = execute(&source, &args.command).await;
+        result = execute(&source, &args.command, config).await;
     }
     source.close().await;
     result
@@ -97,7 +101,7 @@ fn prompt_key(url: &str) -> anyhow::Result<Option<String>> {
     Ok(crate::login::read_secret(&prompt)?.map(|l| l.trim().to_owned()).filter(|k| !k.is_empty()))
 }
 
-async fn execute(source: &Source, command: &SessionsCommand) -> anyhow::Result<()> {
+async fn execute(source: &Source, command: &SessionsCommand, config: &Config) -> anyhow::Result<()> {
     let paint = Paint::for_stdout();
     match command {
         SessionsCommand::List { status, agent, limit, json } => {
@@ -130,6 +134,15 @@ async fn execute(source: &Source, command: &SessionsCommand) -> anyhow::Result<(
         SessionsCommand::Tail { id, lines } => {
             let id = session_id(id)?;
             tail::tail(source, &id, *lines, Renderer::new(paint)).await?;
+        }
+        SessionsCommand::ReleaseEnvironment { id } => {
+            let id = session_id(id)?;
+            let after = source.release_environment(&id, config.workers.host_ttl).await?;
+            println!(
+                "released the environment of {id}: its workspace on the host that is gone is lost; the environment is {} \
+                 and the next turn starts in a fresh one",
+                after.environment_state.as_str()
+            );
         }
     }
     Ok(())

@@ -135,6 +135,18 @@ impl Source {
         })
     }
 
+    /// Releases the environment of a session whose host is gone (not seen within
+    /// `host_ttl`, the database's rule; a gateway applies its own); the session as it is then.
+    pub async fn release_environment(&self, id: &SessionId, host_ttl: Duration) -> anyhow::Result<SessionSummary> {
+        Ok(match self {
+            Source::Store(store) => {
+                gateway_runtime::environment::release_lost(store.as_ref(), id, host_ttl).await?;
+                SessionSummary::from(&store.get_session(id).await?)
+            }
+            Source::Remote(client) => client.release_environment(id).await?,
+        })
+    }
+
     /// The session's last `limit` events (at least one is read, to know where following
     /// starts), oldest first.
     pub async fn recent(&self, id: &SessionId, limit: u32) -> anyhow::Result<Vec<Seen>> {

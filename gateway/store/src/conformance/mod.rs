@@ -84,6 +84,7 @@ macro_rules! conformance_suite {
             runs::retry_waits_for_its_backoff,
             runs::claims_respect_backend_and_provider,
             runs::environment_pins_runs_to_its_host_until_the_host_is_gone,
+            runs::a_lost_environment_is_released_only_by_request_and_only_once_its_host_is_gone,
             runs::released_environment_is_final,
             runs::parked_sessions_are_not_claimed,
             runs::environment_transitions_outside_runs_compare_and_set,

@@ -272,6 +272,46 @@ pub async fn environment_pins_runs_to_its_host_until_the_host_is_gone(h: &dyn Ha
     assert!(!c.environment_lost);
 }
 
+/// A session whose environment's host is gone is released only by request, only once the
+/// host is gone and only while idle: it goes back to `none` with no host, the event saying so
+/// is in its log, and its next run is claimable anywhere without being "lost".
+pub async fn a_lost_environment_is_released_only_by_request_and_only_once_its_host_is_gone(h: &dyn Harness) {
+    let s = h.fresh().await;
+    let lost_event = || NewEvent::new(EventPayload::AgentMessage { content: vec![] });
+    let sess = session_with(&s, vec![msg("make a file")]).await;
+    let never = session(&s).await;
+    s.heartbeat_host("h1").await.unwrap();
+    let c = s.claim_run(&worker("w1", "h1"), terms(10_000)).await.unwrap().unwrap();
+    let realized = EnvironmentChange { state: EnvironmentState::Realized, host: Some("h1".into()) };
+    s.commit(&c.fence, Commit { events: vec![], environment: Some(realized), bindings: vec![] }).await.unwrap();
+    s.settle(&c.fence, done()).await.unwrap();
+
+    let ttl = Duration::from_millis(300);
+    let refused = s.release_lost_environment(&sess.id, ttl, lost_event()).await.unwrap_err();
+    assert!(
+        matches!(&refused, StoreError::Guard(Guard::EnvironmentNotLost { host: Some(h), .. }) if h == "h1"),
+        "h1 is alive: {refused:?}"
+    );
+    let refused = s.release_lost_environment(&never.id, ttl, lost_event()).await.unwrap_err();
+    assert!(matches!(refused, StoreError::Guard(Guard::EnvironmentNotLost { host: None, .. })), "nothing to release");
+
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let before = s.get_session(&sess.id).await.unwrap().last_seq;
+    let event = s.release_lost_environment(&sess.id, ttl, lost_event()).await.expect("h1 is gone");
+    assert_eq!(event.seq, before + 1, "the release is recorded in the session's log");
+    let after = s.get_session(&sess.id).await.unwrap();
+    assert_eq!((after.environment_state, after.environment_host), (EnvironmentState::None, None));
+    assert_eq!(after.status, SessionStatus::Idle);
+    let again = s.release_lost_environment(&sess.id, ttl, lost_event()).await.unwrap_err();
+    assert!(matches!(again, StoreError::Guard(Guard::EnvironmentNotLost { .. })), "released once");
+
+    s.submit_inputs(&sess.id, vec![msg("again")], AdmissionWrites::default()).await.unwrap();
+    s.heartbeat_host("h2").await.unwrap();
+    let c = s.claim_run(&worker("w2", "h2"), terms(10_000)).await.unwrap().expect("claimable anywhere");
+    assert_eq!(c.fence.session_id, sess.id);
+    assert!(!c.environment_lost, "a fresh environment, not a lost one");
+}
+
 pub async fn released_environment_is_final(h: &dyn Harness) {
     let s = h.fresh().await;
     session_with(&s, vec![msg("go")]).await;

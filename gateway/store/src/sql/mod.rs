@@ -158,6 +158,8 @@ pub const WAKE_CHANNEL: &str = "gateway_wake";
 pub struct SqlStore<E: Engine> {
     pub(crate) db: E::Db,
     pub(crate) wake: Arc<Wakeups>,
+    /// Messages between processes: PostgreSQL's only (one SQLite file serves one process).
+    pub(crate) peers: Option<Arc<crate::peers::Peers>>,
     pub(crate) background: tokio_util::sync::CancellationToken,
     /// Commits feed lifecycle events ([`crate::LIFECYCLE_FEED`], see `feeds.rs`).
     pub(crate) feed: std::sync::atomic::AtomicBool,

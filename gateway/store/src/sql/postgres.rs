@@ -21,6 +21,7 @@ use super::sessions::list_sessions_sql;
 use super::work::poll_work_sql;
 use super::{Db, Engine, Hints, SqlStore, WAKE_CHANNEL};
 use crate::error::{Result, StoreError};
+use crate::peers::{Outbox, Peers};
 use crate::wake::Wakeups;
 use crate::{Store, StoreOptions};
 
@@ -285,11 +286,15 @@ impl PgStore {
             .await?;
         let wake = Arc::new(Wakeups::new(options.wakeups));
         let background = CancellationToken::new();
+        let (peers, outbox) = Peers::new(wake.origin().to_owned(), &options.metrics);
+        let peers = Arc::new(peers);
+        let mut listener = PgListener::connect_with(&pool).await?;
         if options.wakeups {
-            let mut listener = PgListener::connect_with(&pool).await?;
             listener.listen(WAKE_CHANNEL).await?;
-            tokio::spawn(listen(listener, Arc::clone(&wake), background.clone()));
         }
+        listener.listen(PEERS_CHANNEL).await?;
+        tokio::spawn(listen(listener, Arc::clone(&wake), Arc::clone(&peers), background.clone()));
+        tokio::spawn(send_to_peers(outbox, pool.clone(), background.clone()));
         let read_gate = tokio::sync::Semaphore::new(pool.options().get_max_connections().max(1) as usize);
         Ok(SqlStore {
             db: PgDb {
@@ -301,6 +306,7 @@ impl PgStore {
                 metrics: options.metrics.clone(),
             },
             wake,
+            peers: Some(peers),
             background,
             feed: Default::default(),
             metrics: options.metrics.clone(),
@@ -316,14 +322,19 @@ impl PgStore {
 /// How long readiness waits for the database: an answer slower than this is no answer.
 const PING_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Forwards NOTIFY payloads to the local hub. After a lost connection (which the listener
-/// re-establishes by itself) hints may have been missed, so every local waiter is woken to
-/// re-check; polling would find the work anyway, this only saves latency.
-async fn listen(mut listener: PgListener, wake: Arc<Wakeups>, stop: CancellationToken) {
+/// The NOTIFY channel of messages between processes (`peers.rs`), apart from the hints'.
+const PEERS_CHANNEL: &str = "gateway_peers";
+
+/// Forwards NOTIFY payloads to the local hub and the peers' inbox. After a lost connection
+/// (which the listener re-establishes by itself) hints may have been missed, so every local
+/// waiter is woken to re-check; polling would find the work anyway, this only saves latency.
+/// Peer messages lost meanwhile stay lost: they are best effort.
+async fn listen(mut listener: PgListener, wake: Arc<Wakeups>, peers: Arc<Peers>, stop: CancellationToken) {
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             n = listener.try_recv() => match n {
+                Ok(Some(n)) if n.channel() == PEERS_CHANNEL => peers.deliver(n.payload()),
                 Ok(Some(n)) => wake.deliver_notified(n.payload()),
                 Ok(None) => {
                     tracing::warn!("wake-up listener lost its connection; reconnecting");
@@ -334,6 +345,33 @@ async fn listen(mut listener: PgListener, wake: Arc<Wakeups>, stop: Cancellation
                     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                 }
             }
+        }
+    }
+}
+
+/// Sends the peers' queued messages, in order, each batch in one statement on a pooled
+/// connection: a connection is held only while a batch is on its way, so a process whose
+/// sessions nobody watches elsewhere spends nothing here. A failed batch is dropped (best
+/// effort) after a short pause, so a database that is down is not hammered.
+async fn send_to_peers(mut outbox: Outbox, pool: PgPool, stop: CancellationToken) {
+    loop {
+        let payloads = tokio::select! {
+            _ = stop.cancelled() => return,
+            p = outbox.next_payloads() => match p {
+                Some(p) => p,
+                None => return,
+            },
+        };
+        let messages: usize = payloads.iter().map(|p| p.lines().count() - 1).sum();
+        let sent = sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) WITH ORDINALITY AS t(p, n) ORDER BY n")
+            .bind(PEERS_CHANNEL)
+            .bind(&payloads)
+            .execute(&pool)
+            .await;
+        outbox.settled(messages, sent.is_ok());
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, messages, "messages to other processes dropped");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     }
 }
@@ -357,6 +395,10 @@ impl Store for PgStore {
 
     fn wakeups(&self) -> Arc<Wakeups> {
         Arc::clone(&self.wake)
+    }
+
+    fn peers(&self) -> Option<Arc<Peers>> {
+        self.peers.clone()
     }
 
     async fn migrate(&self) -> Result<()> {

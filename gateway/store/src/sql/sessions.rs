@@ -536,6 +536,45 @@ impl<E: Engine> Sessions for SqlStore<E> {
         self.finish(tx, hints).await
     }
 
+    async fn release_lost_environment(
+        &self,
+        id: &SessionId,
+        host_ttl: std::time::Duration,
+        lost: NewEvent,
+    ) -> Result<Event> {
+        let mut tx = self.begin_write().await?;
+        let (s, now) = Self::lock_session_at_now(&mut tx, id).await?;
+        refuse_if_running(&s)?;
+        let not_lost = || {
+            StoreError::Guard(Guard::EnvironmentNotLost {
+                session: id.to_string(),
+                state: s.environment_state.as_str(),
+                host: s.environment_host.clone(),
+            })
+        };
+        let (EnvironmentState::Realized | EnvironmentState::Hibernated, Some(host)) =
+            (s.environment_state, s.environment_host.as_deref())
+        else {
+            return Err(not_lost());
+        };
+        let seen: Option<(i64,)> =
+            query_as("SELECT last_seen_at FROM hosts WHERE id = $1").bind(host).fetch_optional(&mut *tx).await?;
+        // The claim's rule (`claim_candidate_sql`): alive while seen within the TTL.
+        if seen.is_some_and(|(seen,)| now.saturating_sub(seen) < crate::model::millis(host_ttl)) {
+            return Err(not_lost());
+        }
+        query("UPDATE sessions SET env_state = $2, env_host = NULL, updated_at = $3 WHERE id = $1")
+            .bind(id.as_str())
+            .bind(EnvironmentState::None.as_str())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        let mut hints = Hints::default();
+        let mut events = Self::append_and_advance(&mut tx, &s, vec![lost], now, None, Advance::Log, &mut hints).await?;
+        self.finish(tx, hints).await?;
+        events.pop().ok_or_else(|| StoreError::Unavailable("the release appended no event".into()))
+    }
+
     async fn transition_environment(
         &self,
         id: &SessionId,

@@ -146,6 +146,7 @@ impl SqliteStore {
         Ok(SqlStore {
             db: SqliteDb { path, writer, readers },
             wake,
+            peers: None,
             background: tokio_util::sync::CancellationToken::new(),
             feed: Default::default(),
             metrics: options.metrics.clone(),
