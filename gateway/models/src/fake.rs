@@ -29,6 +29,9 @@
 //!   - If the text after the name is not a JSON object, the reply is the text
 //!     `fake model: invalid JSON input for tool <name>: <parse error>` with `end_turn`
 //!     (and `fake model: missing tool name` when the name is empty).
+//!   - `drip:<ms> <text>` → the text `<text>`, `end_turn`, streamed one word per chunk with
+//!     `<ms>` milliseconds (at most 10 000) before each chunk after the first: a model that
+//!     takes its time, for tests and benchmarks of streaming.
 //!   - Anything else → the text `echo: <last user text>`, `end_turn`.
 //!
 //!   A command is recognised at the start of that text (leading whitespace ignored).
@@ -94,12 +97,17 @@ impl ModelClient for FakeModel {
         on_event: &(dyn Fn(StreamEvent) + Send + Sync),
     ) -> Result<ModelResponse, ModelError> {
         let response = self.respond(request);
+        let drip = drip(&request.messages).map(|(delay, _)| delay);
         for (index, block) in response.content.iter().enumerate() {
             let Block::Text { text } = block else { continue };
             on_event(StreamEvent::TextStart { index });
-            for (n, chunk) in text_chunks(text).into_iter().enumerate() {
-                if n > 0 && !self.chunk_delay.is_zero() {
-                    tokio::time::sleep(self.chunk_delay).await;
+            let (chunks, delay) = match drip {
+                Some(delay) if text.contains(' ') => (text.split_inclusive(' ').collect(), delay),
+                _ => (text_chunks(text), self.chunk_delay),
+            };
+            for (n, chunk) in chunks.into_iter().enumerate() {
+                if n > 0 && !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
                 }
                 on_event(StreamEvent::TextDelta { index, text: chunk.to_owned() });
             }
@@ -153,6 +161,9 @@ fn script(messages: &[Message]) -> (Vec<Block>, StopReason) {
         return text_reply(format!("done: {quoted}"));
     }
 
+    if let Some((_, text)) = drip(messages) {
+        return text_reply(text.to_owned());
+    }
     match command {
         Some(Command { name: "", .. }) => text_reply("fake model: missing tool name".to_owned()),
         Some(Command { name, input: Ok(input), .. }) => tool_use(tool_id, name, input),
@@ -161,6 +172,20 @@ fn script(messages: &[Message]) -> (Vec<Block>, StopReason) {
         }
         None => text_reply(format!("echo: {last_text}")),
     }
+}
+
+/// The longest pause `drip:` takes between chunks.
+const DRIP_MAX: Duration = Duration::from_secs(10);
+
+/// A `drip:<ms> <text>` command in the last user text, unless a tool result is being answered:
+/// the pause between chunks and the text to say.
+fn drip(messages: &[Message]) -> Option<(Duration, &str)> {
+    if answered_tool_result(messages).is_some() {
+        return None;
+    }
+    let (text, _) = last_user_command(messages);
+    let (ms, said) = text.trim_start().strip_prefix("drip:")?.split_once(' ')?;
+    Some((Duration::from_millis(ms.parse().ok()?).min(DRIP_MAX), said))
 }
 
 fn text_reply(text: String) -> (Vec<Block>, StopReason) {
@@ -299,6 +324,33 @@ mod tests {
     fn user_texts(texts: &[&str]) -> Vec<Message> {
         let content = texts.iter().map(|text| Block::Text { text: (*text).to_owned() }).collect();
         vec![Message { role: Role::User, content }]
+    }
+
+    #[tokio::test]
+    async fn drip_says_its_text_one_word_per_chunk_with_its_pauses() {
+        let request = ModelRequest {
+            model: "fake".into(),
+            system: None,
+            messages: user_texts(&["drip:30 one two three"]),
+            tools: vec![],
+            max_tokens: 100,
+            thinking: None,
+        };
+        let seen = std::sync::Mutex::new(Vec::new());
+        let started = std::time::Instant::now();
+        let response = FakeModel::new()
+            .stream(&request, &|e| {
+                if let StreamEvent::TextDelta { text, .. } = e {
+                    seen.lock().unwrap().push(text);
+                }
+            })
+            .await
+            .unwrap();
+        assert_eq!(seen.into_inner().unwrap(), ["one ", "two ", "three"]);
+        assert!(started.elapsed() >= Duration::from_millis(60), "two pauses of 30 ms");
+        assert_eq!(response.content, text_reply("one two three".into()).0);
+        // Not a drip: a bad pause, or a tool result being answered.
+        assert_eq!(script(&user_texts(&["drip:x one"])).0, text_reply("echo: drip:x one".into()).0);
     }
 
     #[test]
