@@ -483,6 +483,9 @@ async fn a_stream_on_one_process_shows_the_previews_of_a_turn_another_runs() {
         .await
         .unwrap();
     assert_eq!(stream.status().as_u16(), 200);
+    // A tells B at once that it streams the session, through the database: give that a moment
+    // (a turn that starts before B heard loses the previews of its first message, ADR 0004).
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let started = std::time::Instant::now();
     // B receives the message, so B's admission runs the turn (docs/adr/0016).
     let words = ["one", "two", "three", "four", "five", "six"];

@@ -1,12 +1,14 @@
 //! Messages between the processes that share one database, outside any transaction: what
 //! travels here is best effort (a message may be lost, never reordered between one sender
-//! and one receiver) and is never stored. On PostgreSQL they ride NOTIFY on their own
-//! channel, sent by one task per process in order; SQLite serves one process and has none.
+//! and one receiver) and is never stored. On PostgreSQL they ride NOTIFY, sent by one task
+//! per process in order; SQLite serves one process and has none.
 //!
-//! The store knows nothing of what the messages mean: a message is one line of text a
-//! caller encodes (the runtime's preview relay, `gateway_runtime::previews`). Many lines
-//! share one NOTIFY payload when they queue up, so a busy sender costs one round trip per
-//! batch, not per message.
+//! Two kinds share the one ordered queue, each on its own channel: the commit hints of the
+//! wake-up hub (`wake.rs`), queued when their transaction has committed, and the messages of
+//! callers, one line of text each that the store does not read (the runtime's preview relay,
+//! `gateway_runtime::previews`). Lines of one kind that queue up together share a NOTIFY
+//! payload, and every payload queued by then goes in one statement, so a busy process pays
+//! one round trip per batch rather than one per commit inside each write transaction.
 
 use std::sync::Arc;
 
@@ -27,9 +29,18 @@ const OUTBOX: usize = 4_096;
 /// Messages from other processes a slow receiver may fall behind by before it loses some.
 const INBOX: usize = 4_096;
 
+/// Which channel a queued line goes out on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// Commit hints, read by the other processes' wake-up hubs.
+    Wake,
+    /// Callers' messages, read through [`Peers::subscribe`].
+    Peers,
+}
+
 /// The messages of one process's store: what it sends and what the others sent.
 pub struct Peers {
-    outbox: mpsc::Sender<String>,
+    outbox: mpsc::Sender<(Lane, String)>,
     inbox: broadcast::Sender<Arc<str>>,
     /// The first line of every payload this process sends, so it can skip its own.
     origin: String,
@@ -38,7 +49,7 @@ pub struct Peers {
 
 /// The sending end the engine's task drains ([`Peers::new`]).
 pub(crate) struct Outbox {
-    pub rx: mpsc::Receiver<String>,
+    pub rx: mpsc::Receiver<(Lane, String)>,
     pub origin: String,
     pub sent: Counter,
     pub dropped: Counter,
@@ -66,7 +77,19 @@ impl Peers {
             self.dropped.inc();
             return false;
         }
-        match self.outbox.try_send(message) {
+        self.queue(Lane::Peers, message)
+    }
+
+    /// Queues a committed transaction's hints (encoded, one line each) for the other
+    /// processes' wake-up hubs. A hint lost here costs them latency, never work (invariant 3).
+    pub(crate) fn hints(&self, lines: impl IntoIterator<Item = String>) {
+        for line in lines {
+            self.queue(Lane::Wake, line);
+        }
+    }
+
+    fn queue(&self, lane: Lane, line: String) -> bool {
+        match self.outbox.try_send((lane, line)) {
             Ok(()) => true,
             Err(_) => {
                 self.dropped.inc();
@@ -95,33 +118,31 @@ impl Peers {
 }
 
 impl Outbox {
-    /// Waits for the next messages and packs every one queued by then into payloads under
-    /// the NOTIFY limit, in order. `None` once every sender is gone.
-    pub async fn next_payloads(&mut self) -> Option<Vec<String>> {
+    /// Waits for the next lines and packs every one queued by then into payloads under the
+    /// NOTIFY limit, in order: consecutive lines of one lane share a payload (headed by this
+    /// process's origin), a change of lane starts the next. `None` once every sender is gone.
+    pub async fn next_payloads(&mut self) -> Option<Vec<(Lane, String)>> {
         let first = self.rx.recv().await?;
-        let mut payloads = Vec::new();
-        let mut current = self.origin.clone();
+        let mut payloads: Vec<(Lane, String)> = Vec::new();
         let origin = self.origin.len();
-        let mut push = |m: String, current: &mut String| {
-            if current.len() > origin && current.len() + 1 + m.len() > PAYLOAD_LIMIT {
-                payloads.push(std::mem::replace(current, self.origin.clone()));
-            }
-            current.push('\n');
-            current.push_str(&m);
-        };
-        push(first, &mut current);
-        let mut taken = 1;
-        // A bounded batch, so one round trip never carries an unbounded statement.
-        while taken < 256 {
-            match self.rx.try_recv() {
-                Ok(m) => {
-                    push(m, &mut current);
-                    taken += 1;
+        let mut push = |(lane, line): (Lane, String)| {
+            match payloads.last_mut() {
+                Some((l, current)) if *l == lane && current.len() + 1 + line.len() <= PAYLOAD_LIMIT => {
+                    current.push('\n');
+                    current.push_str(&line);
                 }
+                _ => payloads.push((lane, format!("{}\n{line}", self.origin))),
+            }
+            debug_assert!(payloads.last().is_some_and(|(_, p)| p.len() > origin));
+        };
+        push(first);
+        // A bounded batch, so one round trip never carries an unbounded statement.
+        for _ in 1..256 {
+            match self.rx.try_recv() {
+                Ok(item) => push(item),
                 Err(_) => break,
             }
         }
-        payloads.push(current);
         Some(payloads)
     }
 
@@ -149,9 +170,29 @@ mod tests {
         }
         let payloads = out.next_payloads().await.unwrap();
         assert_eq!(payloads.len(), 3, "two 3 kB messages fit one payload, a third does not");
-        let lines: Vec<&str> = payloads.iter().flat_map(|p| p.lines()).filter(|l| !l.starts_with("o:")).collect();
+        let lines: Vec<&str> = payloads.iter().flat_map(|(_, p)| p.lines()).filter(|l| !l.starts_with("o:")).collect();
         assert_eq!(lines.iter().map(|l| &l[..1]).collect::<String>(), "01234");
-        assert!(payloads.iter().all(|p| p.len() < 8_000 && p.starts_with("o:0000000000000001\n")));
+        assert!(
+            payloads.iter().all(|(l, p)| *l == Lane::Peers && p.len() < 8_000 && p.starts_with("o:0000000000000001\n"))
+        );
+    }
+
+    #[tokio::test]
+    async fn hints_and_messages_keep_their_order_each_lane_in_its_own_payloads() {
+        let (peers, mut out) = pair();
+        peers.hints(["s:a:1".to_owned(), "r".to_owned()]);
+        peers.send("preview".into());
+        peers.hints(["s:a:2".to_owned()]);
+        let payloads = out.next_payloads().await.unwrap();
+        let o = "o:0000000000000001";
+        assert_eq!(
+            payloads,
+            vec![
+                (Lane::Wake, format!("{o}\ns:a:1\nr")),
+                (Lane::Peers, format!("{o}\npreview")),
+                (Lane::Wake, format!("{o}\ns:a:2")),
+            ]
+        );
     }
 
     #[test]

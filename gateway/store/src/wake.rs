@@ -29,8 +29,9 @@ const SWEEP_MIN: usize = 1024;
 /// The in-process wake-up hub of one store.
 pub struct Wakeups {
     enabled: bool,
-    /// The first line of every NOTIFY payload this hub's store sends (`o:` and a random tag),
-    /// so that its listener can tell its own commits coming back from other processes'.
+    /// The first line of every NOTIFY payload this hub's store sends (`o:` and a random tag,
+    /// written by `peers.rs`), so that its listener can tell its own commits coming back from
+    /// other processes'.
     origin: String,
     /// A generation counter bumped by every run-ready hint.
     runs: watch::Sender<u64>,
@@ -102,12 +103,6 @@ impl Wakeups {
 
     pub fn enabled(&self) -> bool {
         self.enabled
-    }
-
-    /// The NOTIFY payload that carries a commit's hints to other processes: this hub's
-    /// origin line, then one line per hint.
-    pub fn notify_payload(&self, hints: &[Hint]) -> String {
-        std::iter::once(self.origin.clone()).chain(hints.iter().map(Hint::encode)).collect::<Vec<_>>().join("\n")
     }
 
     /// Delivers a NOTIFY payload, unless this hub's own store sent it: those hints were
@@ -292,7 +287,8 @@ mod tests {
     fn a_hub_skips_its_own_notifications_and_delivers_other_processes() {
         let ours = Wakeups::new(true);
         let theirs = Wakeups::new(true);
-        let payload = ours.notify_payload(&[Hint::RunReady]);
+        // As `peers.rs` sends them: the origin line, then one line per hint.
+        let payload = format!("{}\n{}", ours.origin(), Hint::RunReady.encode());
         let (mine, mut other) = (ours.watch_runs(), theirs.watch_runs());
         ours.deliver_notified(&payload);
         assert!(!mine.has_changed().unwrap(), "our own commit, already delivered here, is not delivered again");

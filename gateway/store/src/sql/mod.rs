@@ -113,9 +113,6 @@ pub trait Engine: Sized + Send + Sync + 'static {
     const LIST_EVENTS_DESC: &'static str;
     /// Picks due outbox deliveries (see `outbox.rs`).
     const CLAIM_DELIVERIES: &'static str;
-    /// `SELECT pg_notify(channel, payload)` where supported: delivered to other processes
-    /// only if the transaction commits.
-    const NOTIFY: Option<&'static str>;
     /// Selects 1 if sqlx's `_sqlx_migrations` table exists (in the schema queries resolve
     /// to), else 0.
     const MIGRATIONS_TABLE_EXISTS: &'static str;
@@ -305,22 +302,23 @@ impl<E: Engine> SqlStore<E> {
         Ok(now)
     }
 
-    /// Commits (durably: see [`Db::commit`]); the hints are delivered locally after it. On
-    /// PostgreSQL the hints are also queued with NOTIFY inside the transaction, so other
-    /// processes see them only on commit.
+    /// Commits (durably: see [`Db::commit`]); the hints are delivered locally after it, and
+    /// on PostgreSQL queued for the other processes ([`crate::Peers`]): after the commit, so
+    /// they never announce what did not happen, and outside the transaction, so a write does
+    /// not wait for its NOTIFY (batched with others' by the sending task).
     pub(crate) async fn finish(&self, mut tx: WriteTx<E>, hints: Hints) -> Result<()> {
         if !hints.batches.is_empty()
             && (self.feed.load(std::sync::atomic::Ordering::Relaxed) || !hints.subscribed.is_empty())
         {
             self.feed_events(&mut tx, &hints).await?;
         }
-        if let Some(sql) = E::NOTIFY.filter(|_| self.wake.enabled() && !hints.hints.is_empty()) {
-            // One NOTIFY for the whole transaction.
-            let payload = self.wake.notify_payload(&hints.hints);
-            query(sql).bind(WAKE_CHANNEL).bind(payload).execute(&mut *tx).await?;
-        }
+        let remote = (self.peers.is_some() && self.wake.enabled() && !hints.hints.is_empty())
+            .then(|| hints.hints.iter().map(Hint::encode).collect::<Vec<_>>());
         self.db.commit(tx, hints).await?;
         self.metrics.writes.inc();
+        if let (Some(peers), Some(lines)) = (&self.peers, remote) {
+            peers.hints(lines);
+        }
         Ok(())
     }
 

@@ -21,7 +21,7 @@ use super::sessions::list_sessions_sql;
 use super::work::poll_work_sql;
 use super::{Db, Engine, Hints, SqlStore, WAKE_CHANNEL};
 use crate::error::{Result, StoreError};
-use crate::peers::{Outbox, Peers};
+use crate::peers::{Lane, Outbox, Peers};
 use crate::wake::Wakeups;
 use crate::{Store, StoreOptions};
 
@@ -79,7 +79,6 @@ impl Engine for Postgres {
     /// (`FOR UPDATE OF r`), so admission waits for it and then sees the run running.
     const RUN_PRESENCE: &'static str = "SELECT CASE WHEN state = 'running' THEN 'running' WHEN started THEN 'retrying' ELSE 'queued' END \
          FROM runs WHERE session_id = $1 AND state IN ('running', 'queued') FOR UPDATE";
-    const NOTIFY: Option<&'static str> = Some("SELECT pg_notify($1, $2)");
 
     type Conn = PgConnection;
     type Db = PgDb;
@@ -349,10 +348,10 @@ async fn listen(mut listener: PgListener, wake: Arc<Wakeups>, peers: Arc<Peers>,
     }
 }
 
-/// Sends the peers' queued messages, in order, each batch in one statement on a pooled
-/// connection: a connection is held only while a batch is on its way, so a process whose
-/// sessions nobody watches elsewhere spends nothing here. A failed batch is dropped (best
-/// effort) after a short pause, so a database that is down is not hammered.
+/// Sends the queued hints and messages, in order, every batch in one statement on a pooled
+/// connection: a connection is held only while a batch is on its way, so a quiet process
+/// spends nothing here. A failed batch is dropped (best effort) after a short pause, so a
+/// database that is down is not hammered.
 async fn send_to_peers(mut outbox: Outbox, pool: PgPool, stop: CancellationToken) {
     loop {
         let payloads = tokio::select! {
@@ -362,15 +361,29 @@ async fn send_to_peers(mut outbox: Outbox, pool: PgPool, stop: CancellationToken
                 None => return,
             },
         };
-        let messages: usize = payloads.iter().map(|p| p.lines().count() - 1).sum();
-        let sent = sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) WITH ORDINALITY AS t(p, n) ORDER BY n")
-            .bind(PEERS_CHANNEL)
-            .bind(&payloads)
-            .execute(&pool)
-            .await;
-        outbox.settled(messages, sent.is_ok());
+        let lines: usize = payloads.iter().map(|(_, p)| p.lines().count() - 1).sum();
+        let (channels, payloads): (Vec<&str>, Vec<String>) = payloads
+            .into_iter()
+            .map(|(lane, p)| {
+                (
+                    match lane {
+                        Lane::Wake => WAKE_CHANNEL,
+                        Lane::Peers => PEERS_CHANNEL,
+                    },
+                    p,
+                )
+            })
+            .unzip();
+        let sent = sqlx::query(
+            "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(c, p, n) ORDER BY n",
+        )
+        .bind(&channels)
+        .bind(&payloads)
+        .execute(&pool)
+        .await;
+        outbox.settled(lines, sent.is_ok());
         if let Err(e) = sent {
-            tracing::debug!(error = %e, messages, "messages to other processes dropped");
+            tracing::debug!(error = %e, lines, "hints and messages to other processes dropped");
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     }

@@ -9,7 +9,7 @@ use gateway_core::session::{PendingAction, SessionStatus};
 use gateway_core::{RunId, SessionId, Timestamp};
 
 use super::WriteTx;
-use super::sessions::Advance;
+use super::sessions::{Advance, Startable};
 use super::{Engine, Hints, SqlStore, query, query_as, run_cols};
 use crate::RunQueue;
 use crate::error::{Guard, Result, StoreError};
@@ -222,6 +222,59 @@ impl<E: Engine> SqlStore<E> {
             session.updated_at = Timestamp::from_millis(now);
         }
         Ok(Some(Claim { fence, run, session, inputs_through, environment_lost }))
+    }
+
+    /// Claims the run an admission just queued in `tx`, when `offer` may take it, without
+    /// looking for it: the admission holds the session's lock and knows the run is the
+    /// session's only one (see [`Startable`]), so the general claim's lock timeout, clock read,
+    /// candidate search, savepoint and second session lock (six round trips on PostgreSQL,
+    /// every turn) have nothing to decide. `None` when `offer` cannot run it (another backend
+    /// or provider, or an environment on another host): the caller tries the general claim,
+    /// which also fails the runs of a host that is gone.
+    pub(crate) async fn start_admitted(
+        tx: &mut WriteTx<E>,
+        admitted: Startable,
+        offer: &WorkerOffer,
+        terms: LeaseTerms,
+        now: i64,
+        hints: &mut Hints,
+    ) -> Result<Option<Claim>> {
+        let Startable { mut session, run } = admitted;
+        let req = &session.snapshot.requirements;
+        let placeable = offer.backends.contains(&req.backend)
+            && req.provider().is_none_or(|p| offer.providers.contains(p))
+            && session.environment_host.as_deref().is_none_or(|h| h == offer.host);
+        if !placeable {
+            return Ok(None);
+        }
+        let inputs_through = session.last_seq;
+        let claimed = query_as::<Run>(concat!(
+            "UPDATE runs SET state = 'running', lease_owner = $2, lease_epoch = lease_epoch + 1, lease_expires_at = $3, \
+             started = TRUE, updated_at = $4, input_seq = $5 WHERE id = $1 AND state = 'queued' RETURNING ",
+            run_cols!()
+        ))
+        .bind(run.as_str())
+        .bind(offer.worker.as_str())
+        .bind(now + millis(terms.lease))
+        .bind(now)
+        .bind(super::bigint(inputs_through))
+        .fetch_optional(&mut **tx)
+        .await?;
+        let Some(mut run) = claimed else { return Ok(None) };
+        // A first claim: no Worker had started it.
+        run.started = false;
+        let fence = Fence {
+            run_id: run.id.clone(),
+            session_id: run.session_id.clone(),
+            owner: offer.worker.clone(),
+            epoch: run.lease_epoch,
+        };
+        let start = NewEvent::new(EventPayload::TurnStarted { inputs_through });
+        let by = Some((&run.id, run.lease_epoch));
+        let events = Self::append_and_advance(tx, &session, vec![start], now, by, Advance::Log, hints).await?;
+        session.last_seq += events.len() as u64;
+        session.updated_at = Timestamp::from_millis(now);
+        Ok(Some(Claim { fence, run, session, inputs_through, environment_lost: false }))
     }
 
     /// Whether the session's latest turn boundary is a `turn_started` of `run` (not yet

@@ -124,18 +124,25 @@ impl<E: Engine> SqlStore<E> {
         })?;
         Self::record_file_mounts(&mut tx, &id, &snapshot.resources, false).await?;
         let mut hints = Hints::default();
-        let events = if new.initial_inputs.is_empty() {
-            Vec::new()
+        let admitted = if new.initial_inputs.is_empty() {
+            None
         } else {
             let session = Self::lock_session(&mut tx, &id).await?;
-            Self::admit_locked(&mut tx, session, new.initial_inputs, new.writes.trace.as_ref(), now, &mut hints).await?
+            Some(
+                Self::admit_locked(&mut tx, session, new.initial_inputs, new.writes.trace.as_ref(), now, &mut hints)
+                    .await?,
+            )
         };
         // A conflict here returns before `finish`: the session, its inputs and every
         // write roll back together.
         Self::apply_admission_writes(&mut tx, &id, &new.writes, now, &mut hints).await?;
-        let claim = match claim {
-            Some((offer, terms)) => Self::claim_admitted(&mut tx, &id, offer, terms, &mut hints).await?,
-            None => None,
+        let (events, claim) = match (admitted, claim) {
+            (Some(mut admitted), Some((offer, terms))) => {
+                let events = std::mem::take(&mut admitted.events);
+                (events, Self::claim_admitted(&mut tx, admitted, offer, terms, now, &mut hints).await?)
+            }
+            (Some(admitted), None) => (admitted.events, None),
+            (None, _) => (Vec::new(), None),
         };
         let session = Self::lock_session(&mut tx, &id).await?;
         self.finish(tx, hints).await?;
@@ -147,15 +154,23 @@ impl<E: Engine> SqlStore<E> {
     /// admission's run-ready hint goes only if the run is left for the Workers.
     async fn claim_admitted(
         tx: &mut WriteTx<E>,
-        id: &SessionId,
+        admitted: Admitted,
         offer: &WorkerOffer,
         terms: LeaseTerms,
+        now: i64,
         hints: &mut Hints,
     ) -> Result<Option<Claim>> {
         if !hints.take_run_ready() {
             return Ok(None);
         }
-        let claim = Self::claim_within(tx, offer, terms, 1, Some(id), hints).await?.pop();
+        let claim = match admitted.startable {
+            Some(startable) => Self::start_admitted(tx, startable, offer, terms, now, hints).await?,
+            None => None,
+        };
+        let claim = match claim {
+            Some(claim) => Some(claim),
+            None => Self::claim_within(tx, offer, terms, 1, Some(&admitted.session), hints).await?.pop(),
+        };
         if claim.is_none() {
             hints.push(Hint::RunReady);
         }
@@ -170,7 +185,7 @@ impl<E: Engine> SqlStore<E> {
         trace: Option<&gateway_core::trace::TraceContext>,
         now: i64,
         hints: &mut Hints,
-    ) -> Result<Vec<Event>> {
+    ) -> Result<Admitted> {
         let (run_running, run_queued, run_retrying) = Self::run_presence(tx, &session.id).await?;
         let state = SessionState {
             status: session.status,
@@ -204,12 +219,23 @@ impl<E: Engine> SqlStore<E> {
                 .execute(&mut **tx)
                 .await?;
         }
-        if decision.enqueue_run {
-            Self::enqueue_run(tx, &session, trace, now, hints).await?;
-        }
+        let queued = match decision.enqueue_run {
+            true => Some(Self::enqueue_run(tx, &session, trace, now, hints).await?),
+            false => None,
+        };
         let advance = Advance::Status(decision.status, &decision.pending);
         Self::advance_session(tx, &session.id, session.last_seq, &events, now, advance, hints).await?;
-        Ok(events)
+        let alone = !run_running && !run_queued && !run_retrying && decision.pending.is_empty();
+        let id = session.id.clone();
+        let startable = queued.filter(|_| alone).map(|run| {
+            let mut session = session;
+            session.last_seq += events.len() as u64;
+            session.updated_at = Timestamp::from_millis(now);
+            session.status = decision.status;
+            session.pending_actions = decision.pending;
+            Startable { session, run }
+        });
+        Ok(Admitted { session: id, events, startable })
     }
 
     /// Queues a run of the locked `session` for its backend and placement.
@@ -219,13 +245,14 @@ impl<E: Engine> SqlStore<E> {
         trace: Option<&gateway_core::trace::TraceContext>,
         now: i64,
         hints: &mut Hints,
-    ) -> Result<()> {
+    ) -> Result<RunId> {
         let req = &session.snapshot.requirements;
+        let run = RunId::new();
         query(
             "INSERT INTO runs (id, session_id, state, backend, provider, traceparent, tracestate, available_at, \
              created_at, updated_at) VALUES ($1, $2, 'queued', $3, $4, $6, $7, $5, $5, $5)",
         )
-        .bind(RunId::new().as_str())
+        .bind(run.as_str())
         .bind(session.id.as_str())
         .bind(req.backend.to_string())
         .bind(req.provider().map(|p| p.to_string()))
@@ -235,7 +262,7 @@ impl<E: Engine> SqlStore<E> {
         .execute(&mut **tx)
         .await?;
         hints.push(Hint::RunReady);
-        Ok(())
+        Ok(run)
     }
 
     /// Appends `events` to the locked `session`'s log and advances the session with them
@@ -698,7 +725,7 @@ impl<E: Engine> Sessions for SqlStore<E> {
         let mut tx = self.begin_write().await?;
         let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
         let mut hints = Hints::default();
-        let events = Self::admit_locked(&mut tx, row, inputs, writes.trace.as_ref(), now, &mut hints).await?;
+        let events = Self::admit_locked(&mut tx, row, inputs, writes.trace.as_ref(), now, &mut hints).await?.events;
         // Refused inputs returned above; a conflicting write returns here. Either way the
         // transaction is dropped uncommitted and nothing of the admission remains.
         Self::apply_admission_writes(&mut tx, id, &writes, now, &mut hints).await?;
@@ -717,12 +744,28 @@ impl<E: Engine> Sessions for SqlStore<E> {
         let mut tx = self.begin_write().await?;
         let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
         let mut hints = Hints::default();
-        let events = Self::admit_locked(&mut tx, row, inputs, writes.trace.as_ref(), now, &mut hints).await?;
+        let mut admitted = Self::admit_locked(&mut tx, row, inputs, writes.trace.as_ref(), now, &mut hints).await?;
+        let events = std::mem::take(&mut admitted.events);
         Self::apply_admission_writes(&mut tx, id, &writes, now, &mut hints).await?;
-        let claim = Self::claim_admitted(&mut tx, id, offer, terms, &mut hints).await?;
+        let claim = Self::claim_admitted(&mut tx, admitted, offer, terms, now, &mut hints).await?;
         self.finish(tx, hints).await?;
         Ok((events, claim))
     }
+}
+
+/// What an admission did: the events it appended and, when it queued a run, whether that run
+/// can start at once ([`SqlStore::start_admitted`]).
+pub(crate) struct Admitted {
+    pub session: SessionId,
+    pub events: Vec<Event>,
+    pub startable: Option<Startable>,
+}
+
+/// A run an admission queued with nothing before it: no other run of the session running,
+/// queued or retrying, no pending action; with the locked session as the admission left it.
+pub(crate) struct Startable {
+    pub session: Session,
+    pub run: RunId,
 }
 
 /// `$1` include archived, `$2` agent id, `$3` agent version, `$4` statuses (JSON array or

@@ -86,7 +86,6 @@ impl Engine for Sqlite {
     /// No row locks: `BEGIN IMMEDIATE` already serializes every writer.
     const RUN_PRESENCE: &'static str = "SELECT CASE WHEN state = 'running' THEN 'running' WHEN started THEN 'retrying' ELSE 'queued' END \
          FROM runs WHERE session_id = $1 AND state IN ('running', 'queued')";
-    const NOTIFY: Option<&'static str> = None;
 
     type Conn = rusqlite::Connection;
     type Db = SqliteDb;
