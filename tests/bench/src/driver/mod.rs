@@ -1,6 +1,6 @@
 //! The benchmark driver: starts every process it measures, runs the scenarios of issue 10
-//! (a: Managed Agents round trip, b: A2A, c: ACP, d: the fsync floor, e: memory) on each
-//! engine, interleaving gateway and baseline segments (A, B, B, A, …) so slow drifts of the
+//! (a: Managed Agents round trip, b: A2A, c: ACP, d: the fsync floor, e: memory, f: previews
+//! across processes, PostgreSQL only) on each engine, interleaving gateway and baseline segments (A, B, B, A, …) so slow drifts of the
 //! machine hit both sides alike, and writes the JSON results, the SVG plots and
 //! `docs/benchmarks.md`. Progress goes to stderr.
 
@@ -45,6 +45,9 @@ pub enum Scenario {
     /// RSS with idle SSE subscribers and parked sessions.
     #[value(name = "e")]
     Memory,
+    /// Previews of a turn run by one gateway process, streamed from another (PostgreSQL).
+    #[value(name = "f")]
+    Previews,
 }
 
 #[derive(Debug, Parser)]
@@ -55,7 +58,7 @@ pub struct Args {
     /// A few seconds per scenario (indicative figures) instead of the full plan.
     #[arg(long)]
     pub quick: bool,
-    /// Scenarios to run (default: all): a,b,c,d,e.
+    /// Scenarios to run (default: all): a,b,c,d,e,f.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<Scenario>,
     /// Engines the gateway runs on.
@@ -225,6 +228,20 @@ pub async fn run(args: Args) -> Result<()> {
                 Ok(r) => results.memory.push(r),
                 Err(e) => fail(&mut results, "(e)", Some(engine), &e),
             }
+        }
+    }
+    if wanted(Scenario::Previews) {
+        if engines.contains(&Engine::Postgres) {
+            info!("(f) previews across processes");
+            match scenarios::previews::run(&ctx).await {
+                Ok(r) => results.previews = Some(r),
+                Err(e) => fail(&mut results, "(f)", Some(Engine::Postgres), &e),
+            }
+        } else {
+            // Only PostgreSQL relays previews between processes (SQLite is one process's).
+            results
+                .failures
+                .push("(f) skipped: previews across processes need PostgreSQL, not measured in this run".into());
         }
     }
     results.meta.finished = now();

@@ -25,6 +25,11 @@ pub struct Plan {
     pub subscribers: usize,
     pub subscriber_sessions: usize,
     pub parked: usize,
+    /// Turns of scenario (f), one after another.
+    pub preview_trials: usize,
+    /// Words (= deltas) per turn of scenario (f), and the pause between them.
+    pub preview_words: usize,
+    pub preview_drip: Duration,
 }
 
 impl Plan {
@@ -48,6 +53,9 @@ impl Plan {
             subscribers: 10_000,
             subscriber_sessions: 1000,
             parked: 1000,
+            preview_trials: 100,
+            preview_words: 10,
+            preview_drip: Duration::from_millis(20),
         };
         let mut plan = if quick {
             Plan {
@@ -65,6 +73,7 @@ impl Plan {
                 subscribers: 1000,
                 subscriber_sessions: 100,
                 parked: 100,
+                preview_trials: 20,
                 ..full
             }
         } else {

@@ -114,9 +114,51 @@ pub struct A2aResults {
     pub remote_delay_ms: u64,
     pub open_loop: Vec<Comparison>,
     pub saturation: Option<Comparison>,
+    /// Open loop against the instant remote, offered half the gateway's saturation
+    /// throughput: a tail the 1 s remote of `open_loop` would hide shows here.
+    pub instant_half_load: Option<Comparison>,
     /// The gateway offered twice its measured saturation throughput.
     pub overload: Option<Figures>,
     pub notes: Vec<String>,
+}
+
+/// Scenario (f): previews of one turn, seen by a subscriber on the process that runs it (B)
+/// and by one on another process of the same database (A). Deltas are matched by event id
+/// and text (the k-th delta of a text in an event at A is the k-th at B).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PreviewResults {
+    pub engine: Option<Engine>,
+    pub trials_wanted: u64,
+    /// Trials that ran to the end: both subscribers saw the turn go idle.
+    pub trials: u64,
+    /// Deltas per turn, and the model's pause between them.
+    pub words: u64,
+    pub drip_ms: u64,
+    /// Deltas B's subscriber received, and how many of those A's received too.
+    pub deltas_local: u64,
+    pub deltas_relayed: u64,
+    /// Arrival at A minus arrival at B, per delta both received (a delta A got first counts 0).
+    pub added: Summary,
+    /// How long before the committed `agent.message` A's first delta arrived, per trial in
+    /// which it came first.
+    pub lead: Summary,
+    /// Trials in which A's first delta arrived before the committed message.
+    pub early_trials: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub notes: Vec<String>,
+}
+
+impl PreviewResults {
+    /// The share of B's deltas A received (previews are best effort).
+    pub fn relayed_share(&self) -> Option<f64> {
+        ratio(self.deltas_relayed as f64, self.deltas_local as f64)
+    }
+
+    /// The share of the trials run in which A's first delta beat the committed message (a
+    /// trial that failed is one in which it did not).
+    pub fn early_share(&self) -> Option<f64> {
+        ratio(self.early_trials as f64, self.trials_wanted as f64)
+    }
 }
 
 /// Scenario (d).
@@ -193,6 +235,7 @@ pub struct Results {
     pub a2a: Vec<A2aResults>,
     pub acp: Vec<Comparison>,
     pub memory: Vec<MemoryResults>,
+    pub previews: Option<PreviewResults>,
     /// Scenarios that could not run, and why.
     pub failures: Vec<String>,
 }

@@ -97,14 +97,15 @@ impl Server {
     }
 }
 
-fn write_config(dir: &Path, listen: &str, db: &Database, publish: &Publish) -> Result<PathBuf> {
+fn write_config(dir: &Path, listen: &str, db: &Database, data_dir: &Path, publish: &Publish) -> Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     let path = dir.join("gateway.toml");
-    std::fs::write(&path, config_toml(listen, db, &dir.join("data"), publish))?;
+    std::fs::write(&path, config_toml(listen, db, data_dir, publish))?;
     Ok(path)
 }
 
-/// `gateway serve` on a free port, ready (`/readyz`) when this returns.
+/// `gateway serve` on a free port with its data directory in `dir/data`, ready (`/readyz`)
+/// when this returns.
 pub async fn gateway_serve(
     bins: &Bins,
     http: &reqwest::Client,
@@ -112,9 +113,23 @@ pub async fn gateway_serve(
     db: &Database,
     publish: &Publish,
 ) -> Result<Server> {
+    gateway_serve_with_data_dir(bins, http, dir, db, publish, &dir.join("data")).await
+}
+
+/// `gateway serve` with its configuration and log in `dir` and its data directory at
+/// `data_dir`. Two processes on one database must be one host (the same data directory) or
+/// have distinct host ids; a shared `data_dir` is the former, and needs nothing else.
+pub async fn gateway_serve_with_data_dir(
+    bins: &Bins,
+    http: &reqwest::Client,
+    dir: &Path,
+    db: &Database,
+    publish: &Publish,
+    data_dir: &Path,
+) -> Result<Server> {
     let port = procs::free_port()?;
     let listen = format!("127.0.0.1:{port}");
-    let config = write_config(dir, &listen, db, publish)?;
+    let config = write_config(dir, &listen, db, data_dir, publish)?;
     let mut cmd = Command::new(&bins.gateway);
     procs::clean_env(&mut cmd);
     cmd.arg("serve").arg("--config").arg(&config).current_dir(dir);
@@ -127,7 +142,7 @@ pub async fn gateway_serve(
 /// `gateway acp --agent AGENT` with piped stdio.
 pub fn gateway_acp(bins: &Bins, dir: &Path, db: &Database, publish: &Publish, agent: &str) -> Result<Proc> {
     // The listen address is unused by `gateway acp`, but must be a valid one.
-    let config = write_config(dir, "127.0.0.1:0", db, publish)?;
+    let config = write_config(dir, "127.0.0.1:0", db, &dir.join("data"), publish)?;
     let mut cmd = Command::new(&bins.gateway);
     procs::clean_env(&mut cmd);
     cmd.arg("acp").arg("--config").arg(&config).arg("--agent").arg(agent).current_dir(dir);

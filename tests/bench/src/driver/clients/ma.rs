@@ -1,6 +1,7 @@
-//! The Managed Agents client of scenarios (a) and (e): setup (agent, environment), then the
-//! round trip: create a session, open its event stream, send a `user.message`, read the
-//! stream to `session.status_idle`.
+//! The Managed Agents client of scenarios (a), (e) and (f): setup (agent, environment), then
+//! the round trip: create a session, open its event stream, send a `user.message`, read the
+//! stream to `session.status_idle`. Streams opened with [`MaClient::open_previews`] also carry
+//! the previews of `agent.message` (`event_start`, `event_delta`), which [`Frame`] tells apart.
 
 use std::time::Duration;
 
@@ -50,6 +51,34 @@ pub fn parking_agent() -> Value {
         "description": "Parks the turn until the client answers.", "input_schema": {"type": "object"}}]})
 }
 
+/// What one stream frame is, for a reader that times previews against committed events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// `event_start`: the preview of event `event_id` begins.
+    Start { event_id: String },
+    /// `event_delta`: text added to the preview of event `event_id`.
+    Delta { event_id: String, text: String },
+    /// A committed event (`agent.message`, `session.status_idle`, …), or anything else
+    /// with a `type` (an `error` frame).
+    Event { kind: String, id: String },
+}
+
+impl Frame {
+    /// Classifies a frame's JSON data. Tolerant: missing fields read as empty strings, so an
+    /// odd frame is kept (and shows up as a mismatch) rather than ending the stream.
+    pub fn of(v: &Value) -> Frame {
+        let s = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
+        match v.get("type").and_then(Value::as_str).unwrap_or_default() {
+            "event_start" => Frame::Start { event_id: s("/event/id") },
+            "event_delta" => Frame::Delta { event_id: s("/event_id"), text: s("/delta/content/text") },
+            kind => Frame::Event { kind: kind.to_owned(), id: s("/id") },
+        }
+    }
+}
+
+/// The query asking a stream for `agent.message` previews.
+const PREVIEWS: &str = "?event_deltas[]=agent.message";
+
 /// An open event stream.
 pub struct EventStream {
     body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
@@ -70,6 +99,11 @@ impl EventStream {
                 Ok(Some(Ok(chunk))) => self.frames.push(&chunk).map_err(|e| OpError::transport("bad frame", e))?,
             }
         }
+    }
+
+    /// The next frame, classified.
+    pub async fn next_frame(&mut self) -> Result<Frame, OpError> {
+        Ok(Frame::of(&self.next().await?))
     }
 
     /// Reads to the next `session.status_idle` (or error / terminated) and returns it, with
@@ -99,6 +133,11 @@ impl MaClient {
         Ok(Self { http, base: base.to_owned(), agent: id_of(&a)?, environment: id_of(&e)? })
     }
 
+    /// The same agent and environment through another gateway process on the same database.
+    pub fn on(&self, base: &str) -> MaClient {
+        MaClient { base: base.to_owned(), ..self.clone() }
+    }
+
     pub async fn create_session(&self) -> Result<String, OpError> {
         let body = json!({"agent": self.agent, "environment_id": self.environment});
         id_of(&post(&self.http, &format!("{}/v1/sessions", self.base), &body).await?)
@@ -107,7 +146,17 @@ impl MaClient {
     /// Opens the live stream; returns once the response headers arrived (the server has
     /// subscribed by then).
     pub async fn open_stream(&self, session: &str) -> Result<EventStream, OpError> {
-        let url = format!("{}/v1/sessions/{session}/events/stream", self.base);
+        self.open(session, "").await
+    }
+
+    /// Opens the live stream with the previews of `agent.message`; returns once the response
+    /// headers arrived.
+    pub async fn open_previews(&self, session: &str) -> Result<EventStream, OpError> {
+        self.open(session, PREVIEWS).await
+    }
+
+    async fn open(&self, session: &str, query: &str) -> Result<EventStream, OpError> {
+        let url = format!("{}/v1/sessions/{session}/events/stream{query}", self.base);
         let resp = self.http.get(url).header("accept", "text/event-stream").send().await?;
         if !resp.status().is_success() {
             let status = resp.status().as_u16();
@@ -150,6 +199,35 @@ impl MaClient {
         match self.round_trip(text).await {
             Ok(()) => Outcome::Ok,
             Err(e) => e.outcome(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_told_apart() {
+        let rows = [
+            (
+                json!({"type": "event_start", "event": {"type": "agent.message", "id": "sevt_1"}}),
+                Frame::Start { event_id: "sevt_1".into() },
+            ),
+            (
+                json!({"type": "event_delta", "event_id": "sevt_1",
+                    "delta": {"type": "content_delta", "index": 0, "content": {"type": "text", "text": " two"}}}),
+                Frame::Delta { event_id: "sevt_1".into(), text: " two".into() },
+            ),
+            (
+                json!({"type": "agent.message", "id": "sevt_1", "content": [{"type": "text", "text": "one two"}]}),
+                Frame::Event { kind: "agent.message".into(), id: "sevt_1".into() },
+            ),
+            (json!({"type": "error", "error": {}}), Frame::Event { kind: "error".into(), id: String::new() }),
+            (json!({"type": "event_delta"}), Frame::Delta { event_id: String::new(), text: String::new() }),
+        ];
+        for (data, want) in rows {
+            assert_eq!(Frame::of(&data), want, "{data}");
         }
     }
 }

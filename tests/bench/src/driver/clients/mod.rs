@@ -26,6 +26,13 @@ impl OpError {
         OpError::Transport { label: label.into(), detail: detail.to_string() }
     }
 
+    /// What happened, without the detail (the key errors are counted by).
+    pub fn label(&self) -> &str {
+        match self {
+            OpError::Answered { label, .. } | OpError::Transport { label, .. } => label,
+        }
+    }
+
     pub fn outcome(&self) -> Outcome {
         match self {
             OpError::Answered { label, .. } => Outcome::Refused(label.clone()),

@@ -1,9 +1,9 @@
-//! The acceptance criteria of issue 10, checked against one run's figures: one row per
+//! The acceptance criteria of issue 10 (and of the issues that added rows since), checked against one run's figures: one row per
 //! criterion, one cell per engine. Quick runs are too short to decide anything; the report
 //! says so, but still shows where each figure stands.
 
 use crate::driver::engine::Engine;
-use crate::driver::results::{Comparison, Results};
+use crate::driver::results::{Comparison, PreviewResults, Results};
 
 use super::fmt;
 
@@ -81,6 +81,63 @@ fn overload(r: &Results, e: Engine) -> String {
     )
 }
 
+fn instant_half(r: &Results, e: Engine) -> String {
+    let Some(c) = r.a2a.iter().find(|a| a.engine == e).and_then(|a| a.instant_half_load.as_ref()) else {
+        return "not measured".into();
+    };
+    let dp99 = c.gateway.latency.p99_ms - c.baseline.latency.p99_ms;
+    let lost = c.gateway.broken + c.gateway.timeouts;
+    let ok = c.gateway.ok > 0 && dp99 <= 10.0 && c.gateway.refused == 0 && lost == 0;
+    format!(
+        "{}/s: p99 {} ms vs {} ms direct ({}), {} refused, {} lost: {}",
+        fmt::rate(c.gateway.offered_rate.unwrap_or_default()),
+        fmt::ms(c.gateway.latency.p99_ms),
+        fmt::ms(c.baseline.latency.p99_ms),
+        fmt::signed_ms(dp99),
+        c.gateway.refused,
+        lost,
+        verdict(ok)
+    )
+}
+
+/// Previews cross processes only through PostgreSQL.
+fn previews_of(r: &Results, e: Engine) -> Result<&PreviewResults, String> {
+    if e != Engine::Postgres {
+        return Err("PostgreSQL only".into());
+    }
+    r.previews.as_ref().ok_or_else(|| "not measured".into())
+}
+
+fn previews_added(r: &Results, e: Engine) -> String {
+    let p = match previews_of(r, e) {
+        Ok(p) => p,
+        Err(why) => return why,
+    };
+    let ok = p.added.count > 0 && p.added.p50_ms <= 10.0;
+    format!(
+        "p50 +{} ms (p99 +{}), {} of B's deltas reached A: {}",
+        fmt::ms(p.added.p50_ms),
+        fmt::ms(p.added.p99_ms),
+        fmt::pct(p.relayed_share().unwrap_or(0.0)),
+        verdict(ok)
+    )
+}
+
+fn previews_early(r: &Results, e: Engine) -> String {
+    let p = match previews_of(r, e) {
+        Ok(p) => p,
+        Err(why) => return why,
+    };
+    let ok = p.early_share().is_some_and(|s| s >= 0.95);
+    format!(
+        "{} of {} trials, p50 {} ms before: {}",
+        p.early_trials,
+        p.trials_wanted,
+        fmt::ms(p.lead.p50_ms),
+        verdict(ok)
+    )
+}
+
 fn acp(r: &Results, e: Engine) -> String {
     let Some(c) = r.acp.iter().find(|c| c.engine == e) else { return "not measured".into() };
     let Some(f) = &r.fsync else { return "no fsync figure".into() };
@@ -116,10 +173,22 @@ pub fn rows(r: &Results, engines: &[Engine]) -> Vec<Row> {
         Row { criterion: "Managed Agents round trip: ≥ 0.5× bench-durable, CPU/session ≤ 2×", cells: each(ma) },
         Row { criterion: "A2A saturation, instant remote: ≥ 0.25× direct", cells: each(saturation) },
         Row {
+            criterion: "A2A, instant remote, half the gateway's capacity, open loop: p99 within 10 ms of direct, nothing refused or lost",
+            cells: each(instant_half),
+        },
+        Row {
             criterion: "A2A at 2× capacity: goodput ≥ 90 %, refusals within 50 ms, no timeouts",
             cells: each(overload),
         },
         Row { criterion: "ACP: p50 ≤ direct p50 + 3 × fsynced-commit p50", cells: each(acp) },
         Row { criterion: "10,000 idle SSE subscribers under 400 MB RSS", cells: each(memory) },
+        Row {
+            criterion: "Previews across processes: a subscriber on A gets B's turn's deltas with p50 ≤ 10 ms added over one on B",
+            cells: each(previews_added),
+        },
+        Row {
+            criterion: "Previews across processes: A's first delta before the committed message in ≥ 95 % of trials",
+            cells: each(previews_early),
+        },
     ]
 }

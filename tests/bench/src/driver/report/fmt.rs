@@ -17,6 +17,14 @@ pub fn ms(v: f64) -> String {
     }
 }
 
+/// A difference in milliseconds, signed: `+1.30`, `−0.412`, `0`.
+pub fn signed_ms(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return "0".into();
+    }
+    format!("{}{}", if v > 0.0 { "+" } else { "−" }, ms(v.abs()))
+}
+
 pub fn rate(v: f64) -> String {
     if v < 10.0 {
         format!("{v:.2}")
@@ -64,6 +72,9 @@ mod tests {
         assert_eq!(ms(0.0321), "0.032");
         assert_eq!(ms(53.24), "53.2");
         assert_eq!(ms(1503.0), "1503");
+        assert_eq!(signed_ms(1.3), "+1.30");
+        assert_eq!(signed_ms(-0.4123), "−0.412");
+        assert_eq!(signed_ms(0.0), "0");
         assert_eq!(ratio(Some(0.0123)), "0.012×");
         assert_eq!(ratio(Some(0.5)), "0.50×");
         assert_eq!(ratio(None), "–");

@@ -1,5 +1,5 @@
 //! `docs/benchmarks.md`: method, machine, one table per scenario with the ratios, the
-//! acceptance criteria of issue 10, notes on anything odd, links to the plots.
+//! acceptance criteria (issue 10's and those added since), notes on anything odd, links to the plots.
 
 mod acceptance;
 mod fmt;
@@ -55,6 +55,7 @@ fn engines(r: &Results) -> Vec<Engine> {
         .chain(r.a2a.iter().map(|a| a.engine))
         .chain(r.acp.iter().map(|c| c.engine))
         .chain(r.memory.iter().filter_map(|m| m.engine))
+        .chain(r.previews.iter().filter_map(|p| p.engine))
         .collect();
     e.sort_by_key(|e| *e as u8);
     e.dedup();
@@ -208,7 +209,7 @@ fn a2a(out: &mut String, r: &Results, plots: &[PlotFile]) {
                     a.engine.name().into(),
                     fmt::rate(c.gateway.offered_rate.unwrap_or_default()),
                     fmt::ratio(c.completed_ratio()),
-                    fmt::ms(c.gateway.latency.p50_ms - c.baseline.latency.p50_ms),
+                    fmt::signed_ms(c.gateway.latency.p50_ms - c.baseline.latency.p50_ms),
                     fmt::opt_ms(c.gateway.cpu_ms_per_op),
                 ],
             );
@@ -248,6 +249,7 @@ fn a2a(out: &mut String, r: &Results, plots: &[PlotFile]) {
         }
     }
     image(out, plots, "a2a-saturation-latency.svg");
+    instant_half_load(out, r);
     let _ =
         writeln!(out, "\n### Overload: the gateway offered 2× its saturation throughput (instant remote, open loop)\n");
     header(
@@ -288,6 +290,47 @@ fn a2a(out: &mut String, r: &Results, plots: &[PlotFile]) {
     }
     for a in &r.a2a {
         notes(out, &a.notes);
+    }
+}
+
+fn instant_half_load(out: &mut String, r: &Results) {
+    if r.a2a.iter().all(|a| a.instant_half_load.is_none()) {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n### Open loop, instant remote, half the gateway's capacity\n\nThe open loop above, against the remote that answers at once and offered half the gateway's saturation throughput: a tail the 1 s remote hides is the whole difference here.\n"
+    );
+    header(
+        out,
+        &[
+            "Engine",
+            "offered/s",
+            "completed (gw / direct)",
+            "p50 ms (gw / direct)",
+            "p99 ms (gw / direct)",
+            "p99 difference ms",
+            "refused",
+            "timeouts",
+            "gateway errors",
+        ],
+    );
+    for a in &r.a2a {
+        let Some(c) = &a.instant_half_load else { continue };
+        row(
+            out,
+            &[
+                a.engine.name().into(),
+                fmt::rate(c.gateway.offered_rate.unwrap_or_default()),
+                format!("{} / {} of {}", c.gateway.ok, c.baseline.ok, c.gateway.offered),
+                format!("{} / {}", fmt::ms(c.gateway.latency.p50_ms), fmt::ms(c.baseline.latency.p50_ms)),
+                format!("{} / {}", fmt::ms(c.gateway.latency.p99_ms), fmt::ms(c.baseline.latency.p99_ms)),
+                fmt::signed_ms(c.gateway.latency.p99_ms - c.baseline.latency.p99_ms),
+                c.gateway.refused.to_string(),
+                c.gateway.timeouts.to_string(),
+                fmt::errors(&c.gateway.errors),
+            ],
+        );
     }
 }
 
@@ -415,6 +458,50 @@ fn memory(out: &mut String, r: &Results) {
     }
 }
 
+fn previews(out: &mut String, r: &Results, plots: &[PlotFile]) {
+    let Some(p) = &r.previews else { return };
+    let _ = writeln!(
+        out,
+        "\n## (f) Previews across processes\n\nTwo `gateway serve` processes, A and B, on one PostgreSQL database. Each trial creates a session, opens a stream asking for `agent.message` previews on A and one on B, and sends a `user.message` to B, which runs the turn: the fake model answers {} words, one delta each, {} ms apart. B's subscriber gets the deltas from B itself, A's through PostgreSQL `NOTIFY`; the added latency is A's arrival minus B's, delta by delta (matched by event id and text). One turn at a time, after 2 warm-up turns: this is latency, not load. Previews are best effort, so the share A received is reported, not required.\n",
+        p.words, p.drip_ms
+    );
+    header(
+        out,
+        &[
+            "Engine",
+            "trials",
+            "deltas at A / at B",
+            "share at A",
+            "added p50 / p90 / p99 / max ms",
+            "A's first delta before the committed message",
+            "how long before (p50 / min ms)",
+            "errors",
+        ],
+    );
+    let lead_min = p.lead.cdf.first().map(|q| q[0]).unwrap_or_default();
+    row(
+        out,
+        &[
+            p.engine.map(Engine::name).unwrap_or("?").into(),
+            format!("{} / {}", p.trials, p.trials_wanted),
+            format!("{} / {}", p.deltas_relayed, p.deltas_local),
+            p.relayed_share().map(fmt::pct).unwrap_or_else(|| "–".into()),
+            format!(
+                "{} / {} / {} / {}",
+                fmt::ms(p.added.p50_ms),
+                fmt::ms(p.added.p90_ms),
+                fmt::ms(p.added.p99_ms),
+                fmt::ms(p.added.max_ms)
+            ),
+            format!("{} of {} trials", p.early_trials, p.trials_wanted),
+            format!("{} / {}", fmt::ms(p.lead.p50_ms), fmt::ms(lead_min)),
+            fmt::errors(&p.errors),
+        ],
+    );
+    notes(out, &p.notes);
+    image(out, plots, "previews-latency.svg");
+}
+
 pub fn markdown(r: &Results, plots: &[PlotFile]) -> String {
     let mut out = String::new();
     let m = &r.meta;
@@ -448,7 +535,7 @@ pub fn markdown(r: &Results, plots: &[PlotFile]) -> String {
     if !es.is_empty() {
         let _ = writeln!(
             out,
-            "\n## Issue 10 acceptance criteria, as measured{}\n",
+            "\n## Acceptance criteria, as measured{}\n",
             if m.quick { " (quick run: indicative)" } else { "" }
         );
         let mut head = vec!["Criterion"];
@@ -465,6 +552,7 @@ pub fn markdown(r: &Results, plots: &[PlotFile]) -> String {
     acp(&mut out, r, plots);
     fsync(&mut out, r);
     memory(&mut out, r);
+    previews(&mut out, r, plots);
     if !r.failures.is_empty() {
         let _ = writeln!(out, "\n## What could not be measured\n");
         for f in &r.failures {

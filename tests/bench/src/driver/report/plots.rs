@@ -46,11 +46,17 @@ pub fn plots(r: &Results, dir: &Path) -> Result<Vec<PlotFile>> {
             gw_pts.push((rate, c.gateway.throughput));
             direct_pts.push((rate, c.baseline.throughput));
         }
+        let mut instant = Vec::new();
+        if let Some(c) = &a.instant_half_load {
+            let rate = c.gateway.offered_rate.unwrap_or_default();
+            instant.push((rate, c.gateway.throughput));
+            direct_pts.push((rate, c.baseline.throughput));
+        }
         if let Some(o) = &a.overload {
-            gw_series.push((
-                format!("gateway, instant remote, 2× capacity ({})", a.engine.name()),
-                vec![(o.offered_rate.unwrap_or_default(), o.goodput_in_window.unwrap_or(o.throughput))],
-            ));
+            instant.push((o.offered_rate.unwrap_or_default(), o.goodput_in_window.unwrap_or(o.throughput)));
+        }
+        if !instant.is_empty() {
+            gw_series.push((format!("gateway, instant remote, ½ and 2× capacity ({})", a.engine.name()), instant));
         }
         gw_series.push((format!("gateway, remote after {} ms ({})", a.remote_delay_ms, a.engine.name()), gw_pts));
         if let Some(c) = &a.saturation {
@@ -75,6 +81,14 @@ pub fn plots(r: &Results, dir: &Path) -> Result<Vec<PlotFile>> {
     }
     let t = "(c) ACP prompt round trip";
     add("acp-latency.svg", t, plot::latency_cdf(&dir.join("acp-latency.svg"), t, &acp)?);
+
+    let mut previews: Vec<(String, &Summary)> = Vec::new();
+    if let Some(p) = &r.previews {
+        previews.push(("added at A over B, per delta".to_owned(), &p.added));
+        previews.push(("A's first delta before the committed message, per trial".to_owned(), &p.lead));
+    }
+    let t = "(f) Previews across processes (PostgreSQL)";
+    add("previews-latency.svg", t, plot::latency_cdf(&dir.join("previews-latency.svg"), t, &previews)?);
     Ok(out)
 }
 

@@ -4,6 +4,9 @@
 //! - open loop at each of `a2a_rates` for `a2a_window`, the remote answering after
 //!   `a2a_delay`, latency from each request's due time;
 //! - closed-loop saturation (`sat_connections`, `sat_text_bytes` of text) with an instant remote;
+//! - open loop against the instant remote at half the throughput the gateway reached at
+//!   saturation: with a remote that waits 1 s, a steady tail of a few tens of milliseconds
+//!   hides inside the second; with one that answers at once it is the whole difference;
 //! - the gateway offered twice the throughput it reached at saturation: goodput, how fast
 //!   refusals come, timeouts.
 //!
@@ -29,6 +32,8 @@ const FAST: &str = "echo-fast";
 
 /// Minimum offered rate of the overload step (when saturation found almost nothing).
 const MIN_OVERLOAD_RATE: f64 = 20.0;
+/// Minimum offered rate of the half-load step, likewise.
+const MIN_HALF_LOAD_RATE: f64 = 10.0;
 
 struct Setup<'a> {
     ctx: &'a Ctx,
@@ -211,19 +216,22 @@ pub async fn run(ctx: &Ctx, engine: Engine) -> Result<A2aResults> {
             open_loop.push(s.compare(&format!("a2a_open_{rate}"), Shape::Open(rate), SLOW).await?);
         }
         let saturation = s.compare("a2a_saturation", Shape::Closed(ctx.plan.sat_connections), FAST).await?;
+        let half = (saturation.gateway.throughput / 2.0).max(MIN_HALF_LOAD_RATE).round();
+        let instant = s.compare(&format!("a2a_instant_open_{half}"), Shape::Open(half), FAST).await?;
         let overload = s.overload(saturation.gateway.throughput).await?;
-        Ok::<_, crate::driver::error::BenchError>((open_loop, saturation, overload))
+        Ok::<_, crate::driver::error::BenchError>((open_loop, saturation, instant, overload))
     }
     .await;
     let notes = std::mem::take(&mut s.notes);
     s.slow.stop().await;
     s.fast.stop().await;
-    let (open_loop, saturation, overload) = result?;
+    let (open_loop, saturation, instant, overload) = result?;
     Ok(A2aResults {
         engine,
         remote_delay_ms: ctx.plan.a2a_delay.as_millis() as u64,
         open_loop,
         saturation: Some(saturation),
+        instant_half_load: Some(instant),
         overload: Some(overload),
         notes,
     })

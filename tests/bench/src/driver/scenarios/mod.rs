@@ -1,4 +1,4 @@
-//! The scenarios (a)–(e). Each starts the processes it measures, in its own temporary
+//! The scenarios (a)–(f). Each starts the processes it measures, in its own temporary
 //! directory and database, and stops them before it returns.
 
 pub mod a2a;
@@ -6,6 +6,7 @@ pub mod acp;
 pub mod fsync;
 pub mod managed_agents;
 pub mod memory;
+pub mod previews;
 
 use std::path::PathBuf;
 use std::time::Duration;
