@@ -5,11 +5,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use gateway_core::event::{Event, EventPayload, NewEvent, StopReason};
 use gateway_core::run::{Claim, Fence, Run, RunState, WorkerOffer};
-use gateway_core::session::{PendingAction, SessionStatus};
+use gateway_core::session::{PendingAction, Session, SessionStatus};
 use gateway_core::{RunId, SessionId, Timestamp};
 
 use super::WriteTx;
-use super::sessions::{Advance, Startable};
+use super::sessions::Advance;
 use super::{Engine, Hints, SqlStore, query, query_as, run_cols};
 use crate::RunQueue;
 use crate::error::{Guard, Result, StoreError};
@@ -226,20 +226,20 @@ impl<E: Engine> SqlStore<E> {
 
     /// Claims the run an admission just queued in `tx`, when `offer` may take it, without
     /// looking for it: the admission holds the session's lock and knows the run is the
-    /// session's only one (see [`Startable`]), so the general claim's lock timeout, clock read,
+    /// session's only one ([`super::sessions::Admitted::startable`]), so the general claim's lock timeout, clock read,
     /// candidate search, savepoint and second session lock (six round trips on PostgreSQL,
     /// every turn) have nothing to decide. `None` when `offer` cannot run it (another backend
     /// or provider, or an environment on another host): the caller tries the general claim,
     /// which also fails the runs of a host that is gone.
     pub(crate) async fn start_admitted(
         tx: &mut WriteTx<E>,
-        admitted: Startable,
+        session: &Session,
+        run: RunId,
         offer: &WorkerOffer,
         terms: LeaseTerms,
         now: i64,
         hints: &mut Hints,
     ) -> Result<Option<Claim>> {
-        let Startable { mut session, run } = admitted;
         let req = &session.snapshot.requirements;
         let placeable = offer.backends.contains(&req.backend)
             && req.provider().is_none_or(|p| offer.providers.contains(p))
@@ -271,7 +271,8 @@ impl<E: Engine> SqlStore<E> {
         };
         let start = NewEvent::new(EventPayload::TurnStarted { inputs_through });
         let by = Some((&run.id, run.lease_epoch));
-        let events = Self::append_and_advance(tx, &session, vec![start], now, by, Advance::Log, hints).await?;
+        let events = Self::append_and_advance(tx, session, vec![start], now, by, Advance::Log, hints).await?;
+        let mut session = session.clone();
         session.last_seq += events.len() as u64;
         session.updated_at = Timestamp::from_millis(now);
         Ok(Some(Claim { fence, run, session, inputs_through, environment_lost: false }))

@@ -103,11 +103,12 @@ impl<E: Engine> SqlStore<E> {
             }
             Some(_) => {}
         }
-        query(
+        let inserted = query_as::<Session>(concat!(
             "INSERT INTO sessions (id, environment_id, agent_id, agent_version, snapshot, title, metadata, status, pending, \
              env_state, env_host, last_seq, created_at, updated_at, budget_max_micros) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 'idle', '[]', 'none', NULL, 0, $8, $8, $9)",
-        )
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'idle', '[]', 'none', NULL, 0, $8, $8, $9) RETURNING ",
+            session_cols!()
+        ))
         .bind(id.as_str())
         .bind(new.environment_id.as_str())
         .bind(agent.id.as_str())
@@ -117,34 +118,54 @@ impl<E: Engine> SqlStore<E> {
         .bind(serde_json::to_string(&new.metadata)?)
         .bind(now)
         .bind(new.budget.map(|b| super::bigint(b.max_list_cost_micros)))
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await
         .map_err(|e| {
             if e.is_unique_violation() { StoreError::Guard(Guard::SessionExists(id.to_string())) } else { e.into() }
         })?;
         Self::record_file_mounts(&mut tx, &id, &snapshot.resources, false).await?;
         let mut hints = Hints::default();
-        let admitted = if new.initial_inputs.is_empty() {
-            None
-        } else {
-            let session = Self::lock_session(&mut tx, &id).await?;
-            Some(
-                Self::admit_locked(&mut tx, session, new.initial_inputs, new.writes.trace.as_ref(), now, &mut hints)
-                    .await?,
-            )
+        // The row this transaction inserted is locked by it: admission needs no lock of its own.
+        let admitted = match new.initial_inputs.is_empty() {
+            true => None,
+            false => Some(
+                Self::admit_locked(
+                    &mut tx,
+                    inserted.clone(),
+                    new.initial_inputs,
+                    new.writes.trace.as_ref(),
+                    now,
+                    &mut hints,
+                )
+                .await?,
+            ),
         };
         // A conflict here returns before `finish`: the session, its inputs and every
         // write roll back together.
         Self::apply_admission_writes(&mut tx, &id, &new.writes, now, &mut hints).await?;
-        let (events, claim) = match (admitted, claim) {
-            (Some(mut admitted), Some((offer, terms))) => {
-                let events = std::mem::take(&mut admitted.events);
-                (events, Self::claim_admitted(&mut tx, admitted, offer, terms, now, &mut hints).await?)
+        let (session, events, claim) = match admitted {
+            None => (inserted, Vec::new(), None),
+            Some(admitted) => {
+                let claim = match claim {
+                    Some((offer, terms)) => {
+                        Self::claim_admitted(
+                            &mut tx,
+                            &admitted.session,
+                            admitted.startable,
+                            offer,
+                            terms,
+                            now,
+                            &mut hints,
+                        )
+                        .await?
+                    }
+                    None => None,
+                };
+                // As this transaction leaves it: the claim's turn start advanced it further.
+                let session = claim.as_ref().map_or(admitted.session, |c| c.session.clone());
+                (session, admitted.events, claim)
             }
-            (Some(admitted), None) => (admitted.events, None),
-            (None, _) => (Vec::new(), None),
         };
-        let session = Self::lock_session(&mut tx, &id).await?;
         self.finish(tx, hints).await?;
         Ok((session, events, claim))
     }
@@ -154,7 +175,8 @@ impl<E: Engine> SqlStore<E> {
     /// admission's run-ready hint goes only if the run is left for the Workers.
     async fn claim_admitted(
         tx: &mut WriteTx<E>,
-        admitted: Admitted,
+        session: &Session,
+        startable: Option<RunId>,
         offer: &WorkerOffer,
         terms: LeaseTerms,
         now: i64,
@@ -163,13 +185,13 @@ impl<E: Engine> SqlStore<E> {
         if !hints.take_run_ready() {
             return Ok(None);
         }
-        let claim = match admitted.startable {
-            Some(startable) => Self::start_admitted(tx, startable, offer, terms, now, hints).await?,
+        let claim = match startable {
+            Some(run) => Self::start_admitted(tx, session, run, offer, terms, now, hints).await?,
             None => None,
         };
         let claim = match claim {
             Some(claim) => Some(claim),
-            None => Self::claim_within(tx, offer, terms, 1, Some(&admitted.session), hints).await?.pop(),
+            None => Self::claim_within(tx, offer, terms, 1, Some(&session.id), hints).await?.pop(),
         };
         if claim.is_none() {
             hints.push(Hint::RunReady);
@@ -226,16 +248,12 @@ impl<E: Engine> SqlStore<E> {
         let advance = Advance::Status(decision.status, &decision.pending);
         Self::advance_session(tx, &session.id, session.last_seq, &events, now, advance, hints).await?;
         let alone = !run_running && !run_queued && !run_retrying && decision.pending.is_empty();
-        let id = session.id.clone();
-        let startable = queued.filter(|_| alone).map(|run| {
-            let mut session = session;
-            session.last_seq += events.len() as u64;
-            session.updated_at = Timestamp::from_millis(now);
-            session.status = decision.status;
-            session.pending_actions = decision.pending;
-            Startable { session, run }
-        });
-        Ok(Admitted { session: id, events, startable })
+        let mut session = session;
+        session.last_seq += events.len() as u64;
+        session.updated_at = Timestamp::from_millis(now);
+        session.status = decision.status;
+        session.pending_actions = decision.pending;
+        Ok(Admitted { session, events, startable: queued.filter(|_| alone) })
     }
 
     /// Queues a run of the locked `session` for its backend and placement.
@@ -744,28 +762,24 @@ impl<E: Engine> Sessions for SqlStore<E> {
         let mut tx = self.begin_write().await?;
         let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
         let mut hints = Hints::default();
-        let mut admitted = Self::admit_locked(&mut tx, row, inputs, writes.trace.as_ref(), now, &mut hints).await?;
-        let events = std::mem::take(&mut admitted.events);
+        let admitted = Self::admit_locked(&mut tx, row, inputs, writes.trace.as_ref(), now, &mut hints).await?;
         Self::apply_admission_writes(&mut tx, id, &writes, now, &mut hints).await?;
-        let claim = Self::claim_admitted(&mut tx, admitted, offer, terms, now, &mut hints).await?;
+        let claim =
+            Self::claim_admitted(&mut tx, &admitted.session, admitted.startable, offer, terms, now, &mut hints).await?;
         self.finish(tx, hints).await?;
-        Ok((events, claim))
+        Ok((admitted.events, claim))
     }
 }
 
-/// What an admission did: the events it appended and, when it queued a run, whether that run
-/// can start at once ([`SqlStore::start_admitted`]).
+/// What an admission did, in its transaction.
 pub(crate) struct Admitted {
-    pub session: SessionId,
-    pub events: Vec<Event>,
-    pub startable: Option<Startable>,
-}
-
-/// A run an admission queued with nothing before it: no other run of the session running,
-/// queued or retrying, no pending action; with the locked session as the admission left it.
-pub(crate) struct Startable {
+    /// The session as the admission left it (its row, locked by the transaction).
     pub session: Session,
-    pub run: RunId,
+    pub events: Vec<Event>,
+    /// The run it queued, when nothing stands before it (no other run of the session running,
+    /// queued or retrying, no pending action): the admission may start it at once
+    /// ([`SqlStore::start_admitted`]).
+    pub startable: Option<RunId>,
 }
 
 /// `$1` include archived, `$2` agent id, `$3` agent version, `$4` statuses (JSON array or
