@@ -13,7 +13,9 @@
 //! the claim (a crash in the one commit between), nothing of the turn is durable and the
 //! resumed run sends the message again, with the same messageId: the same window as between
 //! a remote's acceptance and our commit of it. A remote slower than [`FIRST_EVENT_GRACE`] to
-//! say anything gets the send committed then, as before.
+//! say anything gets the send committed then, as before. Likewise, events that arrive
+//! together (a remote that streams its task, its artifact and its final status at once) are
+//! committed together, with the last of them: one commit per burst, not per event.
 //!
 //! A remote INPUT_REQUIRED / AUTH_REQUIRED parks the turn on a custom tool use
 //! (`a2a_input_required` / `a2a_auth_required`, input `{"prompt": ...}`); the client's result
@@ -32,7 +34,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use async_trait::async_trait;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use gateway_core::content::{ContentBlock, plain_text};
 use gateway_core::event::{ErrorKind, Event, EventPayload, NewEvent, ToolOrigin, ToolPermission};
 use gateway_core::session::{PendingAction, PendingKind};
@@ -58,6 +60,26 @@ const CANCEL_TIMEOUT: Duration = Duration::from_secs(10);
 /// An answer within it settles with the send in the turn's last commit (see the module
 /// doc); past it, the window in which a crash would send the message again stays short.
 const FIRST_EVENT_GRACE: Duration = Duration::from_millis(25);
+
+/// The stream's next item if it has already arrived: the connection's task reads the socket,
+/// so it gets a few turns to hand over what is there before the answer is "not yet".
+async fn next_if_here<S: futures::Stream + Unpin>(events: &mut S) -> Option<Option<S::Item>> {
+    for _ in 0..3 {
+        if let Some(item) = events.next().now_or_never() {
+            return Some(item);
+        }
+        tokio::task::yield_now().await;
+    }
+    None
+}
+
+/// Whether what a remote event adds is committed now or staged for the next commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    Commit,
+    /// The next event is already here: what this one adds goes with it.
+    Stage,
+}
 
 /// Time limits of remote turns.
 #[derive(Debug, Clone, Copy)]
@@ -297,7 +319,7 @@ impl RemoteBackend {
                 Err(stop) => return self.stop(ctx, &client, &mut remote, Some(seq), stop).await,
             };
             let event = StreamResponse::from_value(result).map_err(|e| failed(e.to_string()))?;
-            if let Some(outcome) = self.absorb(ctx, &mut remote, Some(seq), event).await? {
+            if let Some(outcome) = self.absorb(ctx, &mut remote, Some(seq), event, Hold::Commit).await? {
                 return Ok(outcome);
             }
             return self.poll(ctx, &client, &mut remote, deadline).await;
@@ -347,12 +369,17 @@ impl RemoteBackend {
     ) -> Result<TurnOutcome, BackendError> {
         let mut events = std::pin::pin!(events);
         let idle = self.limits.stream_idle;
+        // The next event when it had already arrived with the one before (see below).
+        let mut ready = None;
         loop {
             let grace = sent.is_some() && FIRST_EVENT_GRACE < idle;
             let wait = if grace { FIRST_EVENT_GRACE } else { idle };
-            let next = match self.guard(ctx, deadline, tokio::time::timeout(wait, events.next())).await? {
-                Ok(n) => n,
-                Err(stop) => return self.stop(ctx, client, remote, sent, stop).await,
+            let next = match ready.take() {
+                Some(event) => Ok(event),
+                None => match self.guard(ctx, deadline, tokio::time::timeout(wait, events.next())).await? {
+                    Ok(n) => n,
+                    Err(stop) => return self.stop(ctx, client, remote, sent, stop).await,
+                },
             };
             if !matches!(next, Ok(Some(Ok(_)))) {
                 // No first event to record the send with: it is committed on its own, before
@@ -367,7 +394,12 @@ impl RemoteBackend {
             }
             match next {
                 Ok(Some(Ok(event))) => {
-                    if let Some(outcome) = self.absorb(ctx, remote, sent.take(), event).await? {
+                    // Events that arrived together are committed together: a remote that
+                    // answers at once sends its task, artifact and final status in one go,
+                    // and they ride with the settlement instead of costing a commit each.
+                    ready = next_if_here(&mut events).await;
+                    let hold = if ready.is_some() { Hold::Stage } else { Hold::Commit };
+                    if let Some(outcome) = self.absorb(ctx, remote, sent.take(), event, hold).await? {
                         return Ok(outcome);
                     }
                 }
@@ -418,7 +450,7 @@ impl RemoteBackend {
                 Err(stop) => return self.stop(ctx, client, remote, None, stop).await,
             };
             let event = StreamResponse::Task(client::task(t).map_err(|e| failed(e.to_string()))?);
-            if let Some(outcome) = self.absorb(ctx, remote, None, event).await? {
+            if let Some(outcome) = self.absorb(ctx, remote, None, event, Hold::Commit).await? {
                 return Ok(outcome);
             }
             if let Err(stop) = self.guard(ctx, deadline, tokio::time::sleep(self.limits.poll_interval)).await? {
@@ -463,13 +495,17 @@ impl RemoteBackend {
     }
 
     /// Commits what one remote event adds; `Some(outcome)` once the remote task settled.
-    /// `sent` (the first event after a send) also records the inputs as forwarded.
+    /// `sent` (the first event after a send) also records the inputs as forwarded. With
+    /// [`Hold::Stage`] (the next event is already here) what it would commit is staged for the
+    /// next commit instead: lost with the claim, the resumed run finds the message unsent or
+    /// the task unfinished and acts on that, the window the module doc describes.
     async fn absorb(
         &self,
         ctx: &RunContext,
         remote: &mut Remote,
         sent: Option<u64>,
         event: StreamResponse,
+        hold: Hold,
     ) -> Result<Option<TurnOutcome>, BackendError> {
         // The remote task this run already made durable (every absorb commits it, save the last).
         let durable_task = remote.task.clone();
@@ -561,7 +597,9 @@ impl RemoteBackend {
             // answer ride with the settlement (lost with the claim, the resumed run sends the
             // message again: see the module doc).
             Some(_) if outcome.is_some() => ctx.stage_with_bindings(out, bindings),
-            // The remote has the message and goes on: durable now, so no reclaim sends it again.
+            // The remote has the message and goes on: durable now, so no reclaim sends it
+            // again (with its next event, when that is already here).
+            Some(_) if hold == Hold::Stage => ctx.stage_with_bindings(out, bindings),
             Some(_) => {
                 ctx.commit_bindings(out, bindings).await?;
             }
@@ -574,6 +612,7 @@ impl RemoteBackend {
             None if outcome.is_some() && durable_task.is_some() && durable_task == remote.task => {
                 ctx.stage_with_bindings(out, bindings)
             }
+            None if hold == Hold::Stage => ctx.stage_with_bindings(out, bindings),
             None => {
                 ctx.commit_bindings(out, bindings).await?;
             }

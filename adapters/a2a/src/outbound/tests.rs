@@ -192,6 +192,32 @@ async fn a_message_the_remote_accepted_is_never_sent_again() {
     kit.shutdown().await;
 }
 
+/// A remote that streams its task, its artifact and its final status at once: events that
+/// arrived together are committed together, so the turn still costs the store only its
+/// admission and its settlement, and every binding a later run reads is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_that_arrive_together_settle_together() {
+    let (_remote, url) = fake(true).await;
+    let kit = gateway(&url, None).await;
+    let sid = kit.session("remote").await;
+    turn(&kit, &sid, vec![user("warm")], 1).await;
+    let mut writes = u64::MAX;
+    for n in 2..=4 {
+        let before = kit.store.writes_committed();
+        let evs = turn(&kit, &sid, vec![user(&format!("burst m{n}"))], n).await;
+        writes = writes.min(kit.store.writes_committed() - before);
+        assert_eq!(last_stop(&evs), StopReason::EndTurn);
+        assert_eq!(texts(&evs).last().cloned(), Some(format!("burst: m{n}")));
+        let sent = evs.iter().rfind(|e| matches!(e.payload, EventPayload::UserMessage { .. })).unwrap().seq;
+        let b = kit.ctx.coordinator.bindings(&sid).await.unwrap();
+        assert_eq!(b.get(K_SENT), Some(&sent.to_string()));
+        assert_eq!(b.get(K_TASK).map(String::as_str), Some(format!("t{}", n - 1).as_str()));
+        assert_eq!(b.get(K_STATE).map(String::as_str), Some("TASK_STATE_COMPLETED"));
+    }
+    assert_eq!(writes, 2, "the admission and the settlement, nothing in between");
+    kit.shutdown().await;
+}
+
 /// A remote whose first word settles the task (streamed, or as the SendMessage answer): the
 /// send, the remote task and the answer ride with the settlement, so the turn costs the store
 /// its admission (which claims it, or the Workers' claim) and its settlement, no commit of its

@@ -5,8 +5,10 @@
 //! "hang" -> a stream that never sends anything, "quiet" -> the task (WORKING) then silence,
 //! while GetTask says it completed with "late"; "work MS WORD" -> a WORKING task whose
 //! artifact starts with "working on WORD" and gains a part "tick K" every 200 ms, completed
-//! with a last part "done: WORD" once MS ms have passed (CancelTask cancels it); anything
-//! else -> COMPLETED with "echo: TEXT".
+//! with a last part "done: WORD" once MS ms have passed (CancelTask cancels it); streaming
+//! "burst WORD" -> the task (WORKING), an artifact update "burst: WORD" and the COMPLETED
+//! status, written at once (as a remote that answers at once streams); anything else ->
+//! COMPLETED with "echo: TEXT".
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
@@ -139,17 +141,27 @@ async fn rpc(State(f): State<Arc<Fake>>, headers: HeaderMap, axum::Json(req): ax
                     t
                 }
                 None if text == "ask" => task(&format!("t{n}"), "TASK_STATE_INPUT_REQUIRED", None, Some("what?")),
+                None if text.starts_with("burst ") => {
+                    task(&format!("t{n}"), "TASK_STATE_COMPLETED", Some(&format!("burst: {}", &text[6..])), None)
+                }
                 None if text == "hang" || text == "quiet" => task(&format!("t{n}"), "TASK_STATE_WORKING", None, None),
                 None => task(&format!("t{n}"), "TASK_STATE_COMPLETED", Some(&format!("echo: {text}")), None),
             };
             let tid = t["id"].as_str().unwrap().to_owned();
             if text == "quiet" {
-                tasks.insert(tid, task(&format!("t{n}"), "TASK_STATE_COMPLETED", Some("late"), None));
+                tasks.insert(tid.clone(), task(&format!("t{n}"), "TASK_STATE_COMPLETED", Some("late"), None));
             } else {
-                tasks.insert(tid, t.clone());
+                tasks.insert(tid.clone(), t.clone());
             }
             if method == "SendMessage" {
                 return reply(json!({"task": t}));
+            }
+            if let Some(word) = text.strip_prefix("burst ") {
+                let working = json!({"task": task(&tid, "TASK_STATE_WORKING", None, None)});
+                let artifact = json!({"artifactUpdate": {"taskId": tid, "contextId": "rctx",
+                    "artifact": {"artifactId": "a1", "parts": [{"text": format!("burst: {word}")}]}, "lastChunk": true}});
+                let done = json!({"statusUpdate": {"taskId": tid, "contextId": "rctx", "status": {"state": "TASK_STATE_COMPLETED"}}});
+                return sse(&id, vec![working, artifact, done], false);
             }
             match text.as_str() {
                 "hang" => sse(&id, vec![], true),
