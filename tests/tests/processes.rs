@@ -670,3 +670,108 @@ async fn a_session_whose_host_is_gone_recovers_through_an_explicit_release() {
     drop(b);
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// One SSE stream of a session's events: each committed frame's `id` and JSON, read until a
+/// frame satisfies `last` or the connection breaks (a killed process).
+async fn read_stream(
+    resp: reqwest::Response,
+    frames: &mut Vec<(String, serde_json::Value)>,
+    last: impl Fn(&serde_json::Value) -> bool,
+) -> bool {
+    use futures::StreamExt;
+    let mut body = resp.bytes_stream();
+    let mut buf = String::new();
+    while let Some(Ok(chunk)) = body.next().await {
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let frame: String = buf.drain(..end + 2).collect();
+            let id = frame.lines().find_map(|l| l.strip_prefix("id: "));
+            let data = frame.lines().find_map(|l| l.strip_prefix("data: "));
+            if let (Some(id), Some(data)) = (id, data) {
+                let v: serde_json::Value = serde_json::from_str(data).unwrap();
+                let done = last(&v);
+                frames.push((id.to_owned(), v));
+                if done {
+                    return true;
+                }
+            }
+        }
+    }
+    false
+}
+
+/// The process a client streams from, and that runs the turn, is SIGKILLed mid-turn: the
+/// client reconnects to the other process with `Last-Event-ID`, which takes the turn over once
+/// the lease lapses, and the client sees every event of the session exactly once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_of_a_killed_process_resumes_on_another_losing_and_repeating_nothing() {
+    use serde_json::json;
+    let (url, store) = schema_store().await;
+    let (a, b) = (gateway("a", &url, 2).spawn(), gateway("b", &url, 2).spawn());
+    a.ready(Duration::from_secs(30)).await;
+    b.ready(Duration::from_secs(30)).await;
+    let http = reqwest::Client::new();
+    let agent = post_json(&http, &b, "/v1/agents", json!({"name": "steps", "model": "claude-sonnet-4-6"})).await;
+    let env = post_json(&http, &b, "/v1/environments", json!({"name": "e", "config": {"type": "cloud"}})).await;
+    let session =
+        post_json(&http, &b, "/v1/sessions", json!({"agent": agent["id"], "environment_id": env["id"]})).await;
+    let sid = session["id"].as_str().unwrap().to_owned();
+    let stream_url = |g: &Gateway| g.url(&format!("/v1/sessions/{sid}/events/stream"));
+
+    let first = http.get(stream_url(&b)).send().await.unwrap();
+    let body = json!({"events": [{"type": "user.message", "content": [{"type": "text", "text": "steps 8 250"}]}]});
+    post_json(&http, &b, &format!("/v1/sessions/{sid}/events"), body).await;
+    let mut frames = Vec::new();
+    let three_steps = |frames: &Vec<(String, serde_json::Value)>| {
+        frames.iter().filter(|(_, v)| v["type"] == "agent.message").count() >= 3
+    };
+    // Read from B until three steps are in, then kill B under the open stream.
+    let read = async {
+        use futures::StreamExt;
+        let mut body = first.bytes_stream();
+        let mut buf = String::new();
+        while !three_steps(&frames) {
+            let chunk = body.next().await.expect("B's stream stays open").unwrap();
+            buf.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buf.find("\n\n") {
+                let frame: String = buf.drain(..end + 2).collect();
+                let id = frame.lines().find_map(|l| l.strip_prefix("id: "));
+                let data = frame.lines().find_map(|l| l.strip_prefix("data: "));
+                if let (Some(id), Some(data)) = (id, data) {
+                    frames.push((id.to_owned(), serde_json::from_str(data).unwrap()));
+                }
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), read).await.expect("three steps from B");
+    b.signal(Signal::SIGKILL);
+
+    // Reconnect to A after the last event seen, until the turn ends there.
+    let idle_end = |v: &serde_json::Value| v["type"] == "session.status_idle" && v["stop_reason"]["type"] == "end_turn";
+    let resumed = async {
+        loop {
+            let last = frames.last().map(|(id, _)| id.clone()).unwrap();
+            let resp = http.get(stream_url(&a)).header("last-event-id", &last).send().await.unwrap();
+            assert_eq!(resp.status().as_u16(), 200);
+            if read_stream(resp, &mut frames, idle_end).await {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), resumed).await.expect("the turn ends on A");
+
+    let log = log_of(&store, &SessionId::parse(&sid).unwrap()).await;
+    assert_turn_completed_once(&log, 8);
+    let seen: Vec<String> = frames.iter().map(|(id, _)| id.clone()).collect();
+    let unique: std::collections::BTreeSet<&String> = seen.iter().collect();
+    assert_eq!(unique.len(), seen.len(), "no event twice: {seen:?}");
+    // Every committed event the API shows, in the log's order (the stream shows all but the
+    // few kinds the API keeps to itself, which list and stream alike skip).
+    let listed: serde_json::Value =
+        http.get(a.url(&format!("/v1/sessions/{sid}/events?limit=1000"))).send().await.unwrap().json().await.unwrap();
+    let listed: Vec<String> =
+        listed["data"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap().to_owned()).collect();
+    let streamed: Vec<&String> = seen.iter().filter(|id| listed.contains(id)).collect();
+    assert_eq!(streamed, listed.iter().collect::<Vec<_>>(), "every listed event was streamed once, in order");
+    drop(a);
+}
