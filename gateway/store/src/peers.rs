@@ -49,10 +49,10 @@ pub struct Peers {
 
 /// The sending end the engine's task drains ([`Peers::new`]).
 pub(crate) struct Outbox {
-    pub rx: mpsc::Receiver<(Lane, String)>,
-    pub origin: String,
-    pub sent: Counter,
-    pub dropped: Counter,
+    rx: mpsc::Receiver<(Lane, String)>,
+    origin: String,
+    sent: Counter,
+    dropped: Counter,
 }
 
 impl Peers {
@@ -124,16 +124,12 @@ impl Outbox {
     pub async fn next_payloads(&mut self) -> Option<Vec<(Lane, String)>> {
         let first = self.rx.recv().await?;
         let mut payloads: Vec<(Lane, String)> = Vec::new();
-        let origin = self.origin.len();
-        let mut push = |(lane, line): (Lane, String)| {
-            match payloads.last_mut() {
-                Some((l, current)) if *l == lane && current.len() + 1 + line.len() <= PAYLOAD_LIMIT => {
-                    current.push('\n');
-                    current.push_str(&line);
-                }
-                _ => payloads.push((lane, format!("{}\n{line}", self.origin))),
+        let mut push = |(lane, line): (Lane, String)| match payloads.last_mut() {
+            Some((l, current)) if *l == lane && current.len() + 1 + line.len() <= PAYLOAD_LIMIT => {
+                current.push('\n');
+                current.push_str(&line);
             }
-            debug_assert!(payloads.last().is_some_and(|(_, p)| p.len() > origin));
+            _ => payloads.push((lane, format!("{}\n{line}", self.origin))),
         };
         push(first);
         // A bounded batch, so one round trip never carries an unbounded statement.
