@@ -13,6 +13,7 @@ fn bins() -> Bins {
     Bins {
         gateway: PathBuf::from("unused"),
         durable: env!("CARGO_BIN_EXE_bench-durable").into(),
+        a2a_durable: env!("CARGO_BIN_EXE_bench-a2a-durable").into(),
         echo: env!("CARGO_BIN_EXE_bench-a2a-echo").into(),
         acp_stub: env!("CARGO_BIN_EXE_bench-acp-stub").into(),
     }
@@ -59,6 +60,45 @@ async fn bench_a2a_echo_answers_blocking_and_streaming_sends() {
     }
     assert_eq!(kinds, ["task", "artifactUpdate", "statusUpdate"]);
     server.stop().await;
+}
+
+#[tokio::test]
+async fn bench_a2a_durable_commits_around_each_send_to_its_remote() {
+    let dir = tempfile::tempdir().unwrap();
+    let http = clients::http();
+    let echo = targets::echo(&bins(), &http, dir.path(), "echo", Duration::ZERO).await.unwrap();
+    let proxy = targets::a2a_durable(&bins(), &http, dir.path(), &format!("{}/", echo.base)).await.unwrap();
+    let client = A2aClient::new(http.clone(), format!("{}/", proxy.base));
+    for i in 0..3 {
+        client.send(i, "hi").await.unwrap();
+    }
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": "x", "method": "SendMessage",
+        "params": {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "echo me"}]}}});
+    let v: serde_json::Value =
+        http.post(format!("{}/", proxy.base)).json(&body).send().await.unwrap().json().await.unwrap();
+    assert_eq!(v["id"], "x");
+    let task = &v["result"]["task"];
+    assert!(task["id"].as_str().unwrap().starts_with("task_"), "{v}");
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(task["artifacts"][0]["parts"][0]["text"], "echo me");
+
+    // A remote that is gone: the task is still committed, as failed, and the client hears why.
+    echo.stop().await;
+    let err = client.send(9, "lost").await.unwrap_err();
+    assert_eq!(err.label(), "jsonrpc -32603", "{err}");
+
+    let db =
+        sqlx::SqlitePool::connect(&format!("sqlite://{}", dir.path().join("a2a-durable.db").display())).await.unwrap();
+    let states: Vec<(String, i64)> =
+        sqlx::query_as("SELECT state, COUNT(*) FROM a2a_tasks GROUP BY state ORDER BY state")
+            .fetch_all(&db)
+            .await
+            .unwrap();
+    assert_eq!(states, [("TASK_STATE_COMPLETED".to_owned(), 4), ("TASK_STATE_FAILED".to_owned(), 1)]);
+    let (messages,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM a2a_messages").fetch_one(&db).await.unwrap();
+    assert_eq!(messages, 10, "the user's message and the answer, per task");
+    db.close().await;
+    proxy.stop().await;
 }
 
 #[tokio::test]

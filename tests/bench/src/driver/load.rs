@@ -153,13 +153,17 @@ where
 
 /// The A/B order of interleaved measurements: A, B, B, A, A, B, …
 pub fn schedule(rounds: usize) -> Vec<(usize, Side)> {
+    interleave(rounds, &[Side::Gateway, Side::Baseline])
+}
+
+/// The order of interleaved measurements of any number of targets: forwards in even rounds,
+/// backwards in odd ones (A, B, C, C, B, A, …), so a slow drift of the machine hits each
+/// target alike and no target always runs right after the same other one.
+pub fn interleave<T: Copy>(rounds: usize, targets: &[T]) -> Vec<(usize, T)> {
     (0..rounds)
         .flat_map(|r| {
-            if r % 2 == 0 {
-                [(r, Side::Gateway), (r, Side::Baseline)]
-            } else {
-                [(r, Side::Baseline), (r, Side::Gateway)]
-            }
+            let round: Vec<(usize, T)> = targets.iter().map(|t| (r, *t)).collect();
+            if r % 2 == 0 { round } else { round.into_iter().rev().collect() }
         })
         .collect()
 }
@@ -179,6 +183,10 @@ mod tests {
     fn the_schedule_interleaves() {
         let s: Vec<Side> = schedule(2).into_iter().map(|x| x.1).collect();
         assert_eq!(s, [Side::Gateway, Side::Baseline, Side::Baseline, Side::Gateway]);
+        let three: Vec<(usize, char)> = interleave(3, &['a', 'b', 'c']);
+        let order: String = three.iter().map(|x| x.1).collect();
+        assert_eq!(order, "abccbaabc");
+        assert_eq!(three.iter().map(|x| x.0).collect::<Vec<_>>(), [0, 0, 0, 1, 1, 1, 2, 2, 2]);
     }
 
     #[tokio::test]

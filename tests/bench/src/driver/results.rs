@@ -62,6 +62,28 @@ impl Figures {
     pub fn completed_share(&self) -> f64 {
         if self.offered > 0 { self.ok as f64 / self.offered as f64 } else { 0.0 }
     }
+
+    /// Server CPU milliseconds over the whole measurement.
+    pub fn cpu_ms(&self) -> Option<f64> {
+        Some(self.cpu_cores? * self.seconds * 1000.0)
+    }
+
+    /// Goodput (open loop: during the offering) as a share of `capacity` requests/s.
+    pub fn goodput_share(&self, capacity: f64) -> Option<f64> {
+        ratio(self.goodput_in_window.unwrap_or(self.throughput), capacity)
+    }
+}
+
+/// What refusing costs under overload, as a share of what serving costs: the server CPU of
+/// the overload segments beyond what their completed requests cost at `served_ms` each (the
+/// CPU per request served at saturation), per refused request, divided by `served_ms`.
+/// `None` without a refusal or a CPU figure. Negative when serving got cheaper under load.
+pub fn refusal_cpu_share(overload: &Figures, served_ms: f64) -> Option<f64> {
+    let total = overload.cpu_ms()?;
+    if overload.refused == 0 || served_ms <= 0.0 {
+        return None;
+    }
+    Some((total - overload.ok as f64 * served_ms) / overload.refused as f64 / served_ms)
 }
 
 /// One measured segment, for the spread between rounds.
@@ -119,7 +141,27 @@ pub struct A2aResults {
     pub instant_half_load: Option<Comparison>,
     /// The gateway offered twice its measured saturation throughput.
     pub overload: Option<Figures>,
+    /// Saturation against the durable A2A baseline (`bench-a2a-durable`, always on SQLite):
+    /// the same gateway segments as `saturation`, interleaved gateway, durable, direct.
+    #[serde(default)]
+    pub saturation_durable: Option<Comparison>,
+    /// The durable A2A baseline offered twice its own saturation throughput.
+    #[serde(default)]
+    pub overload_durable: Option<Figures>,
     pub notes: Vec<String>,
+}
+
+impl A2aResults {
+    /// The gateway's CPU per refused request under overload, as a share of its CPU per
+    /// request served at saturation (see [`refusal_cpu_share`]).
+    pub fn refusal_cpu_share(&self) -> Option<f64> {
+        refusal_cpu_share(self.overload.as_ref()?, self.saturation.as_ref()?.gateway.cpu_ms_per_op?)
+    }
+
+    /// The same for the durable A2A baseline, against its own saturation.
+    pub fn durable_refusal_cpu_share(&self) -> Option<f64> {
+        refusal_cpu_share(self.overload_durable.as_ref()?, self.saturation_durable.as_ref()?.baseline.cpu_ms_per_op?)
+    }
 }
 
 /// Scenario (f): previews of one turn, seen by a subscriber on the process that runs it (B)
@@ -238,4 +280,43 @@ pub struct Results {
     pub previews: Option<PreviewResults>,
     /// Scenarios that could not run, and why.
     pub failures: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn overload(ok: u64, refused: u64, cpu_ms: Option<f64>) -> Figures {
+        Figures { ok, refused, seconds: 2.0, cpu_cores: cpu_ms.map(|ms| ms / 1000.0 / 2.0), ..Figures::default() }
+    }
+
+    #[test]
+    fn a_refusal_costs_what_the_overload_spent_beyond_its_served_requests() {
+        // (ok, refused, CPU ms of the overload, CPU ms per served request at saturation) → share
+        let cases = [
+            (100, 100, Some(110.0), 1.0, Some(0.1)),
+            (100, 50, Some(100.0), 1.0, Some(0.0)),
+            (100, 100, Some(300.0), 1.0, Some(2.0)),
+            (100, 10, Some(90.0), 1.0, Some(-1.0)),
+            (100, 0, Some(100.0), 1.0, None),
+            (100, 10, None, 1.0, None),
+            (100, 10, Some(100.0), 0.0, None),
+        ];
+        for (ok, refused, cpu, served, want) in cases {
+            let got = refusal_cpu_share(&overload(ok, refused, cpu), served);
+            match (got, want) {
+                (Some(g), Some(w)) => assert!((g - w).abs() < 1e-9, "{ok} {refused} {cpu:?}: {g} != {w}"),
+                _ => assert_eq!(got, want, "{ok} {refused} {cpu:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn results_without_the_durable_a2a_baseline_still_read() {
+        let old = r#"{"engine": "sqlite", "remote_delay_ms": 1000, "open_loop": [], "saturation": null,
+            "instant_half_load": null, "overload": null, "notes": []}"#;
+        let a: A2aResults = serde_json::from_str(old).unwrap();
+        assert!(a.saturation_durable.is_none() && a.overload_durable.is_none());
+        assert_eq!(a.refusal_cpu_share(), None);
+    }
 }

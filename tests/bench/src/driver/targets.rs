@@ -1,5 +1,5 @@
 //! The processes under test: the `gateway` binary (serve or acp, with a generated TOML
-//! configuration) and the three baselines, all found next to the `bench` binary unless told
+//! configuration) and the four baselines, all found next to the `bench` binary unless told
 //! otherwise.
 
 use std::path::{Path, PathBuf};
@@ -20,6 +20,7 @@ pub const STOP_GRACE: Duration = Duration::from_secs(10);
 pub struct Bins {
     pub gateway: PathBuf,
     pub durable: PathBuf,
+    pub a2a_durable: PathBuf,
     pub echo: PathBuf,
     pub acp_stub: PathBuf,
 }
@@ -40,6 +41,7 @@ impl Bins {
         Ok(Bins {
             gateway,
             durable: find("bench-durable")?,
+            a2a_durable: find("bench-a2a-durable")?,
             echo: find("bench-a2a-echo")?,
             acp_stub: find("bench-acp-stub")?,
         })
@@ -156,6 +158,19 @@ pub async fn durable(bins: &Bins, http: &reqwest::Client, dir: &Path) -> Result<
     let mut cmd = Command::new(&bins.durable);
     cmd.arg("--listen").arg(&listen).arg("--database").arg(dir.join("durable.db"));
     let mut proc = Proc::spawn("bench-durable", cmd, &dir.join("durable.log"), false)?;
+    let base = format!("http://{listen}");
+    proc.wait_http(http, &format!("{base}/readyz"), READY).await?;
+    Ok(Server { proc, base })
+}
+
+/// `bench-a2a-durable` on a free port with its own database file in `dir`, in front of the
+/// A2A JSON-RPC endpoint `remote`.
+pub async fn a2a_durable(bins: &Bins, http: &reqwest::Client, dir: &Path, remote: &str) -> Result<Server> {
+    std::fs::create_dir_all(dir)?;
+    let listen = format!("127.0.0.1:{}", procs::free_port()?);
+    let mut cmd = Command::new(&bins.a2a_durable);
+    cmd.arg("--listen").arg(&listen).arg("--database").arg(dir.join("a2a-durable.db")).arg("--remote").arg(remote);
+    let mut proc = Proc::spawn("bench-a2a-durable", cmd, &dir.join("a2a-durable.log"), false)?;
     let base = format!("http://{listen}");
     proc.wait_http(http, &format!("{base}/readyz"), READY).await?;
     Ok(Server { proc, base })

@@ -1,4 +1,5 @@
-//! JSON-RPC 2.0 envelopes and the A2A v1.0 error codes the echo agent answers with.
+//! JSON-RPC 2.0 envelopes and the A2A v1.0 error codes the echo agent (and the durable A2A
+//! baseline in front of it) answer with.
 
 use serde_json::{Value, json};
 
@@ -6,6 +7,7 @@ pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
 pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
+pub const INTERNAL_ERROR: i64 = -32603;
 /// A2A `TaskNotFoundError`.
 pub const TASK_NOT_FOUND: i64 = -32001;
 

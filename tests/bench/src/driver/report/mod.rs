@@ -22,21 +22,27 @@ the published agents and a 1 s shutdown grace), and baselines the bench builds i
   acknowledged; `session.status_running` + `agent.message` + `session.status_idle` in one transaction, streamed to the open SSE
   stream after that commit. It serves the same paths, status codes and SSE frames the load generator reads from the gateway,
   so the client code is identical for both. It always runs on SQLite: it is the floor of the work, not a second engine.
+- **bench-a2a-durable**: the minimal durable A2A proxy, the yardstick of (b)'s saturation and overload. For each blocking
+  `SendMessage` it commits the task row and the user's message in one transaction before calling the remote (the same
+  request, to the instant `bench-a2a-echo`), then the remote's answer and the task's final state in one transaction before
+  answering the client with a completed Task carrying the remote's artifacts: two fsynced commits, nothing grouped. It uses
+  bench-durable's store (SQLite, WAL, `synchronous=FULL`, one writer connection) and, like it, always runs on SQLite.
 - **bench-a2a-echo**: an A2A v1.0 JSON-RPC agent (card, `SendMessage`, `SendStreamingMessage`, `GetTask`, `CancelTask`,
   `SubscribeToTask`) that answers every message with a completed Task echoing the text, at once or after a fixed delay. The
   gateway publishes it as an `a2a:` remote; its card advertises streaming, so the gateway streams from it.
 - **bench-acp-stub**: an ACP agent on stdio answering each prompt with one `agent_message_chunk` and `end_turn`. The gateway
   runs it as the ACP process of an `acp:stub` agent; the editor side is the driver, talking to `gateway acp` over stdio.
 
-Comparisons are interleaved in one run (gateway, baseline, baseline, gateway, …), and each ratio is gateway ÷ baseline from
-the same run. Latencies are recorded in HDR histograms (µs resolution). Open-loop latencies count from each request's
-*due* time, so queueing in the server (or the driver) cannot hide (no coordinated omission); a request still unanswered
-at the timeout (counted from its due time) is a timeout. Each A2A gateway segment gets a fresh gateway and database, so an
-overload's backlog cannot leak into the next segment. Server CPU is `utime + stime` of the server process over the
-measured window, divided by the requests it completed (for A2A and ACP, the gateway process alone on one side and the remote
-or stub alone on the other). The PostgreSQL runs put the gateway in a fresh schema of the test database; SQLite runs use a
-fresh file in the work directory. The driver, the servers and the database share the machine's cores, as they would on a
-small production host.";
+Comparisons are interleaved in one run (gateway, baseline, baseline, gateway, …; A2A saturation three ways: gateway,
+durable baseline, direct, then backwards), and each ratio is gateway ÷ baseline from the same run. Latencies are
+recorded in HDR histograms (µs resolution). Open-loop latencies count from each request's *due* time, so queueing in the
+server (or the driver) cannot hide (no coordinated omission); a request still unanswered at the timeout (counted from
+its due time) is a timeout. Each A2A gateway segment gets a fresh gateway and database, so an overload's backlog cannot
+leak into the next segment (bench-a2a-durable segments likewise get a fresh process and file). Server CPU is `utime +
+stime` of the server process over the measured window, divided by the requests it completed (for A2A and ACP, the
+gateway process alone on one side and the remote, the durable A2A proxy or the stub alone on the other). The PostgreSQL
+runs put the gateway in a fresh schema of the test database; SQLite runs use a fresh file in the work directory. The
+driver, the servers and the database share the machine's cores, as they would on a small production host.";
 
 fn row(out: &mut String, cells: &[String]) {
     let _ = writeln!(out, "| {} |", cells.join(" | "));
@@ -217,45 +223,109 @@ fn a2a(out: &mut String, r: &Results, plots: &[PlotFile]) {
     }
     image(out, plots, "a2a-open-latency.svg");
     image(out, plots, "a2a-throughput.svg");
-    let _ = writeln!(out, "\n### Saturation: 32 connections, 1 KiB text, instant remote (closed loop)\n");
+    saturation(out, r, plots);
+    instant_half_load(out, r);
+    overload(out, r);
+    for a in &r.a2a {
+        notes(out, &a.notes);
+    }
+}
+
+fn saturation(out: &mut String, r: &Results, plots: &[PlotFile]) {
+    let _ = writeln!(
+        out,
+        "\n### Saturation: 32 connections, 1 KiB text, instant remote (closed loop)\n\nInterleaved three ways: the gateway, bench-a2a-durable in front of the same remote (SQLite, two fsynced commits per message: the durable baseline), and the remote called directly (a reference: no durability at all).\n"
+    );
     header(
         out,
         &[
             "Engine",
             "gateway msgs/s",
-            "direct msgs/s",
-            "ratio",
-            "p50 ms (gw / direct)",
-            "p99 ms (gw / direct)",
-            "gateway CPU ms/msg",
+            "durable baseline msgs/s",
+            "ratio (gw / durable)",
+            "direct msgs/s (reference)",
+            "ratio (gw / direct)",
+            "p50 ms (gw / durable / direct)",
+            "p99 ms (gw / durable / direct)",
+            "CPU ms/msg (gw / durable)",
             "gateway errors",
         ],
     );
     for a in &r.a2a {
-        if let Some(c) = &a.saturation {
-            row(
-                out,
-                &[
-                    a.engine.name().into(),
-                    fmt::rate(c.gateway.throughput),
-                    fmt::rate(c.baseline.throughput),
-                    fmt::ratio(c.throughput_ratio()),
-                    format!("{} / {}", fmt::ms(c.gateway.latency.p50_ms), fmt::ms(c.baseline.latency.p50_ms)),
-                    format!("{} / {}", fmt::ms(c.gateway.latency.p99_ms), fmt::ms(c.baseline.latency.p99_ms)),
-                    fmt::opt_ms(c.gateway.cpu_ms_per_op),
-                    fmt::errors(&c.gateway.errors),
-                ],
-            );
-        }
+        let Some(c) = &a.saturation else { continue };
+        let d = a.saturation_durable.as_ref();
+        let durable = |f: fn(&Figures) -> String| d.map(|d| f(&d.baseline)).unwrap_or_else(|| "–".into());
+        row(
+            out,
+            &[
+                a.engine.name().into(),
+                fmt::rate(c.gateway.throughput),
+                durable(|f| fmt::rate(f.throughput)),
+                fmt::ratio(d.and_then(Comparison::throughput_ratio)),
+                fmt::rate(c.baseline.throughput),
+                fmt::ratio(c.throughput_ratio()),
+                format!(
+                    "{} / {} / {}",
+                    fmt::ms(c.gateway.latency.p50_ms),
+                    durable(|f| fmt::ms(f.latency.p50_ms)),
+                    fmt::ms(c.baseline.latency.p50_ms)
+                ),
+                format!(
+                    "{} / {} / {}",
+                    fmt::ms(c.gateway.latency.p99_ms),
+                    durable(|f| fmt::ms(f.latency.p99_ms)),
+                    fmt::ms(c.baseline.latency.p99_ms)
+                ),
+                format!("{} / {}", fmt::opt_ms(c.gateway.cpu_ms_per_op), durable(|f| fmt::opt_ms(f.cpu_ms_per_op))),
+                fmt::errors(&c.gateway.errors),
+            ],
+        );
+    }
+    let durable_errors: Vec<String> = r
+        .a2a
+        .iter()
+        .filter_map(|a| a.saturation_durable.as_ref())
+        .filter(|d| !d.baseline.errors.is_empty())
+        .map(|d| format!("durable baseline errors ({} run): {}", d.engine.name(), fmt::errors(&d.baseline.errors)))
+        .collect();
+    if !durable_errors.is_empty() {
+        let _ = writeln!(out);
+        notes(out, &durable_errors);
     }
     image(out, plots, "a2a-saturation-latency.svg");
-    instant_half_load(out, r);
-    let _ =
-        writeln!(out, "\n### Overload: the gateway offered 2× its saturation throughput (instant remote, open loop)\n");
+}
+
+fn overload_row(out: &mut String, engine: Engine, target: &str, capacity: f64, o: &Figures, share: Option<f64>) {
+    row(
+        out,
+        &[
+            engine.name().into(),
+            target.into(),
+            fmt::rate(capacity),
+            fmt::rate(o.offered_rate.unwrap_or_default()),
+            fmt::rate(o.goodput_in_window.unwrap_or(o.throughput)),
+            o.goodput_share(capacity).map(fmt::pct).unwrap_or_else(|| "–".into()),
+            format!("{} / {}", o.ok, o.offered),
+            format!("{} / {}", fmt::ms(o.latency.p50_ms), fmt::ms(o.latency.p99_ms)),
+            o.refused.to_string(),
+            format!("{} / {}", fmt::ms(o.refused_latency.p50_ms), fmt::ms(o.refused_latency.max_ms)),
+            o.timeouts.to_string(),
+            share.map(fmt::pct).unwrap_or_else(|| "–".into()),
+            fmt::errors(&o.errors),
+        ],
+    );
+}
+
+fn overload(out: &mut String, r: &Results) {
+    let _ = writeln!(
+        out,
+        "\n### Overload: each offered 2× its own saturation throughput (instant remote, open loop)\n\nCPU per refusal: the server's CPU over the overload segments, less the completed messages at the CPU per message it spent at saturation, per refused message, as a share of that CPU per message (– when nothing was refused). Saturation sends 1 KiB of text and the overload 5 bytes, so a negative share means serving got cheaper under overload, not that refusing paid.\n"
+    );
     header(
         out,
         &[
             "Engine",
+            "target",
             "capacity msgs/s",
             "offered/s",
             "goodput msgs/s (during the offering)",
@@ -265,31 +335,17 @@ fn a2a(out: &mut String, r: &Results, plots: &[PlotFile]) {
             "refused",
             "refused p50 / max ms",
             "timeouts",
+            "CPU per refusal (share of a served message)",
             "errors",
         ],
     );
     for a in &r.a2a {
-        let (Some(o), Some(s)) = (&a.overload, &a.saturation) else { continue };
-        let cap = s.gateway.throughput;
-        row(
-            out,
-            &[
-                a.engine.name().into(),
-                fmt::rate(cap),
-                fmt::rate(o.offered_rate.unwrap_or_default()),
-                fmt::rate(o.goodput_in_window.unwrap_or(o.throughput)),
-                if cap > 0.0 { fmt::pct(o.goodput_in_window.unwrap_or(o.throughput) / cap) } else { "–".into() },
-                format!("{} / {}", o.ok, o.offered),
-                format!("{} / {}", fmt::ms(o.latency.p50_ms), fmt::ms(o.latency.p99_ms)),
-                o.refused.to_string(),
-                format!("{} / {}", fmt::ms(o.refused_latency.p50_ms), fmt::ms(o.refused_latency.max_ms)),
-                o.timeouts.to_string(),
-                fmt::errors(&o.errors),
-            ],
-        );
-    }
-    for a in &r.a2a {
-        notes(out, &a.notes);
+        if let (Some(o), Some(s)) = (&a.overload, &a.saturation) {
+            overload_row(out, a.engine, "gateway", s.gateway.throughput, o, a.refusal_cpu_share());
+        }
+        if let (Some(o), Some(s)) = (&a.overload_durable, &a.saturation_durable) {
+            overload_row(out, a.engine, "durable baseline", s.baseline.throughput, o, a.durable_refusal_cpu_share());
+        }
     }
 }
 

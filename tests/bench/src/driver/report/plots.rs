@@ -63,6 +63,9 @@ pub fn plots(r: &Results, dir: &Path) -> Result<Vec<PlotFile>> {
             sat.push((format!("gateway ({})", a.engine.name()), &c.gateway.latency));
             sat.push((format!("direct ({} run)", a.engine.name()), &c.baseline.latency));
         }
+        if let Some(c) = &a.saturation_durable {
+            sat.push((format!("durable baseline ({} run)", a.engine.name()), &c.baseline.latency));
+        }
     }
     let delay = r.a2a.first().map(|a| a.remote_delay_ms).unwrap_or_default();
     let t = format!("(b) A2A SendMessage, open loop, remote after {delay} ms (completed requests)");

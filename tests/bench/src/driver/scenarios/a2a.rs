@@ -1,17 +1,22 @@
 //! (b) A2A `SendMessage` (blocking, v1.0 JSON-RPC) through a gateway agent published on an
-//! `a2a:` remote, against the same `bench-a2a-echo` remote called directly:
+//! `a2a:` remote, against the same `bench-a2a-echo` remote called directly and, where the
+//! gateway's durability has a price, against `bench-a2a-durable` (the minimal durable proxy:
+//! one fsynced commit before the remote is called, one before the client is answered):
 //!
 //! - open loop at each of `a2a_rates` for `a2a_window`, the remote answering after
-//!   `a2a_delay`, latency from each request's due time;
-//! - closed-loop saturation (`sat_connections`, `sat_text_bytes` of text) with an instant remote;
+//!   `a2a_delay`, latency from each request's due time (gateway against direct);
+//! - closed-loop saturation (`sat_connections`, `sat_text_bytes` of text) with an instant
+//!   remote, interleaved three ways: gateway, durable baseline, direct (the reference);
 //! - open loop against the instant remote at half the throughput the gateway reached at
 //!   saturation: with a remote that waits 1 s, a steady tail of a few tens of milliseconds
 //!   hides inside the second; with one that answers at once it is the whole difference;
-//! - the gateway offered twice the throughput it reached at saturation: goodput, how fast
-//!   refusals come, timeouts.
+//! - the gateway offered twice the throughput it reached at saturation, and the durable
+//!   baseline twice what it reached: goodput, how fast refusals come, timeouts, and what a
+//!   refusal costs in CPU.
 //!
-//! Every gateway segment gets a fresh gateway and database: an overloaded gateway keeps a
-//! backlog of queued turns for minutes, and the next segment must not inherit it.
+//! Every gateway and durable-baseline segment gets a fresh process and database: an
+//! overloaded server keeps a backlog of queued turns for minutes, and the next segment must
+//! not inherit it.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -24,6 +29,7 @@ use crate::driver::clients::a2a::A2aClient;
 use crate::driver::engine::{Database, Engine};
 use crate::driver::error::Result;
 use crate::driver::load::{self, Side, Tally};
+use crate::driver::procs::Proc;
 use crate::driver::results::{A2aResults, Comparison, Figures};
 use crate::driver::targets::{self, Publish, Server};
 
@@ -121,50 +127,90 @@ enum Shape {
     Closed(usize),
 }
 
+/// What one segment measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// A fresh gateway and database, the agent published on the remote.
+    Gateway,
+    /// A fresh `bench-a2a-durable` (and SQLite file) in front of the remote.
+    Durable,
+    /// The remote itself.
+    Direct,
+}
+
+/// Warms `client` up, then runs `load` with it and charges `proc` the CPU it used meanwhile.
+async fn measure<F, Fut>(proc: &Proc, client: A2aClient, load: F) -> Result<Tally>
+where
+    F: FnOnce(A2aClient) -> Fut,
+    Fut: Future<Output = Tally>,
+{
+    warm(&client).await;
+    let cpu0 = proc.cpu()?;
+    let mut t = load(client).await;
+    t.cpu = proc.cpu()?.saturating_sub(cpu0);
+    Ok(t)
+}
+
 impl Setup<'_> {
-    async fn segment(&mut self, side: Side, shape: Shape, agent: &str, label: &str) -> Result<Tally> {
+    fn remote(&self, agent: &str) -> &Server {
+        if agent == SLOW { &self.slow } else { &self.fast }
+    }
+
+    async fn segment(&mut self, target: Target, shape: Shape, agent: &str, label: &str) -> Result<Tally> {
         let plan = &self.ctx.plan;
         let (window, text) = match shape {
             Shape::Open(_) => (plan.a2a_window, Arc::new("hello".to_owned())),
             Shape::Closed(_) => (plan.sat_window, Arc::new("x".repeat(plan.sat_text_bytes))),
         };
-        let run = |client: A2aClient| async move {
+        let load = |client: A2aClient| async move {
             match shape {
                 Shape::Open(rate) => open(client, rate, window, plan.a2a_timeout, text).await,
                 Shape::Closed(n) => closed(client, n, window, plan.a2a_timeout, text).await,
             }
         };
-        match side {
-            Side::Gateway => {
+        match target {
+            Target::Gateway => {
                 let fresh = self.gateway(label).await?;
-                let client = self.client(&fresh.server.base, Some(agent));
-                warm(&client).await;
-                let cpu0 = fresh.server.proc.cpu()?;
-                let mut t = run(client).await;
-                t.cpu = fresh.server.proc.cpu()?.saturating_sub(cpu0);
+                let t = measure(&fresh.server.proc, self.client(&fresh.server.base, Some(agent)), load).await;
                 fresh.stop().await;
-                Ok(t)
+                t
             }
-            Side::Baseline => {
-                let remote = if agent == SLOW { &self.slow } else { &self.fast };
-                let client = self.client(&remote.base, None);
-                warm(&client).await;
-                let cpu0 = remote.proc.cpu()?;
-                let mut t = run(client).await;
-                t.cpu = remote.proc.cpu()?.saturating_sub(cpu0);
-                Ok(t)
+            Target::Durable => {
+                let dir = self.dir.join(format!("durable-{label}"));
+                let remote = format!("{}/", self.remote(agent).base);
+                let proxy = targets::a2a_durable(&self.ctx.bins, &self.ctx.http, &dir, &remote).await?;
+                let t = measure(&proxy.proc, self.client(&proxy.base, None), load).await;
+                proxy.stop().await;
+                t
+            }
+            Target::Direct => {
+                let remote = self.remote(agent);
+                measure(&remote.proc, self.client(&remote.base, None), load).await
             }
         }
     }
 
-    async fn compare(&mut self, scenario: &str, shape: Shape, agent: &str) -> Result<Comparison> {
-        let mut pairing = Pairing::default();
-        for (round, side) in load::schedule(self.ctx.plan.rounds) {
-            let t = self.segment(side, shape, agent, &format!("{scenario}-{round}")).await?;
+    /// Gateway segments interleaved with direct ones and, if `durable`, with durable-baseline
+    /// ones (gateway, durable, direct; then backwards): the gateway against each, its segments
+    /// counted in both comparisons.
+    async fn compare(
+        &mut self,
+        scenario: &str,
+        shape: Shape,
+        agent: &str,
+        durable: bool,
+    ) -> Result<(Comparison, Option<Comparison>)> {
+        let targets: Vec<Target> = [Target::Gateway, Target::Durable, Target::Direct]
+            .into_iter()
+            .filter(|t| durable || *t != Target::Durable)
+            .collect();
+        let (mut direct, mut vs_durable) = (Pairing::default(), durable.then(Pairing::default));
+        for (round, target) in load::interleave(self.ctx.plan.rounds, &targets) {
+            let t = self.segment(target, shape, agent, &format!("{scenario}-{round}")).await?;
             info!(
                 engine = self.engine.name(),
                 scenario,
-                ?side,
+                ?target,
                 round,
                 ok_per_s = format!("{:.1}", t.throughput()),
                 p50_ms = format!("{:.1}", t.ok.summary().p50_ms),
@@ -172,31 +218,55 @@ impl Setup<'_> {
                 errors = t.errors.values().sum::<u64>(),
                 "(b) segment"
             );
-            pairing.add(round, side, t, None);
+            match target {
+                Target::Gateway => {
+                    if let Some(p) = &mut vs_durable {
+                        p.add(round, Side::Gateway, t.clone(), None);
+                    }
+                    direct.add(round, Side::Gateway, t, None);
+                }
+                Target::Durable => {
+                    if let Some(p) = &mut vs_durable {
+                        p.add(round, Side::Baseline, t, None);
+                    }
+                }
+                Target::Direct => direct.add(round, Side::Baseline, t, None),
+            }
         }
         let rate = match shape {
             Shape::Open(r) => Some(r),
             Shape::Closed(_) => None,
         };
-        Ok(pairing.finish(scenario, self.engine, rate, true, std::mem::take(&mut self.notes)))
+        let notes = std::mem::take(&mut self.notes);
+        let vs_durable = vs_durable.map(|p| p.finish(&format!("{scenario}_durable"), self.engine, rate, true, vec![]));
+        Ok((direct.finish(scenario, self.engine, rate, true, notes), vs_durable))
     }
 
-    async fn overload(&mut self, capacity: f64) -> Result<Figures> {
-        let rate = (capacity * 2.0).max(MIN_OVERLOAD_RATE).round();
-        let mut total = Tally::default();
-        for round in 0..self.ctx.plan.rounds {
-            let t = self.segment(Side::Gateway, Shape::Open(rate), FAST, &format!("overload-{round}")).await?;
+    /// Each target offered twice the throughput it reached at saturation (`capacity`), the
+    /// targets interleaved round by round; their figures in the order given.
+    async fn overload(&mut self, targets: &[(Target, f64)]) -> Result<Vec<Figures>> {
+        let rate = |capacity: f64| (capacity * 2.0).max(MIN_OVERLOAD_RATE).round();
+        let mut totals = vec![Tally::default(); targets.len()];
+        for (round, i) in load::interleave(self.ctx.plan.rounds, &(0..targets.len()).collect::<Vec<_>>()) {
+            let (target, capacity) = targets[i];
+            let rate = rate(capacity);
+            let t = self.segment(target, Shape::Open(rate), FAST, &format!("overload-{round}")).await?;
             info!(
                 engine = self.engine.name(),
+                ?target,
                 rate,
                 ok_per_s = format!("{:.1}", t.throughput()),
                 timeouts = t.timeouts,
                 refused = t.refused.len(),
                 "(b) overload segment"
             );
-            total.merge(&t);
+            totals[i].merge(&t);
         }
-        Ok(Figures::from_tally(&total, Some(rate), true))
+        Ok(targets
+            .iter()
+            .zip(totals)
+            .map(|((_, capacity), t)| Figures::from_tally(&t, Some(rate(*capacity)), true))
+            .collect())
     }
 }
 
@@ -213,26 +283,39 @@ pub async fn run(ctx: &Ctx, engine: Engine) -> Result<A2aResults> {
     let result = async {
         let mut open_loop = Vec::new();
         for &rate in &ctx.plan.a2a_rates {
-            open_loop.push(s.compare(&format!("a2a_open_{rate}"), Shape::Open(rate), SLOW).await?);
+            open_loop.push(s.compare(&format!("a2a_open_{rate}"), Shape::Open(rate), SLOW, false).await?.0);
         }
-        let saturation = s.compare("a2a_saturation", Shape::Closed(ctx.plan.sat_connections), FAST).await?;
+        let (saturation, vs_durable) =
+            s.compare("a2a_saturation", Shape::Closed(ctx.plan.sat_connections), FAST, true).await?;
         let half = (saturation.gateway.throughput / 2.0).max(MIN_HALF_LOAD_RATE).round();
-        let instant = s.compare(&format!("a2a_instant_open_{half}"), Shape::Open(half), FAST).await?;
-        let overload = s.overload(saturation.gateway.throughput).await?;
-        Ok::<_, crate::driver::error::BenchError>((open_loop, saturation, instant, overload))
+        let instant = s.compare(&format!("a2a_instant_open_{half}"), Shape::Open(half), FAST, false).await?.0;
+        let mut capacities = vec![(Target::Gateway, saturation.gateway.throughput)];
+        capacities.extend(vs_durable.as_ref().map(|c| (Target::Durable, c.baseline.throughput)));
+        let mut overload = s.overload(&capacities).await?.into_iter();
+        let (overload, overload_durable) = (overload.next(), overload.next());
+        Ok::<_, crate::driver::error::BenchError>((
+            open_loop,
+            saturation,
+            vs_durable,
+            instant,
+            overload,
+            overload_durable,
+        ))
     }
     .await;
     let notes = std::mem::take(&mut s.notes);
     s.slow.stop().await;
     s.fast.stop().await;
-    let (open_loop, saturation, instant, overload) = result?;
+    let (open_loop, saturation, saturation_durable, instant, overload, overload_durable) = result?;
     Ok(A2aResults {
         engine,
         remote_delay_ms: ctx.plan.a2a_delay.as_millis() as u64,
         open_loop,
         saturation: Some(saturation),
         instant_half_load: Some(instant),
-        overload: Some(overload),
+        overload,
+        saturation_durable,
+        overload_durable,
         notes,
     })
 }
