@@ -464,7 +464,6 @@ async fn post_json(http: &reqwest::Client, g: &Gateway, path: &str, body: serde_
 /// committed message, whose text they add up to; the committed event is the last word.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stream_on_one_process_shows_the_previews_of_a_turn_another_runs() {
-    use futures::StreamExt;
     use serde_json::json;
     let (url, store) = schema_store().await;
     let (a, b) = (gateway("a", &url, 60).spawn(), gateway("b", &url, 60).spawn());
@@ -504,21 +503,13 @@ async fn a_stream_on_one_process_shows_the_previews_of_a_turn_another_runs() {
     assert_eq!(owner, "b", "B runs the turn, A streams it");
 
     let mut frames: Vec<(Duration, String, serde_json::Value)> = Vec::new();
-    let mut body = stream.bytes_stream();
-    let mut buf = String::new();
+    let mut sse = Sse::new(stream);
     let read = async {
-        while let Some(chunk) = body.next().await {
-            buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
-            while let Some(end) = buf.find("\n\n") {
-                let frame: String = buf.drain(..end + 2).collect();
-                let kind = frame.lines().find_map(|l| l.strip_prefix("event: ")).unwrap_or_default().to_owned();
-                let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data: ")) else { continue };
-                let data: serde_json::Value = serde_json::from_str(data).unwrap();
-                let committed_message = kind == "agent.message";
-                frames.push((started.elapsed(), kind, data));
-                if committed_message {
-                    return;
-                }
+        while let Some(f) = sse.next().await {
+            let committed_message = f.event == "agent.message";
+            frames.push((started.elapsed(), f.event, f.data));
+            if committed_message {
+                return;
             }
         }
     };
@@ -671,30 +662,56 @@ async fn a_session_whose_host_is_gone_recovers_through_an_explicit_release() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
-/// One SSE stream of a session's events: each committed frame's `id` and JSON, read until a
-/// frame satisfies `last` or the connection breaks (a killed process).
-async fn read_stream(
+/// One frame of a Managed Agents event stream.
+struct Frame {
+    event: String,
+    /// Committed events only (previews have none).
+    id: Option<String>,
+    data: serde_json::Value,
+}
+
+/// A Managed Agents event stream, read frame by frame.
+struct Sse {
     resp: reqwest::Response,
+    buf: String,
+}
+
+impl Sse {
+    fn new(resp: reqwest::Response) -> Self {
+        Self { resp, buf: String::new() }
+    }
+
+    /// The next frame with data; `None` when the connection ends or breaks (a killed process).
+    async fn next(&mut self) -> Option<Frame> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let frame: String = self.buf.drain(..end + 2).collect();
+                let field = |name: &str| frame.lines().find_map(|l| l.strip_prefix(name)).map(str::to_owned);
+                if let Some(data) = field("data: ") {
+                    let event = field("event: ").unwrap_or_default();
+                    return Some(Frame { event, id: field("id: "), data: serde_json::from_str(&data).unwrap() });
+                }
+                continue;
+            }
+            let chunk = self.resp.chunk().await.ok()??;
+            self.buf.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}
+
+/// Reads committed events (`id`, JSON) into `frames` until one satisfies `last` (true) or the
+/// connection ends (false).
+async fn read_committed(
+    sse: &mut Sse,
     frames: &mut Vec<(String, serde_json::Value)>,
     last: impl Fn(&serde_json::Value) -> bool,
 ) -> bool {
-    use futures::StreamExt;
-    let mut body = resp.bytes_stream();
-    let mut buf = String::new();
-    while let Some(Ok(chunk)) = body.next().await {
-        buf.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buf.find("\n\n") {
-            let frame: String = buf.drain(..end + 2).collect();
-            let id = frame.lines().find_map(|l| l.strip_prefix("id: "));
-            let data = frame.lines().find_map(|l| l.strip_prefix("data: "));
-            if let (Some(id), Some(data)) = (id, data) {
-                let v: serde_json::Value = serde_json::from_str(data).unwrap();
-                let done = last(&v);
-                frames.push((id.to_owned(), v));
-                if done {
-                    return true;
-                }
-            }
+    while let Some(f) = sse.next().await {
+        let Some(id) = f.id else { continue };
+        let done = last(&f.data);
+        frames.push((id, f.data));
+        if done {
+            return true;
         }
     }
     false
@@ -722,28 +739,16 @@ async fn a_client_of_a_killed_process_resumes_on_another_losing_and_repeating_no
     let body = json!({"events": [{"type": "user.message", "content": [{"type": "text", "text": "steps 8 250"}]}]});
     post_json(&http, &b, &format!("/v1/sessions/{sid}/events"), body).await;
     let mut frames = Vec::new();
-    let three_steps = |frames: &Vec<(String, serde_json::Value)>| {
-        frames.iter().filter(|(_, v)| v["type"] == "agent.message").count() >= 3
-    };
     // Read from B until three steps are in, then kill B under the open stream.
-    let read = async {
-        use futures::StreamExt;
-        let mut body = first.bytes_stream();
-        let mut buf = String::new();
-        while !three_steps(&frames) {
-            let chunk = body.next().await.expect("B's stream stays open").unwrap();
-            buf.push_str(&String::from_utf8_lossy(&chunk));
-            while let Some(end) = buf.find("\n\n") {
-                let frame: String = buf.drain(..end + 2).collect();
-                let id = frame.lines().find_map(|l| l.strip_prefix("id: "));
-                let data = frame.lines().find_map(|l| l.strip_prefix("data: "));
-                if let (Some(id), Some(data)) = (id, data) {
-                    frames.push((id.to_owned(), serde_json::from_str(data).unwrap()));
-                }
-            }
-        }
+    let steps = std::cell::Cell::new(0);
+    let third_step = |v: &serde_json::Value| {
+        steps.set(steps.get() + usize::from(v["type"] == "agent.message"));
+        steps.get() >= 3
     };
-    tokio::time::timeout(Duration::from_secs(30), read).await.expect("three steps from B");
+    let mut sse = Sse::new(first);
+    let read = read_committed(&mut sse, &mut frames, third_step);
+    let three = tokio::time::timeout(Duration::from_secs(30), read).await.expect("three steps from B within 30 s");
+    assert!(three, "B's stream stayed open until the third step");
     b.signal(Signal::SIGKILL);
 
     // Reconnect to A after the last event seen, until the turn ends there.
@@ -753,7 +758,7 @@ async fn a_client_of_a_killed_process_resumes_on_another_losing_and_repeating_no
             let last = frames.last().map(|(id, _)| id.clone()).unwrap();
             let resp = http.get(stream_url(&a)).header("last-event-id", &last).send().await.unwrap();
             assert_eq!(resp.status().as_u16(), 200);
-            if read_stream(resp, &mut frames, idle_end).await {
+            if read_committed(&mut Sse::new(resp), &mut frames, idle_end).await {
                 return;
             }
         }
