@@ -192,28 +192,42 @@ async fn a_message_the_remote_accepted_is_never_sent_again() {
     kit.shutdown().await;
 }
 
+/// The writes the cheapest of three turns costs the store (background writes such as lease
+/// renewals may fall inside one), each turn saying `say(n)` and answered `answer(n)`, with the
+/// bindings a resumed or later run reads all written. A first turn fetches and pins the
+/// remote's card and is not counted.
+async fn cheapest_turn_writes(
+    kit: &Kit,
+    sid: &SessionId,
+    say: impl Fn(usize) -> String,
+    answer: impl Fn(usize) -> String,
+) -> u64 {
+    turn(kit, sid, vec![user("warm")], 1).await;
+    let mut writes = u64::MAX;
+    for n in 2..=4 {
+        let before = kit.store.writes_committed();
+        let evs = turn(kit, sid, vec![user(&say(n))], n).await;
+        writes = writes.min(kit.store.writes_committed() - before);
+        assert_eq!(last_stop(&evs), StopReason::EndTurn);
+        assert_eq!(texts(&evs).last().cloned(), Some(answer(n)));
+        let sent = evs.iter().rfind(|e| matches!(e.payload, EventPayload::UserMessage { .. })).unwrap().seq;
+        let b = kit.ctx.coordinator.bindings(sid).await.unwrap();
+        assert_eq!(b.get(K_SENT), Some(&sent.to_string()));
+        assert_eq!(b.get(K_TASK).map(String::as_str), Some(format!("t{}", n - 1).as_str()));
+        assert_eq!(b.get(K_STATE).map(String::as_str), Some("TASK_STATE_COMPLETED"));
+    }
+    writes
+}
+
 /// A remote that streams its task, its artifact and its final status at once: events that
 /// arrived together are committed together, so the turn still costs the store only its
-/// admission and its settlement, and every binding a later run reads is written.
+/// admission and its settlement.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_that_arrive_together_settle_together() {
     let (_remote, url) = fake(true).await;
     let kit = gateway(&url, None).await;
     let sid = kit.session("remote").await;
-    turn(&kit, &sid, vec![user("warm")], 1).await;
-    let mut writes = u64::MAX;
-    for n in 2..=4 {
-        let before = kit.store.writes_committed();
-        let evs = turn(&kit, &sid, vec![user(&format!("burst m{n}"))], n).await;
-        writes = writes.min(kit.store.writes_committed() - before);
-        assert_eq!(last_stop(&evs), StopReason::EndTurn);
-        assert_eq!(texts(&evs).last().cloned(), Some(format!("burst: m{n}")));
-        let sent = evs.iter().rfind(|e| matches!(e.payload, EventPayload::UserMessage { .. })).unwrap().seq;
-        let b = kit.ctx.coordinator.bindings(&sid).await.unwrap();
-        assert_eq!(b.get(K_SENT), Some(&sent.to_string()));
-        assert_eq!(b.get(K_TASK).map(String::as_str), Some(format!("t{}", n - 1).as_str()));
-        assert_eq!(b.get(K_STATE).map(String::as_str), Some("TASK_STATE_COMPLETED"));
-    }
+    let writes = cheapest_turn_writes(&kit, &sid, |n| format!("burst m{n}"), |n| format!("burst: m{n}")).await;
     assert_eq!(writes, 2, "the admission and the settlement, nothing in between");
     kit.shutdown().await;
 }
@@ -221,30 +235,14 @@ async fn events_that_arrive_together_settle_together() {
 /// A remote whose first word settles the task (streamed, or as the SendMessage answer): the
 /// send, the remote task and the answer ride with the settlement, so the turn costs the store
 /// its admission (which claims it, or the Workers' claim) and its settlement, no commit of its
-/// own in between. The bindings a resumed or later run reads are all there.
+/// own in between.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_that_comes_at_once_settles_with_the_send_in_one_commit() {
     for streaming in [true, false] {
         let (_remote, url) = fake(streaming).await;
         let kit = gateway(&url, None).await;
         let sid = kit.session("remote").await;
-        // The first turn also fetches and pins the remote's card.
-        turn(&kit, &sid, vec![user("warm")], 1).await;
-        // Background writes (lease renewals, heartbeats) may fall inside one turn: the
-        // cheapest of three turns is the path's own cost.
-        let mut writes = u64::MAX;
-        for n in 2..=4 {
-            let before = kit.store.writes_committed();
-            let evs = turn(&kit, &sid, vec![user(&format!("m{n}"))], n).await;
-            writes = writes.min(kit.store.writes_committed() - before);
-            assert_eq!(last_stop(&evs), StopReason::EndTurn);
-            assert_eq!(texts(&evs).last().cloned(), Some(format!("echo: m{n}")));
-            let sent = evs.iter().rfind(|e| matches!(e.payload, EventPayload::UserMessage { .. })).unwrap().seq;
-            let b = kit.ctx.coordinator.bindings(&sid).await.unwrap();
-            assert_eq!(b.get(K_SENT), Some(&sent.to_string()), "streaming {streaming}");
-            assert_eq!(b.get(K_TASK).map(String::as_str), Some(format!("t{}", n - 1).as_str()));
-            assert_eq!(b.get(K_STATE).map(String::as_str), Some("TASK_STATE_COMPLETED"));
-        }
+        let writes = cheapest_turn_writes(&kit, &sid, |n| format!("m{n}"), |n| format!("echo: m{n}")).await;
         assert_eq!(writes, 2, "streaming {streaming}: the admission and the settlement");
         kit.shutdown().await;
     }
