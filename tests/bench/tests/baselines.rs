@@ -72,8 +72,9 @@ async fn bench_a2a_durable_commits_around_each_send_to_its_remote() {
     for i in 0..3 {
         client.send(i, "hi").await.unwrap();
     }
-    let body = serde_json::json!({"jsonrpc": "2.0", "id": "x", "method": "SendMessage",
-        "params": {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "echo me"}]}}});
+    let params =
+        serde_json::json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "echo me"}]}});
+    let body = gateway_wire::jsonrpc::envelope::request("x", "SendMessage", params);
     let v: serde_json::Value =
         http.post(format!("{}/", proxy.base)).json(&body).send().await.unwrap().json().await.unwrap();
     assert_eq!(v["id"], "x");

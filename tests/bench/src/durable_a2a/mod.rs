@@ -149,15 +149,12 @@ impl Proxy {
 
 /// The `result` of a remote's JSON-RPC answer, or its error as this proxy's.
 fn remote_result(v: Value) -> Result<Value, RpcError> {
-    let Value::Object(mut m) = v else {
-        return Err(RpcError::new(rpc::INTERNAL_ERROR, "the remote answered with something other than an object"));
-    };
-    if let Some(e) = m.remove("error") {
-        let code = e.get("code").and_then(Value::as_i64).unwrap_or(rpc::INTERNAL_ERROR);
-        let message = e.get("message").and_then(Value::as_str).unwrap_or("remote error");
-        return Err(RpcError::new(code, format!("remote: {message}")));
+    use gateway_wire::jsonrpc::envelope::{Answer, read_response};
+    match read_response(&v) {
+        Ok(result) => Ok(result),
+        Err(Answer::Error(e)) => Err(RpcError::new(e.code, format!("remote: {}", e.message))),
+        Err(Answer::NotAResponse) => Err(RpcError::new(rpc::INTERNAL_ERROR, "the remote's answer has no result")),
     }
-    m.remove("result").ok_or_else(|| RpcError::new(rpc::INTERNAL_ERROR, "the remote's answer has no result"))
 }
 
 /// The task's final state from the remote's `result`: its Task's state, completed for a
@@ -236,9 +233,7 @@ mod tests {
 
     #[test]
     fn remote_errors_keep_their_code() {
-        let e = remote_result(json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32001, "message": "gone"}}))
-            .err()
-            .unwrap();
+        let e = remote_result(json!({"error": {"code": -32001, "message": "gone"}})).err().unwrap();
         assert_eq!((e.code, e.message.as_str()), (-32001, "remote: gone"));
         assert_eq!(remote_result(json!({"result": {"task": {}}})).unwrap(), json!({"task": {}}));
         assert_eq!(remote_result(json!([])).err().unwrap().code, rpc::INTERNAL_ERROR);
