@@ -28,14 +28,25 @@ const STATEMENT_CACHE: usize = 512;
 /// How long a connection waits for a lock another process holds (SQLite's own retry).
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Opens a connection to `path` with the store's settings. The writer puts the database in WAL
-/// mode with `synchronous=FULL`, so a commit is on disk before a client hears "accepted";
-/// readers leave the journal mode to it.
-pub(crate) fn open(path: &Path, writer: bool) -> Result<Connection> {
-    let flags = if writer {
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
-    } else {
-        OpenFlags::SQLITE_OPEN_READ_ONLY
+/// What a connection is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// The one write connection: creates the file, puts it in WAL mode with
+    /// `synchronous=FULL` (a commit is on disk before a client hears "accepted"), and leaves
+    /// checkpoints to the [`Checkpointer`](super::checkpoint::Checkpointer).
+    Writer,
+    /// A read-only connection; leaves the journal mode to the writer.
+    Reader,
+    /// The checkpoint thread's connection: it writes the database file, never a row.
+    Checkpointer,
+}
+
+/// Opens a connection to `path` with the store's settings for `role`.
+pub(crate) fn open(path: &Path, role: Role) -> Result<Connection> {
+    let flags = match role {
+        Role::Writer => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
+        Role::Checkpointer => OpenFlags::SQLITE_OPEN_READ_WRITE,
+        Role::Reader => OpenFlags::SQLITE_OPEN_READ_ONLY,
     } | OpenFlags::SQLITE_OPEN_NO_MUTEX
         | OpenFlags::SQLITE_OPEN_URI;
     let unavailable = |e: rusqlite::Error| StoreError::Unavailable(format!("cannot open {}: {e}", path.display()));
@@ -47,13 +58,16 @@ pub(crate) fn open(path: &Path, writer: bool) -> Result<Connection> {
     // default: a write() per page a turn touches, a share of every commit measured in
     // profiles. The journal lives as long as its transaction, so memory bounds it well; the
     // sort b-trees of the claim query go there too.
-    let pragmas = if writer {
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;"
-    } else {
-        "PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;"
+    let pragmas = match role {
+        Role::Writer => {
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 0; \
+             PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;"
+        }
+        Role::Checkpointer => "PRAGMA synchronous = FULL;",
+        Role::Reader => "PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;",
     };
     conn.execute_batch(pragmas).map_err(unavailable)?;
-    if writer {
+    if role == Role::Writer {
         // A first read opens the WAL and its index: while this connection lives, another that
         // closes (the migration's) is never the last one, which would delete the `-wal` file.
         conn.query_row("SELECT COUNT(*) FROM sqlite_master", [], |_| Ok(())).map_err(unavailable)?;
@@ -173,7 +187,7 @@ pub(crate) struct Readers {
 impl Readers {
     pub(crate) fn open(path: &Path, keep: usize) -> Result<Self> {
         let keep = keep.max(1);
-        let idle = (0..keep).map(|_| open(path, false)).collect::<Result<Vec<_>>>()?;
+        let idle = (0..keep).map(|_| open(path, Role::Reader)).collect::<Result<Vec<_>>>()?;
         Ok(Self { path: path.to_path_buf(), idle: Mutex::new(idle), keep })
     }
 
@@ -181,7 +195,7 @@ impl Readers {
         let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let conn = match idle {
             Some(conn) => conn,
-            None => open(&self.path, false)?,
+            None => open(&self.path, Role::Reader)?,
         };
         Ok(Reader { conn: Some(conn), from: self })
     }

@@ -1,7 +1,8 @@
 //! SQLite: the embedded default. One file in WAL mode, `synchronous=FULL` so a commit is on
 //! disk before the client hears "accepted", a single writer connection whose concurrent
 //! writes share transactions and fsyncs (`writer.rs`), and read-only connections that WAL
-//! lets read beside it (`conn.rs`). Statements run on the calling thread, without a thread
+//! lets read beside it (`conn.rs`); a thread copies the log back into the database file beside
+//! the writer (`checkpoint.rs`). Statements run on the calling thread, without a thread
 //! hop each (ADR 0014).
 //!
 //! The database holds every transcript, so its files are private to the gateway's user
@@ -9,6 +10,7 @@
 //! `-wal` and `-shm` files the database file's mode), a missing parent directory is created
 //! 0700, and files of an earlier version left readable by others are tightened.
 
+mod checkpoint;
 mod conn;
 mod writer;
 
@@ -139,9 +141,9 @@ impl SqliteStore {
         private_files(&path)?;
         let wake = Arc::new(Wakeups::new(options.wakeups));
         // The writer first: it creates the file and makes it WAL, which the readers need.
-        let write = conn::open(&path, true)?;
+        let write = conn::open(&path, conn::Role::Writer)?;
         let readers = Readers::open(&path, options.max_connections as usize)?;
-        let writer = Writer::start(write, Arc::clone(&wake), options.metrics.clone())?;
+        let writer = Writer::start(write, &path, Arc::clone(&wake), options.metrics.clone())?;
         Ok(SqlStore {
             db: SqliteDb { path, writer, readers },
             wake,

@@ -17,6 +17,9 @@
 //! transaction (disk full, I/O error) is found when its savepoint cannot be rolled back, and
 //! fails the whole batch the same way.
 //!
+//! Checkpoints, which copy the log back into the database file, run on a thread of their own
+//! beside the committer, never inside its COMMIT (`checkpoint.rs`).
+//!
 //! A failed commit also marks the writer as failing ([`Writer::health`]) until a commit
 //! succeeds: reads still work on a full disk, so readiness must ask the writer, not a reader.
 
@@ -27,6 +30,7 @@ use std::sync::mpsc;
 use rusqlite::Connection;
 use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
 
+use super::checkpoint::Checkpointer;
 use crate::error::{Result, StoreError};
 use crate::sql::Hints;
 use crate::sql::lateness::{Lateness, Waiting};
@@ -63,6 +67,7 @@ pub(crate) struct Writer {
     batch: Arc<Mutex<Batch>>,
     ask: mpsc::Sender<Ask>,
     committer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+    checkpointer: Arc<Checkpointer>,
     /// How long writes take from `begin` to durable: the store's backlog, seen by admission
     /// (`lateness`). Under load it is the queue in front of the writer plus the batch's
     /// commit; alone, a few statements and one fsync.
@@ -105,8 +110,15 @@ impl DerefMut for WriteTx {
 }
 
 impl Writer {
-    /// A writer on `conn`, with its committer thread (stopped by [`Writer::stop`]).
-    pub(crate) fn start(conn: Connection, wake: Arc<Wakeups>, metrics: crate::StoreMetrics) -> Result<Self> {
+    /// A writer on `conn` (the database at `path`), with its committer and checkpoint
+    /// threads (stopped by [`Writer::stop`]).
+    pub(crate) fn start(
+        conn: Connection,
+        path: &std::path::Path,
+        wake: Arc<Wakeups>,
+        metrics: crate::StoreMetrics,
+    ) -> Result<Self> {
+        let checkpointer = Arc::new(Checkpointer::start(path)?);
         let (ask, asks) = mpsc::channel();
         let failing = Failing::default();
         let batch = Arc::new(Mutex::new(Batch {
@@ -119,12 +131,20 @@ impl Writer {
         }));
         let committer = {
             let batch = Arc::clone(&batch);
+            let checkpointer = Arc::clone(&checkpointer);
             std::thread::Builder::new()
                 .name("sqlite-commit".into())
-                .spawn(move || commit_batches(&batch, &asks, &wake, &metrics))
+                .spawn(move || commit_batches(&batch, &asks, &wake, &metrics, &checkpointer))
                 .map_err(|e| StoreError::Unavailable(format!("cannot start the SQLite committer: {e}")))?
         };
-        Ok(Self { batch, ask, committer: std::sync::Mutex::new(Some(committer)), wait: Default::default(), failing })
+        Ok(Self {
+            batch,
+            ask,
+            committer: std::sync::Mutex::new(Some(committer)),
+            checkpointer,
+            wait: Default::default(),
+            failing,
+        })
     }
 
     fn ask(&self, what: Ask) {
@@ -199,13 +219,19 @@ impl Writer {
         committed.await.map_err(|_| StoreError::Unavailable("the store closed before committing".into()))?
     }
 
-    /// Stops the committer (after committing what the batch holds) and waits for it.
+    /// Stops the committer (after committing what the batch holds) and the checkpoint
+    /// thread, and waits for both.
     pub(crate) async fn stop(&self) {
         self.ask(Ask::Stop);
         let handle = self.committer.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(handle) = handle {
-            let _ = tokio::task::spawn_blocking(move || handle.join()).await;
-        }
+        let checkpointer = Arc::clone(&self.checkpointer);
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Some(handle) = handle {
+                let _ = handle.join();
+            }
+            checkpointer.stop();
+        })
+        .await;
     }
 }
 
@@ -254,7 +280,13 @@ pub(crate) static STALL_BEFORE_COMMIT: std::sync::atomic::AtomicBool = std::sync
 
 /// The committer thread: commits batches as writes finish, until asked to stop (then commits
 /// what is left). It takes the batch with `blocking_lock`, behind the writes already queued.
-fn commit_batches(batch: &Mutex<Batch>, asks: &mpsc::Receiver<Ask>, wake: &Wakeups, metrics: &crate::StoreMetrics) {
+fn commit_batches(
+    batch: &Mutex<Batch>,
+    asks: &mpsc::Receiver<Ask>,
+    wake: &Wakeups,
+    metrics: &crate::StoreMetrics,
+    checkpointer: &Checkpointer,
+) {
     loop {
         let mut stopping = matches!(asks.recv(), Ok(Ask::Stop) | Err(_));
         // Every ask that arrived meanwhile is covered by this pass.
@@ -287,6 +319,9 @@ fn commit_batches(batch: &Mutex<Batch>, asks: &mpsc::Receiver<Ask>, wake: &Wakeu
                     e
                 });
                 set_failing(&batch.failing, committed.as_ref().err().map(|e| format!("the last commit failed: {e}")));
+                if committed.is_ok() {
+                    checkpointer.after_commit(&batch.conn);
+                }
                 committed
             } else {
                 Ok(())
