@@ -13,9 +13,10 @@
 //! the claim (a crash in the one commit between), nothing of the turn is durable and the
 //! resumed run sends the message again, with the same messageId: the same window as between
 //! a remote's acceptance and our commit of it. A remote slower than [`FIRST_EVENT_GRACE`] to
-//! say anything gets the send committed then, as before. Likewise, events that arrive
-//! together (a remote that streams its task, its artifact and its final status at once) are
-//! committed together, with the last of them: one commit per burst, not per event.
+//! say anything gets the send committed then, as before. Likewise, events that follow each
+//! other within [`LINGER`] (a remote that streams its task, its artifact and its final status
+//! at once) are committed together, with the last of them: one commit per burst, not per
+//! event, and at least one every [`MAX_STAGED`] while a remote streams without pause.
 //!
 //! A remote INPUT_REQUIRED / AUTH_REQUIRED parks the turn on a custom tool use
 //! (`a2a_input_required` / `a2a_auth_required`, input `{"prompt": ...}`); the client's result
@@ -61,16 +62,37 @@ const CANCEL_TIMEOUT: Duration = Duration::from_secs(10);
 /// doc); past it, the window in which a crash would send the message again stays short.
 const FIRST_EVENT_GRACE: Duration = Duration::from_millis(25);
 
-/// The stream's next item if it has already arrived: the connection's task reads the socket,
-/// so it gets a few turns to hand over what is there before the answer is "not yet".
-async fn next_if_here<S: futures::Stream + Unpin>(events: &mut S) -> Option<Option<S::Item>> {
-    for _ in 0..3 {
-        if let Some(item) = events.next().now_or_never() {
-            return Some(item);
-        }
-        tokio::task::yield_now().await;
+/// How long a run waits for a remote's next event before committing what the last one
+/// added. A remote that answers at once writes its task, its artifact and its final status
+/// one after another, each a write of its own that arrives a few microseconds after the last
+/// (more on a busy machine): waiting this long lets them share one commit instead of costing
+/// one each, and delays the commit of an event that has no follower by no more than this.
+const LINGER: Duration = Duration::from_millis(2);
+
+/// The longest events are staged before what they add is committed, however closely they
+/// follow each other: a remote that streams without pause still has its progress durable
+/// (and seen by clients) this often.
+const MAX_STAGED: Duration = FIRST_EVENT_GRACE;
+
+/// The stream's next item if it arrives within `linger` (`None`: not yet). Cancel-safe: an
+/// item that was not taken stays in the stream.
+async fn next_within<S: futures::Stream + Unpin>(events: &mut S, linger: Duration) -> Option<Option<S::Item>> {
+    if let Some(item) = events.next().now_or_never() {
+        return Some(item);
     }
-    None
+    tokio::time::timeout(linger, events.next()).await.ok()
+}
+
+/// Whether a remote event settles the turn (a terminal or interrupted state, or a message):
+/// nothing follows it that could share its commit.
+fn settles(event: &StreamResponse) -> bool {
+    let state = match event {
+        StreamResponse::Message(_) => return true,
+        StreamResponse::ArtifactUpdate(_) => return false,
+        StreamResponse::Task(t) => t.status.state,
+        StreamResponse::StatusUpdate(u) => u.status.state,
+    };
+    state.is_terminal() || state.is_interrupted()
 }
 
 /// Whether what a remote event adds is committed now or staged for the next commit.
@@ -369,8 +391,10 @@ impl RemoteBackend {
     ) -> Result<TurnOutcome, BackendError> {
         let mut events = std::pin::pin!(events);
         let idle = self.limits.stream_idle;
-        // The next event when it had already arrived with the one before (see below).
+        // The next event when it arrived right after the one before (see below).
         let mut ready = None;
+        // Since when events have been staged without a commit.
+        let mut staged_since: Option<Instant> = None;
         loop {
             let grace = sent.is_some() && FIRST_EVENT_GRACE < idle;
             let wait = if grace { FIRST_EVENT_GRACE } else { idle };
@@ -394,11 +418,13 @@ impl RemoteBackend {
             }
             match next {
                 Ok(Some(Ok(event))) => {
-                    // Events that arrived together are committed together: a remote that
+                    // Events that arrive together are committed together: a remote that
                     // answers at once sends its task, artifact and final status in one go,
                     // and they ride with the settlement instead of costing a commit each.
-                    ready = next_if_here(&mut events).await;
+                    let stage_more = staged_since.is_none_or(|t| t.elapsed() < MAX_STAGED);
+                    ready = if stage_more && !settles(&event) { next_within(&mut events, LINGER).await } else { None };
                     let hold = if ready.is_some() { Hold::Stage } else { Hold::Commit };
+                    staged_since = if hold == Hold::Stage { staged_since.or(Some(Instant::now())) } else { None };
                     if let Some(outcome) = self.absorb(ctx, remote, sent.take(), event, hold).await? {
                         return Ok(outcome);
                     }

@@ -232,6 +232,41 @@ async fn events_that_arrive_together_settle_together() {
     kit.shutdown().await;
 }
 
+/// The same three events as writes of their own, a little apart (as a remote on a busy machine
+/// streams them): a run waits [`super::LINGER`] for the next event before committing, so they
+/// still share the settlement's commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_that_follow_closely_settle_together() {
+    let (_remote, url) = fake(true).await;
+    let kit = gateway(&url, None).await;
+    let sid = kit.session("remote").await;
+    let writes = cheapest_turn_writes(&kit, &sid, |n| format!("spaced m{n}"), |n| format!("spaced: m{n}")).await;
+    assert_eq!(writes, 2, "the admission and the settlement, nothing in between");
+    kit.shutdown().await;
+}
+
+/// A remote that streams without pause (an artifact part every millisecond for 80 ms) has its
+/// progress committed at least every [`super::MAX_STAGED`], not only when the task settles;
+/// every part arrives once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_that_streams_without_pause_is_committed_as_it_goes() {
+    let (_remote, url) = fake(true).await;
+    let kit = gateway(&url, None).await;
+    let sid = kit.session("remote").await;
+    turn(&kit, &sid, vec![user("warm")], 1).await;
+    let before = kit.store.writes_committed();
+    let evs = turn(&kit, &sid, vec![user("trickle 80")], 2).await;
+    let writes = kit.store.writes_committed() - before;
+    assert_eq!(last_stop(&evs), StopReason::EndTurn);
+    let parts: Vec<String> = texts(&evs).into_iter().skip(1).collect();
+    let want: Vec<String> = (1..=80).map(|k| format!("{k} ")).collect();
+    assert_eq!(parts, want, "every part once, in order");
+    // 80 ms of parts, a commit at least every 25 ms: the admission, two or more on the way,
+    // the settlement.
+    assert!(writes >= 4, "{writes} writes: progress waited for the settlement");
+    kit.shutdown().await;
+}
+
 /// A remote whose first word settles the task (streamed, or as the SendMessage answer): the
 /// send, the remote task and the answer ride with the settlement, so the turn costs the store
 /// its admission (which claims it, or the Workers' claim) and its settlement, no commit of its

@@ -7,8 +7,10 @@
 //! artifact starts with "working on WORD" and gains a part "tick K" every 200 ms, completed
 //! with a last part "done: WORD" once MS ms have passed (CancelTask cancels it); streaming
 //! "burst WORD" -> the task (WORKING), an artifact update "burst: WORD" and the COMPLETED
-//! status, written at once (as a remote that answers at once streams); anything else ->
-//! COMPLETED with "echo: TEXT".
+//! status, written at once (as a remote that answers at once streams); "spaced WORD" -> the
+//! same three events as writes of their own, 300 µs apart (as a remote on a busy machine
+//! streams them); "trickle N" -> the task (WORKING), N artifact updates appending "k " (k = 1..N)
+//! one every millisecond, then COMPLETED; anything else -> COMPLETED with "echo: TEXT".
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
@@ -102,13 +104,28 @@ async fn card(State(f): State<Arc<Fake>>) -> Response {
 }
 
 fn sse(id: &Value, results: Vec<Value>, then_hang: bool) -> Response {
+    sse_spaced(id, results, then_hang, Duration::ZERO)
+}
+
+/// An SSE response of `results`, `pause` between one frame and the next.
+fn sse_spaced(id: &Value, results: Vec<Value>, then_hang: bool, pause: Duration) -> Response {
     let frames: Vec<Result<bytes::Bytes, std::io::Error>> = results
         .into_iter()
         .map(|r| Ok(bytes::Bytes::from(format!("data: {}\n\n", json!({"jsonrpc": "2.0", "id": id, "result": r})))))
         .collect();
-    let stream = futures::stream::iter(frames);
-    let body =
-        if then_hang { Body::from_stream(stream.chain(futures::stream::pending())) } else { Body::from_stream(stream) };
+    let stream = futures::stream::iter(frames.into_iter().enumerate()).then(move |(i, frame)| async move {
+        if i > 0 && !pause.is_zero() {
+            // A pause of that length, not rounded up to the timer's millisecond, during which
+            // the server writes the frames before (a pause inside the poll would not let it).
+            let _ = tokio::task::spawn_blocking(move || std::thread::sleep(pause)).await;
+        }
+        frame
+    });
+    let body = if then_hang {
+        Body::from_stream(stream.chain(futures::stream::pending()).boxed())
+    } else {
+        Body::from_stream(stream.boxed())
+    };
     ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
 }
 
@@ -144,6 +161,9 @@ async fn rpc(State(f): State<Arc<Fake>>, headers: HeaderMap, axum::Json(req): ax
                 None if text.starts_with("burst ") => {
                     task(&format!("t{n}"), "TASK_STATE_COMPLETED", Some(&format!("burst: {}", &text[6..])), None)
                 }
+                None if text.starts_with("spaced ") => {
+                    task(&format!("t{n}"), "TASK_STATE_COMPLETED", Some(&format!("spaced: {}", &text[7..])), None)
+                }
                 None if text == "hang" || text == "quiet" => task(&format!("t{n}"), "TASK_STATE_WORKING", None, None),
                 None => task(&format!("t{n}"), "TASK_STATE_COMPLETED", Some(&format!("echo: {text}")), None),
             };
@@ -156,12 +176,23 @@ async fn rpc(State(f): State<Arc<Fake>>, headers: HeaderMap, axum::Json(req): ax
             if method == "SendMessage" {
                 return reply(json!({"task": t}));
             }
-            if let Some(word) = text.strip_prefix("burst ") {
-                let working = json!({"task": task(&tid, "TASK_STATE_WORKING", None, None)});
-                let artifact = json!({"artifactUpdate": {"taskId": tid, "contextId": "rctx",
-                    "artifact": {"artifactId": "a1", "parts": [{"text": format!("burst: {word}")}]}, "lastChunk": true}});
-                let done = json!({"statusUpdate": {"taskId": tid, "contextId": "rctx", "status": {"state": "TASK_STATE_COMPLETED"}}});
-                return sse(&id, vec![working, artifact, done], false);
+            let working = json!({"task": task(&tid, "TASK_STATE_WORKING", None, None)});
+            let done = json!({"statusUpdate": {"taskId": tid, "contextId": "rctx", "status": {"state": "TASK_STATE_COMPLETED"}}});
+            for (prefix, pause) in [("burst", Duration::ZERO), ("spaced", Duration::from_micros(300))] {
+                if let Some(word) = text.strip_prefix(prefix).and_then(|t| t.strip_prefix(' ')) {
+                    let artifact = json!({"artifactUpdate": {"taskId": tid, "contextId": "rctx",
+                        "artifact": {"artifactId": "a1", "parts": [{"text": format!("{prefix}: {word}")}]}, "lastChunk": true}});
+                    return sse_spaced(&id, vec![working, artifact, done], false, pause);
+                }
+            }
+            if let Some(n) = text.strip_prefix("trickle ").and_then(|n| n.parse::<usize>().ok()) {
+                let mut frames = vec![working];
+                frames.extend((1..=n).map(|k| {
+                    json!({"artifactUpdate": {"taskId": tid, "contextId": "rctx", "append": k > 1,
+                        "artifact": {"artifactId": "a1", "parts": [{"text": format!("{k} ")}]}, "lastChunk": k == n}})
+                }));
+                frames.push(done);
+                return sse_spaced(&id, frames, false, Duration::from_millis(1));
             }
             match text.as_str() {
                 "hang" => sse(&id, vec![], true),
@@ -206,6 +237,14 @@ pub async fn fake(streaming: bool) -> (Arc<Fake>, String) {
         .route("/.well-known/agent-card.json", get(card))
         .route("/", post(rpc))
         .with_state(Arc::clone(&f));
+    // TCP_NODELAY, as real servers set it: otherwise a frame written while the last one waits
+    // for its (delayed) acknowledgement is held for it, milliseconds that no remote adds.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    // A blocking thread for `sse_spaced`'s pauses, started now so that a first pause does not
+    // last as long as starting it.
+    let _ = tokio::task::spawn_blocking(|| ()).await;
     tokio::spawn(async move { axum::serve(listener, app).await });
     (f, url)
 }
