@@ -84,8 +84,11 @@ class _Tee(httpx2.SyncByteStream):
 class Recorder(httpx2.BaseTransport):
     """Counts requests, checks `request-id` on every response, keeps the raw bytes of SSE bodies."""
 
-    def __init__(self) -> None:
-        self.inner = httpx2.HTTPTransport()
+    def __init__(self, keepalive: bool = True) -> None:
+        # Without keep-alive every request opens a connection of its own, which a test's
+        # round-robin proxy then sends to the next process (test_processes.py).
+        self.inner = httpx2.HTTPTransport() if keepalive else \
+            httpx2.HTTPTransport(limits=httpx2.Limits(max_connections=100, max_keepalive_connections=0))
         self.requests: list[tuple[str, str]] = []
         self.problems: list[str] = []
 
