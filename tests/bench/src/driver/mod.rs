@@ -1,8 +1,9 @@
 //! The benchmark driver: starts every process it measures, runs the scenarios of issue 10
 //! (a: Managed Agents round trip, b: A2A, c: ACP, d: the fsync floor, e: memory, f: previews
-//! across processes, PostgreSQL only) on each engine, interleaving gateway and baseline segments (A, B, B, A, …) so slow drifts of the
-//! machine hit both sides alike, and writes the JSON results, the SVG plots and
-//! `docs/benchmarks.md`. Progress goes to stderr.
+//! across processes, PostgreSQL only) and since (g: two processes on one PostgreSQL database
+//! against one) on each engine, interleaving gateway and baseline segments (A, B, B, A, …) so
+//! slow drifts of the machine hit both sides alike, and writes the JSON results, the SVG plots
+//! and `docs/benchmarks.md`. Progress goes to stderr.
 
 pub mod clients;
 pub mod engine;
@@ -48,6 +49,9 @@ pub enum Scenario {
     /// Previews of a turn run by one gateway process, streamed from another (PostgreSQL).
     #[value(name = "f")]
     Previews,
+    /// A2A saturation on two gateway processes sharing one PostgreSQL database vs on one.
+    #[value(name = "g")]
+    Processes,
 }
 
 #[derive(Debug, Parser)]
@@ -58,7 +62,7 @@ pub struct Args {
     /// A few seconds per scenario (indicative figures) instead of the full plan.
     #[arg(long)]
     pub quick: bool,
-    /// Scenarios to run (default: all): a,b,c,d,e,f.
+    /// Scenarios to run (default: all): a,b,c,d,e,f,g.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<Scenario>,
     /// Engines the gateway runs on.
@@ -242,6 +246,20 @@ pub async fn run(args: Args) -> Result<()> {
             results
                 .failures
                 .push("(f) skipped: previews across processes need PostgreSQL, not measured in this run".into());
+        }
+    }
+    if wanted(Scenario::Processes) {
+        if engines.contains(&Engine::Postgres) {
+            info!("(g) two processes on one PostgreSQL database");
+            match scenarios::processes::run(&ctx).await {
+                Ok(r) => results.processes = Some(r),
+                Err(e) => fail(&mut results, "(g)", Some(Engine::Postgres), &e),
+            }
+        } else {
+            // SQLite is one process's file: there is no second process to add.
+            results.failures.push(
+                "(g) skipped: two processes share a database only on PostgreSQL, not measured in this run".into(),
+            );
         }
     }
     results.meta.finished = now();

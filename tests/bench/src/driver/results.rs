@@ -164,6 +164,39 @@ impl A2aResults {
     }
 }
 
+/// One segment of scenario (g).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProcessSegment {
+    pub round: usize,
+    /// Gateway processes the load went to: 1 or 2.
+    pub processes: usize,
+    pub throughput: f64,
+    pub p50_ms: f64,
+    pub ok: u64,
+    pub errors: u64,
+}
+
+/// Scenario (g), PostgreSQL only: (b)'s saturation load (closed loop, instant remote) on one
+/// gateway process with a fresh database, and split across two processes on one fresh
+/// database, interleaved round by round. The CPU figures of `two` are both processes' summed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProcessesResults {
+    pub engine: Engine,
+    /// Closed-loop connections; with two processes, half go to each.
+    pub connections: u64,
+    pub text_bytes: u64,
+    pub one: Figures,
+    pub two: Figures,
+    pub segments: Vec<ProcessSegment>,
+}
+
+impl ProcessesResults {
+    /// Messages/s of two processes over one.
+    pub fn throughput_ratio(&self) -> Option<f64> {
+        ratio(self.two.throughput, self.one.throughput)
+    }
+}
+
 /// Scenario (f): previews of one turn, seen by a subscriber on the process that runs it (B)
 /// and by one on another process of the same database (A). Deltas are matched by event id
 /// and text (the k-th delta of a text in an event at A is the k-th at B).
@@ -278,6 +311,9 @@ pub struct Results {
     pub acp: Vec<Comparison>,
     pub memory: Vec<MemoryResults>,
     pub previews: Option<PreviewResults>,
+    /// Scenario (g); absent from results written before it existed.
+    #[serde(default)]
+    pub processes: Option<ProcessesResults>,
     /// Scenarios that could not run, and why.
     pub failures: Vec<String>,
 }
@@ -318,5 +354,29 @@ mod tests {
         let a: A2aResults = serde_json::from_str(old).unwrap();
         assert!(a.saturation_durable.is_none() && a.overload_durable.is_none());
         assert_eq!(a.refusal_cpu_share(), None);
+    }
+
+    #[test]
+    fn results_without_the_two_process_row_still_read() {
+        let mut old = serde_json::to_value(Results::default()).unwrap();
+        assert!(old.as_object_mut().unwrap().remove("processes").is_some());
+        let r: Results = serde_json::from_value(old).unwrap();
+        assert!(r.processes.is_none());
+    }
+
+    #[test]
+    fn the_two_process_ratio_is_two_over_one() {
+        let figures = |throughput| Figures { throughput, ..Figures::default() };
+        let mut p = ProcessesResults {
+            engine: Engine::Postgres,
+            connections: 32,
+            text_bytes: 1024,
+            one: figures(400.0),
+            two: figures(300.0),
+            segments: vec![],
+        };
+        assert_eq!(p.throughput_ratio(), Some(0.75));
+        p.one.throughput = 0.0;
+        assert_eq!(p.throughput_ratio(), None);
     }
 }

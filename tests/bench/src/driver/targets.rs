@@ -64,17 +64,46 @@ fn q(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_default()
 }
 
-/// The configuration file: defaults everywhere but the addresses, the state locations, the
-/// published agents, a 1 s shutdown grace (it only shortens the bench's own stops) and no
-/// connection or stream caps (every client of the bench comes from 127.0.0.1, as they would through a
-/// proxy, and the idle-subscriber test holds 10,000 of them: the open files limit decides).
-pub fn config_toml(listen: &str, db: &Database, data_dir: &Path, publish: &Publish) -> String {
+/// Where a gateway keeps its local state and which host it says it is. Processes on one
+/// database must be one host (the same data directory) or have distinct host ids, and must
+/// seal secrets with one key (docs/ops/several-processes.md).
+#[derive(Debug, Clone)]
+pub struct Host {
+    pub data_dir: PathBuf,
+    /// `host_id`; the gateway's default (the hostname) when `None`.
+    pub id: Option<String>,
+    /// `secret_key_file`; the gateway's default (`<data_dir>/secret.key`) when `None`.
+    pub secret_key_file: Option<PathBuf>,
+}
+
+impl Host {
+    /// The gateway's defaults, with its data directory at `data_dir`.
+    pub fn local(data_dir: &Path) -> Host {
+        Host { data_dir: data_dir.to_path_buf(), id: None, secret_key_file: None }
+    }
+}
+
+/// The configuration file: defaults everywhere but the addresses, the state locations (and the
+/// host's identity, when given), the published agents, a 1 s shutdown grace (it only shortens
+/// the bench's own stops) and no connection or stream caps (every client of the bench comes
+/// from 127.0.0.1, as they would through a proxy, and the idle-subscriber test holds 10,000 of
+/// them: the open files limit decides).
+pub fn config_toml(listen: &str, db: &Database, host: &Host, publish: &Publish) -> String {
     let mut t = format!(
-        "listen = {}\ndatabase_url = {}\ndata_dir = {}\n\n[workers]\nshutdown_grace_secs = 1\n\n\
-         [http]\nmax_connections_per_peer = 1000000\nmax_connections = 1000000\nmax_streams_per_key = 1000000\n",
+        "listen = {}\ndatabase_url = {}\ndata_dir = {}\n",
         q(listen),
         q(&db.url),
-        q(&data_dir.display().to_string())
+        q(&host.data_dir.display().to_string())
+    );
+    if let Some(id) = &host.id {
+        t.push_str(&format!("host_id = {}\n", q(id)));
+    }
+    if let Some(key) = &host.secret_key_file {
+        t.push_str(&format!("secret_key_file = {}\n", q(&key.display().to_string())));
+    }
+    t.push_str(
+        "\n[workers]\nshutdown_grace_secs = 1\n\n\
+         [http]\nmax_connections_per_peer = 1000000\nmax_connections = 1000000\nmax_streams_per_key = 1000000\n",
     );
     for (name, backend) in &publish.agents {
         t.push_str(&format!("\n[agents.{}]\nbackend = {}\n", q(name), q(backend)));
@@ -99,10 +128,10 @@ impl Server {
     }
 }
 
-fn write_config(dir: &Path, listen: &str, db: &Database, data_dir: &Path, publish: &Publish) -> Result<PathBuf> {
+fn write_config(dir: &Path, listen: &str, db: &Database, host: &Host, publish: &Publish) -> Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     let path = dir.join("gateway.toml");
-    std::fs::write(&path, config_toml(listen, db, data_dir, publish))?;
+    std::fs::write(&path, config_toml(listen, db, host, publish))?;
     Ok(path)
 }
 
@@ -115,7 +144,7 @@ pub async fn gateway_serve(
     db: &Database,
     publish: &Publish,
 ) -> Result<Server> {
-    gateway_serve_with_data_dir(bins, http, dir, db, publish, &dir.join("data")).await
+    gateway_serve_as(bins, http, dir, db, publish, &Host::local(&dir.join("data"))).await
 }
 
 /// `gateway serve` with its configuration and log in `dir` and its data directory at
@@ -129,9 +158,21 @@ pub async fn gateway_serve_with_data_dir(
     publish: &Publish,
     data_dir: &Path,
 ) -> Result<Server> {
+    gateway_serve_as(bins, http, dir, db, publish, &Host::local(data_dir)).await
+}
+
+/// `gateway serve` as `host`, with its configuration and log in `dir`.
+pub async fn gateway_serve_as(
+    bins: &Bins,
+    http: &reqwest::Client,
+    dir: &Path,
+    db: &Database,
+    publish: &Publish,
+    host: &Host,
+) -> Result<Server> {
     let port = procs::free_port()?;
     let listen = format!("127.0.0.1:{port}");
-    let config = write_config(dir, &listen, db, data_dir, publish)?;
+    let config = write_config(dir, &listen, db, host, publish)?;
     let mut cmd = Command::new(&bins.gateway);
     procs::clean_env(&mut cmd);
     cmd.arg("serve").arg("--config").arg(&config).current_dir(dir);
@@ -144,7 +185,7 @@ pub async fn gateway_serve_with_data_dir(
 /// `gateway acp --agent AGENT` with piped stdio.
 pub fn gateway_acp(bins: &Bins, dir: &Path, db: &Database, publish: &Publish, agent: &str) -> Result<Proc> {
     // The listen address is unused by `gateway acp`, but must be a valid one.
-    let config = write_config(dir, "127.0.0.1:0", db, &dir.join("data"), publish)?;
+    let config = write_config(dir, "127.0.0.1:0", db, &Host::local(&dir.join("data")), publish)?;
     let mut cmd = Command::new(&bins.gateway);
     procs::clean_env(&mut cmd);
     cmd.arg("acp").arg("--config").arg(&config).arg("--agent").arg(agent).current_dir(dir);
@@ -207,10 +248,25 @@ mod tests {
             remotes: vec![("slow".into(), "http://127.0.0.1:1".into())],
             executors: vec![("stub".into(), PathBuf::from("/bin/stub"))],
         };
-        let t = config_toml("127.0.0.1:9", &db, Path::new("/tmp/d"), &p);
+        let t = config_toml("127.0.0.1:9", &db, &Host::local(Path::new("/tmp/d")), &p);
         assert!(t.contains("database_url = \"sqlite:///tmp/a \\\"b\\\"/g.db\""), "{t}");
         assert!(t.contains("[agents.\"echo-slow\"]\nbackend = \"a2a:slow\""), "{t}");
         assert!(t.contains("[remotes.a2a.\"slow\"]\nurl = \"http://127.0.0.1:1\""), "{t}");
         assert!(t.contains("[executors.acp.\"stub\"]\ncommand = \"/bin/stub\""), "{t}");
+        assert!(!t.contains("host_id") && !t.contains("secret_key_file"), "{t}");
+    }
+
+    #[test]
+    fn a_host_of_its_own_is_written_before_the_first_table() {
+        let db = Database::existing("postgres://h/db");
+        let host = Host {
+            data_dir: PathBuf::from("/tmp/d1"),
+            id: Some("bench-1".into()),
+            secret_key_file: Some(PathBuf::from("/tmp/secret.key")),
+        };
+        let t = config_toml("127.0.0.1:9", &db, &host, &Publish::default());
+        let top = t.split("\n[").next().unwrap_or_default();
+        assert!(top.contains("data_dir = \"/tmp/d1\"\nhost_id = \"bench-1\"\n"), "{t}");
+        assert!(top.contains("secret_key_file = \"/tmp/secret.key\"\n"), "{t}");
     }
 }

@@ -4,6 +4,7 @@
 mod acceptance;
 mod fmt;
 mod plots;
+mod processes;
 
 use std::fmt::Write as _;
 
@@ -62,6 +63,7 @@ fn engines(r: &Results) -> Vec<Engine> {
         .chain(r.acp.iter().map(|c| c.engine))
         .chain(r.memory.iter().filter_map(|m| m.engine))
         .chain(r.previews.iter().filter_map(|p| p.engine))
+        .chain(r.processes.iter().map(|p| p.engine))
         .collect();
     e.sort_by_key(|e| *e as u8);
     e.dedup();
@@ -609,6 +611,7 @@ pub fn markdown(r: &Results, plots: &[PlotFile]) -> String {
     fsync(&mut out, r);
     memory(&mut out, r);
     previews(&mut out, r, plots);
+    processes::section(&mut out, r);
     if !r.failures.is_empty() {
         let _ = writeln!(out, "\n## What could not be measured\n");
         for f in &r.failures {

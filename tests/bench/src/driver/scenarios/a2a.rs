@@ -16,7 +16,8 @@
 //!
 //! Every gateway and durable-baseline segment gets a fresh process and database: an
 //! overloaded server keeps a backlog of queued turns for minutes, and the next segment must
-//! not inherit it.
+//! not inherit it. Scenario (g) (`processes`) reuses these segments with two gateway
+//! processes on one database.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -28,20 +29,21 @@ use super::{Ctx, Pairing};
 use crate::driver::clients::a2a::A2aClient;
 use crate::driver::engine::{Database, Engine};
 use crate::driver::error::Result;
-use crate::driver::load::{self, Side, Tally};
+use crate::driver::load::{self, Outcome, Side, Tally};
 use crate::driver::procs::Proc;
 use crate::driver::results::{A2aResults, Comparison, Figures};
-use crate::driver::targets::{self, Publish, Server};
+use crate::driver::targets::{self, Host, Publish, Server};
 
 const SLOW: &str = "echo-slow";
-const FAST: &str = "echo-fast";
+/// The agent on the remote that answers at once.
+pub(super) const FAST: &str = "echo-fast";
 
 /// Minimum offered rate of the overload step (when saturation found almost nothing).
 const MIN_OVERLOAD_RATE: f64 = 20.0;
 /// Minimum offered rate of the half-load step, likewise.
 const MIN_HALF_LOAD_RATE: f64 = 10.0;
 
-struct Setup<'a> {
+pub(super) struct Setup<'a> {
     ctx: &'a Ctx,
     engine: Engine,
     dir: &'a Path,
@@ -51,103 +53,162 @@ struct Setup<'a> {
     notes: Vec<String>,
 }
 
-/// A gateway with its own database, for one segment.
+/// Gateway processes with their own database, for one segment.
 struct Fresh {
-    server: Server,
+    servers: Vec<Server>,
     db: Database,
 }
 
 impl Fresh {
     async fn stop(self) {
-        self.server.stop().await;
+        for server in self.servers {
+            server.stop().await;
+        }
         self.db.drop().await;
     }
 }
 
-impl Setup<'_> {
-    async fn gateway(&self, segment: &str) -> Result<Fresh> {
+impl<'a> Setup<'a> {
+    /// Both remotes started and published as the agents `SLOW` and `FAST`.
+    pub(super) async fn start(ctx: &'a Ctx, engine: Engine, dir: &'a Path) -> Result<Setup<'a>> {
+        let slow = targets::echo(&ctx.bins, &ctx.http, dir, "echo-slow", ctx.plan.a2a_delay).await?;
+        let fast = targets::echo(&ctx.bins, &ctx.http, dir, "echo-fast", Duration::ZERO).await?;
+        let publish = Publish {
+            agents: vec![(SLOW.into(), "a2a:slow".into()), (FAST.into(), "a2a:fast".into())],
+            remotes: vec![("slow".into(), slow.base.clone()), ("fast".into(), fast.base.clone())],
+            executors: vec![],
+        };
+        Ok(Setup { ctx, engine, dir, publish, slow, fast, notes: vec![] })
+    }
+
+    pub(super) async fn stop(self) {
+        self.slow.stop().await;
+        self.fast.stop().await;
+    }
+
+    /// `n` gateway processes on one fresh database: one as an operator starts it, or several
+    /// the way docs/ops/several-processes.md says (one secret key file; a data directory and
+    /// a host id each).
+    async fn gateways(&self, segment: &str, n: usize) -> Result<Fresh> {
         let dir = self.dir.join(format!("gateway-{segment}"));
         std::fs::create_dir_all(&dir)?;
         let db = Database::fresh(self.engine, &dir, &self.ctx.pg_url).await?;
-        match targets::gateway_serve(&self.ctx.bins, &self.ctx.http, &dir, &db, &self.publish).await {
-            Ok(server) => Ok(Fresh { server, db }),
-            Err(e) => {
-                db.drop().await;
-                Err(e)
+        let mut fresh = Fresh { servers: Vec::with_capacity(n), db };
+        for k in 0..n {
+            let (own_dir, host) = if n == 1 {
+                (dir.clone(), Host::local(&dir.join("data")))
+            } else {
+                let own = dir.join(format!("process-{k}"));
+                let host = Host {
+                    data_dir: own.join("data"),
+                    id: Some(format!("bench-host-{k}")),
+                    secret_key_file: Some(dir.join("secret.key")),
+                };
+                (own, host)
+            };
+            match targets::gateway_serve_as(&self.ctx.bins, &self.ctx.http, &own_dir, &fresh.db, &self.publish, &host)
+                .await
+            {
+                Ok(server) => fresh.servers.push(server),
+                Err(e) => {
+                    fresh.stop().await;
+                    return Err(e);
+                }
             }
         }
+        Ok(fresh)
     }
 
-    fn client(&self, base: &str, agent: Option<&str>) -> A2aClient {
-        let url = match agent {
+    /// The client of the agent `agent` on each of `bases` (`None`: the server's own endpoint).
+    fn clients(&self, bases: &[&Server], agent: Option<&str>) -> Spread {
+        let url = |base: &str| match agent {
             Some(a) => format!("{base}/a2a/{a}"),
             None => format!("{base}/"),
         };
-        A2aClient::new(self.ctx.http.clone(), url)
+        Spread(Arc::new(bases.iter().map(|s| A2aClient::new(self.ctx.http.clone(), url(&s.base))).collect()))
     }
 }
 
-async fn warm(client: &A2aClient) {
-    let sends = (0..4).map(|i| client.send(i, "warm up"));
-    let _ = futures::future::join_all(sends).await;
+/// The clients a segment's load goes to: request `i` to the `i mod len`-th. A closed loop's
+/// connection `c` of `n` sends requests `c`, `c + n`, `c + 2n`, …, so with two clients and an
+/// even `n` each connection keeps to one of them, half the connections on each.
+#[derive(Clone)]
+struct Spread(Arc<Vec<A2aClient>>);
+
+impl Spread {
+    async fn outcome(&self, i: u64, text: &str) -> Outcome {
+        match self.0.get((i % self.0.len().max(1) as u64) as usize) {
+            Some(c) => c.outcome(i, text).await,
+            None => Outcome::Broken("no client".into()),
+        }
+    }
+
+    async fn warm(&self) {
+        for client in self.0.iter() {
+            let sends = (0..4).map(|i| client.send(i, "warm up"));
+            let _ = futures::future::join_all(sends).await;
+        }
+    }
 }
 
 fn open(
-    client: A2aClient,
+    client: Spread,
     rate: f64,
     window: Duration,
     timeout: Duration,
     text: Arc<String>,
 ) -> impl Future<Output = Tally> {
-    let client = Arc::new(client);
     load::open_loop(rate, window, timeout, move |i| {
-        let (c, text) = (Arc::clone(&client), Arc::clone(&text));
+        let (c, text) = (client.clone(), Arc::clone(&text));
         async move { c.outcome(i, &text).await }
     })
 }
 
 fn closed(
-    client: A2aClient,
+    client: Spread,
     n: usize,
     window: Duration,
     timeout: Duration,
     text: Arc<String>,
 ) -> impl Future<Output = Tally> {
-    let client = Arc::new(client);
     load::closed_loop(n, window, timeout, move |i| {
-        let (c, text) = (Arc::clone(&client), Arc::clone(&text));
+        let (c, text) = (client.clone(), Arc::clone(&text));
         async move { c.outcome(i, &text).await }
     })
 }
 
 /// Which load a comparison applies.
 #[derive(Clone, Copy)]
-enum Shape {
+pub(super) enum Shape {
     Open(f64),
     Closed(usize),
 }
 
 /// What one segment measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Target {
+pub(super) enum Target {
     /// A fresh gateway and database, the agent published on the remote.
     Gateway,
+    /// Two fresh gateways on one fresh database, the load split between them (scenario (g)).
+    TwoGateways,
     /// A fresh `bench-a2a-durable` (and SQLite file) in front of the remote.
     Durable,
     /// The remote itself.
     Direct,
 }
 
-/// Warms `client` up, then runs `load` with it and charges `proc` the CPU it used meanwhile.
-async fn measure<F, Fut>(proc: &Proc, client: A2aClient, load: F) -> Result<Tally>
+/// Warms `clients` up, then runs `load` over them and charges the CPU `procs` used
+/// meanwhile (summed over them).
+async fn measure<F, Fut>(procs: &[&Proc], clients: Spread, load: F) -> Result<Tally>
 where
-    F: FnOnce(A2aClient) -> Fut,
+    F: FnOnce(Spread) -> Fut,
     Fut: Future<Output = Tally>,
 {
-    warm(&client).await;
-    let cpu0 = proc.cpu()?;
-    let mut t = load(client).await;
-    t.cpu = proc.cpu()?.saturating_sub(cpu0);
+    let cpu = || procs.iter().map(|p| p.cpu()).sum::<Result<Duration>>();
+    clients.warm().await;
+    let cpu0 = cpu()?;
+    let mut t = load(clients).await;
+    t.cpu = cpu()?.saturating_sub(cpu0);
     Ok(t)
 }
 
@@ -156,22 +217,25 @@ impl Setup<'_> {
         if agent == SLOW { &self.slow } else { &self.fast }
     }
 
-    async fn segment(&mut self, target: Target, shape: Shape, agent: &str, label: &str) -> Result<Tally> {
+    pub(super) async fn segment(&mut self, target: Target, shape: Shape, agent: &str, label: &str) -> Result<Tally> {
         let plan = &self.ctx.plan;
         let (window, text) = match shape {
             Shape::Open(_) => (plan.a2a_window, Arc::new("hello".to_owned())),
             Shape::Closed(_) => (plan.sat_window, Arc::new("x".repeat(plan.sat_text_bytes))),
         };
-        let load = |client: A2aClient| async move {
+        let load = |client: Spread| async move {
             match shape {
                 Shape::Open(rate) => open(client, rate, window, plan.a2a_timeout, text).await,
                 Shape::Closed(n) => closed(client, n, window, plan.a2a_timeout, text).await,
             }
         };
         match target {
-            Target::Gateway => {
-                let fresh = self.gateway(label).await?;
-                let t = measure(&fresh.server.proc, self.client(&fresh.server.base, Some(agent)), load).await;
+            Target::Gateway | Target::TwoGateways => {
+                let n = if target == Target::Gateway { 1 } else { 2 };
+                let fresh = self.gateways(label, n).await?;
+                let servers: Vec<&Server> = fresh.servers.iter().collect();
+                let procs: Vec<&Proc> = servers.iter().map(|s| &s.proc).collect();
+                let t = measure(&procs, self.clients(&servers, Some(agent)), load).await;
                 fresh.stop().await;
                 t
             }
@@ -179,13 +243,13 @@ impl Setup<'_> {
                 let dir = self.dir.join(format!("durable-{label}"));
                 let remote = format!("{}/", self.remote(agent).base);
                 let proxy = targets::a2a_durable(&self.ctx.bins, &self.ctx.http, &dir, &remote).await?;
-                let t = measure(&proxy.proc, self.client(&proxy.base, None), load).await;
+                let t = measure(&[&proxy.proc], self.clients(&[&proxy], None), load).await;
                 proxy.stop().await;
                 t
             }
             Target::Direct => {
                 let remote = self.remote(agent);
-                measure(&remote.proc, self.client(&remote.base, None), load).await
+                measure(&[&remote.proc], self.clients(&[remote], None), load).await
             }
         }
     }
@@ -231,6 +295,8 @@ impl Setup<'_> {
                     }
                 }
                 Target::Direct => direct.add(round, Side::Baseline, t, None),
+                // Only scenario (g) measures two gateways.
+                Target::TwoGateways => {}
             }
         }
         let rate = match shape {
@@ -272,14 +338,7 @@ impl Setup<'_> {
 
 pub async fn run(ctx: &Ctx, engine: Engine) -> Result<A2aResults> {
     let dir = ctx.dir(engine, "a2a")?;
-    let slow = targets::echo(&ctx.bins, &ctx.http, &dir, "echo-slow", ctx.plan.a2a_delay).await?;
-    let fast = targets::echo(&ctx.bins, &ctx.http, &dir, "echo-fast", Duration::ZERO).await?;
-    let publish = Publish {
-        agents: vec![(SLOW.into(), "a2a:slow".into()), (FAST.into(), "a2a:fast".into())],
-        remotes: vec![("slow".into(), slow.base.clone()), ("fast".into(), fast.base.clone())],
-        executors: vec![],
-    };
-    let mut s = Setup { ctx, engine, dir: &dir, publish, slow, fast, notes: vec![] };
+    let mut s = Setup::start(ctx, engine, &dir).await?;
     let result = async {
         let mut open_loop = Vec::new();
         for &rate in &ctx.plan.a2a_rates {
@@ -304,8 +363,7 @@ pub async fn run(ctx: &Ctx, engine: Engine) -> Result<A2aResults> {
     }
     .await;
     let notes = std::mem::take(&mut s.notes);
-    s.slow.stop().await;
-    s.fast.stop().await;
+    s.stop().await;
     let (open_loop, saturation, saturation_durable, instant, overload, overload_durable) = result?;
     Ok(A2aResults {
         engine,

@@ -1,4 +1,4 @@
-//! The scenarios (a)–(f). Each starts the processes it measures, in its own temporary
+//! The scenarios (a)–(g). Each starts the processes it measures, in its own temporary
 //! directory and database, and stops them before it returns.
 
 pub mod a2a;
@@ -7,6 +7,7 @@ pub mod fsync;
 pub mod managed_agents;
 pub mod memory;
 pub mod previews;
+pub mod processes;
 
 use std::path::PathBuf;
 use std::time::Duration;
