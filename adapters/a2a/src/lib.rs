@@ -85,13 +85,15 @@ impl std::fmt::Debug for RemoteConfig {
     }
 }
 
-/// The A2A routes: cards (public), JSON-RPC and HTTP+JSON bindings (authenticated).
+/// The A2A routes: cards (public), JSON-RPC and HTTP+JSON bindings (authenticated). Their
+/// state is one `Arc` of the context: axum clones the state of every layer for every request.
 pub fn router(ctx: A2aContext) -> axum::Router {
+    let ctx = Arc::new(ctx);
     let protected = axum::Router::new()
         .route("/a2a/{agent}", post(jsonrpc::handle))
         .route("/a2a/{agent}/", post(jsonrpc::handle))
         .route("/a2a/{agent}/{*rest}", any(rest::handle))
-        .layer(middleware::from_fn_with_state(ctx.clone(), gateway_face::guard::<A2aContext>));
+        .layer(middleware::from_fn_with_state(Arc::clone(&ctx), gateway_face::guard::<A2aContext>));
     axum::Router::new()
         .route("/.well-known/agent-card.json", get(card::root_card))
         .route("/.well-known/agent.json", get(card::root_card))

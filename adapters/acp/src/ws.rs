@@ -29,7 +29,7 @@ use crate::rpc::framing::{Inbound, MAX_MESSAGE_BYTES};
 pub fn router(ctx: AcpContext) -> Router {
     Router::new()
         .route("/acp", get(upgrade))
-        .route_layer(middleware::from_fn_with_state(ctx.clone(), gateway_face::guard::<AcpContext>))
+        .route_layer(middleware::from_fn_with_state(Arc::new(ctx.clone()), gateway_face::guard::<AcpContext>))
         .with_state(ctx)
 }
 

@@ -75,13 +75,15 @@ impl gateway_face::Face for ManagedAgents {
 }
 
 /// The `/v1` routes of the Managed Agents API (mount at the root), built from [`routes::routes`].
+/// Their state is one `Arc` of the face: axum clones the state of every layer for every request.
 pub fn router(api: ManagedAgents) -> Router {
+    let api = Arc::new(api);
     let routes = routes::routes()
         .into_iter()
         .fold(Router::new(), |router, route| router.route(route.path, route.handler))
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
-        .layer(middleware::from_fn_with_state(api.clone(), gateway_face::guard::<ManagedAgents>))
+        .layer(middleware::from_fn_with_state(Arc::clone(&api), gateway_face::guard::<ManagedAgents>))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(api);
     routes.layer(middleware::from_fn(request_id::layer))

@@ -2,6 +2,8 @@
 //! [`served_routes`] reads it, so the OpenAPI test checks the routes the router really has
 //! instead of a hand-kept copy.
 
+use std::sync::Arc;
+
 use axum::extract::DefaultBodyLimit;
 use axum::handler::Handler;
 use axum::routing::{MethodFilter, MethodRouter, on};
@@ -43,13 +45,13 @@ impl Verb {
 pub(crate) struct Route {
     verb: Verb,
     pub(crate) path: &'static str,
-    pub(crate) handler: MethodRouter<ManagedAgents>,
+    pub(crate) handler: MethodRouter<Arc<ManagedAgents>>,
 }
 
 impl Route {
     fn new<H, T>(verb: Verb, path: &'static str, handler: H) -> Self
     where
-        H: Handler<T, ManagedAgents>,
+        H: Handler<T, Arc<ManagedAgents>>,
         T: 'static,
     {
         Self { verb, path, handler: on(verb.filter(), handler) }

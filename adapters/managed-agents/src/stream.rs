@@ -9,6 +9,7 @@
 
 use std::convert::Infallible;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -100,7 +101,7 @@ struct Sse {
 }
 
 pub async fn stream(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     PathId(session_id): PathId<SessionId>,
     headers: HeaderMap,
     q: QueryParams,

@@ -6,6 +6,8 @@
 //! v0.3 top-level fields. Capabilities are what this server implements: streaming and push,
 //! no extended card. Security schemes are the gateway's own (x-api-key, bearer).
 
+use std::sync::Arc;
+
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -135,14 +137,14 @@ async fn load(ctx: &A2aContext, name: &str) -> Result<Agent, Response> {
     })
 }
 
-pub async fn agent_card(State(ctx): State<A2aContext>, Path(name): Path<String>, headers: HeaderMap) -> Response {
+pub async fn agent_card(State(ctx): State<Arc<A2aContext>>, Path(name): Path<String>, headers: HeaderMap) -> Response {
     match load(&ctx, &name).await {
         Ok(agent) => respond(&card(&ctx, &name, &agent), &headers, agent.updated_at),
         Err(r) => r,
     }
 }
 
-pub async fn root_card(State(ctx): State<A2aContext>, headers: HeaderMap) -> Response {
+pub async fn root_card(State(ctx): State<Arc<A2aContext>>, headers: HeaderMap) -> Response {
     let Some((name, _)) = ctx.agents.default_agent() else {
         return (StatusCode::NOT_FOUND, "no agent is published").into_response();
     };

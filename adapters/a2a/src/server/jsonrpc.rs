@@ -5,6 +5,8 @@
 //! edge). Errors before a stream starts are ordinary JSON-RPC responses (HTTP 200); a
 //! notification (no `id`) gets 204 and nothing else. Bodies are admitted by `server::body`.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
@@ -52,7 +54,7 @@ fn is_v1(method: &str) -> bool {
 }
 
 pub async fn handle(
-    State(ctx): State<A2aContext>,
+    State(ctx): State<Arc<A2aContext>>,
     Path(agent): Path<String>,
     uri: Uri,
     headers: HeaderMap,
@@ -173,7 +175,7 @@ fn op_for(method: &str, params: Value) -> Result<Op> {
 }
 
 async fn dispatch(
-    ctx: A2aContext,
+    ctx: Arc<A2aContext>,
     agent: String,
     method: String,
     params: Value,

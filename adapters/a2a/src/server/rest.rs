@@ -2,6 +2,8 @@
 //! requiring `A2A-Version: 1.0`), v0.3 paths under `v1/` (the v0.3 proto's ProtoJSON), and an
 //! optional `{tenant}/` prefix (ignored: one tenant). Legacy `v1/` is matched before tenants.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
@@ -57,7 +59,7 @@ fn body_json(body: &Bytes) -> Result<Value> {
 }
 
 pub async fn handle(
-    State(ctx): State<A2aContext>,
+    State(ctx): State<Arc<A2aContext>>,
     Path((agent, rest)): Path<(String, String)>,
     method: Method,
     uri: Uri,

@@ -1,5 +1,7 @@
 //! `/v1/agents`.
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::extract::State;
 use gateway_core::AgentId;
@@ -12,12 +14,12 @@ use crate::extract::{ApiJson, PathId, QueryParams};
 use crate::pagination;
 use crate::wire::agent::{AgentCreate, AgentUpdate, agent_out};
 
-pub async fn create(State(api): State<ManagedAgents>, ApiJson(body): ApiJson<AgentCreate>) -> Reply {
+pub async fn create(State(api): State<Arc<ManagedAgents>>, ApiJson(body): ApiJson<AgentCreate>) -> Reply {
     let agent = api.coordinator.create_agent(body.into_spec()?).await?;
     Ok(Json(agent_out(&agent, &api.models)))
 }
 
-pub async fn retrieve(State(api): State<ManagedAgents>, PathId(id): PathId<AgentId>, q: QueryParams) -> Reply {
+pub async fn retrieve(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<AgentId>, q: QueryParams) -> Reply {
     let version = match q.get("version") {
         None | Some("") => None,
         Some(v) => Some(
@@ -32,7 +34,7 @@ pub async fn retrieve(State(api): State<ManagedAgents>, PathId(id): PathId<Agent
 /// Omitted fields are kept, arrays replaced, metadata merged; a stale `version` is a 409 and
 /// an update that changes nothing returns the current version without a bump.
 pub async fn update(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     PathId(id): PathId<AgentId>,
     ApiJson(body): ApiJson<AgentUpdate>,
 ) -> Reply {
@@ -56,18 +58,18 @@ pub async fn update(
     Ok(Json(agent_out(&agent, &api.models)))
 }
 
-pub async fn archive(State(api): State<ManagedAgents>, PathId(id): PathId<AgentId>) -> Reply {
+pub async fn archive(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<AgentId>) -> Reply {
     Ok(Json(agent_out(&api.coordinator.archive_agent(&id).await?, &api.models)))
 }
 
-pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Reply {
+pub async fn list(State(api): State<Arc<ManagedAgents>>, q: QueryParams) -> Reply {
     let page = pagination::request(&q, Order::Desc, 20, 100)?;
     let filter = AgentFilter { include_archived: q.bool("include_archived")?, created: q.created()? };
     let result = api.coordinator.list_agents(&filter, &page).await?;
     Ok(Json(pagination::list(&result, page.order, |a| agent_out(a, &api.models))))
 }
 
-pub async fn versions(State(api): State<ManagedAgents>, PathId(id): PathId<AgentId>, q: QueryParams) -> Reply {
+pub async fn versions(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<AgentId>, q: QueryParams) -> Reply {
     let page = pagination::request(&q, Order::Desc, 20, 100)?;
     let result = api.coordinator.list_agent_versions(&id, &page).await?;
     Ok(Json(pagination::list(&result, page.order, |a| agent_out(a, &api.models))))

@@ -1,5 +1,7 @@
 //! `/v1/environments`.
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::extract::State;
 use gateway_core::EnvironmentId;
@@ -28,18 +30,18 @@ fn check_placeable(api: &ManagedAgents, config: &EnvironmentConfig) -> Result<()
         .map_err(|e| ApiError::invalid(e.to_string()).code(e.code()))
 }
 
-pub async fn create(State(api): State<ManagedAgents>, ApiJson(body): ApiJson<EnvironmentCreate>) -> Reply {
+pub async fn create(State(api): State<Arc<ManagedAgents>>, ApiJson(body): ApiJson<EnvironmentCreate>) -> Reply {
     let spec = body.into_spec(&api.default_provider)?;
     check_placeable(&api, &spec.config)?;
     Ok(Json(environment_out(&api.coordinator.create_environment(spec).await?)))
 }
 
-pub async fn retrieve(State(api): State<ManagedAgents>, PathId(id): PathId<EnvironmentId>) -> Reply {
+pub async fn retrieve(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<EnvironmentId>) -> Reply {
     Ok(Json(environment_out(&api.coordinator.get_environment(&id).await?)))
 }
 
 pub async fn update(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     PathId(id): PathId<EnvironmentId>,
     ApiJson(body): ApiJson<EnvironmentUpdate>,
 ) -> Reply {
@@ -52,16 +54,16 @@ pub async fn update(
     Ok(Json(environment_out(&api.coordinator.update_environment(&id, spec).await?)))
 }
 
-pub async fn archive(State(api): State<ManagedAgents>, PathId(id): PathId<EnvironmentId>) -> Reply {
+pub async fn archive(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<EnvironmentId>) -> Reply {
     Ok(Json(environment_out(&api.coordinator.archive_environment(&id).await?)))
 }
 
-pub async fn delete(State(api): State<ManagedAgents>, PathId(id): PathId<EnvironmentId>) -> Reply {
+pub async fn delete(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<EnvironmentId>) -> Reply {
     api.coordinator.delete_environment(&id).await?;
     Ok(Json(json!({"id": id, "type": "environment_deleted"})))
 }
 
-pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Reply {
+pub async fn list(State(api): State<Arc<ManagedAgents>>, q: QueryParams) -> Reply {
     let page = pagination::request(&q, Order::Desc, 20, 100)?;
     let filter = EnvironmentFilter { include_archived: q.bool("include_archived")? };
     let result = api.coordinator.list_environments(&filter, &page).await?;

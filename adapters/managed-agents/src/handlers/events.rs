@@ -1,6 +1,7 @@
 //! `/v1/sessions/{id}/events`: send and list.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -46,7 +47,7 @@ mod props;
 /// for any result that answers nothing). An executor's result is held to the output cap of
 /// the gateway's own built-in tools before it is admitted, whoever sends it.
 pub async fn send(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     principal: Option<Extension<Principal>>,
     PathId(id): PathId<SessionId>,
     ApiJson(body): ApiJson<SendBody>,
@@ -91,7 +92,7 @@ async fn check_executor_answer(api: &ManagedAgents, session: &SessionId, input: 
     }
 }
 
-pub async fn list(State(api): State<ManagedAgents>, PathId(id): PathId<SessionId>, q: QueryParams) -> Reply {
+pub async fn list(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<SessionId>, q: QueryParams) -> Reply {
     let page = pagination::request(&q, Order::Asc, 100, 1000)?;
     let types = type_filter(&q.all("types"))?;
     if types.kinds.is_empty() {

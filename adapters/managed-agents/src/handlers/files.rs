@@ -2,6 +2,8 @@
 //! a time ([`gateway_services::files`]); downloads stream back out the same way, so neither
 //! holds a whole file in memory (docs/adr/0017).
 
+use std::sync::Arc;
+
 use axum::body::Body;
 use axum::extract::State;
 use axum::extract::multipart::{Field, Multipart, MultipartRejection};
@@ -79,7 +81,7 @@ fn mime_of(field: &Field<'_>) -> Result<String, ApiError> {
 /// visible only once the whole form has been read and accepted: a refused form's chunks are
 /// discarded at once, and those of an upload the client abandoned are swept.
 pub async fn upload(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     principal: Option<Extension<Principal>>,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Reply {
@@ -129,7 +131,7 @@ async fn read_form(
 
 /// `GET /v1/files`: newest first; `ids` names up to 100 files (one page, unknown ids left out).
 /// No file here belongs to a scope, so a `scope_id` filter matches none.
-pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Reply {
+pub async fn list(State(api): State<Arc<ManagedAgents>>, q: QueryParams) -> Reply {
     let ids = q.all("ids");
     if !ids.is_empty() {
         if q.get("page").is_some() || q.get("limit").is_some() {
@@ -161,13 +163,13 @@ pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Reply {
     Ok(Json(pagination::list(&result, page.order, file_out)))
 }
 
-pub async fn retrieve(State(api): State<ManagedAgents>, PathId(id): PathId<FileId>) -> Reply {
+pub async fn retrieve(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<FileId>) -> Reply {
     let file = api.coordinator.files().get_file(&id).await.map_err(RuntimeError::from)?;
     Ok(Json(file_out(&file)))
 }
 
 /// `GET /v1/files/{id}/content`: the bytes as uploaded, streamed chunk by chunk.
-pub async fn download(State(api): State<ManagedAgents>, PathId(id): PathId<FileId>) -> Result<Response, ApiError> {
+pub async fn download(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<FileId>) -> Result<Response, ApiError> {
     let file = api.coordinator.files().get_file(&id).await.map_err(RuntimeError::from)?;
     let (coordinator, fid, chunks) = (api.coordinator.clone(), file.meta.id.clone(), file.meta.chunks);
     let stream = futures::stream::unfold(0u32, move |seq| {
@@ -202,7 +204,7 @@ pub async fn download(State(api): State<ManagedAgents>, PathId(id): PathId<FileI
 }
 
 /// `DELETE /v1/files/{id}`: refused with 409 `file_in_use` while a session mounts the file.
-pub async fn delete(State(api): State<ManagedAgents>, PathId(fid): PathId<FileId>) -> Reply {
+pub async fn delete(State(api): State<Arc<ManagedAgents>>, PathId(fid): PathId<FileId>) -> Reply {
     api.coordinator.files().delete_file(&fid).await.map_err(RuntimeError::from)?;
     Ok(Json(json!({"id": fid, "type": "file_deleted"})))
 }

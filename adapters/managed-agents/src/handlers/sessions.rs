@@ -1,5 +1,7 @@
 //! `/v1/sessions`.
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::extract::State;
 use gateway_core::agent::{AgentSpec, BackendRef};
@@ -21,7 +23,7 @@ use crate::wire::event::budget_in;
 use crate::wire::merge_metadata;
 use crate::wire::session::{ResourceUpdate, SessionCreate, SessionUpdate, resource_in, resource_out, session_out};
 
-pub async fn create(State(api): State<ManagedAgents>, ApiJson(mut body): ApiJson<SessionCreate>) -> Reply {
+pub async fn create(State(api): State<Arc<ManagedAgents>>, ApiJson(mut body): ApiJson<SessionCreate>) -> Reply {
     let choice = body.validate()?;
     let resources = body.take_resources()?;
     let overrides = match body.take_overrides() {
@@ -89,12 +91,12 @@ fn check_budgetable(api: &ManagedAgents, agent: &AgentSpec) -> Result<(), ApiErr
     .code("model_not_budgetable"))
 }
 
-pub async fn retrieve(State(api): State<ManagedAgents>, PathId(id): PathId<SessionId>) -> Reply {
+pub async fn retrieve(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<SessionId>) -> Reply {
     Ok(Json(session_out(&api.coordinator.get_session(&id).await?, &api.public_url, &api.models)))
 }
 
 pub async fn update(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     PathId(id): PathId<SessionId>,
     ApiJson(body): ApiJson<SessionUpdate>,
 ) -> Reply {
@@ -140,23 +142,23 @@ pub async fn update(
     Ok(Json(session_out(&session, &api.public_url, &api.models)))
 }
 
-pub async fn archive(State(api): State<ManagedAgents>, PathId(id): PathId<SessionId>) -> Reply {
+pub async fn archive(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<SessionId>) -> Reply {
     Ok(Json(session_out(&api.coordinator.archive_session(&id).await?, &api.public_url, &api.models)))
 }
 
 /// `POST /v1/sessions/{id}/environment/release` (extension): gives up an environment whose
 /// host is gone, so the next turn starts a fresh one (docs/adr/0036).
-pub async fn release_environment(State(api): State<ManagedAgents>, PathId(id): PathId<SessionId>) -> Reply {
+pub async fn release_environment(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<SessionId>) -> Reply {
     api.coordinator.release_lost_environment(&id).await?;
     Ok(Json(session_out(&api.coordinator.get_session(&id).await?, &api.public_url, &api.models)))
 }
 
-pub async fn delete(State(api): State<ManagedAgents>, PathId(id): PathId<SessionId>) -> Reply {
+pub async fn delete(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<SessionId>) -> Reply {
     api.coordinator.delete_session(&id).await?;
     Ok(Json(json!({"id": id, "type": "session_deleted"})))
 }
 
-pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Reply {
+pub async fn list(State(api): State<Arc<ManagedAgents>>, q: QueryParams) -> Reply {
     for unsupported in ["deployment_id", "memory_store_id"] {
         if q.get(unsupported).is_some_and(|v| !v.is_empty()) {
             return Err(ApiError::not_supported(format!("the {unsupported} filter")));
@@ -200,7 +202,7 @@ pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Reply {
 /// The session's resources in the order they were added (`order=desc`: newest first), a page
 /// at a time. A cursor names the last resource shown and its position: if it has been
 /// removed since, the one that took its place comes next.
-pub async fn resources(State(api): State<ManagedAgents>, PathId(id): PathId<SessionId>, q: QueryParams) -> Reply {
+pub async fn resources(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<SessionId>, q: QueryParams) -> Reply {
     let page = pagination::request(&q, Order::Asc, 20, 100)?;
     let session = api.coordinator.get_session(&id).await?;
     let mut all: Vec<&Resource> =
@@ -231,7 +233,7 @@ pub async fn resources(State(api): State<ManagedAgents>, PathId(id): PathId<Sess
 }
 
 pub async fn add_resource(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     PathId(id): PathId<SessionId>,
     ApiJson(body): ApiJson<Value>,
 ) -> Reply {
@@ -241,7 +243,7 @@ pub async fn add_resource(
 }
 
 pub async fn retrieve_resource(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     PathIds(id, rid): PathIds<SessionId, ResourceId>,
 ) -> Reply {
     shown(&api.coordinator.get_session(&id).await?, &rid)
@@ -249,7 +251,7 @@ pub async fn retrieve_resource(
 
 /// `resources.update`: a repository's new `authorization_token` (files have nothing to update).
 pub async fn update_resource(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     PathIds(id, rid): PathIds<SessionId, ResourceId>,
     ApiJson(body): ApiJson<ResourceUpdate>,
 ) -> Reply {
@@ -259,7 +261,7 @@ pub async fn update_resource(
 }
 
 pub async fn delete_resource(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     PathIds(id, rid): PathIds<SessionId, ResourceId>,
 ) -> Reply {
     api.coordinator.remove_resource(&id, &rid).await?;

@@ -3,6 +3,8 @@
 //! holding a `SKILL.md`); agents name skills with `{type: "custom", skill_id, version?}`
 //! (docs/adr/0017). Prebuilt (`anthropic`) skills do not exist here: listing them gives none.
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::extract::multipart::{Multipart, MultipartRejection};
 use axum::extract::{Path, State};
@@ -89,14 +91,14 @@ async fn form(
     Ok((files, display_name))
 }
 
-pub async fn create(State(api): State<ManagedAgents>, multipart: Result<Multipart, MultipartRejection>) -> Reply {
+pub async fn create(State(api): State<Arc<ManagedAgents>>, multipart: Result<Multipart, MultipartRejection>) -> Reply {
     let (files, display_name) = form(multipart).await?;
     let (skill, _) = api.coordinator.create_skill(display_name, files).await?;
     Ok(Json(skill_out(&skill)))
 }
 
 /// `source=custom` or none: every skill here; `source=anthropic`: none (no prebuilt skills).
-pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Reply {
+pub async fn list(State(api): State<Arc<ManagedAgents>>, q: QueryParams) -> Reply {
     let page = pagination::request(&q, Order::Asc, 20, 1000)?;
     match q.get("source") {
         None | Some("") | Some("custom") => {}
@@ -108,20 +110,20 @@ pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Reply {
     Ok(Json(pagination::list(&result, page.order, skill_out)))
 }
 
-pub async fn retrieve(State(api): State<ManagedAgents>, PathId(id): PathId<SkillId>) -> Reply {
+pub async fn retrieve(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<SkillId>) -> Reply {
     let skill = api.coordinator.skills().get_skill(&id).await.map_err(RuntimeError::from)?;
     Ok(Json(skill_out(&skill)))
 }
 
 /// Deletes the skill and its versions. Sessions that already use it keep the copy placed in
 /// their workspace; one not yet placed fails its turn naming the skill.
-pub async fn delete(State(api): State<ManagedAgents>, PathId(sid): PathId<SkillId>) -> Reply {
+pub async fn delete(State(api): State<Arc<ManagedAgents>>, PathId(sid): PathId<SkillId>) -> Reply {
     api.coordinator.skills().delete_skill(&sid).await.map_err(RuntimeError::from)?;
     Ok(Json(json!({"id": sid, "type": "skill_deleted"})))
 }
 
 pub async fn create_version(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     PathId(sid): PathId<SkillId>,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Reply {
@@ -134,14 +136,21 @@ pub async fn create_version(
 }
 
 /// Newest first.
-pub async fn list_versions(State(api): State<ManagedAgents>, PathId(id): PathId<SkillId>, q: QueryParams) -> Reply {
+pub async fn list_versions(
+    State(api): State<Arc<ManagedAgents>>,
+    PathId(id): PathId<SkillId>,
+    q: QueryParams,
+) -> Reply {
     let page = pagination::request(&q, Order::Desc, 20, 1000)?;
     let result = api.coordinator.skills().list_skill_versions(&id, &page).await.map_err(RuntimeError::from)?;
     Ok(Json(pagination::list(&result, page.order, version_out)))
 }
 
 /// A version by id, or `latest`.
-pub async fn retrieve_version(State(api): State<ManagedAgents>, Path((raw, version)): Path<(String, String)>) -> Reply {
+pub async fn retrieve_version(
+    State(api): State<Arc<ManagedAgents>>,
+    Path((raw, version)): Path<(String, String)>,
+) -> Reply {
     let sid = path_id::<SkillId>(&raw)?;
     if version != "latest" {
         path_id::<SkillVersionId>(&version)?;
@@ -152,7 +161,7 @@ pub async fn retrieve_version(State(api): State<ManagedAgents>, Path((raw, versi
 
 /// The skill's only version cannot be deleted (409 `last_skill_version`): delete the skill.
 pub async fn delete_version(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     PathIds(sid, vid): PathIds<SkillId, SkillVersionId>,
 ) -> Reply {
     api.coordinator.skills().delete_skill_version(&sid, &vid).await.map_err(RuntimeError::from)?;

@@ -2,6 +2,8 @@
 //! write-only credentials for the MCP servers agents call. A credential's secrets are sealed by
 //! the vault service before the store sees them and never answered.
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::extract::State;
 use gateway_core::{CredentialId, VaultId};
@@ -18,19 +20,19 @@ use crate::wire::vault::{
 };
 use gateway_services::vaults::{ProbeOutcome, ServerProbe};
 
-pub async fn create(State(api): State<ManagedAgents>, ApiJson(body): ApiJson<VaultCreate>) -> Reply {
+pub async fn create(State(api): State<Arc<ManagedAgents>>, ApiJson(body): ApiJson<VaultCreate>) -> Reply {
     let spec = body.into_spec()?;
     let vault = api.vaults.store().create_vault(&VaultId::new(), spec).await.map_err(RuntimeError::from)?;
     Ok(Json(vault_out(&vault)))
 }
 
-pub async fn retrieve(State(api): State<ManagedAgents>, PathId(id): PathId<VaultId>) -> Reply {
+pub async fn retrieve(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<VaultId>) -> Reply {
     Ok(Json(vault_out(&api.vaults.store().get_vault(&id).await.map_err(RuntimeError::from)?)))
 }
 
 /// Display name and metadata (a patch: `null` deletes a key); refused once archived.
 pub async fn update(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     PathId(id): PathId<VaultId>,
     ApiJson(body): ApiJson<VaultUpdate>,
 ) -> Reply {
@@ -43,7 +45,7 @@ pub async fn update(
     Ok(Json(vault_out(&store.update_vault(&id, spec).await.map_err(RuntimeError::from)?)))
 }
 
-pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Reply {
+pub async fn list(State(api): State<Arc<ManagedAgents>>, q: QueryParams) -> Reply {
     let page = pagination::request(&q, Order::Desc, 20, 100)?;
     let result =
         api.vaults.store().list_vaults(q.bool("include_archived")?, &page).await.map_err(RuntimeError::from)?;
@@ -51,17 +53,17 @@ pub async fn list(State(api): State<ManagedAgents>, q: QueryParams) -> Reply {
 }
 
 /// Archived vaults keep their credentials, unused: a session naming one runs without them.
-pub async fn archive(State(api): State<ManagedAgents>, PathId(id): PathId<VaultId>) -> Reply {
+pub async fn archive(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<VaultId>) -> Reply {
     Ok(Json(vault_out(&api.vaults.store().archive_vault(&id).await.map_err(RuntimeError::from)?)))
 }
 
-pub async fn delete(State(api): State<ManagedAgents>, PathId(id): PathId<VaultId>) -> Reply {
+pub async fn delete(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<VaultId>) -> Reply {
     api.vaults.store().delete_vault(&id).await.map_err(RuntimeError::from)?;
     Ok(Json(json!({"id": id, "type": "vault_deleted"})))
 }
 
 pub async fn create_credential(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     PathId(vault): PathId<VaultId>,
     ApiJson(body): ApiJson<CredentialCreate>,
 ) -> Reply {
@@ -70,7 +72,7 @@ pub async fn create_credential(
 }
 
 pub async fn retrieve_credential(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     PathIds(vault, credential): PathIds<VaultId, CredentialId>,
 ) -> Reply {
     let c = api.vaults.store().get_credential(&vault, &credential).await.map_err(RuntimeError::from)?;
@@ -79,7 +81,7 @@ pub async fn retrieve_credential(
 
 /// `auth` keeps its `type` and its server; the secrets it names replace the stored ones.
 pub async fn update_credential(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     PathIds(vault, credential): PathIds<VaultId, CredentialId>,
     ApiJson(body): ApiJson<CredentialUpdate>,
 ) -> Reply {
@@ -92,7 +94,7 @@ pub async fn update_credential(
 }
 
 pub async fn list_credentials(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     PathId(vault): PathId<VaultId>,
     q: QueryParams,
 ) -> Reply {
@@ -107,7 +109,7 @@ pub async fn list_credentials(
 }
 
 pub async fn archive_credential(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     PathIds(vault, credential): PathIds<VaultId, CredentialId>,
 ) -> Reply {
     let c = api.vaults.store().archive_credential(&vault, &credential).await.map_err(RuntimeError::from)?;
@@ -117,7 +119,7 @@ pub async fn archive_credential(
 /// Probes the credential's server with its token (a handshake and a tool listing); after a
 /// refusal, one forced refresh when the credential can refresh. Any credential kind.
 pub async fn validate_credential(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     PathIds(vault, credential): PathIds<VaultId, CredentialId>,
 ) -> Reply {
     let validation = match &api.server_probe {
@@ -138,7 +140,7 @@ impl ServerProbe for NoProbe {
 }
 
 pub async fn delete_credential(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     PathIds(vault, credential): PathIds<VaultId, CredentialId>,
 ) -> Reply {
     api.vaults.store().delete_credential(&vault, &credential).await.map_err(RuntimeError::from)?;

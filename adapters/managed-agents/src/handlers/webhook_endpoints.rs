@@ -1,6 +1,8 @@
 //! `/v1/webhooks`: webhook endpoints (an extension, docs/adr/0013). The signing secret is in
 //! the creation's answer only.
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use axum::{Extension, Json};
 use gateway_core::WebhookId;
@@ -62,7 +64,7 @@ fn endpoint_out(e: &WebhookEndpoint, secret: Option<&str>) -> Value {
 /// `POST /v1/webhooks`: within `webhook_delivery.max_endpoints_per_key` endpoints of the
 /// calling key (400 `webhook_endpoint_limit` beyond).
 pub async fn create(
-    State(api): State<ManagedAgents>,
+    State(api): State<Arc<ManagedAgents>>,
     principal: Option<Extension<Principal>>,
     ApiJson(body): ApiJson<EndpointCreate>,
 ) -> Reply {
@@ -74,16 +76,16 @@ pub async fn create(
     Ok(Json(endpoint_out(&endpoint, Some(&secret))))
 }
 
-pub async fn list(State(api): State<ManagedAgents>) -> Reply {
+pub async fn list(State(api): State<Arc<ManagedAgents>>) -> Reply {
     let data: Vec<Value> = api.webhooks.list().await?.iter().map(|e| endpoint_out(e, None)).collect();
     Ok(Json(json!({"data": data, "next_page": null})))
 }
 
-pub async fn retrieve(State(api): State<ManagedAgents>, PathId(id): PathId<WebhookId>) -> Reply {
+pub async fn retrieve(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<WebhookId>) -> Reply {
     Ok(Json(endpoint_out(&api.webhooks.get(&id).await?, None)))
 }
 
-pub async fn delete(State(api): State<ManagedAgents>, PathId(id): PathId<WebhookId>) -> Reply {
+pub async fn delete(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<WebhookId>) -> Reply {
     if !api.webhooks.delete(&id).await? {
         return Err(
             ApiError::not_found(format!("webhook endpoint {:?} not found", id.as_str())).code("webhook_not_found")
@@ -93,6 +95,6 @@ pub async fn delete(State(api): State<ManagedAgents>, PathId(id): PathId<Webhook
 }
 
 /// Re-enables an endpoint (after it was disabled for failing); its failure count restarts.
-pub async fn enable(State(api): State<ManagedAgents>, PathId(id): PathId<WebhookId>) -> Reply {
+pub async fn enable(State(api): State<Arc<ManagedAgents>>, PathId(id): PathId<WebhookId>) -> Reply {
     Ok(Json(endpoint_out(&api.webhooks.enable(&id).await?, None)))
 }

@@ -38,10 +38,10 @@ pub struct Queue {
     then: Option<String>,
 }
 
-impl FromRequestParts<ManagedAgents> for Queue {
+impl FromRequestParts<Arc<ManagedAgents>> for Queue {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, api: &ManagedAgents) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, api: &Arc<ManagedAgents>) -> Result<Self, ApiError> {
         let params = RawPathParams::from_request_parts(parts, api)
             .await
             .map_err(|e| ApiError::invalid(format!("the request path cannot be read: {}", e.body_text())))?;
@@ -172,7 +172,7 @@ pub async fn list_keys(queue: Queue) -> Reply {
     Ok(Json(json!({"data": data, "next_page": null})))
 }
 
-pub async fn revoke_key(State(api): State<ManagedAgents>, queue: Queue) -> Reply {
+pub async fn revoke_key(State(api): State<Arc<ManagedAgents>>, queue: Queue) -> Reply {
     let id: ApiKeyId = queue.then()?;
     if !queue.executors.revoke_key(&queue.env, &id).await? {
         return Err(ApiError::not_found(format!("environment key {:?} not found or already revoked", id.as_str()))

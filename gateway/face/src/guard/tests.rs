@@ -64,7 +64,7 @@ async fn rig(limits: AdmissionLimits) -> (TestGateway, Probe, Router) {
     let router = Router::new()
         .route("/", get(whoami))
         .route("/private", get(whoami))
-        .layer(middleware::from_fn_with_state(probe.clone(), guard::<Probe>))
+        .layer(middleware::from_fn_with_state(std::sync::Arc::new(probe.clone()), guard::<Probe>))
         .with_state(probe.clone());
     (gw, probe, router)
 }
