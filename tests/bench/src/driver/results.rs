@@ -74,16 +74,85 @@ impl Figures {
     }
 }
 
-/// What refusing costs under overload, as a share of what serving costs: the server CPU of
-/// the overload segments beyond what their completed requests cost at `served_ms` each (the
-/// CPU per request served at saturation), per refused request, divided by `served_ms`.
-/// `None` without a refusal or a CPU figure. Negative when serving got cheaper under load.
-pub fn refusal_cpu_share(overload: &Figures, served_ms: f64) -> Option<f64> {
+/// What refusing costs under overload, as a share of what serving costs, as a residual: the
+/// server CPU of the overload segments beyond what their completed requests cost at
+/// `served_ms` each (the CPU per request served at saturation), per refused request, divided
+/// by `served_ms`. `None` without a refusal or a CPU figure. Negative when serving got cheaper
+/// under load; noisy, since serving under overload does not cost what it did at saturation and
+/// the difference lands on the refusals. [`RefusalCost`] measures the same directly.
+pub fn residual_refusal_cpu_share(overload: &Figures, served_ms: f64) -> Option<f64> {
     let total = overload.cpu_ms()?;
     if overload.refused == 0 || served_ms <= 0.0 {
         return None;
     }
     Some((total - overload.ok as f64 * served_ms) / overload.refused as f64 / served_ms)
+}
+
+/// The label the A2A client counts a 503 answer under (`A2aClient::send`): the gateway's busy
+/// answer.
+pub const BUSY_ANSWER: &str = "http 503";
+
+/// What a refusal costs, measured directly: fresh gateways configured to refuse every message
+/// that would start a turn (`[admission] max_queued_runs = 0`, refused by the same check as a
+/// saturated gateway's refusals), offered the overload step's rate for its window against the
+/// instant remote. Nothing is served, so nothing has to be subtracted: the gateway's CPU over
+/// the segments divided by the refusals is the CPU per refusal (with the process's idle work
+/// over the window, a few background probes, charged to them too).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RefusalCost {
+    /// The refusal segments, merged.
+    pub figures: Figures,
+    /// Requests answered with an error.
+    pub refused: u64,
+    /// The gateway's CPU over the segments, ms.
+    pub cpu_ms: Option<f64>,
+    /// `cpu_ms / refused`; `None` when a message was accepted or none refused (see `notes`).
+    pub cpu_ms_per_refusal: Option<f64>,
+    /// The gateway's CPU per message served at saturation, ms: what a refusal is compared with.
+    pub served_cpu_ms: Option<f64>,
+    /// `cpu_ms_per_refusal / served_cpu_ms`.
+    pub share_of_served: Option<f64>,
+    /// Why there is no figure, or what besides busy answers the CPU was spent on.
+    pub notes: Vec<String>,
+}
+
+impl RefusalCost {
+    /// The figures of the refusal segments against `served_cpu_ms`, the CPU per message served
+    /// at saturation. A segment that accepted anything measured more than refusals, and one
+    /// that refused nothing measured nothing: neither gives a figure, each says so in a note.
+    pub fn measure(figures: Figures, served_cpu_ms: Option<f64>) -> Self {
+        let cpu_ms = figures.cpu_ms();
+        let mut notes = Vec::new();
+        if figures.ok > 0 {
+            notes.push(format!(
+                "the gateway meant to refuse every turn accepted {} of {} messages: its CPU is not the refusals' alone, no figure",
+                figures.ok, figures.offered
+            ));
+        }
+        if figures.refused == 0 {
+            notes
+                .push(format!("the gateway meant to refuse every turn refused none of {}: no figure", figures.offered));
+        }
+        let other: Vec<String> =
+            figures.errors.iter().filter(|(k, _)| *k != BUSY_ANSWER).map(|(k, n)| format!("{n} × {k}")).collect();
+        if !other.is_empty() && figures.refused > 0 {
+            notes.push(format!(
+                "besides busy ({BUSY_ANSWER}) answers: {}; their CPU is charged to the refusals",
+                other.join(", ")
+            ));
+        }
+        let per = cpu_ms.filter(|_| figures.ok == 0 && figures.refused > 0).map(|ms| ms / figures.refused as f64);
+        let share = per.zip(served_cpu_ms.filter(|s| *s > 0.0)).map(|(p, s)| p / s);
+        RefusalCost {
+            refused: figures.refused,
+            cpu_ms,
+            cpu_ms_per_refusal: per,
+            served_cpu_ms,
+            share_of_served: share,
+            notes,
+            figures,
+        }
+    }
 }
 
 /// One measured segment, for the spread between rounds.
@@ -148,19 +217,27 @@ pub struct A2aResults {
     /// The durable A2A baseline offered twice its own saturation throughput.
     #[serde(default)]
     pub overload_durable: Option<Figures>,
+    /// A gateway refusing every turn, offered what `overload` was: the CPU per refusal,
+    /// measured directly. Absent from results written before it existed.
+    #[serde(default)]
+    pub refusal: Option<RefusalCost>,
     pub notes: Vec<String>,
 }
 
 impl A2aResults {
     /// The gateway's CPU per refused request under overload, as a share of its CPU per
-    /// request served at saturation (see [`refusal_cpu_share`]).
-    pub fn refusal_cpu_share(&self) -> Option<f64> {
-        refusal_cpu_share(self.overload.as_ref()?, self.saturation.as_ref()?.gateway.cpu_ms_per_op?)
+    /// request served at saturation, as the residual of [`residual_refusal_cpu_share`].
+    /// `refusal` has the direct figure.
+    pub fn residual_refusal_cpu_share(&self) -> Option<f64> {
+        residual_refusal_cpu_share(self.overload.as_ref()?, self.saturation.as_ref()?.gateway.cpu_ms_per_op?)
     }
 
-    /// The same for the durable A2A baseline, against its own saturation.
-    pub fn durable_refusal_cpu_share(&self) -> Option<f64> {
-        refusal_cpu_share(self.overload_durable.as_ref()?, self.saturation_durable.as_ref()?.baseline.cpu_ms_per_op?)
+    /// The same residual for the durable A2A baseline, against its own saturation.
+    pub fn durable_residual_refusal_cpu_share(&self) -> Option<f64> {
+        residual_refusal_cpu_share(
+            self.overload_durable.as_ref()?,
+            self.saturation_durable.as_ref()?.baseline.cpu_ms_per_op?,
+        )
     }
 }
 
@@ -339,7 +416,7 @@ mod tests {
             (100, 10, Some(100.0), 0.0, None),
         ];
         for (ok, refused, cpu, served, want) in cases {
-            let got = refusal_cpu_share(&overload(ok, refused, cpu), served);
+            let got = residual_refusal_cpu_share(&overload(ok, refused, cpu), served);
             match (got, want) {
                 (Some(g), Some(w)) => assert!((g - w).abs() < 1e-9, "{ok} {refused} {cpu:?}: {g} != {w}"),
                 _ => assert_eq!(got, want, "{ok} {refused} {cpu:?}"),
@@ -353,7 +430,64 @@ mod tests {
             "instant_half_load": null, "overload": null, "notes": []}"#;
         let a: A2aResults = serde_json::from_str(old).unwrap();
         assert!(a.saturation_durable.is_none() && a.overload_durable.is_none());
-        assert_eq!(a.refusal_cpu_share(), None);
+        assert_eq!(a.residual_refusal_cpu_share(), None);
+    }
+
+    #[test]
+    fn a_refusal_costs_the_refusing_gateways_cpu_over_its_refusals() {
+        // (ok, refused, other errors, CPU ms, CPU ms per served message)
+        //   → (CPU ms per refusal, share of a served one, notes)
+        let cases = [
+            (0, 200, 0, Some(20.0), Some(1.0), Some(0.1), Some(0.1), 0),
+            (0, 200, 0, Some(20.0), Some(0.5), Some(0.1), Some(0.2), 0),
+            (0, 200, 0, Some(20.0), None, Some(0.1), None, 0),
+            (0, 200, 0, Some(20.0), Some(0.0), Some(0.1), None, 0),
+            (0, 200, 0, None, Some(1.0), None, None, 0),
+            // Timeouts or other answers: still divided, but said.
+            (0, 200, 3, Some(20.0), Some(1.0), Some(0.1), Some(0.1), 1),
+            // Something accepted: no figure, and a note.
+            (5, 195, 0, Some(20.0), Some(1.0), None, None, 1),
+            // Nothing refused: no figure, and a note.
+            (0, 0, 0, Some(20.0), Some(1.0), None, None, 1),
+            (0, 0, 200, Some(20.0), Some(1.0), None, None, 1),
+        ];
+        for (ok, refused, other, cpu, served, per, share, notes) in cases {
+            let mut f = overload(ok, refused, cpu);
+            f.offered = ok + refused + other;
+            if refused > 0 {
+                f.errors.insert(BUSY_ANSWER.into(), refused);
+            }
+            if other > 0 {
+                f.errors.insert("timeout".into(), other);
+            }
+            let c = RefusalCost::measure(f, served);
+            let close = |a: Option<f64>, b: Option<f64>| match (a, b) {
+                (Some(a), Some(b)) => (a - b).abs() < 1e-9,
+                _ => a == b,
+            };
+            let case = format!("{ok} {refused} {other} {cpu:?} {served:?}: {c:?}");
+            assert!(close(c.cpu_ms_per_refusal, per) && close(c.share_of_served, share), "{case}");
+            assert_eq!((c.refused, c.notes.len()), (refused, notes), "{case}");
+            assert!(close(c.cpu_ms, cpu), "{case}");
+        }
+    }
+
+    #[test]
+    fn results_without_the_direct_refusal_measure_still_read() {
+        let old = r#"{"engine": "sqlite", "remote_delay_ms": 1000, "open_loop": [], "saturation": null,
+            "instant_half_load": null, "overload": null, "saturation_durable": null,
+            "overload_durable": null, "notes": []}"#;
+        let a: A2aResults = serde_json::from_str(old).unwrap();
+        assert!(a.refusal.is_none());
+        let mut new = a.clone();
+        new.refusal = Some(RefusalCost::measure(overload(0, 100, Some(5.0)), Some(1.0)));
+        let json = serde_json::to_value(&new).unwrap();
+        for field in ["refused", "cpu_ms", "cpu_ms_per_refusal", "share_of_served"] {
+            assert!(json["refusal"].get(field).is_some(), "{field}: {json}");
+        }
+        let back: A2aResults = serde_json::from_value(json).unwrap();
+        let share = back.refusal.and_then(|r| r.share_of_served).unwrap_or_default();
+        assert!((share - 0.05).abs() < 1e-9, "{share}");
     }
 
     #[test]

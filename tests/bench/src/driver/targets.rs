@@ -59,6 +59,10 @@ pub struct Publish {
     pub executors: Vec<(String, PathBuf)>,
 }
 
+/// `[admission]` settings besides the gateway's defaults (`AdmissionLimits`): a key and its
+/// value, every one of them an integer. Empty for every gateway but (b)'s refusal segment.
+pub type Admission<'a> = &'a [(&'a str, u64)];
+
 /// A TOML basic string (JSON string escapes are valid TOML escapes).
 fn q(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_default()
@@ -87,8 +91,8 @@ impl Host {
 /// host's identity, when given), the published agents, a 1 s shutdown grace (it only shortens
 /// the bench's own stops) and no connection or stream caps (every client of the bench comes
 /// from 127.0.0.1, as they would through a proxy, and the idle-subscriber test holds 10,000 of
-/// them: the open files limit decides).
-pub fn config_toml(listen: &str, db: &Database, host: &Host, publish: &Publish) -> String {
+/// them: the open files limit decides), plus any `admission` settings given.
+pub fn config_toml(listen: &str, db: &Database, host: &Host, publish: &Publish, admission: Admission<'_>) -> String {
     let mut t = format!(
         "listen = {}\ndatabase_url = {}\ndata_dir = {}\n",
         q(listen),
@@ -105,6 +109,12 @@ pub fn config_toml(listen: &str, db: &Database, host: &Host, publish: &Publish) 
         "\n[workers]\nshutdown_grace_secs = 1\n\n\
          [http]\nmax_connections_per_peer = 1000000\nmax_connections = 1000000\nmax_streams_per_key = 1000000\n",
     );
+    if !admission.is_empty() {
+        t.push_str("\n[admission]\n");
+        for (key, value) in admission {
+            t.push_str(&format!("{} = {value}\n", q(key)));
+        }
+    }
     for (name, backend) in &publish.agents {
         t.push_str(&format!("\n[agents.{}]\nbackend = {}\n", q(name), q(backend)));
     }
@@ -128,10 +138,17 @@ impl Server {
     }
 }
 
-fn write_config(dir: &Path, listen: &str, db: &Database, host: &Host, publish: &Publish) -> Result<PathBuf> {
+fn write_config(
+    dir: &Path,
+    listen: &str,
+    db: &Database,
+    host: &Host,
+    publish: &Publish,
+    admission: Admission<'_>,
+) -> Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     let path = dir.join("gateway.toml");
-    std::fs::write(&path, config_toml(listen, db, host, publish))?;
+    std::fs::write(&path, config_toml(listen, db, host, publish, admission))?;
     Ok(path)
 }
 
@@ -144,7 +161,7 @@ pub async fn gateway_serve(
     db: &Database,
     publish: &Publish,
 ) -> Result<Server> {
-    gateway_serve_as(bins, http, dir, db, publish, &Host::local(&dir.join("data"))).await
+    gateway_serve_as(bins, http, dir, db, publish, &Host::local(&dir.join("data")), &[]).await
 }
 
 /// `gateway serve` with its configuration and log in `dir` and its data directory at
@@ -158,10 +175,11 @@ pub async fn gateway_serve_with_data_dir(
     publish: &Publish,
     data_dir: &Path,
 ) -> Result<Server> {
-    gateway_serve_as(bins, http, dir, db, publish, &Host::local(data_dir)).await
+    gateway_serve_as(bins, http, dir, db, publish, &Host::local(data_dir), &[]).await
 }
 
-/// `gateway serve` as `host`, with its configuration and log in `dir`.
+/// `gateway serve` as `host`, with its configuration and log in `dir` and `admission`'s
+/// settings besides the defaults.
 pub async fn gateway_serve_as(
     bins: &Bins,
     http: &reqwest::Client,
@@ -169,10 +187,11 @@ pub async fn gateway_serve_as(
     db: &Database,
     publish: &Publish,
     host: &Host,
+    admission: Admission<'_>,
 ) -> Result<Server> {
     let port = procs::free_port()?;
     let listen = format!("127.0.0.1:{port}");
-    let config = write_config(dir, &listen, db, host, publish)?;
+    let config = write_config(dir, &listen, db, host, publish, admission)?;
     let mut cmd = Command::new(&bins.gateway);
     procs::clean_env(&mut cmd);
     cmd.arg("serve").arg("--config").arg(&config).current_dir(dir);
@@ -185,7 +204,7 @@ pub async fn gateway_serve_as(
 /// `gateway acp --agent AGENT` with piped stdio.
 pub fn gateway_acp(bins: &Bins, dir: &Path, db: &Database, publish: &Publish, agent: &str) -> Result<Proc> {
     // The listen address is unused by `gateway acp`, but must be a valid one.
-    let config = write_config(dir, "127.0.0.1:0", db, &Host::local(&dir.join("data")), publish)?;
+    let config = write_config(dir, "127.0.0.1:0", db, &Host::local(&dir.join("data")), publish, &[])?;
     let mut cmd = Command::new(&bins.gateway);
     procs::clean_env(&mut cmd);
     cmd.arg("acp").arg("--config").arg(&config).arg("--agent").arg(agent).current_dir(dir);
@@ -248,12 +267,12 @@ mod tests {
             remotes: vec![("slow".into(), "http://127.0.0.1:1".into())],
             executors: vec![("stub".into(), PathBuf::from("/bin/stub"))],
         };
-        let t = config_toml("127.0.0.1:9", &db, &Host::local(Path::new("/tmp/d")), &p);
+        let t = config_toml("127.0.0.1:9", &db, &Host::local(Path::new("/tmp/d")), &p, &[]);
         assert!(t.contains("database_url = \"sqlite:///tmp/a \\\"b\\\"/g.db\""), "{t}");
         assert!(t.contains("[agents.\"echo-slow\"]\nbackend = \"a2a:slow\""), "{t}");
         assert!(t.contains("[remotes.a2a.\"slow\"]\nurl = \"http://127.0.0.1:1\""), "{t}");
         assert!(t.contains("[executors.acp.\"stub\"]\ncommand = \"/bin/stub\""), "{t}");
-        assert!(!t.contains("host_id") && !t.contains("secret_key_file"), "{t}");
+        assert!(!t.contains("host_id") && !t.contains("secret_key_file") && !t.contains("[admission]"), "{t}");
     }
 
     #[test]
@@ -264,9 +283,19 @@ mod tests {
             id: Some("bench-1".into()),
             secret_key_file: Some(PathBuf::from("/tmp/secret.key")),
         };
-        let t = config_toml("127.0.0.1:9", &db, &host, &Publish::default());
+        let t = config_toml("127.0.0.1:9", &db, &host, &Publish::default(), &[]);
         let top = t.split("\n[").next().unwrap_or_default();
         assert!(top.contains("data_dir = \"/tmp/d1\"\nhost_id = \"bench-1\"\n"), "{t}");
         assert!(top.contains("secret_key_file = \"/tmp/secret.key\"\n"), "{t}");
+    }
+
+    #[test]
+    fn admission_settings_get_a_table_of_their_own() {
+        let db = Database::existing("sqlite:///tmp/g.db");
+        let p = Publish { agents: vec![("echo-fast".into(), "a2a:fast".into())], ..Publish::default() };
+        let t = config_toml("127.0.0.1:9", &db, &Host::local(Path::new("/tmp/d")), &p, &[("max_queued_runs", 0)]);
+        let table = t.split("\n[admission]\n").nth(1).unwrap_or_default();
+        let table = table.split("\n[").next().unwrap_or_default();
+        assert_eq!(table, "\"max_queued_runs\" = 0\n", "{t}");
     }
 }

@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 pub use plots::{PlotFile, plots};
 
 use crate::driver::engine::Engine;
-use crate::driver::results::{Comparison, Figures, Results};
+use crate::driver::results::{A2aResults, Comparison, Figures, Results};
 
 const METHOD: &str = "\
 Every figure comes from real processes talking over loopback sockets or pipes: the release `gateway` binary, started by
@@ -297,7 +297,7 @@ fn saturation(out: &mut String, r: &Results, plots: &[PlotFile]) {
     image(out, plots, "a2a-saturation-latency.svg");
 }
 
-fn overload_row(out: &mut String, engine: Engine, target: &str, capacity: f64, o: &Figures, share: Option<f64>) {
+fn overload_row(out: &mut String, engine: Engine, target: &str, capacity: f64, o: &Figures, cpu: String) {
     row(
         out,
         &[
@@ -312,16 +312,41 @@ fn overload_row(out: &mut String, engine: Engine, target: &str, capacity: f64, o
             o.refused.to_string(),
             format!("{} / {}", fmt::ms(o.refused_latency.p50_ms), fmt::ms(o.refused_latency.max_ms)),
             o.timeouts.to_string(),
-            share.map(fmt::pct).unwrap_or_else(|| "–".into()),
+            cpu,
             fmt::errors(&o.errors),
         ],
     );
 }
 
+/// The CPU-per-refusal cell of an overload row measured as a residual.
+fn residual(share: Option<f64>) -> String {
+    format!("residual: {}", share.map(fmt::pct).unwrap_or_else(|| "–".into()))
+}
+
+/// The CPU-per-refusal cell of the refusal row: the direct figure, or why there is none.
+fn direct(a: &A2aResults) -> String {
+    let Some(c) = &a.refusal else { return "–".into() };
+    match (c.share_of_served, c.cpu_ms_per_refusal) {
+        (Some(share), Some(per)) => format!("direct: {} ({} ms)", fmt::pct(share), fmt::ms(per)),
+        (None, Some(per)) => format!("direct: {} ms", fmt::ms(per)),
+        _ => "direct: no figure (see below)".into(),
+    }
+}
+
 fn overload(out: &mut String, r: &Results) {
     let _ = writeln!(
         out,
-        "\n### Overload: each offered 2× its own saturation throughput (instant remote, open loop)\n\nCPU per refusal: the server's CPU over the overload segments, less the completed messages at the CPU per message it spent at saturation, per refused message, as a share of that CPU per message (– when nothing was refused). Saturation sends 1 KiB of text and the overload 5 bytes, so a negative share means serving got cheaper under overload, not that refusing paid.\n"
+        "\n### Overload: each offered 2× its own saturation throughput (instant remote, open loop)\n\n\
+         CPU per refusal, as a share of the CPU per message served at saturation, two ways. **Direct** (the figure the \
+         acceptance criterion is decided on): a fresh gateway configured to refuse every message that would start a turn \
+         (`[admission] max_queued_runs = 0`: the same check and the same busy answer as a saturated gateway's refusals) is \
+         offered the gateway's overload rate for the same window, its segments interleaved with the overload's; its CPU \
+         divided by its refusals. Nothing is served there, so nothing has to be subtracted (the process's idle work over \
+         the window is charged to the refusals). **Residual** (context): the server's CPU over the overload segments, \
+         less the completed messages at the CPU per message it spent at saturation, per refused message (– when nothing \
+         was refused). Serving under overload does not cost what it did at saturation (which sends 1 KiB of text; the \
+         overload sends 5 bytes), and the difference lands on the refusals: the residual is noisy, and negative when \
+         serving got cheaper under overload.\n"
     );
     header(
         out,
@@ -337,17 +362,32 @@ fn overload(out: &mut String, r: &Results) {
             "refused",
             "refused p50 / max ms",
             "timeouts",
-            "CPU per refusal (share of a served message)",
+            "CPU per refusal, share of a served message (direct or residual)",
             "errors",
         ],
     );
     for a in &r.a2a {
         if let (Some(o), Some(s)) = (&a.overload, &a.saturation) {
-            overload_row(out, a.engine, "gateway", s.gateway.throughput, o, a.refusal_cpu_share());
+            overload_row(out, a.engine, "gateway", s.gateway.throughput, o, residual(a.residual_refusal_cpu_share()));
+        }
+        if let (Some(c), Some(s)) = (&a.refusal, &a.saturation) {
+            let target = "gateway refusing every turn";
+            overload_row(out, a.engine, target, s.gateway.throughput, &c.figures, direct(a));
         }
         if let (Some(o), Some(s)) = (&a.overload_durable, &a.saturation_durable) {
-            overload_row(out, a.engine, "durable baseline", s.baseline.throughput, o, a.durable_refusal_cpu_share());
+            let share = a.durable_residual_refusal_cpu_share();
+            overload_row(out, a.engine, "durable baseline", s.baseline.throughput, o, residual(share));
         }
+    }
+    let refusal_notes: Vec<String> = r
+        .a2a
+        .iter()
+        .filter_map(|a| Some((a.engine, a.refusal.as_ref()?)))
+        .flat_map(|(e, c)| c.notes.iter().map(move |n| format!("gateway refusing every turn ({}): {n}", e.name())))
+        .collect();
+    if !refusal_notes.is_empty() {
+        let _ = writeln!(out);
+        notes(out, &refusal_notes);
     }
 }
 
@@ -621,4 +661,70 @@ pub fn markdown(r: &Results, plots: &[PlotFile]) -> String {
     }
     let _ = writeln!(out, "\n## Method\n\n{METHOD}");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::results::RefusalCost;
+
+    /// (b) on SQLite: 1 ms of CPU per message served at 500/s; an overload at 1000/s that
+    /// served 100 and refused 100 on 120 ms; a refusal segment with `ok` accepted and 1000
+    /// refused on 50 ms.
+    fn results(ok: u64) -> Results {
+        let figures = |ok, refused, ms: f64| Figures {
+            ok,
+            refused,
+            offered: ok + refused,
+            offered_rate: Some(1000.0),
+            seconds: 2.0,
+            cpu_cores: Some(ms / 1000.0 / 2.0),
+            ..Figures::default()
+        };
+        let served = Figures { throughput: 500.0, cpu_ms_per_op: Some(1.0), ..Figures::default() };
+        let saturation = Comparison {
+            scenario: "a2a_saturation".into(),
+            engine: Engine::Sqlite,
+            gateway: served,
+            baseline: Figures::default(),
+            segments: vec![],
+            notes: vec![],
+        };
+        let a = A2aResults {
+            engine: Engine::Sqlite,
+            remote_delay_ms: 1000,
+            open_loop: vec![],
+            saturation: Some(saturation),
+            instant_half_load: None,
+            overload: Some(figures(100, 100, 120.0)),
+            saturation_durable: None,
+            overload_durable: None,
+            refusal: Some(RefusalCost::measure(figures(ok, 1000, 50.0), Some(1.0))),
+            notes: vec![],
+        };
+        Results { a2a: vec![a], ..Results::default() }
+    }
+
+    #[test]
+    fn the_overload_table_shows_the_direct_refusal_figure_and_the_residual() {
+        let md = markdown(&results(0), &[]);
+        assert!(md.contains("| SQLite | gateway | 500.0 | 1000 |"), "{md}");
+        assert!(md.contains("| residual: 20.0 % |"), "{md}");
+        assert!(md.contains("| SQLite | gateway refusing every turn | 500.0 | 1000 |"), "{md}");
+        assert!(md.contains("| 0 / 1000 |"), "{md}");
+        assert!(md.contains("| direct: 5.0 % (0.050 ms) |"), "{md}");
+        assert!(!md.contains("- gateway refusing every turn (SQLite)"), "{md}");
+    }
+
+    #[test]
+    fn a_refusal_segment_that_accepted_anything_is_a_note_not_a_figure() {
+        let md = markdown(&results(5), &[]);
+        assert!(md.contains("| direct: no figure (see below) |"), "{md}");
+        assert!(
+            md.contains(
+                "- gateway refusing every turn (SQLite): the gateway meant to refuse every turn accepted 5 of 1005"
+            ),
+            "{md}"
+        );
+    }
 }

@@ -12,7 +12,11 @@
 //!   hides inside the second; with one that answers at once it is the whole difference;
 //! - the gateway offered twice the throughput it reached at saturation, and the durable
 //!   baseline twice what it reached: goodput, how fast refusals come, timeouts, and what a
-//!   refusal costs in CPU.
+//!   refusal costs in CPU as a residual (the CPU beyond what the completed messages cost at
+//!   saturation, over the refusals);
+//! - interleaved with those, a gateway configured to refuse every new turn
+//!   (`[admission] max_queued_runs = 0`) offered the gateway's overload rate: what a refusal
+//!   costs in CPU, measured directly (nothing served, so nothing to subtract).
 //!
 //! Every gateway and durable-baseline segment gets a fresh process and database: an
 //! overloaded server keeps a backlog of queued turns for minutes, and the next segment must
@@ -31,8 +35,8 @@ use crate::driver::engine::{Database, Engine};
 use crate::driver::error::Result;
 use crate::driver::load::{self, Outcome, Side, Tally};
 use crate::driver::procs::Proc;
-use crate::driver::results::{A2aResults, Comparison, Figures};
-use crate::driver::targets::{self, Host, Publish, Server};
+use crate::driver::results::{A2aResults, Comparison, Figures, RefusalCost};
+use crate::driver::targets::{self, Admission, Host, Publish, Server};
 
 const SLOW: &str = "echo-slow";
 /// The agent on the remote that answers at once.
@@ -42,6 +46,12 @@ pub(super) const FAST: &str = "echo-fast";
 const MIN_OVERLOAD_RATE: f64 = 20.0;
 /// Minimum offered rate of the half-load step, likewise.
 const MIN_HALF_LOAD_RATE: f64 = 10.0;
+
+/// The admission setting of [`Target::Refusing`]: `Load::check_queue` refuses a message that
+/// would start a turn while at least `max_queued_runs` runs wait to be claimed, so with 0 it
+/// refuses every one, through the check (`Coordinator::check_new_turn`) and the busy answer
+/// (503) of a saturated gateway's refusals.
+const REFUSE_EVERY_TURN: Admission<'static> = &[("max_queued_runs", 0)];
 
 pub(super) struct Setup<'a> {
     ctx: &'a Ctx,
@@ -88,8 +98,8 @@ impl<'a> Setup<'a> {
 
     /// `n` gateway processes on one fresh database: one as an operator starts it, or several
     /// the way docs/ops/several-processes.md says (one secret key file; a data directory and
-    /// a host id each).
-    async fn gateways(&self, segment: &str, n: usize) -> Result<Fresh> {
+    /// a host id each); `admission`'s settings besides the defaults.
+    async fn gateways(&self, segment: &str, n: usize, admission: Admission<'_>) -> Result<Fresh> {
         let dir = self.dir.join(format!("gateway-{segment}"));
         std::fs::create_dir_all(&dir)?;
         let db = Database::fresh(self.engine, &dir, &self.ctx.pg_url).await?;
@@ -106,9 +116,8 @@ impl<'a> Setup<'a> {
                 };
                 (own, host)
             };
-            match targets::gateway_serve_as(&self.ctx.bins, &self.ctx.http, &own_dir, &fresh.db, &self.publish, &host)
-                .await
-            {
+            let (bins, http) = (&self.ctx.bins, &self.ctx.http);
+            match targets::gateway_serve_as(bins, http, &own_dir, &fresh.db, &self.publish, &host, admission).await {
                 Ok(server) => fresh.servers.push(server),
                 Err(e) => {
                     fresh.stop().await;
@@ -191,6 +200,9 @@ pub(super) enum Target {
     Gateway,
     /// Two fresh gateways on one fresh database, the load split between them (scenario (g)).
     TwoGateways,
+    /// A fresh gateway and database configured to refuse every new turn
+    /// ([`REFUSE_EVERY_TURN`]); its warm-up requests are refused too.
+    Refusing,
     /// A fresh `bench-a2a-durable` (and SQLite file) in front of the remote.
     Durable,
     /// The remote itself.
@@ -230,9 +242,10 @@ impl Setup<'_> {
             }
         };
         match target {
-            Target::Gateway | Target::TwoGateways => {
-                let n = if target == Target::Gateway { 1 } else { 2 };
-                let fresh = self.gateways(label, n).await?;
+            Target::Gateway | Target::TwoGateways | Target::Refusing => {
+                let n = if target == Target::TwoGateways { 2 } else { 1 };
+                let admission = if target == Target::Refusing { REFUSE_EVERY_TURN } else { &[] };
+                let fresh = self.gateways(label, n, admission).await?;
                 let servers: Vec<&Server> = fresh.servers.iter().collect();
                 let procs: Vec<&Proc> = servers.iter().map(|s| &s.proc).collect();
                 let t = measure(&procs, self.clients(&servers, Some(agent)), load).await;
@@ -295,8 +308,9 @@ impl Setup<'_> {
                     }
                 }
                 Target::Direct => direct.add(round, Side::Baseline, t, None),
-                // Only scenario (g) measures two gateways.
-                Target::TwoGateways => {}
+                // Two gateways are scenario (g)'s; a gateway refusing every turn, the
+                // overload step's.
+                Target::TwoGateways | Target::Refusing => {}
             }
         }
         let rate = match shape {
@@ -308,15 +322,21 @@ impl Setup<'_> {
         Ok((direct.finish(scenario, self.engine, rate, true, notes), vs_durable))
     }
 
-    /// Each target offered twice the throughput it reached at saturation (`capacity`), the
-    /// targets interleaved round by round; their figures in the order given.
+    /// Each target offered twice the throughput it reached at saturation (`capacity`; for
+    /// [`Target::Refusing`], the gateway's), the targets interleaved round by round; their
+    /// figures in the order given.
     async fn overload(&mut self, targets: &[(Target, f64)]) -> Result<Vec<Figures>> {
         let rate = |capacity: f64| (capacity * 2.0).max(MIN_OVERLOAD_RATE).round();
         let mut totals = vec![Tally::default(); targets.len()];
         for (round, i) in load::interleave(self.ctx.plan.rounds, &(0..targets.len()).collect::<Vec<_>>()) {
             let (target, capacity) = targets[i];
             let rate = rate(capacity);
-            let t = self.segment(target, Shape::Open(rate), FAST, &format!("overload-{round}")).await?;
+            // A segment's directory (and SQLite file) is named after its label.
+            let label = match target {
+                Target::Refusing => format!("refusal-{round}"),
+                _ => format!("overload-{round}"),
+            };
+            let t = self.segment(target, Shape::Open(rate), FAST, &label).await?;
             info!(
                 engine = self.engine.name(),
                 ?target,
@@ -324,6 +344,7 @@ impl Setup<'_> {
                 ok_per_s = format!("{:.1}", t.throughput()),
                 timeouts = t.timeouts,
                 refused = t.refused.len(),
+                cpu_ms = format!("{:.1}", t.cpu.as_secs_f64() * 1000.0),
                 "(b) overload segment"
             );
             totals[i].merge(&t);
@@ -350,8 +371,11 @@ pub async fn run(ctx: &Ctx, engine: Engine) -> Result<A2aResults> {
         let instant = s.compare(&format!("a2a_instant_open_{half}"), Shape::Open(half), FAST, false).await?.0;
         let mut capacities = vec![(Target::Gateway, saturation.gateway.throughput)];
         capacities.extend(vs_durable.as_ref().map(|c| (Target::Durable, c.baseline.throughput)));
-        let mut overload = s.overload(&capacities).await?.into_iter();
-        let (overload, overload_durable) = (overload.next(), overload.next());
+        capacities.push((Target::Refusing, saturation.gateway.throughput));
+        let mut figures = s.overload(&capacities).await?.into_iter();
+        let overload = figures.next();
+        let overload_durable = if vs_durable.is_some() { figures.next() } else { None };
+        let refusal = figures.next().map(|f| RefusalCost::measure(f, saturation.gateway.cpu_ms_per_op));
         Ok::<_, crate::driver::error::BenchError>((
             open_loop,
             saturation,
@@ -359,12 +383,13 @@ pub async fn run(ctx: &Ctx, engine: Engine) -> Result<A2aResults> {
             instant,
             overload,
             overload_durable,
+            refusal,
         ))
     }
     .await;
     let notes = std::mem::take(&mut s.notes);
     s.stop().await;
-    let (open_loop, saturation, saturation_durable, instant, overload, overload_durable) = result?;
+    let (open_loop, saturation, saturation_durable, instant, overload, overload_durable, refusal) = result?;
     Ok(A2aResults {
         engine,
         remote_delay_ms: ctx.plan.a2a_delay.as_millis() as u64,
@@ -374,6 +399,7 @@ pub async fn run(ctx: &Ctx, engine: Engine) -> Result<A2aResults> {
         overload,
         saturation_durable,
         overload_durable,
+        refusal,
         notes,
     })
 }
