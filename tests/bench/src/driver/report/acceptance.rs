@@ -255,7 +255,7 @@ pub fn rows(r: &Results, engines: &[Engine]) -> Vec<Row> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::driver::results::{A2aResults, Figures, RefusalCost};
 
@@ -265,12 +265,13 @@ mod tests {
     /// (b) on SQLite: 1 ms of CPU per message served at saturation; an overload that served
     /// 100 and refused 100 on 120 ms (a residual of 20 %); a refusal segment with `refusal`'s
     /// figures (ok, refused, CPU ms) when given.
-    fn results(refusal: Refusal) -> Results {
+    pub(in crate::driver::report) fn results(refusal: Refusal) -> Results {
         let cpu = |ms: f64| Some(ms / 1000.0 / 2.0);
         let figures = |ok, refused, ms| Figures {
             ok,
             refused,
             offered: ok + refused,
+            offered_rate: Some(1000.0),
             seconds: 2.0,
             cpu_cores: cpu(ms),
             ..Figures::default()

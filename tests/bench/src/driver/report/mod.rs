@@ -666,43 +666,12 @@ pub fn markdown(r: &Results, plots: &[PlotFile]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::results::RefusalCost;
 
-    /// (b) on SQLite: 1 ms of CPU per message served at 500/s; an overload at 1000/s that
-    /// served 100 and refused 100 on 120 ms; a refusal segment with `ok` accepted and 1000
-    /// refused on 50 ms.
+    /// (b) on SQLite (the acceptance tests' fixture): 1 ms of CPU per message served at
+    /// 500/s; an overload at 1000/s that served 100 and refused 100 on 120 ms; a refusal
+    /// segment with `ok` accepted and 1000 refused on 50 ms.
     fn results(ok: u64) -> Results {
-        let figures = |ok, refused, ms: f64| Figures {
-            ok,
-            refused,
-            offered: ok + refused,
-            offered_rate: Some(1000.0),
-            seconds: 2.0,
-            cpu_cores: Some(ms / 1000.0 / 2.0),
-            ..Figures::default()
-        };
-        let served = Figures { throughput: 500.0, cpu_ms_per_op: Some(1.0), ..Figures::default() };
-        let saturation = Comparison {
-            scenario: "a2a_saturation".into(),
-            engine: Engine::Sqlite,
-            gateway: served,
-            baseline: Figures::default(),
-            segments: vec![],
-            notes: vec![],
-        };
-        let a = A2aResults {
-            engine: Engine::Sqlite,
-            remote_delay_ms: 1000,
-            open_loop: vec![],
-            saturation: Some(saturation),
-            instant_half_load: None,
-            overload: Some(figures(100, 100, 120.0)),
-            saturation_durable: None,
-            overload_durable: None,
-            refusal: Some(RefusalCost::measure(figures(ok, 1000, 50.0), Some(1.0))),
-            notes: vec![],
-        };
-        Results { a2a: vec![a], ..Results::default() }
+        super::acceptance::tests::results(Some((ok, 1000, 50.0)))
     }
 
     #[test]
