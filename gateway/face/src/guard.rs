@@ -93,7 +93,7 @@ impl<D: fmt::Display> fmt::Display for Refusal<D> {
 }
 
 /// A face behind [`guard`]: what the guard needs from it, and the face's words for a refusal.
-pub trait GuardedFace: Clone + Send + Sync + 'static {
+pub trait GuardedFace: Send + Sync + 'static {
     /// Why the face turns an authenticated caller away, in its own terms (its error type).
     type Denied: Send;
 
