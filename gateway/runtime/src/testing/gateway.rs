@@ -70,7 +70,13 @@ impl TestGateway {
             host: "h".into(),
             instance: "test".into(),
             workers: Some(WorkerConfig::default()),
-            coordinator: CoordinatorOptions::default(),
+            // A busy test machine (tests running beside each other on few cores) must not make
+            // a test's gateway refuse turns as saturated: lateness is not shed unless a test
+            // sets its own limits ([`TestGatewayBuilder::admission`]), as the shedder's do.
+            coordinator: CoordinatorOptions {
+                admission: AdmissionLimits { max_lag: Duration::from_secs(600), ..AdmissionLimits::default() },
+                ..CoordinatorOptions::default()
+            },
         }
     }
 
