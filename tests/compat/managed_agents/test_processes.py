@@ -349,6 +349,17 @@ def check_seen_once_in_order(follower: Follower, listed: list[str]) -> None:
         f"every listed event streamed once, in order:\nstreamed {types(follower.events)}\nlisted {listed}")
 
 
+def check_resumed_on_the_survivor(follower: Follower, cluster: Cluster, x: GatewayProcess, y: GatewayProcess,
+                                  killed_at: float, listed: list[str]) -> None:
+    """After X died: one break, one reconnect, everything since went to Y (X refused by the
+    proxy), and every listed event was streamed once, in order, as the wire says."""
+    assert len(follower.connections) == 2 and len(follower.breaks) == 1, (follower.breaks, cluster.proxy.routes)
+    assert all(r.backend == y.name for r in cluster.proxy.routes if r.at >= killed_at), cluster.proxy.routes
+    assert any(x.name in r.skipped for r in cluster.proxy.routes), f"{x.name} was never refused: {cluster.proxy.routes}"
+    check_seen_once_in_order(follower, listed)
+    follower.check_wire()
+
+
 # --- the tests ---------------------------------------------------------------------------------
 
 
@@ -421,15 +432,9 @@ def test_a_client_of_a_killed_process_resumes_on_the_one_running_its_turn(cluste
     killed_at = time.monotonic()
     follower.until(is_end_turn, deadline)
 
-    assert len(follower.connections) == 2 and len(follower.breaks) == 1, (follower.breaks, cluster.proxy.routes)
     after_kill = [r for r in cluster.proxy.routes if r.at >= killed_at]
     assert after_kill[0] is follower.connections[1][0] and after_kill[0].backend == y.name, after_kill
-    listed = listed_ids(sdk, sid)
-    assert all(r.backend == y.name for r in cluster.proxy.routes if r.at >= killed_at), cluster.proxy.routes
-    assert any(x.name in r.skipped for r in cluster.proxy.routes), f"{x.name} was never refused: {cluster.proxy.routes}"
-
-    check_seen_once_in_order(follower, listed)
-    follower.check_wire()
+    check_resumed_on_the_survivor(follower, cluster, x, y, killed_at, listed_ids(sdk, sid))
     kinds = types(follower.events)
     assert kinds.count("agent.tool_use") == kinds.count("agent.tool_result") == ROUNDS, f"each round once: {kinds}"
     messages = [text_of(e) for e in follower.events if e.type == "agent.message"]
@@ -463,12 +468,7 @@ def test_a_process_killed_with_its_turn_and_its_client_loses_and_repeats_nothing
     assert "agent.message" not in types(follower.frames), types(follower.frames)
     follower.until(is_end_turn, deadline)
 
-    assert len(follower.connections) == 2 and len(follower.breaks) == 1, (follower.breaks, cluster.proxy.routes)
-    listed = listed_ids(sdk, sid)
-    assert all(r.backend == y.name for r in cluster.proxy.routes if r.at >= killed_at), cluster.proxy.routes
-    assert any(x.name in r.skipped for r in cluster.proxy.routes), f"{x.name} was never refused: {cluster.proxy.routes}"
-    check_seen_once_in_order(follower, listed)
-    follower.check_wire()
+    check_resumed_on_the_survivor(follower, cluster, x, y, killed_at, listed_ids(sdk, sid))
     kinds = types(follower.events)
     messages = [e for e in follower.events if e.type == "agent.message"]
     assert [text_of(m) for m in messages] == [" ".join(SLOW_WORDS)], kinds
