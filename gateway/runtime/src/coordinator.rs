@@ -27,7 +27,7 @@ use crate::environment::Environments;
 use crate::error::{Result, RuntimeError};
 use crate::load::{AdmissionLimits, Load};
 use crate::previews::PreviewBus;
-use crate::subscription::{self, Delivery, SubscribeOptions};
+use crate::subscription::{self, Ahead, Delivery, SubscribeOptions};
 use gateway_services::files::FilesConfig;
 use gateway_services::metrics::Metrics;
 
@@ -614,6 +614,33 @@ impl Coordinator {
             session.id.clone(),
             options,
             Arc::clone(&self.metrics),
+            None,
+        )
+    }
+
+    /// Opens `session`'s watch before a write of this process to it (its creation, an
+    /// admission), for [`subscribe_ahead`](Self::subscribe_ahead) once the write returned.
+    pub fn watch_ahead(&self, session: &SessionId) -> Ahead {
+        Ahead { session: session.clone(), watch: self.store.wakeups().watch_session(session) }
+    }
+
+    /// [`subscribe`](Self::subscribe) after a write the caller holds the events of (through
+    /// `options.after_seq`), with the watch opened before it: no read of the store to learn
+    /// what the caller already knows, and the next commit's events come from memory when it
+    /// was this process's (`subscription::subscribe`).
+    pub fn subscribe_ahead(
+        &self,
+        ahead: Ahead,
+        mut options: SubscribeOptions,
+    ) -> impl Stream<Item = Result<Delivery>> + Send + use<> {
+        options.poll = options.poll.or(Some(self.options.subscription_poll));
+        subscription::subscribe(
+            Arc::clone(&self.store),
+            &self.previews,
+            ahead.session,
+            options,
+            Arc::clone(&self.metrics),
+            Some(ahead.watch),
         )
     }
 }

@@ -29,5 +29,5 @@ pub use error::{Result, RuntimeError};
 pub use executors::{Connection, ExecutorSettings, Executors};
 pub use load::{AdmissionLimits, Busy, BusyCause, RequestPermit};
 pub use previews::{Preview, PreviewBus};
-pub use subscription::{Delivery, SubscribeOptions};
+pub use subscription::{Ahead, Delivery, SubscribeOptions};
 pub use worker::{PoolParts, RetryPolicy, WorkerConfig, WorkerIdentity, WorkerPool};

@@ -146,16 +146,32 @@ impl State {
     }
 }
 
+/// A session's watch opened before a write this process is about to make to it
+/// ([`Coordinator::watch_ahead`](crate::Coordinator::watch_ahead)): the write's own hint, and
+/// the batch it committed, reach a subscription later opened with it
+/// ([`Coordinator::subscribe_ahead`](crate::Coordinator::subscribe_ahead)), which then reads
+/// nothing to catch up with the events the writer already holds.
+pub struct Ahead {
+    pub(crate) session: SessionId,
+    pub(crate) watch: watch::Receiver<Tip>,
+}
+
 /// The stream behind `Coordinator::subscribe`. It ends after delivering `session_deleted`.
+///
+/// With a watch opened `ahead` of the writes through `options.after_seq`, the first read is
+/// skipped when the watch's tip is exactly that seq: every later commit changes the watch.
+/// A watch showing anything else (hints disabled, a later commit) reads as usual.
 pub(crate) fn subscribe(
     store: Arc<dyn Store>,
     bus: &PreviewBus,
     session: SessionId,
     options: SubscribeOptions,
     metrics: Arc<Metrics>,
+    ahead: Option<watch::Receiver<Tip>>,
 ) -> impl Stream<Item = Result<Delivery, RuntimeError>> + Send + use<> {
     let open = GaugeGuard::new(&metrics.subscriptions_open);
-    let watch = store.wakeups().watch_session(&session);
+    let need_read = ahead.as_ref().is_none_or(|w| w.borrow().seq != options.after_seq);
+    let watch = ahead.unwrap_or_else(|| store.wakeups().watch_session(&session));
     let poll = options.poll.unwrap_or(Duration::from_millis(500));
     let previews = options.previews.then(|| bus.subscribe(&session));
     let state = State {
@@ -169,7 +185,7 @@ pub(crate) fn subscribe(
         pending: VecDeque::new(),
         open: HashSet::new(),
         closed: VecDeque::new(),
-        need_read: true,
+        need_read,
         ended: false,
         _open: open,
     };
@@ -214,6 +230,10 @@ pub(crate) fn subscribe(
                 }
                 match st.read_after().await {
                     Ok(batch) if !batch.is_empty() => {
+                        // A read short of its limit found everything committed before it
+                        // began; a later commit changes the watch marked above. Reading
+                        // again only to find nothing cost every catch-up a second read.
+                        st.need_read = batch.len() >= BATCH as usize;
                         st.buffer.extend(batch);
                         continue;
                     }

@@ -30,10 +30,10 @@ async fn two_processes_feeding_one_task_queue_each_update_once_in_order() {
         "configuration": {"taskPushNotificationConfig": {"id": "p", "url": "http://127.0.0.1:9/hook"}},
     }))
     .unwrap();
-    let started = crate::tasks::service::send(&kit.ctx, "conformance", &req, false).await.unwrap();
+    let mut started = crate::tasks::service::send(&kit.ctx, "conformance", &req, false).await.unwrap();
     let (here, elsewhere) = (Feeder::new(&kit.ctx), Feeder::new(&kit.ctx));
     let racing = async {
-        let done = crate::tasks::service::settle(&kit.ctx, &started).await.unwrap();
+        let done = crate::tasks::service::settle(&kit.ctx, &mut started).await.unwrap();
         for _ in 0..3 {
             tokio::join!(feed_all(&here), feed_all(&elsewhere));
         }
@@ -89,7 +89,7 @@ async fn deliveries_keep_the_task_order_and_v03_receivers_get_status_changes_onl
         "configuration": {"taskPushNotificationConfig": {"id": "v1", "url": "http://127.0.0.1:9/v1"}},
     }))
     .unwrap();
-    let started = crate::tasks::service::send(&kit.ctx, "conformance", &req, false).await.unwrap();
+    let mut started = crate::tasks::service::send(&kit.ctx, "conformance", &req, false).await.unwrap();
     let v03 = PushConfig {
         id: Some("v03".into()),
         task_id: None,
@@ -98,7 +98,7 @@ async fn deliveries_keep_the_task_order_and_v03_receivers_get_status_changes_onl
         authentication: None,
     };
     crate::push::create(&kit.ctx, &started.record, v03, true).await.unwrap();
-    let done = crate::tasks::service::settle(&kit.ctx, &started).await.unwrap();
+    let done = crate::tasks::service::settle(&kit.ctx, &mut started).await.unwrap();
     assert_eq!(done.proj.state(), TaskState::Completed);
 
     let id = started.record.id.clone();
@@ -137,7 +137,7 @@ async fn push_credentials_are_sealed_at_rest_and_opened_to_be_sent() {
         "message": {"messageId": "sealed-1", "role": "ROLE_USER", "parts": [{"text": "x"}]},
     }))
     .unwrap();
-    let started = crate::tasks::service::send(&kit.ctx, "conformance", &req, false).await.unwrap();
+    let mut started = crate::tasks::service::send(&kit.ctx, "conformance", &req, false).await.unwrap();
     let cfg = PushConfig {
         id: Some("c1".into()),
         task_id: None,
@@ -157,7 +157,7 @@ async fn push_credentials_are_sealed_at_rest_and_opened_to_be_sent() {
     let read = crate::push::get(&kit.ctx, &started.record, "c1").await.unwrap();
     assert_eq!((read.token, read.authentication), (cfg.token.clone(), cfg.authentication.clone()), "answered in clear");
 
-    let done = crate::tasks::service::settle(&kit.ctx, &started).await.unwrap();
+    let done = crate::tasks::service::settle(&kit.ctx, &mut started).await.unwrap();
     assert_eq!(done.proj.state(), TaskState::Completed);
     feed_all(&Feeder::new(&kit.ctx)).await;
     let claimed = kit.ctx.coordinator.outbox().claim_deliveries(PUSHES).await.unwrap();
@@ -197,8 +197,8 @@ async fn a_task_is_fed_only_from_when_it_has_a_config() {
         "message": {"messageId": "tck-input-required", "role": "ROLE_USER", "parts": [{"text": "x"}]},
     }))
     .unwrap();
-    let started = crate::tasks::service::send(&kit.ctx, "conformance", &first, false).await.unwrap();
-    let parked = crate::tasks::service::settle(&kit.ctx, &started).await.unwrap();
+    let mut started = crate::tasks::service::send(&kit.ctx, "conformance", &first, false).await.unwrap();
+    let parked = crate::tasks::service::settle(&kit.ctx, &mut started).await.unwrap();
     assert_eq!(parked.proj.state(), TaskState::InputRequired);
     let feeds = kit.ctx.coordinator.feeds();
     assert_eq!(feeds.take_feed(CHANNEL, 64).await.unwrap(), Default::default(), "a task without a config is not fed");
@@ -230,8 +230,8 @@ async fn a_task_is_fed_only_from_when_it_has_a_config() {
         "message": {"messageId": "tck-complete-task", "role": "ROLE_USER", "parts": [{"text": "y"}], "taskId": id},
     }))
     .unwrap();
-    let answered = crate::tasks::service::send(&kit.ctx, "conformance", &answer, false).await.unwrap();
-    let done = crate::tasks::service::settle(&kit.ctx, &answered).await.unwrap();
+    let mut answered = crate::tasks::service::send(&kit.ctx, "conformance", &answer, false).await.unwrap();
+    let done = crate::tasks::service::settle(&kit.ctx, &mut answered).await.unwrap();
     assert_eq!(done.proj.state(), TaskState::Completed);
     feed_all(&Feeder::new(&kit.ctx)).await;
     let got = drain(&kit).await;

@@ -9,7 +9,7 @@ use crate::A2aContext;
 use crate::error::{A2aError, Result};
 use crate::server::sse;
 use crate::server::version::Version;
-use crate::tasks::service::{self, Started};
+use crate::tasks::service;
 use crate::tasks::watch::Watch;
 use crate::v03::{self, Shape};
 use crate::wire::{ListTasksRequest, PushConfig, SendMessageRequest, StreamResponse};
@@ -76,9 +76,9 @@ pub async fn execute(ctx: &A2aContext, agent: &str, op: Op, version: Version) ->
         Op::Send { req, stream } => {
             let history_length = req.configuration.as_ref().and_then(|c| c.history_length);
             let immediate = req.configuration.as_ref().and_then(|c| c.return_immediately).unwrap_or(false);
-            let started = service::send(ctx, agent, &req, v03).await?;
+            let mut started = service::send(ctx, agent, &req, v03).await?;
             if stream {
-                let watch = Watch::open(&ctx.coordinator, &started.record).await?;
+                let watch = started.watch(&ctx.coordinator).await?;
                 return Ok(Outcome::Stream {
                     watch: Box::new(watch),
                     min_seq: started.min_seq,
@@ -86,11 +86,10 @@ pub async fn execute(ctx: &A2aContext, agent: &str, op: Op, version: Version) ->
                     history_length,
                 });
             }
-            let Started { record, min_seq } = started;
             let watch = if immediate {
-                Watch::open(&ctx.coordinator, &record).await?
+                started.watch(&ctx.coordinator).await?
             } else {
-                service::settle(ctx, &Started { record, min_seq }).await?
+                service::settle(ctx, &mut started).await?
             };
             match watch.proj.direct_message() {
                 Some(m) => value(Kind::SendResponse, &StreamResponse::Message(m.clone())),

@@ -33,6 +33,28 @@ const LIST_SCAN: usize = 10_000;
 pub struct Started {
     pub record: TaskRecord,
     pub min_seq: u64,
+    /// What the send's own commit told it, when it created the task's session: its first
+    /// watch then reads nothing it already holds ([`Watch::open_started`]).
+    pub known: Option<Known>,
+}
+
+/// The events a send committed to the session it created, and the session's watch opened
+/// before that commit.
+pub struct Known {
+    pub events: Vec<gateway_core::event::Event>,
+    pub ahead: gateway_runtime::Ahead,
+    /// Whether the agent is the conformance one, whose hints the projection honours.
+    pub hints: bool,
+}
+
+impl Started {
+    /// Opens the task's watch: from what the send holds, when it holds it (once).
+    pub async fn watch(&mut self, coordinator: &gateway_runtime::Coordinator) -> Result<Watch> {
+        match self.known.take() {
+            Some(known) => Watch::open_started(coordinator, &self.record, known),
+            None => Watch::open(coordinator, &self.record).await,
+        }
+    }
 }
 
 pub async fn agent(ctx: &A2aContext, name: &str) -> Result<AgentId> {
@@ -190,17 +212,23 @@ pub async fn send(ctx: &A2aContext, agent_name: &str, req: &SendMessageRequest, 
         let writes = AdmissionWrites { documents, subscriptions, ..AdmissionWrites::default() };
         let admitted = match target {
             Target::Existing { session_id, .. } => {
-                ctx.coordinator.submit_with(&session_id, vec![event.clone()], writes, pass.take()).await.map(drop)
+                ctx.coordinator.submit_with(&session_id, vec![event.clone()], writes, pass.take()).await.map(|_| None)
             }
             Target::New { session_id, .. } => {
                 let request = session_request(ctx, agent_name, &agent_id, event.clone()).await?;
-                ctx.coordinator.create_session_with(request, session_id, writes, pass.take()).await.map(drop)
+                let ahead = ctx.coordinator.watch_ahead(&session_id);
+                ctx.coordinator.create_session_with(request, session_id, writes, pass.take()).await.map(
+                    |(session, events)| {
+                        let hints = crate::conformance::is_conformance(&session.snapshot.agent.spec.backend);
+                        Some(Known { events, ahead, hints })
+                    },
+                )
             }
         };
         match admitted {
-            Ok(()) => {
+            Ok(known) => {
                 info!(task = %record.id, context = %record.context_id, session = %record.session_id, agent = agent_name, "task submitted");
-                return Ok(Started { record, min_seq: 0 });
+                return Ok(Started { record, min_seq: 0, known });
             }
             // Another send bound this contextId first; nothing of this one was committed. Its
             // binding may still be in a commit in flight: wait for it, then resolve again.
@@ -242,7 +270,7 @@ async fn follow_up(ctx: &A2aContext, agent_name: &str, task_id: &str, msg: &Mess
     let committed = ctx.coordinator.submit_with(&record.session_id, answers, writes, None).await?;
     let min_seq = committed.iter().map(|e| e.seq).max().unwrap_or(watch.opened_at);
     info!(task = %task_id, context = %record.context_id, answers = committed.len(), "task answered");
-    Ok(Started { record, min_seq })
+    Ok(Started { record, min_seq, known: None })
 }
 
 /// Turns a follow-up message into answers (docs/adr/0009-a2a.md): data parts
@@ -310,8 +338,8 @@ pub fn answers(msg: &Message, pending: &[Pending]) -> Result<Vec<NewEvent>> {
 
 /// Blocks until the task settles, or `blocking_timeout` passes (the task is then returned as
 /// it stands, `working`: a blocking send never waits without bound), and returns its watch.
-pub async fn settle(ctx: &A2aContext, started: &Started) -> Result<Watch> {
-    let mut w = Watch::open(&ctx.coordinator, &started.record).await?;
+pub async fn settle(ctx: &A2aContext, started: &mut Started) -> Result<Watch> {
+    let mut w = started.watch(&ctx.coordinator).await?;
     let wait = w.wait_settled(started.min_seq);
     tokio::select! {
         r = tokio::time::timeout(ctx.blocking_timeout, wait) => { if let Ok(r) = r { r?; } }

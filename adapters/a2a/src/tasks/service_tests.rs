@@ -22,8 +22,8 @@ fn send_req(text: &str, context: Option<&str>, extra: Value) -> SendMessageReque
 }
 
 async fn send_and_settle(kit: &Kit, agent: &str, req: SendMessageRequest) -> Task {
-    let started = send(&kit.ctx, agent, &req, false).await.unwrap();
-    settle(&kit.ctx, &started).await.unwrap().proj.task(None, true)
+    let mut started = send(&kit.ctx, agent, &req, false).await.unwrap();
+    settle(&kit.ctx, &mut started).await.unwrap().proj.task(None, true)
 }
 
 /// Tasks whose push feed subscription has events fed and not yet settled (nothing settles

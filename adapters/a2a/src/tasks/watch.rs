@@ -8,11 +8,13 @@
 use std::pin::Pin;
 
 use futures::{Stream, StreamExt};
+use gateway_core::event::Event;
 use gateway_runtime::{Coordinator, Delivery, RuntimeError, SubscribeOptions};
 
 use crate::error::A2aError;
 use crate::tasks::projection::Projector;
 use crate::tasks::records::{TaskRecord, event_for};
+use crate::tasks::service::Known;
 use crate::wire::StreamResponse;
 
 type Events = Pin<Box<dyn Stream<Item = Result<Delivery, RuntimeError>> + Send>>;
@@ -62,18 +64,44 @@ impl Watch {
         Ok(w)
     }
 
+    /// Opens the watch of a task whose send created its session, from what that send holds:
+    /// its committed events folded here, the rest of the log followed from the watch opened
+    /// before the commit. The same watch as [`Watch::open`] gives, without its three reads
+    /// (the session, the start event, the log so far).
+    pub fn open_started(coordinator: &Coordinator, rec: &TaskRecord, known: Known) -> Result<Watch, A2aError> {
+        let start = event_for(&rec.id).ok_or_else(|| A2aError::TaskNotFound(rec.id.clone()))?;
+        let Some(at) = known.events.iter().position(|e| e.id == start) else {
+            return Err(A2aError::Internal(format!("the send of task {} did not commit its message", rec.id)));
+        };
+        let through = known.events.last().map_or(0, |e| e.seq);
+        let options = SubscribeOptions { after_seq: through, previews: false, poll: None };
+        let mut w = Watch {
+            proj: Projector::new(&rec.id, &rec.context_id, start, &rec.message_id).honour_hints(known.hints),
+            events: Box::pin(coordinator.subscribe_ahead(known.ahead, options)),
+            opened_at: through,
+            status_seq: 0,
+        };
+        for e in &known.events[at..] {
+            w.fold(e);
+        }
+        Ok(w)
+    }
+
+    /// Folds one committed event into the projection; its updates.
+    fn fold(&mut self, e: &Event) -> Vec<StreamResponse> {
+        let updates = self.proj.apply(e);
+        if updates.iter().any(|u| matches!(u, StreamResponse::StatusUpdate(_))) {
+            self.status_seq = e.seq;
+        }
+        updates
+    }
+
     /// Folds the next committed event; returns its updates (often none). `None` when the
     /// session's stream ended (the session was deleted).
     pub async fn next(&mut self) -> Option<Result<Vec<StreamResponse>, A2aError>> {
         loop {
             match self.events.next().await? {
-                Ok(Delivery::Event(e)) => {
-                    let updates = self.proj.apply(&e);
-                    if updates.iter().any(|u| matches!(u, StreamResponse::StatusUpdate(_))) {
-                        self.status_seq = e.seq;
-                    }
-                    return Some(Ok(updates));
-                }
+                Ok(Delivery::Event(e)) => return Some(Ok(self.fold(&e))),
                 Ok(Delivery::Preview(_)) => continue,
                 Err(e) => return Some(Err(e.into())),
             }

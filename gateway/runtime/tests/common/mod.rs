@@ -259,6 +259,25 @@ pub async fn subscriptions_see_commits_of_another_store_handle(h: &dyn Harness) 
     pool.shutdown().await;
 }
 
+/// A subscription opened with a watch taken before the write it follows (as an A2A send
+/// follows its task) starts after the events the writer holds and delivers every later one,
+/// in order, once: from memory when this process committed them, from the store when hints
+/// are off.
+pub async fn a_subscription_opened_ahead_of_a_write_delivers_what_follows_it(h: &dyn Harness) {
+    let r = rig(h.fresh().await).await;
+    let pool = workers(&r, config("a", "h"));
+    let s = new_session(&r).await;
+    let ahead = r.coordinator.watch_ahead(&s.id);
+    let accepted = r.coordinator.submit(&s.id, vec![say("steps 3 10")]).await.unwrap();
+    let through = accepted.last().expect("the input is committed").seq;
+    let options = SubscribeOptions { after_seq: through, previews: false, poll: None };
+    let got = events(&until(r.coordinator.subscribe_ahead(ahead, options), 20, turn_ended).await);
+    assert_contiguous(&got, through + 1);
+    assert_eq!(got[0].kind(), EventKind::TurnStarted, "the first event after the input: {:?}", kinds(&got));
+    assert_eq!(texts(&got), vec!["step 1/3", "step 2/3", "step 3/3"]);
+    pool.shutdown().await;
+}
+
 /// Consumers that stop polling a subscription mid-read (a `select!` that took another branch)
 /// and go on to read: more of them than the store has places to read must not wedge every
 /// read of the process. (They did: the A2A push feeder did exactly this, and eight feeders
@@ -730,6 +749,7 @@ macro_rules! runtime_suite {
             a_turn_runs_end_to_end,
             subscriptions_join_mid_turn_without_gap_or_duplicate,
             subscriptions_see_commits_of_another_store_handle,
+            a_subscription_opened_ahead_of_a_write_delivers_what_follows_it,
             subscriptions_left_mid_read_hold_no_place_to_read,
             an_interrupt_stops_a_running_turn,
             transient_failures_are_retried_then_exhausted,

@@ -72,6 +72,10 @@ pub async fn a_document_conflict_rolls_back_the_whole_admission(h: &dyn Harness)
     let w = writes(vec![doc("fresh", json!({})), doc("taken", json!({}))], &[("k", "v")]);
     let err = s.submit_inputs(&sess.id, vec![msg("hello")], w).await.unwrap_err();
     assert!(is_conflict_on(&err, "taken"), "{err:?}");
+    // So is one admission creating the same document twice (both creations share a statement).
+    let w = writes(vec![doc("fresh", json!({"n": 1})), doc("fresh", json!({"n": 2}))], &[]);
+    let err = s.submit_inputs(&sess.id, vec![msg("hello")], w).await.unwrap_err();
+    assert!(is_conflict_on(&err, "fresh"), "{err:?}");
     // A stale compare-and-set is a conflict as well.
     let stale = DocumentWrite { expected: Some(taken.version + 7), ..doc("taken", json!({})) };
     let err = s.submit_inputs(&sess.id, vec![msg("hello")], writes(vec![doc("fresh", json!({})), stale], &[])).await;

@@ -507,8 +507,14 @@ pub async fn an_admission_claims_its_own_run_with_its_turn_start(h: &dyn Harness
         vec![(1, EventKind::UserMessage), (2, EventKind::TurnStarted)],
         "the turn start is committed with the input"
     );
-    assert_eq!(log[1].epoch, Some(1));
-    assert_eq!(s.get_run(&claim.fence.run_id).await.unwrap().state, RunState::Running);
+    assert_eq!((log[1].run_id.as_ref(), log[1].epoch), (Some(&claim.fence.run_id), Some(1)));
+    assert_eq!(log[0].run_id, None, "the input is the client's");
+    let stored = s.get_run(&claim.fence.run_id).await.unwrap();
+    assert_eq!(stored.state, RunState::Running);
+    assert_eq!((stored.lease_owner.as_deref(), stored.lease_epoch, stored.input_seq), (Some("a"), 1, Some(1)));
+    assert_eq!(stored.lease_expires_at, claim.run.lease_expires_at, "the claim holds the stored lease");
+    assert_eq!(claim.session.last_seq, 2, "the claim's session is past its turn start");
+    assert_eq!(s.get_session(&sess.id).await.unwrap().last_seq, 2);
     assert!(s.claim_run(&worker("b", "h"), terms(10_000)).await.unwrap().is_none(), "nothing left to claim");
     // Only where nothing else can hint: PostgreSQL's channel is shared by every store on the
     // database, and tests run beside this one.

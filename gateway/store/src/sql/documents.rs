@@ -73,6 +73,34 @@ impl<E: Engine> SqlStore<E> {
         }
     }
 
+    /// Creates `docs` at `now` inside `tx`, as many in one statement as it takes: an A2A
+    /// send creates two or three, and each statement is a round trip on PostgreSQL. One that
+    /// exists (or is given twice) is `Guard::DocumentConflict`, as [`Self::write_document`]
+    /// answers it.
+    async fn create_documents(tx: &mut WriteTx<E>, docs: &[&DocumentWrite], now: i64) -> Result<()> {
+        for chunk in docs.chunks(super::INSERT_CHUNK) {
+            let mut q = query_as::<(String, String)>(super::create_documents_sql(chunk.len()));
+            for w in chunk {
+                q = q.bind(w.namespace.as_str()).bind(w.key.as_str()).bind(serde_json::to_string(&w.body)?);
+                q = q.bind(1_i64).bind(now).bind(now);
+            }
+            let created = q.fetch_all(&mut **tx).await?;
+            if created.len() < chunk.len() {
+                let same = |a: &DocumentWrite, b: &DocumentWrite| a.namespace == b.namespace && a.key == b.key;
+                let existed = |w: &DocumentWrite| !created.iter().any(|(n, k)| *n == w.namespace && *k == w.key);
+                let w = (0..chunk.len())
+                    .find(|&i| existed(chunk[i]) || chunk[..i].iter().any(|o| same(o, chunk[i])))
+                    .map_or(chunk[0], |i| chunk[i]);
+                return Err(StoreError::Guard(Guard::DocumentConflict {
+                    namespace: w.namespace.clone(),
+                    key: w.key.clone(),
+                    expected: None,
+                }));
+            }
+        }
+        Ok(())
+    }
+
     /// Writes an admission's documents, feed subscriptions and bindings inside its transaction, after its
     /// inputs (`sessions.rs`). Any failure aborts the admission.
     pub(crate) async fn apply_admission_writes(
@@ -82,9 +110,17 @@ impl<E: Engine> SqlStore<E> {
         now: i64,
         hints: &mut Hints,
     ) -> Result<()> {
+        // Documents created in a row go in one statement; an update (compare-and-set) alone.
+        let mut creates: Vec<&DocumentWrite> = Vec::new();
         for w in &writes.documents {
+            if w.expected.is_none() {
+                creates.push(w);
+                continue;
+            }
+            Self::create_documents(tx, &std::mem::take(&mut creates), now).await?;
             Self::write_document(tx, w, now).await?;
         }
+        Self::create_documents(tx, &creates, now).await?;
         Self::subscribe(tx, session, &writes.subscriptions, now, hints).await?;
         Self::write_bindings(tx, session, &writes.bindings, now).await
     }

@@ -136,6 +136,11 @@ pub trait Db: Send + Sync + 'static {
 
     fn reader(&self) -> impl Future<Output = Result<Self::Reader<'_>>> + Send;
     fn begin(&self) -> impl Future<Output = Result<Self::Tx>> + Send;
+    /// The database clock as it was when `tx` began, where the engine reads it with the
+    /// `BEGIN` at no cost of its own (PostgreSQL: the same round trip); `None` elsewhere.
+    fn began_at(_tx: &Self::Tx) -> Option<i64> {
+        None
+    }
     /// Returns once the write is durable (invariant 4), its `hints` delivered in this process
     /// after the commit they describe.
     fn commit(&self, tx: Self::Tx, hints: Hints) -> impl Future<Output = Result<()>> + Send;
@@ -278,10 +283,15 @@ impl<E: Engine> SqlStore<E> {
         self.db.begin().await
     }
 
-    /// The database clock, read inside the transaction so every row it writes agrees.
+    /// The database clock, read inside the transaction so every row it writes agrees (on
+    /// PostgreSQL, the clock read with its `BEGIN`: every caller reads it before any wait of
+    /// its own, or clamps what it writes as `lock_session_at_now` does).
     pub(crate) async fn now(tx: &mut WriteTx<E>) -> Result<i64> {
         if E::IN_PROCESS_CLOCK {
             return Ok(in_process_now());
+        }
+        if let Some(now) = <E::Db as Db>::began_at(tx) {
+            return Ok(now);
         }
         let (now,): (i64,) = query_as(E::NOW).fetch_one(&mut **tx).await?;
         Ok(now)
@@ -333,13 +343,26 @@ impl<E: Engine> SqlStore<E> {
         now: i64,
         by: Option<(&RunId, i64)>,
     ) -> Result<Vec<Event>> {
+        Self::append_authored(tx, session, last_seq, events.into_iter().map(|e| (e, by)).collect(), now).await
+    }
+
+    /// [`Self::append_events`] with each event's own author (the run and epoch that
+    /// committed it; `None` for a client's input), so that inputs and the turn start they
+    /// begin go in one statement.
+    pub(crate) async fn append_authored(
+        tx: &mut WriteTx<E>,
+        session: &SessionId,
+        last_seq: u64,
+        events: Vec<(NewEvent, Option<(&RunId, i64)>)>,
+        now: i64,
+    ) -> Result<Vec<Event>> {
         let mut out = Vec::with_capacity(events.len());
         let mut seq = last_seq;
         let mut events = events.into_iter().peekable();
         while events.peek().is_some() {
-            let chunk: Vec<NewEvent> = events.by_ref().take(INSERT_CHUNK).collect();
+            let chunk: Vec<_> = events.by_ref().take(INSERT_CHUNK).collect();
             let mut q = query(insert_events_sql(chunk.len()));
-            for e in chunk {
+            for (e, by) in chunk {
                 seq += 1;
                 let payload = serde_json::to_string(&e.payload)?;
                 q = q
@@ -410,6 +433,14 @@ pub(crate) fn upsert_bindings_sql(n: usize) -> &'static str {
     let head = "INSERT INTO session_bindings (session_id, key, value, updated_at) VALUES ";
     let tail = " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at";
     multi_row_sql(&SQL, head, 4, tail, n)
+}
+
+/// The creation of `n` documents: the rows it created (`namespace, key`); one that existed is
+/// left as it was and missing from them.
+pub(crate) fn create_documents_sql(n: usize) -> &'static str {
+    static SQL: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    let head = "INSERT INTO documents (namespace, key, body, version, created_at, updated_at) VALUES ";
+    multi_row_sql(&SQL, head, 6, " ON CONFLICT (namespace, key) DO NOTHING RETURNING namespace, key", n)
 }
 
 /// A counter (a seq, a version, a token count, a cost) as a BIGINT holds it: saturating,

@@ -121,37 +121,51 @@ impl DerefMut for PgReader<'_> {
     }
 }
 
-/// A write: a transaction of its own on a pooled connection.
+/// A write: a transaction of its own on a pooled connection, begun with the database clock
+/// read in the same round trip (`BEGIN; SELECT clock` as one simple query). Nearly every write
+/// reads the clock first, and a transaction begun by sqlx costs a round trip for its `BEGIN`
+/// alone. Begun and ended by hand, so sqlx does not know the connection is in a transaction:
+/// this type is what ends it, committed or rolled back, before the pool sees it again.
 pub struct PgTx {
-    /// Always `Some` until committed or dropped.
-    tx: Option<sqlx::Transaction<'static, sqlx::Postgres>>,
+    /// In an open transaction until committed; `None` once committed or dropped.
+    conn: Option<PoolConnection<sqlx::Postgres>>,
+    /// The database clock when the transaction began.
+    began_at: i64,
     asked: Option<super::lateness::Waiting>,
 }
+
+/// Begins a transaction and reads the database clock in one round trip.
+const BEGIN_AT_NOW: &str = concat!("BEGIN; SELECT ", now_ms!());
 
 impl Deref for PgTx {
     type Target = PgConnection;
     fn deref(&self) -> &PgConnection {
-        self.tx.as_deref().expect("an open write holds its transaction")
+        self.conn.as_deref().expect("an open write holds its connection")
     }
 }
 
 impl DerefMut for PgTx {
     fn deref_mut(&mut self) -> &mut PgConnection {
-        self.tx.as_deref_mut().expect("an open write holds its transaction")
+        self.conn.as_deref_mut().expect("an open write holds its connection")
     }
 }
 
 impl Drop for PgTx {
-    /// A write that ends without `commit` (refused, failed) rolls back at once, in a task of
-    /// its own: sqlx would roll back only when the connection is next used, and until then
-    /// the transaction's row locks stay held.
+    /// A write that ends without `commit` (refused, failed, cancelled) rolls back at once, in
+    /// a task of its own, before its connection goes back to the pool: until then the
+    /// transaction's row locks stay held, and the pool would hand out a connection inside it.
+    /// A connection the rollback cannot reach (or with no runtime to run it) is closed.
     fn drop(&mut self) {
-        if let Some(tx) = self.tx.take()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            runtime.spawn(async move {
-                let _ = tx.rollback().await;
-            });
+        let Some(mut conn) = self.conn.take() else { return };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await.is_err() {
+                        conn.close_on_drop();
+                    }
+                });
+            }
+            Err(_) => conn.close_on_drop(),
         }
     }
 }
@@ -172,15 +186,27 @@ impl Db for PgDb {
 
     async fn begin(&self) -> Result<PgTx> {
         let asked = Some(self.write_wait.wait());
-        let tx = self.pool.begin().await.map_err(pg_error)?;
-        Ok(PgTx { tx: Some(tx), asked })
+        let conn = self.pool.acquire().await.map_err(pg_error)?;
+        // Held by the write before `BEGIN` is sent, so a failure after it rolls back.
+        let mut tx = PgTx { conn: Some(conn), began_at: 0, asked };
+        let clock = sqlx::raw_sql(BEGIN_AT_NOW).fetch_one(&mut *tx).await.map_err(pg_error)?;
+        tx.began_at = sqlx::Row::try_get(&clock, 0).map_err(pg_error)?;
+        Ok(tx)
+    }
+
+    fn began_at(tx: &PgTx) -> Option<i64> {
+        Some(tx.began_at)
     }
 
     async fn commit(&self, mut tx: PgTx, hints: Hints) -> Result<()> {
-        if let Some(own) = tx.tx.take() {
+        if let Some(mut conn) = tx.conn.take() {
             let started = std::time::Instant::now();
-            let committed = own.commit().await;
+            let committed = sqlx::raw_sql("COMMIT").execute(&mut *conn).await;
             self.metrics.committed(1, started.elapsed());
+            if committed.is_err() {
+                // Whether the server committed is unknown: the connection is not reused.
+                conn.close_on_drop();
+            }
             committed.map_err(pg_error)?;
         }
         if let Some(asked) = tx.asked.take() {
@@ -281,6 +307,19 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(2))
             .acquire_timeout(options.acquire_timeout)
+            // sqlx pings every idle connection it hands out, a round trip before each read
+            // and write: with the ping it already makes when a connection comes back, a third
+            // of all our round trips. A connection back within the last second was sound
+            // then; one idle longer (across a database restart, say) is still checked.
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for > IDLE_BEFORE_PING {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(connect)
             .await?;
         let wake = Arc::new(Wakeups::new(options.wakeups));
@@ -317,6 +356,9 @@ impl PgStore {
         &self.db.pool
     }
 }
+
+/// How long a pooled connection may have been idle before it is pinged when handed out.
+const IDLE_BEFORE_PING: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long readiness waits for the database: an answer slower than this is no answer.
 const PING_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);

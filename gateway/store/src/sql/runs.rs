@@ -240,11 +240,7 @@ impl<E: Engine> SqlStore<E> {
         now: i64,
         hints: &mut Hints,
     ) -> Result<Option<Claim>> {
-        let req = &session.snapshot.requirements;
-        let placeable = offer.backends.contains(&req.backend)
-            && req.provider().is_none_or(|p| offer.providers.contains(p))
-            && session.environment_host.as_deref().is_none_or(|h| h == offer.host);
-        if !placeable {
+        if !super::sessions::placeable(session, offer) {
             return Ok(None);
         }
         let inputs_through = session.last_seq;

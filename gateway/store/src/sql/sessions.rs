@@ -133,7 +133,7 @@ impl<E: Engine> SqlStore<E> {
                     &mut tx,
                     inserted.clone(),
                     new.initial_inputs,
-                    new.writes.trace.as_ref(),
+                    AdmitWith { runs: Runs::NoneYet, start: claim, trace: new.writes.trace.as_ref() },
                     now,
                     &mut hints,
                 )
@@ -145,9 +145,10 @@ impl<E: Engine> SqlStore<E> {
         Self::apply_admission_writes(&mut tx, &id, &new.writes, now, &mut hints).await?;
         let (session, events, claim) = match admitted {
             None => (inserted, Vec::new(), None),
-            Some(admitted) => {
-                let claim = match claim {
-                    Some((offer, terms)) => {
+            Some(mut admitted) => {
+                let claim = match (admitted.claim.take(), claim) {
+                    (Some(started), _) => Some(started),
+                    (None, Some((offer, terms))) => {
                         Self::claim_admitted(
                             &mut tx,
                             &admitted.session,
@@ -159,7 +160,7 @@ impl<E: Engine> SqlStore<E> {
                         )
                         .await?
                     }
-                    None => None,
+                    (None, None) => None,
                 };
                 // As this transaction leaves it: the claim's turn start advanced it further.
                 let session = claim.as_ref().map_or(admitted.session, |c| c.session.clone());
@@ -200,15 +201,23 @@ impl<E: Engine> SqlStore<E> {
     }
 
     /// Runs admission on a locked session row and applies its decision.
+    ///
+    /// With `start` (an admitting process with a free turn slot, ADR 0016), a run it queues
+    /// that nothing stands before and that the offer can place is started in the same
+    /// statements ([`Self::admit_and_start`]); `Admitted::claim` then holds it.
     pub(crate) async fn admit_locked(
         tx: &mut WriteTx<E>,
         session: Session,
         inputs: Vec<NewEvent>,
-        trace: Option<&gateway_core::trace::TraceContext>,
+        with: AdmitWith<'_>,
         now: i64,
         hints: &mut Hints,
     ) -> Result<Admitted> {
-        let (run_running, run_queued, run_retrying) = Self::run_presence(tx, &session.id).await?;
+        let AdmitWith { runs, start, trace } = with;
+        let (run_running, run_queued, run_retrying) = match runs {
+            Runs::Read => Self::run_presence(tx, &session.id).await?,
+            Runs::NoneYet => (false, false, false),
+        };
         let state = SessionState {
             status: session.status,
             archived: session.archived_at.is_some(),
@@ -218,6 +227,12 @@ impl<E: Engine> SqlStore<E> {
             run_retrying,
         };
         let decision = admit(&state, inputs)?;
+        let alone = !run_running && !run_queued && !run_retrying && decision.pending.is_empty();
+        if let Some((offer, terms)) =
+            start.filter(|(offer, _)| decision.enqueue_run && alone && placeable(&session, offer))
+        {
+            return Self::admit_and_start(tx, session, decision, (offer, terms), trace, now, hints).await;
+        }
         let events = Self::append_events(tx, &session.id, session.last_seq, decision.events, now, None).await?;
 
         if decision.cancel_running {
@@ -247,13 +262,72 @@ impl<E: Engine> SqlStore<E> {
         };
         let advance = Advance::Status(decision.status, &decision.pending);
         Self::advance_session(tx, &session.id, session.last_seq, &events, now, advance, hints).await?;
-        let alone = !run_running && !run_queued && !run_retrying && decision.pending.is_empty();
         let mut session = session;
         session.last_seq += events.len() as u64;
         session.updated_at = Timestamp::from_millis(now);
         session.status = decision.status;
         session.pending_actions = decision.pending;
-        Ok(Admitted { session, events, startable: queued.filter(|_| alone) })
+        Ok(Admitted { session, events, startable: queued.filter(|_| alone), claim: None })
+    }
+
+    /// An admission whose inputs queue the session's next run, started at once by the
+    /// admitting process: the rows that queueing it ([`Self::enqueue_run`]) and then claiming
+    /// it ([`Self::start_admitted`]) would leave, in three statements fewer. The inputs and the
+    /// turn start are appended together, the run is inserted running under the claim's lease
+    /// (epoch 1), and the session advances once. Nothing stands before the run (the caller
+    /// checked), so no other run's cancel applies and nobody is told a run is ready.
+    async fn admit_and_start(
+        tx: &mut WriteTx<E>,
+        session: Session,
+        decision: gateway_core::admission::Admission,
+        (offer, terms): (&WorkerOffer, LeaseTerms),
+        trace: Option<&gateway_core::trace::TraceContext>,
+        now: i64,
+        hints: &mut Hints,
+    ) -> Result<Admitted> {
+        let req = &session.snapshot.requirements;
+        let inputs_through = session.last_seq + decision.events.len() as u64;
+        let id = RunId::new();
+        let mut run = query_as::<gateway_core::run::Run>(concat!(
+            "INSERT INTO runs (id, session_id, state, backend, provider, traceparent, tracestate, available_at, \
+             created_at, updated_at, lease_owner, lease_epoch, lease_expires_at, started, input_seq) \
+             VALUES ($1, $2, 'running', $3, $4, $6, $7, $5, $5, $5, $8, 1, $9, TRUE, $10) RETURNING ",
+            super::run_cols!()
+        ))
+        .bind(id.as_str())
+        .bind(session.id.as_str())
+        .bind(req.backend.to_string())
+        .bind(req.provider().map(|p| p.to_string()))
+        .bind(now)
+        .bind(trace.map(|t| t.traceparent.clone()))
+        .bind(trace.and_then(|t| t.tracestate.clone()))
+        .bind(offer.worker.as_str())
+        .bind(now + crate::model::millis(terms.lease))
+        .bind(super::bigint(inputs_through))
+        .fetch_one(&mut **tx)
+        .await?;
+        // A first claim: no Worker had started it (as `start_admitted` leaves it).
+        run.started = false;
+        let by = (&run.id, run.lease_epoch);
+        let start = NewEvent::new(EventPayload::TurnStarted { inputs_through });
+        let authored = decision.events.into_iter().map(|e| (e, None)).chain([(start, Some(by))]).collect();
+        let mut events = Self::append_authored(tx, &session.id, session.last_seq, authored, now).await?;
+        let advance = Advance::Status(decision.status, &decision.pending);
+        Self::advance_session(tx, &session.id, session.last_seq, &events, now, advance, hints).await?;
+        events.pop();
+        let fence = gateway_core::run::Fence {
+            run_id: run.id.clone(),
+            session_id: session.id.clone(),
+            owner: offer.worker.clone(),
+            epoch: run.lease_epoch,
+        };
+        let mut session = session;
+        session.last_seq = inputs_through + 1;
+        session.updated_at = Timestamp::from_millis(now);
+        session.status = decision.status;
+        session.pending_actions = decision.pending;
+        let claim = Claim { fence, run, session: session.clone(), inputs_through, environment_lost: false };
+        Ok(Admitted { session, events, startable: None, claim: Some(claim) })
     }
 
     /// Queues a run of the locked `session` for its backend and placement.
@@ -422,6 +496,24 @@ impl<E: Engine> SqlStore<E> {
         }
         Ok(())
     }
+}
+
+/// How an admission ([`SqlStore::admit_locked`]) runs, besides its inputs.
+pub(crate) struct AdmitWith<'a> {
+    pub runs: Runs,
+    /// The offer and lease terms of an admitting process with a free turn slot.
+    pub start: Option<(&'a WorkerOffer, LeaseTerms)>,
+    /// The request's trace context, kept with the run it queues.
+    pub trace: Option<&'a gateway_core::trace::TraceContext>,
+}
+
+/// What admission ([`SqlStore::admit_locked`]) knows of the session's runs.
+pub(crate) enum Runs {
+    /// Nothing: it reads them (locked on PostgreSQL, see `run_presence`).
+    Read,
+    /// The session row was inserted by this transaction, so no run of it can exist: a
+    /// statement saved on every session created with its first message.
+    NoneYet,
 }
 
 /// What a session's advance ([`SqlStore::advance_session`]) writes besides its last seq and
@@ -743,7 +835,8 @@ impl<E: Engine> Sessions for SqlStore<E> {
         let mut tx = self.begin_write().await?;
         let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
         let mut hints = Hints::default();
-        let events = Self::admit_locked(&mut tx, row, inputs, writes.trace.as_ref(), now, &mut hints).await?.events;
+        let with = AdmitWith { runs: Runs::Read, start: None, trace: writes.trace.as_ref() };
+        let events = Self::admit_locked(&mut tx, row, inputs, with, now, &mut hints).await?.events;
         // Refused inputs returned above; a conflicting write returns here. Either way the
         // transaction is dropped uncommitted and nothing of the admission remains.
         Self::apply_admission_writes(&mut tx, id, &writes, now, &mut hints).await?;
@@ -762,10 +855,16 @@ impl<E: Engine> Sessions for SqlStore<E> {
         let mut tx = self.begin_write().await?;
         let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
         let mut hints = Hints::default();
-        let admitted = Self::admit_locked(&mut tx, row, inputs, writes.trace.as_ref(), now, &mut hints).await?;
+        let with = AdmitWith { runs: Runs::Read, start: Some((offer, terms)), trace: writes.trace.as_ref() };
+        let mut admitted = Self::admit_locked(&mut tx, row, inputs, with, now, &mut hints).await?;
         Self::apply_admission_writes(&mut tx, id, &writes, now, &mut hints).await?;
-        let claim =
-            Self::claim_admitted(&mut tx, &admitted.session, admitted.startable, offer, terms, now, &mut hints).await?;
+        let claim = match admitted.claim.take() {
+            Some(started) => Some(started),
+            None => {
+                Self::claim_admitted(&mut tx, &admitted.session, admitted.startable, offer, terms, now, &mut hints)
+                    .await?
+            }
+        };
         self.finish(tx, hints).await?;
         Ok((admitted.events, claim))
     }
@@ -780,6 +879,18 @@ pub(crate) struct Admitted {
     /// queued or retrying, no pending action): the admission may start it at once
     /// ([`SqlStore::start_admitted`]).
     pub startable: Option<RunId>,
+    /// The run it queued and started in the same statements, when it was given a start
+    /// ([`SqlStore::admit_and_start`]).
+    pub claim: Option<Claim>,
+}
+
+/// Whether `offer` can run `session`'s turns: its backend, its sandbox provider, and the host
+/// its environment lives on.
+pub(crate) fn placeable(session: &Session, offer: &WorkerOffer) -> bool {
+    let req = &session.snapshot.requirements;
+    offer.backends.contains(&req.backend)
+        && req.provider().is_none_or(|p| offer.providers.contains(p))
+        && session.environment_host.as_deref().is_none_or(|h| h == offer.host)
 }
 
 /// `$1` include archived, `$2` agent id, `$3` agent version, `$4` statuses (JSON array or

@@ -17,6 +17,7 @@ use gateway_core::{EnvironmentId, SessionId, WorkId};
 use super::conn::Arg;
 use super::read::keyset_sql;
 use super::sessions::Advance;
+use super::sessions::{AdmitWith, Runs};
 use super::{Engine, Hints, SqlStore, query, query_as};
 use crate::error::{Guard, Result, StoreError};
 use crate::model::{Page, PageRequest, millis};
@@ -217,7 +218,15 @@ impl<E: Engine> SqlStore<E> {
             }
         }
         if !answers.is_empty() {
-            Self::admit_locked(tx, locked, answers, None, now, hints).await?;
+            Self::admit_locked(
+                tx,
+                locked,
+                answers,
+                AdmitWith { runs: Runs::Read, start: None, trace: None },
+                now,
+                hints,
+            )
+            .await?;
         }
         Ok(())
     }
