@@ -65,6 +65,7 @@ impl BackendUnderTest for Outbound {
             stream_idle: Duration::from_millis(300),
             turn_deadline: Duration::from_secs(30),
             poll_interval: Duration::from_millis(50),
+            card_reuse: Duration::from_secs(30),
         };
         gateway.backends(crate::backends_with(&remotes, limits)).local_sandbox()
     }

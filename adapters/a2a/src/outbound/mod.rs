@@ -113,6 +113,9 @@ pub struct Limits {
     pub turn_deadline: Duration,
     /// Interval of GetTask polling.
     pub poll_interval: Duration,
+    /// How long a run reuses the endpoint read from the remote's pinned card before reading
+    /// the card again ([`RemoteBackend::endpoint`]).
+    pub card_reuse: Duration,
 }
 
 impl Default for Limits {
@@ -121,6 +124,7 @@ impl Default for Limits {
             stream_idle: Duration::from_secs(90),
             turn_deadline: Duration::from_secs(3600),
             poll_interval: Duration::from_millis(500),
+            card_reuse: Duration::from_secs(30),
         }
     }
 }
@@ -130,6 +134,8 @@ pub struct RemoteBackend {
     config: RemoteConfig,
     http: reqwest::Client,
     limits: Limits,
+    /// The endpoint last read from the pinned card, and when.
+    endpoint: std::sync::Mutex<Option<(tokio::time::Instant, client::Endpoint)>>,
 }
 
 impl RemoteBackend {
@@ -139,15 +145,27 @@ impl RemoteBackend {
             .redirect(reqwest::redirect::Policy::limited(3))
             .build()
             .unwrap_or_default();
-        Self { name: name.to_owned(), config, http, limits }
+        Self { name: name.to_owned(), config, http, limits, endpoint: Default::default() }
     }
 }
 
 impl RemoteBackend {
-    /// Resolves the remote's endpoint from its pinned card, fetching and pinning it first if
-    /// there is none for the configured URL.
+    /// The remote's endpoint from its pinned card (fetched, not pinned, if there is none for
+    /// the configured URL). Reused for [`Limits::card_reuse`]: a card changes only when a
+    /// process pins it at start-up, and reading it on every run cost each turn a read of the
+    /// store; a card pinned anew reaches this process within that time.
     async fn endpoint(&self, docs: &dyn ReadDocuments) -> Result<client::Endpoint, CallError> {
-        client::resolve(&self.http, docs, None, &self.name, &self.config.url, self.config.auth.as_deref()).await
+        let reused = self.endpoint.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        if let Some((at, endpoint)) = reused
+            && at.elapsed() < self.limits.card_reuse
+        {
+            return Ok(endpoint);
+        }
+        let endpoint =
+            client::resolve(&self.http, docs, None, &self.name, &self.config.url, self.config.auth.as_deref()).await?;
+        let read = Some((tokio::time::Instant::now(), endpoint.clone()));
+        *self.endpoint.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = read;
+        Ok(endpoint)
     }
 
     /// Fetches and pins the remote's card (at start-up, with write access to the documents).

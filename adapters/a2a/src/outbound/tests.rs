@@ -13,12 +13,17 @@ use crate::testkit::remote::fake;
 use crate::testkit::{Kit, turns_ended};
 
 async fn gateway(url: &str, auth: Option<&str>) -> Kit {
+    gateway_reusing_cards(url, auth, Duration::from_secs(30)).await
+}
+
+async fn gateway_reusing_cards(url: &str, auth: Option<&str>, card_reuse: Duration) -> Kit {
     let remotes: BTreeMap<String, RemoteConfig> =
         [("remote".to_owned(), RemoteConfig { url: url.to_owned(), auth: auth.map(str::to_owned) })].into();
     let limits = Limits {
         stream_idle: Duration::from_millis(300),
         turn_deadline: Duration::from_secs(30),
         poll_interval: Duration::from_millis(50),
+        card_reuse,
     };
     Kit::new(remotes, limits).await
 }
@@ -281,4 +286,41 @@ async fn an_answer_that_comes_at_once_settles_with_the_send_in_one_commit() {
         assert_eq!(writes, 2, "streaming {streaming}: the admission and the settlement");
         kit.shutdown().await;
     }
+}
+
+/// A run reuses the endpoint of the remote's pinned card for `card_reuse` instead of reading
+/// the card from the store every turn, and follows a card pinned anew (as another process's
+/// start-up pins it) once that time has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pinned_card_is_read_again_only_after_its_reuse_time() {
+    let (first, url) = fake(false).await;
+    let (second, second_url) = fake(false).await;
+    let reuse = Duration::from_secs(3);
+    let kit = gateway_reusing_cards(&url, None, reuse).await;
+    let sid = kit.session("remote").await;
+    turn(&kit, &sid, vec![user("one")], 1).await;
+    let read_at = tokio::time::Instant::now();
+    // The card pinned for this remote now names the second remote's interface.
+    let card: Value = reqwest::get(format!("{}/.well-known/agent-card.json", second_url.trim_end_matches('/')))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let docs = kit.ctx.coordinator.documents();
+    let pinned =
+        crate::tasks::records::get::<Value>(docs, crate::tasks::records::REMOTE_CARDS, "remote").await.unwrap();
+    let repinned = serde_json::json!({"sourceUrl": url, "card": card});
+    let version = pinned.map(|(_, v)| v);
+    crate::tasks::records::put(docs, crate::tasks::records::REMOTE_CARDS, "remote", &repinned, version).await.unwrap();
+
+    turn(&kit, &sid, vec![user("two")], 2).await;
+    assert!(read_at.elapsed() < reuse, "the second turn ran within the reuse time; the test proves nothing");
+    assert_eq!((first.calls().len(), second.calls().len()), (2, 0), "the endpoint read for the first turn is reused");
+
+    tokio::time::sleep(reuse.saturating_sub(read_at.elapsed()) + Duration::from_millis(100)).await;
+    let evs = turn(&kit, &sid, vec![user("three")], 3).await;
+    assert_eq!(texts(&evs).last().map(String::as_str), Some("echo: three"));
+    assert_eq!((first.calls().len(), second.calls().len()), (2, 1), "past the reuse time the card is read again");
+    kit.shutdown().await;
 }
