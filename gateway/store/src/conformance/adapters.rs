@@ -67,7 +67,18 @@ pub async fn snapshots_change_only_before_history(h: &dyn Harness) {
     assert!(s.open_session(&sess.id).await.unwrap());
     let refused = s.replace_snapshot(&sess.id, snapshot.clone()).await;
     assert!(matches!(refused, Err(StoreError::Guard(Guard::SessionStarted(_)))), "{refused:?}");
-    let claim = s.claim_run(&worker("w", "h"), terms(5_000)).await.unwrap().unwrap();
+    // The refused write held the run's row until its rollback, which runs just after the
+    // refusal returns (on PostgreSQL, in a task of its own): a claim skips a locked run
+    // (`SKIP LOCKED`) and takes it at its next attempt.
+    let mut claim = None;
+    for _ in 0..100 {
+        claim = s.claim_run(&worker("w", "h"), terms(5_000)).await.unwrap();
+        if claim.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let claim = claim.expect("the opened session's run is claimed once the refused write rolled back");
     let ended = gateway_core::event::NewEvent::new(gateway_core::event::EventPayload::TurnEnded {
         stop: gateway_core::event::StopReason::EndTurn,
     });
