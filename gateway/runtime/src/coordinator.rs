@@ -605,17 +605,9 @@ impl Coordinator {
     pub fn subscribe(
         &self,
         session: &Session,
-        mut options: SubscribeOptions,
+        options: SubscribeOptions,
     ) -> impl Stream<Item = Result<Delivery>> + Send + use<> {
-        options.poll = options.poll.or(Some(self.options.subscription_poll));
-        subscription::subscribe(
-            Arc::clone(&self.store),
-            &self.previews,
-            session.id.clone(),
-            options,
-            Arc::clone(&self.metrics),
-            None,
-        )
+        self.open_subscription(session.id.clone(), options, None)
     }
 
     /// Opens `session`'s watch before a write of this process to it (its creation, an
@@ -631,16 +623,25 @@ impl Coordinator {
     pub fn subscribe_ahead(
         &self,
         ahead: Ahead,
+        options: SubscribeOptions,
+    ) -> impl Stream<Item = Result<Delivery>> + Send + use<> {
+        self.open_subscription(ahead.session, options, Some(ahead.watch))
+    }
+
+    fn open_subscription(
+        &self,
+        session: SessionId,
         mut options: SubscribeOptions,
+        ahead: Option<tokio::sync::watch::Receiver<gateway_store::Tip>>,
     ) -> impl Stream<Item = Result<Delivery>> + Send + use<> {
         options.poll = options.poll.or(Some(self.options.subscription_poll));
         subscription::subscribe(
             Arc::clone(&self.store),
             &self.previews,
-            ahead.session,
+            session,
             options,
             Arc::clone(&self.metrics),
-            Some(ahead.watch),
+            ahead,
         )
     }
 }

@@ -285,27 +285,10 @@ impl<E: Engine> SqlStore<E> {
         now: i64,
         hints: &mut Hints,
     ) -> Result<Admitted> {
-        let req = &session.snapshot.requirements;
         let inputs_through = session.last_seq + decision.events.len() as u64;
-        let id = RunId::new();
-        let mut run = query_as::<gateway_core::run::Run>(concat!(
-            "INSERT INTO runs (id, session_id, state, backend, provider, traceparent, tracestate, available_at, \
-             created_at, updated_at, lease_owner, lease_epoch, lease_expires_at, started, input_seq) \
-             VALUES ($1, $2, 'running', $3, $4, $6, $7, $5, $5, $5, $8, 1, $9, TRUE, $10) RETURNING ",
-            super::run_cols!()
-        ))
-        .bind(id.as_str())
-        .bind(session.id.as_str())
-        .bind(req.backend.to_string())
-        .bind(req.provider().map(|p| p.to_string()))
-        .bind(now)
-        .bind(trace.map(|t| t.traceparent.clone()))
-        .bind(trace.and_then(|t| t.tracestate.clone()))
-        .bind(offer.worker.as_str())
-        .bind(now + crate::model::millis(terms.lease))
-        .bind(super::bigint(inputs_through))
-        .fetch_one(&mut **tx)
-        .await?;
+        let lease =
+            Lease { owner: offer.worker.as_str(), expires_at: now + crate::model::millis(terms.lease), inputs_through };
+        let mut run = Self::insert_run(tx, &session, trace, now, Some(lease)).await?;
         // A first claim: no Worker had started it (as `start_admitted` leaves it).
         run.started = false;
         let by = (&run.id, run.lease_epoch);
@@ -338,23 +321,43 @@ impl<E: Engine> SqlStore<E> {
         now: i64,
         hints: &mut Hints,
     ) -> Result<RunId> {
+        let run = Self::insert_run(tx, session, trace, now, None).await?;
+        hints.push(Hint::RunReady);
+        Ok(run.id)
+    }
+
+    /// Inserts a run of the locked `session` for its backend and placement: queued, or
+    /// running under `lease` (epoch 1) when its admission starts it at once.
+    async fn insert_run(
+        tx: &mut WriteTx<E>,
+        session: &Session,
+        trace: Option<&gateway_core::trace::TraceContext>,
+        now: i64,
+        lease: Option<Lease<'_>>,
+    ) -> Result<gateway_core::run::Run> {
         let req = &session.snapshot.requirements;
-        let run = RunId::new();
-        query(
+        let state = if lease.is_some() { RunState::Running } else { RunState::Queued };
+        Ok(query_as::<gateway_core::run::Run>(concat!(
             "INSERT INTO runs (id, session_id, state, backend, provider, traceparent, tracestate, available_at, \
-             created_at, updated_at) VALUES ($1, $2, 'queued', $3, $4, $6, $7, $5, $5, $5)",
-        )
-        .bind(run.as_str())
+             created_at, updated_at, lease_owner, lease_epoch, lease_expires_at, started, input_seq) \
+             VALUES ($1, $2, $8, $3, $4, $6, $7, $5, $5, $5, $9, $10, $11, $12, $13) RETURNING ",
+            super::run_cols!()
+        ))
+        .bind(RunId::new().as_str())
         .bind(session.id.as_str())
         .bind(req.backend.to_string())
         .bind(req.provider().map(|p| p.to_string()))
         .bind(now)
         .bind(trace.map(|t| t.traceparent.clone()))
         .bind(trace.and_then(|t| t.tracestate.clone()))
-        .execute(&mut **tx)
-        .await?;
-        hints.push(Hint::RunReady);
-        Ok(run)
+        .bind(state.as_str())
+        .bind(lease.as_ref().map(|l| l.owner))
+        .bind(i64::from(lease.is_some()))
+        .bind(lease.as_ref().map(|l| l.expires_at))
+        .bind(lease.is_some())
+        .bind(lease.as_ref().map(|l| super::bigint(l.inputs_through)))
+        .fetch_one(&mut **tx)
+        .await?)
     }
 
     /// Appends `events` to the locked `session`'s log and advances the session with them
@@ -496,6 +499,14 @@ impl<E: Engine> SqlStore<E> {
         }
         Ok(())
     }
+}
+
+/// The lease a run is inserted under when its admission starts it ([`SqlStore::insert_run`]).
+struct Lease<'a> {
+    owner: &'a str,
+    expires_at: i64,
+    /// The run's input boundary.
+    inputs_through: u64,
 }
 
 /// How an admission ([`SqlStore::admit_locked`]) runs, besides its inputs.
