@@ -48,12 +48,7 @@ impl Watch {
         let events =
             coordinator.subscribe(&session, SubscribeOptions { after_seq: start_seq - 1, previews: false, poll: None });
         let hints = crate::conformance::is_conformance(&session.snapshot.agent.spec.backend);
-        let mut w = Watch {
-            proj: Projector::new(&rec.id, &rec.context_id, start, &rec.message_id).honour_hints(hints),
-            events: Box::pin(events),
-            opened_at: session.last_seq,
-            status_seq: 0,
-        };
+        let mut w = Watch::new(rec, start, hints, Box::pin(events), session.last_seq);
         let upto = w.opened_at.min(fold_upto.max(start_seq));
         // A final task never changes again: the rest of a long session is not read for it.
         while w.proj.last_seq() < upto && !w.proj.is_final() {
@@ -75,16 +70,22 @@ impl Watch {
         };
         let through = known.events.last().map_or(0, |e| e.seq);
         let options = SubscribeOptions { after_seq: through, previews: false, poll: None };
-        let mut w = Watch {
-            proj: Projector::new(&rec.id, &rec.context_id, start, &rec.message_id).honour_hints(known.hints),
-            events: Box::pin(coordinator.subscribe_ahead(known.ahead, options)),
-            opened_at: through,
-            status_seq: 0,
-        };
+        let events = Box::pin(coordinator.subscribe_ahead(known.ahead, options));
+        let mut w = Watch::new(rec, start, known.hints, events, through);
         for e in &known.events[at..] {
             w.fold(e);
         }
         Ok(w)
+    }
+
+    /// A watch of `rec` from its start event, following `events`, nothing folded yet.
+    fn new(rec: &TaskRecord, start: gateway_core::EventId, hints: bool, events: Events, opened_at: u64) -> Watch {
+        Watch {
+            proj: Projector::new(&rec.id, &rec.context_id, start, &rec.message_id).honour_hints(hints),
+            events,
+            opened_at,
+            status_seq: 0,
+        }
     }
 
     /// Folds one committed event into the projection; its updates.

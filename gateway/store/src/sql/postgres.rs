@@ -308,8 +308,8 @@ impl PgStore {
             .max_connections(options.max_connections.max(2))
             .acquire_timeout(options.acquire_timeout)
             // sqlx pings every idle connection it hands out, a round trip before each read
-            // and write: with the ping it already makes when a connection comes back, a third
-            // of all our round trips. A connection back within the last second was sound
+            // and write: about a dozen per A2A message, beside the 34 statements it then ran
+            // (ADR 0037). A connection back within the last second was sound
             // then; one idle longer (across a database restart, say) is still checked.
             .test_before_acquire(false)
             .before_acquire(|conn, meta| {
