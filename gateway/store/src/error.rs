@@ -158,7 +158,7 @@ impl From<crate::sql::conn::DbError> for StoreError {
 /// Errors of sqlx itself: opening a migration connection, a PostgreSQL pool or listener.
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
-        crate::sql::postgres::pg_error(e).into()
+        crate::sql::postgres::sqlx_error(e).into()
     }
 }
 

@@ -215,6 +215,8 @@ impl FromRow for crate::WorkItem {
 pub struct LockedSessionRow {
     pub row: Session,
     pub now_ms: i64,
+    /// Whether a channel subscribed to the session (`feeds.rs`).
+    pub feed_subscribed: bool,
 }
 
 impl FromRow for Session {
@@ -446,7 +448,8 @@ from_row!(WebhookRow {
 
 impl FromRow for LockedSessionRow {
     fn from_row<R: Row>(row: &R) -> Result<Self, DbError> {
-        Ok(Self { row: Session::from_row(row)?, now_ms: row.get("now_ms")? })
+        let feed_subscribed: i64 = row.get("feed_subscribed")?;
+        Ok(Self { row: Session::from_row(row)?, now_ms: row.get("now_ms")?, feed_subscribed: feed_subscribed != 0 })
     }
 }
 

@@ -284,13 +284,13 @@ impl RemoteBackend {
     async fn turn(&self, ctx: &RunContext) -> Result<TurnOutcome, BackendError> {
         let endpoint = self.endpoint(ctx.documents()).await.map_err(from_call)?;
         let client = Client { http: self.http.clone(), endpoint, auth: self.config.auth.clone() };
-        let b = ctx.bindings().await?;
+        // Two reads, neither waiting for the other (on PostgreSQL, one round trip for both).
+        let (b, view) = tokio::try_join!(ctx.bindings(), ctx.turn_view())?;
         let mut remote = Remote::from_bindings(&b);
         let sent: u64 = b.get(K_SENT).and_then(|s| s.parse().ok()).unwrap_or(0);
         // Only this run's inputs not yet forwarded (`gateway_core::turn`): a message queued
         // behind the run belongs to the next one, and counting it here would make a resumed
         // run abandon the remote task it follows.
-        let view = ctx.turn_view().await?;
         let inputs: Vec<&Event> = view
             .inputs_after(sent)
             .filter(|e| matches!(e.payload, EventPayload::UserMessage { .. } | EventPayload::ClientToolResult { .. }))

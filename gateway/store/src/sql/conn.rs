@@ -6,8 +6,9 @@
 //! and the single SQLite writer waits out every one of them while it holds the database. A
 //! turn runs dozens of statements; measured on our machines that was most of its cost (ADR
 //! 0014). Behind this trait SQLite statements are plain calls into the library on the
-//! calling thread (`sqlite/conn.rs`), while PostgreSQL keeps sqlx, whose protocol is already
-//! asynchronous I/O on the caller's task (`postgres.rs`).
+//! calling thread (`sqlite/conn.rs`). PostgreSQL statements run on tokio-postgres
+//! connections (`postgres.rs`), which pipeline: a write's statements that nothing waits on go
+//! out with its next statement ([`Conn::defer`], ADR 0038).
 //!
 //! The contract: a statement is a `&'static str` with `$1`, `$2`, ... placeholders (the same
 //! text on both engines: SQLite reads `$N` as a named parameter, bound here by its number),
@@ -169,6 +170,26 @@ impl<'q> Query<'q> {
     pub async fn execute<C: Conn + ?Sized>(self, conn: &mut C) -> Result<u64, DbError> {
         conn.execute(self).await
     }
+
+    /// Runs a statement of a write for its effect alone ([`Conn::defer`]).
+    pub async fn defer<C: Conn + ?Sized>(self, conn: &mut C) -> Result<(), DbError> {
+        conn.defer(self).await
+    }
+
+    /// The statement with arguments of its own, to be sent later.
+    pub fn into_owned(self) -> Query<'static> {
+        let args = self
+            .args
+            .into_iter()
+            .map(|a| match a {
+                Arg::Int(v) => Arg::Int(v),
+                Arg::Bool(v) => Arg::Bool(v),
+                Arg::Text(v) => Arg::Text(v.map(|t| Cow::Owned(t.into_owned()))),
+                Arg::Bytes(v) => Arg::Bytes(v.map(|b| Cow::Owned(b.into_owned()))),
+            })
+            .collect();
+        Query { sql: self.sql, args }
+    }
 }
 
 impl<'q, R: FromRow> QueryAs<'q, R> {
@@ -202,6 +223,14 @@ pub trait Conn: Send {
         query: Query<'q>,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<R>, DbError>> + Send;
+    /// Runs a statement of a write for its effect alone. An engine that pipelines
+    /// (PostgreSQL) sends it with the write's next statement or its commit, and that one's
+    /// answer carries its failure; elsewhere it runs now. So a caller defers only a statement
+    /// whose outcome it does not read and whose failure it does not tell apart from another's:
+    /// any failure ends the write.
+    fn defer<'q>(&mut self, query: Query<'q>) -> impl Future<Output = Result<(), DbError>> + Send {
+        async move { self.execute(query).await.map(drop) }
+    }
 }
 
 /// A row being decoded: columns by name or by position.
@@ -211,24 +240,14 @@ pub trait Row {
 }
 
 /// A column type both engines decode: SQLite values by hand (`from_sqlite`), PostgreSQL
-/// values by sqlx's own decoder, the same for every type.
-pub trait Value: Sized + for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> {
+/// values by tokio-postgres's own decoder, the same for every type.
+pub trait Value: Sized + for<'r> tokio_postgres::types::FromSql<'r> {
     fn from_sqlite(value: rusqlite::types::ValueRef<'_>) -> Result<Self, DbError>;
-    fn from_pg<I: sqlx::ColumnIndex<sqlx::postgres::PgRow> + std::fmt::Debug>(
-        row: &sqlx::postgres::PgRow,
-        index: I,
-    ) -> Result<Self, DbError> {
-        sqlx::Row::try_get(row, index).map_err(pg_decode)
-    }
 }
 
 /// A row struct (or tuple) decoded from a result row.
 pub trait FromRow: Sized + Send {
     fn from_row<R: Row>(row: &R) -> Result<Self, DbError>;
-}
-
-fn pg_decode(e: sqlx::Error) -> DbError {
-    DbError::decode(e.to_string())
 }
 
 fn sqlite_type(value: rusqlite::types::ValueRef<'_>, want: &str) -> DbError {
@@ -273,10 +292,7 @@ impl Value for Vec<u8> {
     }
 }
 
-impl<T: Value> Value for Option<T>
-where
-    Option<T>: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
-{
+impl<T: Value> Value for Option<T> {
     fn from_sqlite(value: rusqlite::types::ValueRef<'_>) -> Result<Self, DbError> {
         match value {
             rusqlite::types::ValueRef::Null => Ok(None),

@@ -30,7 +30,8 @@ const FEED_SUBSCRIBED: &str = "INSERT INTO event_feed (channel, session_id, even
 
 impl<E: Engine> SqlStore<E> {
     /// Feeds the events of a transaction's batches (in the transaction): the lifecycle kinds
-    /// while that feed is on, and everything of a subscribed session to its channels.
+    /// while that feed is on, and everything of a subscribed session to its channels. The
+    /// inserts are deferred: they go out with the commit.
     pub(crate) async fn feed_events(&self, tx: &mut WriteTx<E>, hints: &Hints) -> Result<()> {
         let lifecycle = self.feed.load(Ordering::Relaxed);
         for (session, events) in hints.batches() {
@@ -40,7 +41,7 @@ impl<E: Engine> SqlStore<E> {
                         .bind(LIFECYCLE_FEED)
                         .bind(session.as_str())
                         .bind(e.id.as_str())
-                        .execute(&mut **tx)
+                        .defer(&mut **tx)
                         .await?;
                 }
             }
@@ -49,7 +50,7 @@ impl<E: Engine> SqlStore<E> {
                     .bind(session.as_str())
                     .bind(super::bigint(first.seq))
                     .bind(super::bigint(last.seq))
-                    .execute(&mut **tx)
+                    .defer(&mut **tx)
                     .await?;
             }
         }
@@ -77,12 +78,12 @@ impl<E: Engine> SqlStore<E> {
             .bind(s.key.as_str())
             .bind(session.as_str())
             .bind(now)
-            .execute(&mut **tx)
+            .defer(&mut **tx)
             .await?;
         }
         query("UPDATE sessions SET feed_subscribed = 1 WHERE id = $1 AND feed_subscribed = 0")
             .bind(session.as_str())
-            .execute(&mut **tx)
+            .defer(&mut **tx)
             .await?;
         hints.subscribed(session);
         Ok(())

@@ -74,7 +74,8 @@ pub trait Engine: Sized + Send + Sync + 'static {
     const IN_PROCESS_CLOCK: bool = false;
     /// Selects a live session row, locked for the rest of the transaction.
     const LOCK_SESSION: &'static str;
-    /// `LOCK_SESSION` plus the database clock (`now_ms`) in the same round trip.
+    /// `LOCK_SESSION` plus the database clock (`now_ms`) and `feed_subscribed`, in the same
+    /// round trip.
     const LOCK_SESSION_AT_NOW: &'static str;
     /// Selects a created file's id (`$1`), the row held against a delete until the end of the
     /// transaction: what a session takes before it records a mount (see `files.rs`).
@@ -136,10 +137,10 @@ pub trait Db: Send + Sync + 'static {
 
     fn reader(&self) -> impl Future<Output = Result<Self::Reader<'_>>> + Send;
     fn begin(&self) -> impl Future<Output = Result<Self::Tx>> + Send;
-    /// The database clock as it was when `tx` began, where the engine reads it with the
-    /// `BEGIN` at no cost of its own (PostgreSQL: the same round trip); `None` elsewhere.
-    fn began_at(_tx: &Self::Tx) -> Option<i64> {
-        None
+    /// The database clock of `tx`, read once and then kept, where the engine keeps it
+    /// (PostgreSQL: read with the transaction's `BEGIN` where it can); `None` elsewhere.
+    fn clock(_tx: &mut Self::Tx) -> impl Future<Output = Result<Option<i64>>> + Send {
+        async { Ok(None) }
     }
     /// Returns once the write is durable (invariant 4), its `hints` delivered in this process
     /// after the commit they describe.
@@ -226,6 +227,10 @@ pub struct Hints {
     /// Sessions of this transaction some channel subscribed to (`feeds.rs`): their batches
     /// are fed to the subscribed channels.
     subscribed: Vec<SessionId>,
+    /// Sessions whose subscription this transaction knows for the rest of it: read under
+    /// their row lock (only a writer holding that lock subscribes a session, and it is never
+    /// undone), or created by it. Their advance need not read it back (`advance_session`).
+    known: Vec<SessionId>,
 }
 
 impl Hints {
@@ -256,6 +261,21 @@ impl Hints {
         }
     }
 
+    /// Notes whether `session` is subscribed, as this transaction read it under the session's
+    /// row lock or made it (see `known`).
+    pub fn knows_subscription(&mut self, session: &SessionId, subscribed: bool) {
+        if subscribed {
+            self.subscribed(session);
+        }
+        if !self.known.contains(session) {
+            self.known.push(session.clone());
+        }
+    }
+
+    pub fn knows_subscription_of(&self, session: &SessionId) -> bool {
+        self.known.contains(session)
+    }
+
     pub fn is_subscribed(&self, session: &SessionId) -> bool {
         self.subscribed.contains(session)
     }
@@ -284,13 +304,13 @@ impl<E: Engine> SqlStore<E> {
     }
 
     /// The database clock, read inside the transaction so every row it writes agrees (on
-    /// PostgreSQL, the clock read with its `BEGIN`: every caller reads it before any wait of
-    /// its own, or clamps what it writes as `lock_session_at_now` does).
+    /// PostgreSQL, read once and kept by the transaction: every caller reads it before any
+    /// wait of its own, or clamps what it writes as `lock_session_at_now` does).
     pub(crate) async fn now(tx: &mut WriteTx<E>) -> Result<i64> {
         if E::IN_PROCESS_CLOCK {
             return Ok(in_process_now());
         }
-        if let Some(now) = <E::Db as Db>::began_at(tx) {
+        if let Some(now) = <E::Db as Db>::clock(tx).await? {
             return Ok(now);
         }
         let (now,): (i64,) = query_as(E::NOW).fetch_one(&mut **tx).await?;
@@ -384,7 +404,8 @@ impl<E: Engine> SqlStore<E> {
                     payload: e.payload,
                 });
             }
-            q.execute(&mut **tx).await?;
+            // Deferred: every value of the rows is known here, and nothing reads them back.
+            q.defer(&mut **tx).await?;
         }
         Ok(out)
     }

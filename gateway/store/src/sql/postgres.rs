@@ -7,9 +7,10 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgRow};
-use sqlx::{PgConnection, PgPool};
+use std::future::Future;
+
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio_util::sync::CancellationToken;
 
 use super::conn::{Arg, Conn, DbError, DbErrorKind, FromRow, Query, Row, Value};
@@ -49,7 +50,7 @@ impl Engine for Postgres {
         super::session_cols!(),
         ", ",
         now_ms!(),
-        " AS now_ms FROM sessions WHERE id = $1 AND deleted_at IS NULL FOR UPDATE"
+        " AS now_ms, feed_subscribed FROM sessions WHERE id = $1 AND deleted_at IS NULL FOR UPDATE"
     );
     const CLAIM_SETUP: Option<&'static str> = Some("SET LOCAL lock_timeout = '200ms'");
     const QUEUE_STATS: &'static str = super::queue_stats_sql!(now_ms!());
@@ -80,18 +81,21 @@ impl Engine for Postgres {
     const RUN_PRESENCE: &'static str = "SELECT CASE WHEN state = 'running' THEN 'running' WHEN started THEN 'retrying' ELSE 'queued' END \
          FROM runs WHERE session_id = $1 AND state IN ('running', 'queued') FOR UPDATE";
 
-    type Conn = PgConnection;
+    type Conn = PgConn;
     type Db = PgDb;
 }
 
-/// The open PostgreSQL database: one pool for reads and writes, each write a transaction of
-/// its own (the server groups concurrent commits' WAL flushes itself).
+/// The open PostgreSQL database: one pool of tokio-postgres connections for reads and
+/// writes, each write a transaction of its own (the server groups concurrent commits' WAL
+/// flushes itself); and a small sqlx pool for what sqlx does for us (migrations, LISTEN).
 pub struct PgDb {
-    pool: PgPool,
+    /// Where statements run (ADR 0038). A connection goes back to it as it is dropped, with
+    /// no round trip: a connection idle for long is checked when it is handed out again.
+    pool: deadpool_postgres::Pool,
+    /// Migrations, the listener's connection, and raw access for tests and tools.
+    admin: PgPool,
     /// At most as many reads ask the pool at once as it has connections; the rest wait here,
-    /// in a fair queue without a timeout. With thousands of tasks waiting inside sqlx's own
-    /// acquire, acquisitions near their timeout take a connection and drop it, and the pool
-    /// stops serving anyone while the process idles (launchbadge/sqlx#3132).
+    /// in a fair queue, so that time spent waiting is measured (`read_wait`).
     read_gate: tokio::sync::Semaphore,
     read_wait: Arc<Lateness>,
     /// Writes from `begin` to durable (see `lateness.rs`).
@@ -102,51 +106,80 @@ pub struct PgDb {
     metrics: crate::StoreMetrics,
 }
 
+/// A pooled connection, and what its open write has not sent yet.
+pub struct PgConn {
+    client: deadpool_postgres::Object,
+    /// The write's `BEGIN`, sent with its first statement (ADR 0038).
+    begin: bool,
+    /// Sent with the next statement or the commit ([`Conn::defer`]), in order.
+    deferred: Vec<Query<'static>>,
+    /// In an open write: only a write defers; a read runs each statement when asked.
+    writing: bool,
+}
+
+impl PgConn {
+    fn new(client: deadpool_postgres::Object, writing: bool) -> Self {
+        Self { client, begin: writing, deferred: Vec::new(), writing }
+    }
+
+    /// What must reach the server before the next statement, taken to be sent with it.
+    fn ahead(&mut self) -> Ahead {
+        Ahead { begin: std::mem::take(&mut self.begin), deferred: std::mem::take(&mut self.deferred) }
+    }
+
+    /// Whether nothing of the write has been sent: the server knows of no transaction.
+    fn unsent(&self) -> bool {
+        self.begin
+    }
+}
+
+/// A write's `BEGIN` (if not sent yet) and its deferred statements.
+struct Ahead {
+    begin: bool,
+    deferred: Vec<Query<'static>>,
+}
+
 /// A pooled connection to read on, while the read gate lets this read ask the pool.
 pub struct PgReader<'a> {
-    conn: PoolConnection<sqlx::Postgres>,
+    conn: PgConn,
     _place: tokio::sync::SemaphorePermit<'a>,
 }
 
 impl Deref for PgReader<'_> {
-    type Target = PgConnection;
-    fn deref(&self) -> &PgConnection {
+    type Target = PgConn;
+    fn deref(&self) -> &PgConn {
         &self.conn
     }
 }
 
 impl DerefMut for PgReader<'_> {
-    fn deref_mut(&mut self) -> &mut PgConnection {
+    fn deref_mut(&mut self) -> &mut PgConn {
         &mut self.conn
     }
 }
 
-/// A write: a transaction of its own on a pooled connection, begun with the database clock
-/// read in the same round trip (`BEGIN; SELECT clock` as one simple query). Nearly every write
-/// reads the clock first, and a transaction begun by sqlx costs a round trip for its `BEGIN`
-/// alone. Begun and ended by hand, so sqlx does not know the connection is in a transaction:
-/// this type is what ends it, committed or rolled back, before the pool sees it again.
+/// A write: a transaction of its own on a pooled connection. Its `BEGIN` goes out with its
+/// first statement, in the same round trip; so does the clock, when the write asks for it
+/// first. This type is what ends the transaction, committed or rolled back, before the pool
+/// sees its connection again.
 pub struct PgTx {
     /// In an open transaction until committed; `None` once committed or dropped.
-    conn: Option<PoolConnection<sqlx::Postgres>>,
-    /// The database clock when the transaction began.
-    began_at: i64,
+    conn: Option<PgConn>,
+    /// The database clock, once read ([`Db::clock`]).
+    clock: Option<i64>,
     asked: Option<super::lateness::Waiting>,
 }
 
-/// Begins a transaction and reads the database clock in one round trip.
-const BEGIN_AT_NOW: &str = concat!("BEGIN; SELECT ", now_ms!());
-
 impl Deref for PgTx {
-    type Target = PgConnection;
-    fn deref(&self) -> &PgConnection {
-        self.conn.as_deref().expect("an open write holds its connection")
+    type Target = PgConn;
+    fn deref(&self) -> &PgConn {
+        self.conn.as_ref().expect("an open write holds its connection")
     }
 }
 
 impl DerefMut for PgTx {
-    fn deref_mut(&mut self) -> &mut PgConnection {
-        self.conn.as_deref_mut().expect("an open write holds its connection")
+    fn deref_mut(&mut self) -> &mut PgConn {
+        self.conn.as_mut().expect("an open write holds its connection")
     }
 }
 
@@ -156,22 +189,27 @@ impl Drop for PgTx {
     /// transaction's row locks stay held, and the pool would hand out a connection inside it.
     /// A connection the rollback cannot reach (or with no runtime to run it) is closed.
     fn drop(&mut self) {
-        let Some(mut conn) = self.conn.take() else { return };
+        let Some(conn) = self.conn.take().filter(|c| !c.unsent()) else { return };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
-                    if sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await.is_err() {
-                        conn.close_on_drop();
+                    if conn.client.batch_execute("ROLLBACK").await.is_err() {
+                        discard(conn.client);
                     }
                 });
             }
-            Err(_) => conn.close_on_drop(),
+            Err(_) => discard(conn.client),
         }
     }
 }
 
+/// Closes a connection instead of returning it to the pool: its state is unknown.
+fn discard(client: deadpool_postgres::Object) {
+    drop(deadpool_postgres::Object::take(client));
+}
+
 impl Db for PgDb {
-    type Conn = PgConnection;
+    type Conn = PgConn;
     type Reader<'a> = PgReader<'a>;
     type Tx = PgTx;
 
@@ -180,34 +218,36 @@ impl Db for PgDb {
         let place =
             self.read_gate.acquire().await.map_err(|_| StoreError::Unavailable("the store is closed".into()))?;
         waiting.done();
-        let conn = self.pool.acquire().await.map_err(pg_error)?;
-        Ok(PgReader { conn, _place: place })
+        let client = self.pool.get().await.map_err(pool_error)?;
+        Ok(PgReader { conn: PgConn::new(client, false), _place: place })
     }
 
     async fn begin(&self) -> Result<PgTx> {
         let asked = Some(self.write_wait.wait());
-        let conn = self.pool.acquire().await.map_err(pg_error)?;
-        // Held by the write before `BEGIN` is sent, so a failure after it rolls back.
-        let mut tx = PgTx { conn: Some(conn), began_at: 0, asked };
-        let clock = sqlx::raw_sql(BEGIN_AT_NOW).fetch_one(&mut *tx).await.map_err(pg_error)?;
-        tx.began_at = sqlx::Row::try_get(&clock, 0).map_err(pg_error)?;
-        Ok(tx)
+        let client = self.pool.get().await.map_err(pool_error)?;
+        Ok(PgTx { conn: Some(PgConn::new(client, true)), clock: None, asked })
     }
 
-    fn began_at(tx: &PgTx) -> Option<i64> {
-        Some(tx.began_at)
+    async fn clock(tx: &mut PgTx) -> Result<Option<i64>> {
+        if tx.clock.is_none() {
+            let (now,): (i64,) = super::query_as(Postgres::NOW).fetch_one(&mut **tx).await?;
+            tx.clock = Some(now);
+        }
+        Ok(tx.clock)
     }
 
     async fn commit(&self, mut tx: PgTx, hints: Hints) -> Result<()> {
-        if let Some(mut conn) = tx.conn.take() {
+        // A write that sent nothing and deferred nothing has nothing to commit.
+        if let Some(mut conn) = tx.conn.take().filter(|c| !(c.unsent() && c.deferred.is_empty())) {
             let started = std::time::Instant::now();
-            let committed = sqlx::raw_sql("COMMIT").execute(&mut *conn).await;
+            let ahead = conn.ahead();
+            let committed = after(&conn.client, ahead, conn.client.batch_execute("COMMIT")).await;
             self.metrics.committed(1, started.elapsed());
             if committed.is_err() {
                 // Whether the server committed is unknown: the connection is not reused.
-                conn.close_on_drop();
+                discard(conn.client);
             }
-            committed.map_err(pg_error)?;
+            committed?;
         }
         if let Some(asked) = tx.asked.take() {
             asked.done();
@@ -225,21 +265,47 @@ impl Db for PgDb {
     }
 }
 
-/// Maps a sqlx error to what the store decides on.
-pub(crate) fn pg_error(e: sqlx::Error) -> DbError {
+/// Maps a tokio-postgres error to what the store decides on.
+pub(crate) fn pg_error(e: tokio_postgres::Error) -> DbError {
+    use tokio_postgres::error::SqlState;
+    let kind = match e.code() {
+        Some(c) if *c == SqlState::UNIQUE_VIOLATION => DbErrorKind::UniqueViolation,
+        Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE => DbErrorKind::LockTimeout,
+        Some(c) if server_unavailable(c.code()) => DbErrorKind::Unavailable,
+        Some(_) => DbErrorKind::Other,
+        // No SQLSTATE: the connection is closed or its socket failed, or a value did not
+        // convert (which the row decoder reports itself).
+        None if e.is_closed() || std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>()) => {
+            DbErrorKind::Unavailable
+        }
+        None => DbErrorKind::Other,
+    };
+    let message = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned());
+    DbError::new(kind, message)
+}
+
+/// Maps an error of the sqlx pool (connecting, the listener, migrations).
+pub(crate) fn sqlx_error(e: sqlx::Error) -> DbError {
     let kind = match &e {
-        sqlx::Error::Database(d) if d.is_unique_violation() => DbErrorKind::UniqueViolation,
-        sqlx::Error::Database(d) if d.code().as_deref() == Some("55P03") => DbErrorKind::LockTimeout,
         sqlx::Error::Database(d) if d.code().as_deref().is_some_and(server_unavailable) => DbErrorKind::Unavailable,
         sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => {
             DbErrorKind::Unavailable
         }
-        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) | sqlx::Error::ColumnNotFound(_) => {
-            DbErrorKind::Decode
-        }
         _ => DbErrorKind::Other,
     };
     DbError::new(kind, e.to_string())
+}
+
+/// Maps a pool error: no connection within the acquire timeout, or none could be opened.
+fn pool_error(e: deadpool_postgres::PoolError) -> DbError {
+    use deadpool_postgres::PoolError;
+    match e {
+        PoolError::Backend(e) => pg_error(e),
+        PoolError::Timeout(_) | PoolError::Closed | PoolError::PostCreateHook(_) => {
+            DbError::new(DbErrorKind::Unavailable, format!("no database connection: {e}"))
+        }
+        PoolError::NoRuntimeSpecified => DbError::new(DbErrorKind::Other, e.to_string()),
+    }
 }
 
 /// Whether a SQLSTATE says the server, not the statement, failed: it is shutting down or
@@ -251,92 +317,170 @@ fn server_unavailable(sqlstate: &str) -> bool {
     sqlstate.starts_with("08") || sqlstate.starts_with("53") || matches!(sqlstate, "57P01" | "57P02" | "57P03")
 }
 
-/// The sqlx statement of a [`Query`], its arguments bound in order.
-fn statement<'q>(q: &'q Query<'q>) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    let mut statement = sqlx::query(q.sql);
-    for arg in &q.args {
-        statement = match arg {
-            Arg::Int(v) => statement.bind(*v),
-            Arg::Bool(v) => statement.bind(*v),
-            Arg::Text(v) => statement.bind(v.as_deref()),
-            Arg::Bytes(v) => statement.bind(v.as_deref()),
-        };
-    }
-    statement
+/// A statement prepared on this connection, once per connection (tokio-postgres's statements
+/// are named and cached by the pool), its parameters typed by the arguments' types, as sqlx
+/// typed them before (a NULL keeps its type).
+async fn prepare(
+    client: &deadpool_postgres::ClientWrapper,
+    q: &Query<'_>,
+) -> Result<tokio_postgres::Statement, DbError> {
+    use tokio_postgres::types::Type;
+    let types: Vec<Type> = q
+        .args
+        .iter()
+        .map(|a| match a {
+            Arg::Int(_) => Type::INT8,
+            Arg::Bool(_) => Type::BOOL,
+            Arg::Text(_) => Type::TEXT,
+            Arg::Bytes(_) => Type::BYTEA,
+        })
+        .collect();
+    client.prepare_typed_cached(q.sql, &types).await.map_err(pg_error)
 }
 
-struct PgRowRef<'a>(&'a PgRow);
+/// The arguments of a statement, in order.
+fn params<'a>(q: &'a Query<'_>) -> Vec<&'a (dyn tokio_postgres::types::ToSql + Sync)> {
+    q.args
+        .iter()
+        .map(|a| match a {
+            Arg::Int(v) => v as &(dyn tokio_postgres::types::ToSql + Sync),
+            Arg::Bool(v) => v as _,
+            Arg::Text(v) => v as _,
+            Arg::Bytes(v) => v as _,
+        })
+        .collect()
+}
+
+/// Sends what is `ahead` (the `BEGIN`, the deferred statements) and then `last`, pipelined
+/// (no wait in between), and answers with `last`'s answer; a failure answers instead, the
+/// first in the order sent (once one statement of a transaction fails, the server refuses the
+/// ones after it).
+async fn after<T>(
+    client: &deadpool_postgres::ClientWrapper,
+    ahead: Ahead,
+    last: impl Future<Output = std::result::Result<T, tokio_postgres::Error>> + Send,
+) -> std::result::Result<T, DbError> {
+    if !ahead.begin && ahead.deferred.is_empty() {
+        return last.await.map_err(pg_error);
+    }
+    let mut statements = Vec::with_capacity(ahead.deferred.len());
+    for q in &ahead.deferred {
+        statements.push(prepare(client, q).await?);
+    }
+    let params: Vec<_> = ahead.deferred.iter().map(params).collect();
+    let begin = async {
+        match ahead.begin {
+            true => client.batch_execute("BEGIN").await,
+            false => Ok(()),
+        }
+    };
+    // The joins poll in order, and a tokio-postgres request is queued on its connection when
+    // first polled: the statements reach the server in the order they were deferred.
+    let earlier = futures::future::join_all(statements.iter().zip(&params).map(|(s, p)| client.execute(s, p)));
+    let (begun, earlier, last) = futures::join!(begin, earlier, last);
+    begun.map_err(pg_error)?;
+    for answer in earlier {
+        answer.map_err(pg_error)?;
+    }
+    last.map_err(pg_error)
+}
+
+struct PgRowRef<'a>(&'a tokio_postgres::Row);
 
 impl Row for PgRowRef<'_> {
     fn get<T: Value>(&self, column: &str) -> std::result::Result<T, DbError> {
-        T::from_pg(self.0, column)
+        self.0.try_get(column).map_err(|e| DbError::decode(format!("column {column}: {e}")))
     }
 
     fn get_at<T: Value>(&self, index: usize) -> std::result::Result<T, DbError> {
-        T::from_pg(self.0, index)
+        self.0.try_get(index).map_err(|e| DbError::decode(format!("column {index}: {e}")))
     }
 }
 
-impl Conn for PgConnection {
+impl Conn for PgConn {
     async fn execute<'q>(&mut self, query: Query<'q>) -> std::result::Result<u64, DbError> {
         query.check_storable()?;
-        let done = statement(&query).execute(&mut *self).await.map_err(pg_error)?;
-        Ok(done.rows_affected())
+        let statement = prepare(&self.client, &query).await?;
+        let params = params(&query);
+        let ahead = self.ahead();
+        after(&self.client, ahead, self.client.execute(&statement, &params)).await
     }
 
     async fn fetch<'q, R: FromRow>(&mut self, query: Query<'q>, limit: usize) -> std::result::Result<Vec<R>, DbError> {
         query.check_storable()?;
-        let rows = if limit == 1 {
-            statement(&query).fetch_optional(&mut *self).await.map_err(pg_error)?.into_iter().collect()
-        } else {
-            statement(&query).fetch_all(&mut *self).await.map_err(pg_error)?
-        };
+        let statement = prepare(&self.client, &query).await?;
+        let params = params(&query);
+        let ahead = self.ahead();
+        let rows = after(&self.client, ahead, self.client.query(&statement, &params)).await?;
         rows.iter().take(limit).map(|row| R::from_row(&PgRowRef(row))).collect()
+    }
+
+    async fn defer<'q>(&mut self, query: Query<'q>) -> std::result::Result<(), DbError> {
+        if !self.writing {
+            return self.execute(query).await.map(drop);
+        }
+        query.check_storable()?;
+        self.deferred.push(query.into_owned());
+        Ok(())
     }
 }
 
 impl PgStore {
-    /// Connects a pool and, when wake-ups are on, starts the one listener of this store.
+    /// Connects the pools and, when wake-ups are on, starts the one listener of this store.
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self> {
-        let connect = PgConnectOptions::from_str(url)
-            .map_err(|e| StoreError::Unavailable(format!("bad PostgreSQL URL: {e}")))?
-            .application_name("gateway")
-            // A process paused inside a transaction (SIGSTOP, a debugger, a VM freeze) would
-            // hold its session row lock forever; the server ends such transactions instead.
-            .options([("idle_in_transaction_session_timeout", "5s")]);
-        let pool = PgPoolOptions::new()
-            .max_connections(options.max_connections.max(2))
-            .acquire_timeout(options.acquire_timeout)
-            // sqlx pings every idle connection it hands out, a round trip before each read
-            // and write: about a dozen per A2A message, beside the 34 statements it then ran
-            // (ADR 0037). A connection back within the last second was sound
-            // then; one idle longer (across a database restart, say) is still checked.
-            .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
+        let bad_url = |e: &dyn std::fmt::Display| StoreError::Unavailable(format!("bad PostgreSQL URL: {e}"));
+        let mut config = tokio_postgres::Config::from_str(url).map_err(|e| bad_url(&e))?;
+        config.application_name("gateway");
+        // A process paused inside a transaction (SIGSTOP, a debugger, a VM freeze) would
+        // hold its session row lock forever; the server ends such transactions instead.
+        let idle = "-c idle_in_transaction_session_timeout=5s";
+        let server_options = config.get_options().map_or_else(|| idle.to_owned(), |o| format!("{o} {idle}"));
+        config.options(server_options);
+        let manager = deadpool_postgres::Manager::from_config(
+            config,
+            tokio_postgres::NoTls,
+            deadpool_postgres::ManagerConfig { recycling_method: deadpool_postgres::RecyclingMethod::Fast },
+        );
+        let pool = deadpool_postgres::Pool::builder(manager)
+            .max_size(options.max_connections.max(2) as usize)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(options.acquire_timeout))
+            .create_timeout(Some(options.acquire_timeout))
+            // A connection back within the last second was sound then (a broken one is
+            // known closed and not reused); one idle longer, across a database restart say,
+            // is checked with a round trip before it is handed out (ADR 0037).
+            .pre_recycle(deadpool_postgres::Hook::async_fn(|client, metrics| {
                 Box::pin(async move {
-                    if meta.idle_for > IDLE_BEFORE_PING {
-                        sqlx::Connection::ping(conn).await?;
+                    if metrics.last_used() > IDLE_BEFORE_PING {
+                        client.batch_execute("").await.map_err(deadpool_postgres::HookError::Backend)?;
                     }
-                    Ok(true)
+                    Ok(())
                 })
-            })
-            .connect_with(connect)
+            }))
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("PostgreSQL pool: {e}")))?;
+        let admin_options = PgConnectOptions::from_str(url).map_err(|e| bad_url(&e))?.application_name("gateway");
+        let admin = PgPoolOptions::new()
+            .max_connections(ADMIN_CONNECTIONS)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(admin_options)
             .await?;
         let wake = Arc::new(Wakeups::new(options.wakeups));
         let background = CancellationToken::new();
         let (peers, outbox) = Peers::new(wake.origin().to_owned(), &options.metrics);
         let peers = Arc::new(peers);
-        let mut listener = PgListener::connect_with(&pool).await?;
+        let mut listener = PgListener::connect_with(&admin).await?;
         if options.wakeups {
             listener.listen(WAKE_CHANNEL).await?;
         }
         listener.listen(PEERS_CHANNEL).await?;
         tokio::spawn(listen(listener, Arc::clone(&wake), Arc::clone(&peers), background.clone()));
         tokio::spawn(send_to_peers(outbox, pool.clone(), background.clone()));
-        let read_gate = tokio::sync::Semaphore::new(pool.options().get_max_connections().max(1) as usize);
+        let read_gate = tokio::sync::Semaphore::new(pool.status().max_size.max(1));
         Ok(SqlStore {
             db: PgDb {
                 pool,
+                admin,
                 read_gate,
                 read_wait: Default::default(),
                 write_wait: Default::default(),
@@ -351,11 +495,14 @@ impl PgStore {
         })
     }
 
-    /// The pool, for tests and tools that need raw access.
+    /// A sqlx pool on the same database, for tests and tools that need raw access.
     pub fn pool(&self) -> &PgPool {
-        &self.db.pool
+        &self.db.admin
     }
 }
+
+/// The sqlx pool's connections: the listener's, one for migrations or a tool, one spare.
+const ADMIN_CONNECTIONS: u32 = 3;
 
 /// How long a pooled connection may have been idle before it is pinged when handed out.
 const IDLE_BEFORE_PING: std::time::Duration = std::time::Duration::from_secs(1);
@@ -394,7 +541,10 @@ async fn listen(mut listener: PgListener, wake: Arc<Wakeups>, peers: Arc<Peers>,
 /// connection: a connection is held only while a batch is on its way, so a quiet process
 /// spends nothing here. A failed batch is dropped (best effort) after a short pause, so a
 /// database that is down is not hammered.
-async fn send_to_peers(mut outbox: Outbox, pool: PgPool, stop: CancellationToken) {
+async fn send_to_peers(mut outbox: Outbox, pool: deadpool_postgres::Pool, stop: CancellationToken) {
+    use tokio_postgres::types::Type;
+    const NOTIFY: &str =
+        "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(c, p, n) ORDER BY n";
     loop {
         let payloads = tokio::select! {
             _ = stop.cancelled() => return,
@@ -416,12 +566,12 @@ async fn send_to_peers(mut outbox: Outbox, pool: PgPool, stop: CancellationToken
                 )
             })
             .unzip();
-        let sent = sqlx::query(
-            "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(c, p, n) ORDER BY n",
-        )
-        .bind(&channels)
-        .bind(&payloads)
-        .execute(&pool)
+        let sent = async {
+            let client = pool.get().await.map_err(pool_error)?;
+            let statement =
+                client.prepare_typed_cached(NOTIFY, &[Type::TEXT_ARRAY, Type::TEXT_ARRAY]).await.map_err(pg_error)?;
+            client.execute(&statement, &[&channels, &payloads]).await.map_err(pg_error)
+        }
         .await;
         outbox.settled(lines, sent.is_ok());
         if let Err(e) = sent {
@@ -457,7 +607,7 @@ impl Store for PgStore {
     }
 
     async fn migrate(&self) -> Result<()> {
-        MIGRATOR.run(&self.db.pool).await?;
+        MIGRATOR.run(&self.db.admin).await?;
         Ok(())
     }
 
@@ -467,7 +617,8 @@ impl Store for PgStore {
 
     async fn close(&self) {
         self.background.cancel();
-        self.db.pool.close().await;
+        self.db.pool.close();
+        self.db.admin.close().await;
     }
 
     fn writes_committed(&self) -> u64 {
@@ -482,6 +633,73 @@ impl Store for PgStore {
 #[cfg(test)]
 mod tests {
     use super::server_unavailable;
+    use crate::sql::conn::DbErrorKind;
+    use crate::sql::{Db, query, query_as};
+    use crate::{PgStore, StoreOptions};
+
+    /// A store on a fresh schema with a scratch table `t (id BIGINT PRIMARY KEY, v TEXT)`.
+    async fn scratch() -> PgStore {
+        let url = crate::conformance::harness::PgHarness::new_schema_url().await;
+        let store = PgStore::connect(&url, &StoreOptions::default()).await.expect("connect");
+        let mut tx = store.db.begin().await.unwrap();
+        query("CREATE TABLE t (id BIGINT PRIMARY KEY, v TEXT)").execute(&mut *tx).await.unwrap();
+        store.db.commit(tx, Default::default()).await.unwrap();
+        store
+    }
+
+    async fn rows(store: &PgStore) -> Vec<(i64, String)> {
+        query_as("SELECT id, v FROM t ORDER BY id").fetch_all(&mut *store.db.reader().await.unwrap()).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn deferred_statements_run_in_order_before_the_next_one_and_commit_with_the_write() {
+        let store = scratch().await;
+        let mut tx = store.db.begin().await.unwrap();
+        query("INSERT INTO t (id, v) VALUES ($1, $2)").bind(1).bind("a").defer(&mut *tx).await.unwrap();
+        query("UPDATE t SET v = $2 WHERE id = $1").bind(1).bind("b").defer(&mut *tx).await.unwrap();
+        // Nothing was sent yet: another connection sees no transaction of this write.
+        assert!(rows(&store).await.is_empty());
+        let (v,): (String,) = query_as("SELECT v FROM t WHERE id = $1").bind(1).fetch_one(&mut *tx).await.unwrap();
+        assert_eq!(v, "b", "the deferred insert and update ran, in order, before the read");
+        query("INSERT INTO t (id, v) VALUES ($1, $2)").bind(2).bind("c").defer(&mut *tx).await.unwrap();
+        store.db.commit(tx, Default::default()).await.unwrap();
+        assert_eq!(rows(&store).await, [(1, "b".to_owned()), (2, "c".to_owned())]);
+    }
+
+    #[tokio::test]
+    async fn a_deferred_failure_answers_the_next_statement_and_leaves_nothing() {
+        let store = scratch().await;
+        let mut tx = store.db.begin().await.unwrap();
+        query("INSERT INTO t (id, v) VALUES ($1, $2)").bind(1).bind("a").defer(&mut *tx).await.unwrap();
+        query("INSERT INTO t (id, v) VALUES ($1, $2)").bind(1).bind("again").defer(&mut *tx).await.unwrap();
+        query("INSERT INTO t (id, v) VALUES ($1, $2)").bind(2).bind("b").defer(&mut *tx).await.unwrap();
+        let e = query_as::<(i64,)>("SELECT COUNT(*) FROM t").fetch_one(&mut *tx).await.unwrap_err();
+        assert_eq!(e.kind, DbErrorKind::UniqueViolation, "the first failure in order answers: {e}");
+        drop(tx);
+        assert!(rows(&store).await.is_empty(), "the write rolled back whole");
+
+        // At the commit too: the failure is the commit's answer and nothing is committed.
+        let mut tx = store.db.begin().await.unwrap();
+        query("INSERT INTO t (id, v) VALUES ($1, $2)").bind(3).bind("c").defer(&mut *tx).await.unwrap();
+        query("INSERT INTO t (id, v) VALUES ($1, $2)").bind(3).bind("c").defer(&mut *tx).await.unwrap();
+        let e = store.db.commit(tx, Default::default()).await.unwrap_err();
+        assert!(matches!(e, crate::StoreError::Database(_)), "{e:?}");
+        assert!(rows(&store).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_write_that_sends_nothing_leaves_its_connection_usable() {
+        let store = scratch().await;
+        for _ in 0..8 {
+            let tx = store.db.begin().await.unwrap();
+            store.db.commit(tx, Default::default()).await.unwrap();
+            drop(store.db.begin().await.unwrap());
+        }
+        let mut tx = store.db.begin().await.unwrap();
+        query("INSERT INTO t (id, v) VALUES ($1, $2)").bind(1).bind("a").execute(&mut *tx).await.unwrap();
+        store.db.commit(tx, Default::default()).await.unwrap();
+        assert_eq!(rows(&store).await, [(1, "a".to_owned())]);
+    }
 
     #[test]
     fn server_side_failures_are_unavailable_and_statement_failures_are_not() {

@@ -106,6 +106,13 @@ pub(crate) fn time_range_args(c: TimeRange) -> [Arg<'static>; 4] {
     [c.gt, c.gte, c.lt, c.lte].map(|t| Arg::from(t.map(|t| t.0)))
 }
 
+impl<'q> super::conn::Query<'q> {
+    /// Binds `args` in order.
+    pub(crate) fn bind_all(self, args: impl IntoIterator<Item = Arg<'q>>) -> Self {
+        args.into_iter().fold(self, super::conn::Query::bind)
+    }
+}
+
 impl<'q, R: FromRow> QueryAs<'q, R> {
     /// Binds `args` in order.
     pub(crate) fn bind_all(self, args: impl IntoIterator<Item = Arg<'q>>) -> Self {

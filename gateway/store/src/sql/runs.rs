@@ -388,8 +388,9 @@ impl<E: Engine> RunQueue for SqlStore<E> {
 
     async fn commit(&self, fence: &Fence, commit: Commit) -> Result<Vec<Event>> {
         let mut tx = self.begin_write().await?;
+        let mut hints = Hints::default();
         // Lock order: the session row first, then the run row (see module docs).
-        let (session, now) = Self::lock_session_at_now(&mut tx, &fence.session_id).await?;
+        let (session, now) = Self::lock_session_to_advance(&mut tx, &fence.session_id, &mut hints).await?;
         Self::check_fence(&mut tx, fence, now).await?;
         if let Some(change) = &commit.environment {
             if !session.environment_state.may_become(change.state) {
@@ -407,7 +408,6 @@ impl<E: Engine> RunQueue for SqlStore<E> {
                 .await?;
         }
         Self::write_bindings(&mut tx, &session.id, &commit.bindings, now).await?;
-        let mut hints = Hints::default();
         let by = Some((&fence.run_id, fence.epoch));
         let events =
             Self::append_and_advance(&mut tx, &session, commit.events, now, by, Advance::Log, &mut hints).await?;
@@ -417,7 +417,8 @@ impl<E: Engine> RunQueue for SqlStore<E> {
 
     async fn settle(&self, fence: &Fence, mut settlement: Settlement) -> Result<Vec<Event>> {
         let mut tx = self.begin_write().await?;
-        let (session, now) = Self::lock_session_at_now(&mut tx, &fence.session_id).await?;
+        let mut hints = Hints::default();
+        let (session, now) = Self::lock_session_to_advance(&mut tx, &fence.session_id, &mut hints).await?;
         // An interrupt admitted after the Worker last looked (admission sets the intent
         // under this same session lock, and ends no turn itself: "the Worker settles it")
         // must not be undone by a retry or a park: the turn ends interrupted here.
@@ -471,7 +472,6 @@ impl<E: Engine> RunQueue for SqlStore<E> {
         // A run settled for a retry waits again itself.
         let queued = others_queued > 0 || state == RunState::Queued;
         Self::write_bindings(&mut tx, &session.id, &settlement.bindings, now).await?;
-        let mut hints = Hints::default();
         let (status, pending) = session_after(&settlement.outcome, queued);
         if queued {
             hints.push(Hint::RunReady);

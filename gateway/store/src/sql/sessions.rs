@@ -51,13 +51,30 @@ impl<E: Engine> SqlStore<E> {
     /// a wait for the lock, the clamp to the locked row's `updated_at` (the time of the
     /// transaction waited for) still keeps times in seq order.
     pub(crate) async fn lock_session_at_now(tx: &mut WriteTx<E>, id: &SessionId) -> Result<(Session, i64)> {
-        let locked = query_as::<LockedSessionRow>(E::LOCK_SESSION_AT_NOW)
+        let locked = Self::lock_row_at_now(tx, id).await?;
+        let now = locked.now_ms.max(locked.row.updated_at.0);
+        Ok((locked.row, now))
+    }
+
+    /// [`Self::lock_session_at_now`] for a write that advances the session: `hints` learn
+    /// whether it is subscribed, so its advance is sent with the commit (ADR 0038).
+    pub(crate) async fn lock_session_to_advance(
+        tx: &mut WriteTx<E>,
+        id: &SessionId,
+        hints: &mut Hints,
+    ) -> Result<(Session, i64)> {
+        let locked = Self::lock_row_at_now(tx, id).await?;
+        hints.knows_subscription(id, locked.feed_subscribed);
+        let now = locked.now_ms.max(locked.row.updated_at.0);
+        Ok((locked.row, now))
+    }
+
+    async fn lock_row_at_now(tx: &mut WriteTx<E>, id: &SessionId) -> Result<LockedSessionRow> {
+        query_as::<LockedSessionRow>(E::LOCK_SESSION_AT_NOW)
             .bind(id.as_str())
             .fetch_optional(&mut **tx)
             .await?
-            .ok_or_else(|| StoreError::not_found("session", id))?;
-        let now = locked.now_ms.max(locked.row.updated_at.0);
-        Ok((locked.row, now))
+            .ok_or_else(|| StoreError::not_found("session", id))
     }
 
     /// Which runs of the session are unfinished: (running, queued).
@@ -125,6 +142,8 @@ impl<E: Engine> SqlStore<E> {
         })?;
         Self::record_file_mounts(&mut tx, &id, &snapshot.resources, false).await?;
         let mut hints = Hints::default();
+        // Nobody else can subscribe a session before this transaction commits it.
+        hints.knows_subscription(&id, false);
         // The row this transaction inserted is locked by it: admission needs no lock of its own.
         let admitted = match new.initial_inputs.is_empty() {
             true => None,
@@ -336,28 +355,47 @@ impl<E: Engine> SqlStore<E> {
         lease: Option<Lease<'_>>,
     ) -> Result<gateway_core::run::Run> {
         let req = &session.snapshot.requirements;
-        let state = if lease.is_some() { RunState::Running } else { RunState::Queued };
-        Ok(query_as::<gateway_core::run::Run>(concat!(
+        let run = gateway_core::run::Run {
+            id: RunId::new(),
+            session_id: session.id.clone(),
+            state: if lease.is_some() { RunState::Running } else { RunState::Queued },
+            backend: req.backend.clone(),
+            provider: req.provider().map(|p| gateway_core::environment::ProviderTier(p.to_string())),
+            lease_owner: lease.as_ref().map(|l| l.owner.to_owned()),
+            lease_epoch: i64::from(lease.is_some()),
+            lease_expires_at: lease.as_ref().map(|l| Timestamp(l.expires_at)),
+            crash_count: 0,
+            attempt: 0,
+            available_at: Timestamp(now),
+            cancel_requested: false,
+            started: lease.is_some(),
+            input_seq: lease.as_ref().map(|l| l.inputs_through),
+            trace: trace.cloned(),
+            created_at: Timestamp(now),
+            updated_at: Timestamp(now),
+        };
+        // Deferred: every value of the row is known here, so nothing waits for its answer.
+        query(
             "INSERT INTO runs (id, session_id, state, backend, provider, traceparent, tracestate, available_at, \
              created_at, updated_at, lease_owner, lease_epoch, lease_expires_at, started, input_seq) \
-             VALUES ($1, $2, $8, $3, $4, $6, $7, $5, $5, $5, $9, $10, $11, $12, $13) RETURNING ",
-            super::run_cols!()
-        ))
-        .bind(RunId::new().as_str())
+             VALUES ($1, $2, $8, $3, $4, $6, $7, $5, $5, $5, $9, $10, $11, $12, $13)",
+        )
+        .bind(run.id.as_str())
         .bind(session.id.as_str())
         .bind(req.backend.to_string())
         .bind(req.provider().map(|p| p.to_string()))
         .bind(now)
         .bind(trace.map(|t| t.traceparent.clone()))
         .bind(trace.and_then(|t| t.tracestate.clone()))
-        .bind(state.as_str())
+        .bind(run.state.as_str())
         .bind(lease.as_ref().map(|l| l.owner))
-        .bind(i64::from(lease.is_some()))
+        .bind(run.lease_epoch)
         .bind(lease.as_ref().map(|l| l.expires_at))
-        .bind(lease.is_some())
+        .bind(run.started)
         .bind(lease.as_ref().map(|l| super::bigint(l.inputs_through)))
-        .fetch_one(&mut **tx)
-        .await?)
+        .defer(&mut **tx)
+        .await?;
+        Ok(run)
     }
 
     /// Appends `events` to the locked `session`'s log and advances the session with them
@@ -463,15 +501,15 @@ impl<E: Engine> SqlStore<E> {
             ];
             extra.extend(tokens.map(|n| Arg::from(super::bigint(n))));
         }
-        let (subscribed,) = query_as::<(i64,)>(sql)
-            .bind(session.as_str())
-            .bind(last_seq as i64)
-            .bind(now)
-            .bind_all(extra)
-            .fetch_one(&mut **tx)
-            .await?;
-        if subscribed != 0 {
-            hints.subscribed(session);
+        let args = [Arg::from(session.as_str()), Arg::from(last_seq as i64), Arg::from(now)].into_iter().chain(extra);
+        if hints.knows_subscription_of(session) {
+            // Nothing to read back: it goes out with the commit.
+            query(sql).bind_all(args).defer(&mut **tx).await?;
+        } else {
+            let (subscribed,) = query_as::<(i64,)>(sql).bind_all(args).fetch_one(&mut **tx).await?;
+            if subscribed != 0 {
+                hints.subscribed(session);
+            }
         }
         hints.push(Hint::SessionAdvanced(session.clone(), last_seq));
         hints.committed(session, events);
@@ -495,7 +533,7 @@ impl<E: Engine> SqlStore<E> {
             for (key, value) in chunk {
                 q = q.bind(session.as_str()).bind(*key).bind(*value).bind(now);
             }
-            q.execute(&mut **tx).await?;
+            q.defer(&mut **tx).await?;
         }
         Ok(())
     }
@@ -844,8 +882,8 @@ impl<E: Engine> Sessions for SqlStore<E> {
         writes: AdmissionWrites,
     ) -> Result<Vec<Event>> {
         let mut tx = self.begin_write().await?;
-        let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
         let mut hints = Hints::default();
+        let (row, now) = Self::lock_session_to_advance(&mut tx, id, &mut hints).await?;
         let with = AdmitWith { runs: Runs::Read, start: None, trace: writes.trace.as_ref() };
         let events = Self::admit_locked(&mut tx, row, inputs, with, now, &mut hints).await?.events;
         // Refused inputs returned above; a conflicting write returns here. Either way the
@@ -864,8 +902,8 @@ impl<E: Engine> Sessions for SqlStore<E> {
         terms: LeaseTerms,
     ) -> Result<(Vec<Event>, Option<Claim>)> {
         let mut tx = self.begin_write().await?;
-        let (row, now) = Self::lock_session_at_now(&mut tx, id).await?;
         let mut hints = Hints::default();
+        let (row, now) = Self::lock_session_to_advance(&mut tx, id, &mut hints).await?;
         let with = AdmitWith { runs: Runs::Read, start: Some((offer, terms)), trace: writes.trace.as_ref() };
         let mut admitted = Self::admit_locked(&mut tx, row, inputs, with, now, &mut hints).await?;
         Self::apply_admission_writes(&mut tx, id, &writes, now, &mut hints).await?;

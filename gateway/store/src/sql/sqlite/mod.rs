@@ -60,7 +60,7 @@ impl Engine for Sqlite {
         super::session_cols!(),
         ", ",
         now_ms!(),
-        " AS now_ms FROM sessions WHERE id = $1 AND deleted_at IS NULL"
+        " AS now_ms, feed_subscribed FROM sessions WHERE id = $1 AND deleted_at IS NULL"
     );
     // BEGIN IMMEDIATE: no one else holds a session while a claim runs.
     const CLAIM_SETUP: Option<&'static str> = None;
