@@ -35,16 +35,14 @@ impl GuardedFace for ManagedAgents {
     }
 
     /// The envelope of a refused request: 401 `authentication_error` (no challenge), 421
-    /// `permission_error` for a request addressed to another host's name, 503 `api_error` when
-    /// keys cannot be checked, 529 `overloaded_error` with `retry-after` when busy (the SDKs
+    /// `permission_error` for a request addressed to another host's name, 503 `api_error` with
+    /// `retry-after` when keys cannot be checked, 529 `overloaded_error` with `retry-after` when busy (the SDKs
     /// retry after the hint), 408 `timeout_error` for a body too slow.
     fn refusal(&self, refusal: Refusal<ApiError>, _: &Method, _: &Uri) -> Response {
         let error = match refusal {
             Refusal::Unauthenticated(e) => ApiError::unauthorized(e.to_string()),
             Refusal::ForeignHost(e) => ApiError::new(e.http_status(), "permission_error", e.to_string()),
-            Refusal::Unavailable(_) => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "api_error", "cannot check credentials right now")
-            }
+            Refusal::Unavailable(_) => ApiError::unavailable("cannot check credentials right now"),
             Refusal::Forbidden(e) => e,
             Refusal::Busy(busy) => ApiError::busy(&busy),
             Refusal::TooSlow(reason) => ApiError::new(StatusCode::REQUEST_TIMEOUT, "timeout_error", reason),

@@ -55,6 +55,15 @@ impl ApiError {
         Self::invalid(format!("{what} is not supported by this gateway")).code("not_supported")
     }
 
+    /// 503 with `retry-after`: the database (and with it whatever reads it, credentials
+    /// included) is unavailable for now; a restarting database is back in seconds.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self {
+            retry_after: Some(UNAVAILABLE_RETRY_AFTER),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "api_error", message)
+        }
+    }
+
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found_error", message)
     }
@@ -219,16 +228,9 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::Busy(busy) => ApiError::busy(&busy),
             RuntimeError::Unavailable(m) => {
                 tracing::warn!(error = %m, "store unavailable");
-                // A restarting database is back in seconds; without a hint the SDK backs off
-                // on its own schedule, with it every client retries at the same pace.
-                ApiError {
-                    retry_after: Some(UNAVAILABLE_RETRY_AFTER),
-                    ..ApiError::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "api_error",
-                        "the gateway's database is unavailable; retry later",
-                    )
-                }
+                // Without a hint the SDK backs off on its own schedule; with it every client
+                // retries at the same pace.
+                ApiError::unavailable("the gateway's database is unavailable; retry later")
             }
             RuntimeError::Internal(m) => {
                 tracing::error!(error = %m, "internal error");
