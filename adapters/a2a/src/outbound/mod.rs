@@ -284,7 +284,7 @@ impl RemoteBackend {
     async fn turn(&self, ctx: &RunContext) -> Result<TurnOutcome, BackendError> {
         let endpoint = self.endpoint(ctx.documents()).await.map_err(from_call)?;
         let client = Client { http: self.http.clone(), endpoint, auth: self.config.auth.clone() };
-        // Two reads, neither waiting for the other (on PostgreSQL, one round trip for both).
+        // Two reads that do not depend on each other, made at once: one wait, not two.
         let (b, view) = tokio::try_join!(ctx.bindings(), ctx.turn_view())?;
         let mut remote = Remote::from_bindings(&b);
         let sent: u64 = b.get(K_SENT).and_then(|s| s.parse().ok()).unwrap_or(0);
