@@ -36,8 +36,8 @@ impl GuardedFace for ManagedAgents {
 
     /// The envelope of a refused request: 401 `authentication_error` (no challenge), 421
     /// `permission_error` for a request addressed to another host's name, 503 `api_error` with
-    /// `retry-after` when keys cannot be checked, 529 `overloaded_error` with `retry-after` when busy (the SDKs
-    /// retry after the hint), 408 `timeout_error` for a body too slow.
+    /// `retry-after` when keys cannot be checked, 529 `overloaded_error` with `retry-after`
+    /// when busy (the SDKs retry after the hint), 408 `timeout_error` for a body too slow.
     fn refusal(&self, refusal: Refusal<ApiError>, _: &Method, _: &Uri) -> Response {
         let error = match refusal {
             Refusal::Unauthenticated(e) => ApiError::unauthorized(e.to_string()),
