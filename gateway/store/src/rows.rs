@@ -446,6 +446,14 @@ from_row!(WebhookRow {
     disabled_at
 });
 
+impl LockedSessionRow {
+    /// The write's clock: the database's, never before the locked row's last update (the
+    /// time of a transaction this one may have waited for), so event times follow seq order.
+    pub fn now(&self) -> i64 {
+        self.now_ms.max(self.row.updated_at.0)
+    }
+}
+
 impl FromRow for LockedSessionRow {
     fn from_row<R: Row>(row: &R) -> Result<Self, DbError> {
         let feed_subscribed: i64 = row.get("feed_subscribed")?;

@@ -173,7 +173,7 @@ impl<E: Engine> SqlStore<E> {
             Err(e) if e.is_lock_timeout() => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let now = locked.now_ms.max(locked.row.updated_at.0);
+        let now = locked.now();
         let mut session = locked.row;
         let was_started = candidate.run.started;
         let environment_lost = candidate.env_host.as_deref().is_some_and(|h| h != offer.host);

@@ -52,7 +52,7 @@ impl<E: Engine> SqlStore<E> {
     /// transaction waited for) still keeps times in seq order.
     pub(crate) async fn lock_session_at_now(tx: &mut WriteTx<E>, id: &SessionId) -> Result<(Session, i64)> {
         let locked = Self::lock_row_at_now(tx, id).await?;
-        let now = locked.now_ms.max(locked.row.updated_at.0);
+        let now = locked.now();
         Ok((locked.row, now))
     }
 
@@ -65,7 +65,7 @@ impl<E: Engine> SqlStore<E> {
     ) -> Result<(Session, i64)> {
         let locked = Self::lock_row_at_now(tx, id).await?;
         hints.knows_subscription(id, locked.feed_subscribed);
-        let now = locked.now_ms.max(locked.row.updated_at.0);
+        let now = locked.now();
         Ok((locked.row, now))
     }
 
